@@ -1,0 +1,1 @@
+"""A local emulator of the Agentic Memory Service REST API (add to ``INSTALLED_APPS``)."""

@@ -1,0 +1,1 @@
+"""A test-only app: models that exercise the ``Model*Store`` bases."""
