@@ -1,0 +1,3 @@
+from __future__ import annotations
+
+__all__: list[str] = []
