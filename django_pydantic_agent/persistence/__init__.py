@@ -1,0 +1,65 @@
+"""Store contracts, their value types and the shipped implementations.
+
+Importing this package needs no ``django.setup()``: it defines no models.
+"""
+
+from __future__ import annotations
+
+from django_pydantic_agent.persistence.base import (
+    AttachmentRef,
+    AttachmentStore,
+    Conversation,
+    ConversationMeta,
+    ConversationMetaList,
+    ConversationStore,
+    OpenedAttachment,
+    StoreError,
+    StoreLimitError,
+    is_persistent,
+)
+from django_pydantic_agent.persistence.derive import derive_preview, derive_title, message_text
+from django_pydantic_agent.persistence.model import ModelAttachmentStore, ModelConversationStore
+from django_pydantic_agent.persistence.null import (
+    NullAttachmentStore,
+    NullConversationStore,
+    PersistenceDisabledError,
+)
+from django_pydantic_agent.persistence.owner import (
+    AnonymousOperationError,
+    aensure_session_key,
+    ensure_session_key,
+    memory_namespace,
+    memory_namespace_for_user,
+    resolve_owner_id,
+)
+from django_pydantic_agent.persistence.scoped import ScopedConversationStore
+from django_pydantic_agent.persistence.session import DjangoSessionConversationStore
+
+__all__ = [
+    "AnonymousOperationError",
+    "AttachmentRef",
+    "AttachmentStore",
+    "Conversation",
+    "ConversationMeta",
+    "ConversationMetaList",
+    "ConversationStore",
+    "DjangoSessionConversationStore",
+    "ModelAttachmentStore",
+    "ModelConversationStore",
+    "NullAttachmentStore",
+    "NullConversationStore",
+    "OpenedAttachment",
+    "PersistenceDisabledError",
+    "ScopedConversationStore",
+    "StoreError",
+    "StoreLimitError",
+    "aensure_session_key",
+    "derive_preview",
+    "derive_title",
+    "ensure_session_key",
+    "is_persistent",
+    "memory_namespace",
+    "memory_namespace_for_user",
+    "message_text",
+    "resolve_owner_id",
+]

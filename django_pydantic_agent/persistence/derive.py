@@ -1,0 +1,91 @@
+"""Thread-drawer text derived from stored messages: a title and a one-line preview.
+
+Messages are AG-UI wire records, as dicts or objects. Their ``content`` is either a string or
+a list of parts; the text of ``{"type": "text", "text": ...}`` parts is read too, so a
+message with an image and a caption still yields its caption. Nothing here raises on a
+malformed message: it contributes no text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = [
+    "DEFAULT_TITLE",
+    "PREVIEW_MAX_CHARS",
+    "TITLE_MAX_CHARS",
+    "derive_preview",
+    "derive_title",
+    "message_text",
+]
+
+DEFAULT_TITLE = "New conversation"
+TITLE_MAX_CHARS = 60
+PREVIEW_MAX_CHARS = 120
+_ELLIPSIS = "\u2026"
+_PREVIEW_ROLES = frozenset({"user", "assistant"})
+
+
+def _field(obj: Any, name: str) -> Any:
+    """Read ``name`` from a mapping key or an attribute; ``None`` when absent."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1].rstrip() + _ELLIPSIS
+
+
+def message_text(message: Any) -> str:
+    """Return the message's text with whitespace collapsed, or ``""`` if it has none.
+
+    Reads a string ``content`` or the ``text`` of every text part of a list ``content``
+    (joined by a space).
+    """
+    content = _field(message, "content")
+    if isinstance(content, str):
+        return _collapse(content)
+    if not isinstance(content, list | tuple):
+        return ""
+    texts: list[str] = []
+    for part in content:
+        if _field(part, "type") == "text":
+            text = _field(part, "text")
+            if isinstance(text, str):
+                texts.append(text)
+    return _collapse(" ".join(texts))
+
+
+def derive_title(messages: Iterable[Any]) -> str:
+    """Title from the first user message with text: at most 60 characters, ellipsis if cut.
+
+    Returns ``"New conversation"`` when no user message has text.
+    """
+    for message in messages:
+        if _field(message, "role") == "user":
+            text = message_text(message)
+            if text:
+                return _truncate(text, TITLE_MAX_CHARS)
+    return DEFAULT_TITLE
+
+
+def derive_preview(messages: Iterable[Any]) -> str:
+    """Preview from the latest user or assistant message with text: at most 120 characters.
+
+    Tool results and system, developer or reasoning messages are skipped. Returns ``""`` when
+    no message qualifies.
+    """
+    for message in reversed(list(messages)):
+        if _field(message, "role") in _PREVIEW_ROLES:
+            text = message_text(message)
+            if text:
+                return _truncate(text, PREVIEW_MAX_CHARS)
+    return ""

@@ -1,0 +1,188 @@
+"""Abstract bases for model-backed (or any synchronous) conversation and attachment stores.
+
+A subclass implements a few synchronous row operations ("hooks") against its own models; the
+base supplies the async protocol methods. Each async call makes exactly one ``sync_to_async``
+hop, and inside that worker thread resolves the owner and then runs the hook, so owner
+resolution (which may load the session) and the query never touch the event loop.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, ClassVar
+
+from asgiref.sync import sync_to_async
+
+from django_pydantic_agent.persistence.base import (
+    AttachmentRef,
+    Conversation,
+    ConversationMetaList,
+    OpenedAttachment,
+    check_limit,
+)
+from django_pydantic_agent.persistence.owner import resolve_owner_id
+
+if TYPE_CHECKING:
+    from django.core.files.uploadedfile import UploadedFile
+    from django.http import HttpRequest
+
+__all__ = ["ModelAttachmentStore", "ModelConversationStore"]
+
+
+def _check_allow_anonymous(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"allow_anonymous={value!r} is not a bool: pass True to serve anonymous "
+            "visitors keyed to their session, or False (the default) to refuse them."
+        )
+    return value
+
+
+class _OwnerScoped:
+    """Shared owner policy of the two model-backed bases."""
+
+    # Class-level default: a subclass overriding __init__ without calling super() still
+    # refuses anonymous requests rather than serving them from one shared bucket.
+    _allow_anonymous: bool = False
+    persistent: ClassVar[bool] = True
+
+    def __init__(self, *, allow_anonymous: bool = False) -> None:
+        self._allow_anonymous = _check_allow_anonymous(allow_anonymous)
+
+    @property
+    def allow_anonymous(self) -> bool:
+        """Whether anonymous visitors are served, each keyed to their own session."""
+        return self._allow_anonymous
+
+    def _owner(self, request: HttpRequest) -> str:
+        """Resolve the owner of ``request`` under this store's anonymous policy (sync)."""
+        return resolve_owner_id(request, allow_anonymous=self._allow_anonymous)
+
+
+class ModelConversationStore(_OwnerScoped, ABC):
+    """Abstract base for a model-backed ``ConversationStore``.
+
+    Implement ``_fetch``, ``_store`` and ``_remove``; override ``_list`` (default: ``[]``, so
+    listing is opt-in), ``_exists`` (default: probes ``_fetch``, which loads the body, so
+    override it with a metadata-only query) and ``_rename`` (default: no-op) as the model
+    allows. Every hook receives the resolved ``owner_id`` (a string) and must filter by it.
+
+    ``allow_anonymous=False`` (the default, also the class-level default) makes every method
+    raise ``AnonymousOperationError`` for an anonymous request; ``True`` keys anonymous visitors
+    to ``"anon:<session_key>"`` of a session the view created before responding. The store
+    reads no settings.
+    """
+
+    @abstractmethod
+    def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
+        """Return the owner's conversation, or ``None`` if missing."""
+
+    @abstractmethod
+    def _store(self, conversation: Conversation, owner_id: str) -> None:
+        """Insert or replace the owner's conversation ``conversation.thread_id``."""
+
+    @abstractmethod
+    def _remove(self, thread_id: str, owner_id: str) -> None:
+        """Delete the owner's conversation; no-op when absent."""
+
+    def _list(self, owner_id: str, limit: int | None) -> ConversationMetaList:
+        """Return the owner's conversation metadata, most recent first, at most ``limit``."""
+        return []
+
+    def _exists(self, thread_id: str, owner_id: str) -> bool:
+        """Return whether the owner has the conversation (default: via ``_fetch``)."""
+        return self._fetch(thread_id, owner_id) is not None
+
+    def _rename(self, thread_id: str, title: str, owner_id: str) -> None:
+        """Record a display title (default: no-op)."""
+        return None
+
+    def _load_sync(self, thread_id: str, request: HttpRequest) -> Conversation | None:
+        return self._fetch(thread_id, self._owner(request))
+
+    def _save_sync(self, conversation: Conversation, request: HttpRequest) -> None:
+        self._store(conversation, self._owner(request))
+
+    def _delete_sync(self, thread_id: str, request: HttpRequest) -> None:
+        self._remove(thread_id, self._owner(request))
+
+    def _list_sync(self, request: HttpRequest, limit: int | None) -> ConversationMetaList:
+        return self._list(self._owner(request), limit)
+
+    def _exists_sync(self, thread_id: str, request: HttpRequest) -> bool:
+        return self._exists(thread_id, self._owner(request))
+
+    def _rename_sync(self, thread_id: str, title: str, request: HttpRequest) -> None:
+        self._rename(thread_id, title, self._owner(request))
+
+    async def load(self, thread_id: str, *, request: HttpRequest) -> Conversation | None:
+        """Return the owner's conversation ``thread_id``, or ``None`` (missing or cross-owner)."""
+        return await sync_to_async(self._load_sync)(thread_id, request)
+
+    async def save(self, conversation: Conversation, *, request: HttpRequest) -> None:
+        """Insert or replace the owner's conversation; ``conversation.owner_id`` is ignored."""
+        await sync_to_async(self._save_sync)(conversation, request)
+
+    async def delete(self, thread_id: str, *, request: HttpRequest) -> None:
+        """Delete the owner's conversation ``thread_id``; no-op when absent."""
+        await sync_to_async(self._delete_sync)(thread_id, request)
+
+    async def list(self, *, request: HttpRequest, limit: int | None = None) -> ConversationMetaList:
+        """Return the owner's conversations as metadata, most recent first.
+
+        Raises ``ValueError`` for a ``limit`` that is not ``None`` or a positive integer.
+        """
+        check_limit(limit)
+        return await sync_to_async(self._list_sync)(request, limit)
+
+    async def exists(self, thread_id: str, *, request: HttpRequest) -> bool:
+        """Return whether the owner has conversation ``thread_id``."""
+        return await sync_to_async(self._exists_sync)(thread_id, request)
+
+    async def rename(self, thread_id: str, title: str, *, request: HttpRequest) -> None:
+        """Set the display title of the owner's conversation ``thread_id``."""
+        await sync_to_async(self._rename_sync)(thread_id, title, request)
+
+
+class ModelAttachmentStore(_OwnerScoped, ABC):
+    """Abstract base for a model-backed ``AttachmentStore``.
+
+    The attachment twin of ``ModelConversationStore``: same single worker-thread hop, same
+    owner resolution, same ``allow_anonymous`` policy. Implement ``_save``, ``_open`` and
+    ``_remove`` over your own storage (typically a Django ``Storage`` for the bytes and a row
+    for the metadata); each receives the resolved ``owner_id`` and must filter by it, so
+    ``_open`` returns ``None`` for another owner's id exactly as for a missing one.
+    """
+
+    @abstractmethod
+    def _save(self, upload: UploadedFile[bytes], owner_id: str) -> AttachmentRef:
+        """Persist the upload for the owner and return its ref."""
+
+    @abstractmethod
+    def _open(self, attachment_id: str, owner_id: str) -> OpenedAttachment | None:
+        """Open the owner's attachment, or return ``None`` if missing."""
+
+    @abstractmethod
+    def _remove(self, attachment_id: str, owner_id: str) -> None:
+        """Delete the owner's attachment; no-op when absent."""
+
+    def _save_sync(self, upload: UploadedFile[bytes], request: HttpRequest) -> AttachmentRef:
+        return self._save(upload, self._owner(request))
+
+    def _open_sync(self, attachment_id: str, request: HttpRequest) -> OpenedAttachment | None:
+        return self._open(attachment_id, self._owner(request))
+
+    def _delete_sync(self, attachment_id: str, request: HttpRequest) -> None:
+        self._remove(attachment_id, self._owner(request))
+
+    async def save(self, upload: UploadedFile[bytes], *, request: HttpRequest) -> AttachmentRef:
+        """Persist ``upload`` for the request's owner and return its ref."""
+        return await sync_to_async(self._save_sync)(upload, request)
+
+    async def open(self, attachment_id: str, *, request: HttpRequest) -> OpenedAttachment | None:
+        """Open the owner's attachment, or ``None`` (missing or cross-owner)."""
+        return await sync_to_async(self._open_sync)(attachment_id, request)
+
+    async def delete(self, attachment_id: str, *, request: HttpRequest) -> None:
+        """Delete the owner's attachment ``attachment_id``; no-op when absent."""
+        await sync_to_async(self._delete_sync)(attachment_id, request)

@@ -1,0 +1,185 @@
+"""Who owns a request's data: owner ids for stores and namespaces for harness memory.
+
+Owner resolution is the security boundary of every store. An authenticated user owns
+``str(user.pk)``; an anonymous visitor owns ``"anon:<session_key>"`` only where a store opted in
+with ``allow_anonymous=True``, and only if the browser already holds a valid session. These
+helpers never create a session on their own: a session created after a streaming response has
+started would set a cookie the browser never receives, orphaning whatever was saved under it.
+A view that serves anonymous visitors calls ``ensure_session_key`` (or ``aensure_session_key``)
+before it starts its response.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import sync_to_async
+
+from django_pydantic_agent.persistence.base import StoreError
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+__all__ = [
+    "ANONYMOUS_MEMORY_NAMESPACE",
+    "AnonymousOperationError",
+    "aensure_session_key",
+    "ensure_session_key",
+    "memory_namespace",
+    "memory_namespace_for_user",
+    "resolve_owner_id",
+]
+
+#: The namespace every unauthenticated caller shares under ``memory_namespace_for_user``.
+ANONYMOUS_MEMORY_NAMESPACE = "anon"
+
+# The harness's own path-segment rule (pydantic_ai_harness.memory), copied rather than
+# imported because the harness is an optional dependency; a test checks the two agree.
+_SEGMENT_RE = re.compile(r"[A-Za-z0-9_.-]{1,200}")
+_DIGEST_HEX_DIGITS = 40
+
+
+class AnonymousOperationError(StoreError):
+    """A store was asked to act for an anonymous request it may not serve.
+
+    Raised by model-backed stores built with ``allow_anonymous=False`` (the default), and by
+    any store for an anonymous request that has no valid session yet. Transports map it to a
+    ``403`` with a JSON error body; nothing was read or written.
+    """
+
+
+def _authenticated_pk(user: Any) -> str | None:
+    """Return ``str(user.pk)`` for an authenticated user, else ``None``."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    return str(user.pk)
+
+
+def _valid_session_key(request: HttpRequest) -> str | None:
+    """Return the request's session key if the session really exists, else ``None``.
+
+    The session is loaded first, which drops a cookie value naming no stored session: a
+    forged or expired key must never become an owner. May run a query; call off the event loop
+    unless the session was already loaded.
+    """
+    session = getattr(request, "session", None)
+    if session is None:
+        return None
+    session.keys()  # force a load; an unknown key resets session_key to None
+    key = session.session_key
+    return key if key else None
+
+
+def resolve_owner_id(request: HttpRequest, *, allow_anonymous: bool) -> str:
+    """Return the owner id a store must scope ``request``'s data to.
+
+    Returns ``str(request.user.pk)`` for an authenticated user, or ``"anon:<session_key>"`` for
+    an anonymous request when ``allow_anonymous`` is true and the request carries a valid
+    session. Never creates a session.
+
+    Raises ``AnonymousOperationError`` for an anonymous request when ``allow_anonymous`` is
+    false, or when it is true but there is no valid session (call ``ensure_session_key`` before
+    the response starts). Synchronous and possibly querying: call it off the event loop.
+    """
+    pk = _authenticated_pk(getattr(request, "user", None))
+    if pk is not None:
+        return pk
+    if not allow_anonymous:
+        raise AnonymousOperationError(
+            "This store refuses anonymous requests: authenticate the user first, or build "
+            "the store with allow_anonymous=True to key anonymous visitors to their session."
+        )
+    key = _valid_session_key(request)
+    if key is None:
+        raise AnonymousOperationError(
+            "This anonymous request has no session yet, and a store never creates one "
+            "(its cookie could arrive after the response started): call "
+            "ensure_session_key(request) in the view before responding, with "
+            "SessionMiddleware installed."
+        )
+    return f"anon:{key}"
+
+
+def ensure_session_key(request: HttpRequest) -> str:
+    """Make sure ``request`` has a stored session and return its key.
+
+    Call it in a view *before* the response starts (certainly before a streaming response is
+    returned), so the session cookie goes out with the headers. Loads the session, and creates
+    and saves one when the browser has none (or a forged or expired one). Synchronous and
+    querying; use ``aensure_session_key`` from async code.
+
+    Raises ``ImproperlyConfigured`` when the request has no session (``SessionMiddleware``
+    missing).
+    """
+    from django.core.exceptions import ImproperlyConfigured
+
+    session = getattr(request, "session", None)
+    if session is None:
+        raise ImproperlyConfigured(
+            "The request has no session, so an anonymous visitor cannot own anything: add "
+            "'django.contrib.sessions.middleware.SessionMiddleware' to MIDDLEWARE."
+        )
+    key = _valid_session_key(request)
+    if key is None:
+        session.create()
+        if not session.session_key:  # e.g. signed cookies: the key exists once saved
+            session.save()
+        key = session.session_key
+    if not key:  # pragma: no cover - every session backend sets a key in create()
+        raise ImproperlyConfigured(
+            f"The session backend {type(session).__module__!r} produced no session key."
+        )
+    return str(key)
+
+
+async def aensure_session_key(request: HttpRequest) -> str:
+    """Async twin of ``ensure_session_key``: one worker-thread hop, off the event loop."""
+    return await sync_to_async(ensure_session_key)(request)
+
+
+def _segment(prefix: str, identifier: str) -> str:
+    """``prefix + identifier`` if it is a valid harness path segment, else a digest of it."""
+    candidate = f"{prefix}{identifier}"
+    if _SEGMENT_RE.fullmatch(candidate) and ".." not in candidate and candidate != ".":
+        return candidate
+    digest = hashlib.sha256(identifier.encode("utf-8")).hexdigest()
+    return f"{prefix}{digest[:_DIGEST_HEX_DIGITS]}"
+
+
+def memory_namespace_for_user(user: Any) -> str:
+    """The harness ``Memory`` namespace for the acting user (no request needed).
+
+    Returns ``"u-<pk>"`` when that is a valid harness path segment (``[A-Za-z0-9_.-]``, 1-200
+    characters, not ``.``, no ``..``), otherwise ``"u-"`` plus the first 40 hex digits of the
+    pk's SHA-256. Every unauthenticated or missing user shares ``"anon"``: with no request
+    there is no session to tell anonymous callers apart. Never raises.
+    """
+    pk = _authenticated_pk(user)
+    if pk is None:
+        return ANONYMOUS_MEMORY_NAMESPACE
+    return _segment("u-", pk)
+
+
+def memory_namespace(request: HttpRequest) -> str:
+    """The harness ``Memory`` namespace for ``request``: per user, or per anonymous session.
+
+    An authenticated user gets the same value as ``memory_namespace_for_user``; an anonymous
+    visitor gets ``"anon-<session_key>"`` (digested if unsafe), so anonymous visitors never
+    share memory. Deliberately not ``resolve_owner_id``: its ``anon:`` colon is not a valid
+    harness path segment. The result is always a valid segment.
+
+    Raises ``AnonymousOperationError`` for an anonymous request without a valid session (call
+    ``ensure_session_key`` before the run). Loads the session if not yet loaded, which may query.
+    """
+    pk = _authenticated_pk(getattr(request, "user", None))
+    if pk is not None:
+        return _segment("u-", pk)
+    key = _valid_session_key(request)
+    if key is None:
+        raise AnonymousOperationError(
+            "This anonymous request has no session, so it has no memory namespace of its "
+            "own: call ensure_session_key(request) in the view before the run starts."
+        )
+    return _segment("anon-", key)

@@ -1,0 +1,111 @@
+"""Partition one conversation store between several endpoints by a scope name."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from django_pydantic_agent.persistence.base import (
+    Conversation,
+    ConversationMetaList,
+    ConversationStore,
+    check_limit,
+    is_persistent,
+)
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+__all__ = ["SCOPE_SEPARATOR", "ScopedConversationStore"]
+
+SCOPE_SEPARATOR = ":"
+
+
+class ScopedConversationStore:
+    """Wrap ``inner`` so that this endpoint sees only its own threads.
+
+    Thread ids are stored as ``"<scope>:<thread_id>"``; callers (and the wire) only ever see
+    the unprefixed id. ``list`` keeps only this scope's rows and strips the prefix, so scopes
+    that merely share a beginning (``admin`` / ``administrators``) partition cleanly. A scope
+    containing ``:`` is refused, because ``admin`` would otherwise see ``admin:readonly``'s
+    threads. Owner scoping stays the inner store's job: this partitions endpoints, not users.
+
+    ``limit`` is applied by the inner store before the scope filter, so a busy sibling scope
+    can crowd rows out of a page. ``persistent`` mirrors the inner store's.
+
+    Raises ``ValueError`` for an empty scope or one containing ``:``, ``TypeError`` when
+    ``inner`` is not a ``ConversationStore``.
+    """
+
+    def __init__(self, inner: ConversationStore, *, scope: str) -> None:
+        if not isinstance(inner, ConversationStore):
+            raise TypeError(
+                f"inner={inner!r} is not a ConversationStore: pass a store object with async "
+                "load, save, delete, list, exists and rename methods."
+            )
+        if not isinstance(scope, str) or not scope:
+            raise ValueError(f"scope={scope!r} is not valid: pass a non-empty string.")
+        if SCOPE_SEPARATOR in scope:
+            raise ValueError(
+                f"scope={scope!r} contains {SCOPE_SEPARATOR!r}, which is reserved as the "
+                "separator: a scope containing it would overlap another scope's threads. "
+                "Choose a name without a colon (for example 'admin-readonly')."
+            )
+        self._inner = inner
+        self._scope = scope
+        self._prefix = f"{scope}{SCOPE_SEPARATOR}"
+
+    def __repr__(self) -> str:
+        return f"ScopedConversationStore({self._inner!r}, scope={self._scope!r})"
+
+    @property
+    def inner(self) -> ConversationStore:
+        """The wrapped store."""
+        return self._inner
+
+    @property
+    def scope(self) -> str:
+        """The scope name (never sent to clients)."""
+        return self._scope
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the inner store keeps anything."""
+        return is_persistent(self._inner)
+
+    def _key(self, thread_id: str) -> str:
+        return f"{self._prefix}{thread_id}"
+
+    async def load(self, thread_id: str, *, request: HttpRequest) -> Conversation | None:
+        """Load this scope's ``thread_id``; the result carries the unprefixed id."""
+        conversation = await self._inner.load(self._key(thread_id), request=request)
+        if conversation is None:
+            return None
+        return replace(conversation, thread_id=thread_id)
+
+    async def save(self, conversation: Conversation, *, request: HttpRequest) -> None:
+        """Save under this scope's key."""
+        key = self._key(conversation.thread_id)
+        await self._inner.save(replace(conversation, thread_id=key), request=request)
+
+    async def delete(self, thread_id: str, *, request: HttpRequest) -> None:
+        """Delete this scope's ``thread_id``; no-op when absent."""
+        await self._inner.delete(self._key(thread_id), request=request)
+
+    async def list(self, *, request: HttpRequest, limit: int | None = None) -> ConversationMetaList:
+        """This scope's threads only, with the prefix stripped from every id."""
+        check_limit(limit)
+        rows = await self._inner.list(request=request, limit=limit)
+        return [
+            replace(row, thread_id=row.thread_id[len(self._prefix) :])
+            for row in rows
+            if row.thread_id.startswith(self._prefix)
+        ]
+
+    async def exists(self, thread_id: str, *, request: HttpRequest) -> bool:
+        """Whether this scope has ``thread_id``."""
+        return await self._inner.exists(self._key(thread_id), request=request)
+
+    async def rename(self, thread_id: str, title: str, *, request: HttpRequest) -> None:
+        """Rename this scope's ``thread_id``."""
+        await self._inner.rename(self._key(thread_id), title, request=request)

@@ -1,0 +1,274 @@
+"""Conversation persistence inside the user's Django session: no model, no migration."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from asgiref.sync import sync_to_async
+
+from django_pydantic_agent.persistence.base import (
+    Conversation,
+    ConversationMeta,
+    ConversationMetaList,
+    StoreError,
+    StoreLimitError,
+    check_limit,
+)
+from django_pydantic_agent.persistence.derive import derive_preview, derive_title
+
+if TYPE_CHECKING:
+    from django.contrib.sessions.backends.base import SessionBase
+    from django.http import HttpRequest
+
+__all__ = ["DjangoSessionConversationStore"]
+
+_Threads = dict[str, dict[str, Any]]
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r} is not valid: pass a positive integer.")
+    return value
+
+
+def _encoded_size(threads: _Threads) -> int:
+    return len(json.dumps(threads, separators=(",", ":")).encode("utf-8"))
+
+
+def _parse_timestamp(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+class DjangoSessionConversationStore:
+    """Conversations kept in the acting browser's Django session.
+
+    Threads live in a dict under one session key, so owner scoping is the session itself and
+    durability is the session's: another browser, a logout or an expired session starts
+    empty. Use a model-backed store for cross-device history.
+
+    Every write saves the session explicitly, in the same worker-thread hop, so a save made
+    after a streaming response has started (when ``SessionMiddleware`` has already run) still
+    persists. The store never creates a session (its cookie could arrive after the headers):
+    the view creates it before responding (``ensure_session_key``), as the AG-UI server does,
+    and a save for a request without one raises ``StoreError``.
+
+    Limits, per session: ``max_threads`` conversations and ``max_bytes`` of JSON for all of
+    them together. A save that would exceed either raises ``StoreLimitError`` and changes
+    nothing. Messages must be JSON-serialisable (``TypeError`` otherwise), as with Django's
+    default session serializer. Needs a server-side session backend (database, cache or file):
+    the signed-cookie backend caps a session at about 4 KB. If the session is deleted while the
+    request runs (a logout in another tab), a write raises ``StoreError``.
+
+    Raises ``ValueError`` at construction for a limit that is not a positive integer or an
+    empty ``session_key``.
+    """
+
+    persistent: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        session_key: str = "django_pydantic_agent_conversations",
+        max_threads: int = 50,
+        max_bytes: int = 1024 * 1024,
+    ) -> None:
+        if not isinstance(session_key, str) or not session_key:
+            raise ValueError(
+                f"session_key={session_key!r} is not valid: pass a non-empty string naming "
+                "the session entry that holds the conversations."
+            )
+        self._session_key = session_key
+        self._max_threads = _positive_int("max_threads", max_threads)
+        self._max_bytes = _positive_int("max_bytes", max_bytes)
+
+    def __repr__(self) -> str:
+        return (
+            f"DjangoSessionConversationStore(session_key={self._session_key!r}, "
+            f"max_threads={self._max_threads!r}, max_bytes={self._max_bytes!r})"
+        )
+
+    @property
+    def max_threads(self) -> int:
+        """How many conversations one session may hold."""
+        return self._max_threads
+
+    @property
+    def max_bytes(self) -> int:
+        """How many bytes of JSON all of one session's conversations may take."""
+        return self._max_bytes
+
+    # -- synchronous bodies, each run in one worker-thread hop --------------------------------
+
+    @staticmethod
+    def _session(request: HttpRequest) -> SessionBase | None:
+        return getattr(request, "session", None)
+
+    def _read(self, request: HttpRequest) -> _Threads:
+        session = self._session(request)
+        if session is None:
+            return {}
+        raw = session.get(self._session_key)
+        if not isinstance(raw, dict):
+            return {}
+        return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, dict)}
+
+    def _write(self, request: HttpRequest, threads: _Threads) -> None:
+        session = self._session(request)
+        if session is None:
+            from django.core.exceptions import ImproperlyConfigured
+
+            raise ImproperlyConfigured(
+                "DjangoSessionConversationStore needs request.session: add "
+                "'django.contrib.sessions.middleware.SessionMiddleware' to MIDDLEWARE."
+            )
+        from django.contrib.sessions.backends.base import UpdateError
+
+        session.keys()  # load it: a forged or expired cookie leaves no session key
+        if not session.session_key:
+            # Creating one here could be too late for its cookie to reach the browser.
+            raise StoreError(
+                "The conversation was not saved: this request has no session, and the store "
+                "does not create one. Call ensure_session_key(request) in the view before "
+                "responding; for clients without a session cookie, use a model-backed store."
+            )
+        session[self._session_key] = threads
+        # Explicit: SessionMiddleware has already run if the response is streaming.
+        try:
+            session.save()
+        except UpdateError as exc:
+            raise StoreError(
+                "The conversation was not saved: the session ended while the request was "
+                "running (a logout or flush elsewhere). Sign in or reload, then try again."
+            ) from exc
+
+    def _load_sync(self, thread_id: str, request: HttpRequest) -> Conversation | None:
+        entry = self._read(request).get(thread_id)
+        if entry is None:
+            return None
+        messages = entry.get("messages")
+        return Conversation(
+            thread_id=thread_id,
+            messages=list(messages) if isinstance(messages, list) else [],
+            owner_id=entry.get("owner_id"),
+        )
+
+    def _save_sync(self, conversation: Conversation, request: HttpRequest) -> None:
+        thread_id = conversation.thread_id
+        messages = list(conversation.messages)
+        try:
+            # Round-trip so the session holds plain JSON, exactly what a reload returns.
+            messages = json.loads(json.dumps(messages))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"Conversation {thread_id!r} cannot be stored in the session: its messages "
+                f"are not JSON-serialisable ({exc}). Store plain JSON values (dump pydantic "
+                "models with model_dump(mode='json'))."
+            ) from exc
+        threads = self._read(request)
+        previous = threads.get(thread_id)
+        if previous is None and len(threads) >= self._max_threads:
+            raise StoreLimitError(
+                f"Cannot start conversation {thread_id!r}: this session already holds "
+                f"{len(threads)} conversations, the limit (max_threads={self._max_threads}). "
+                "Delete an old conversation first."
+            )
+        entry: dict[str, Any] = {
+            "messages": messages,
+            "updated_at": datetime.now(UTC).isoformat(),
+        }
+        if conversation.owner_id is not None:
+            entry["owner_id"] = conversation.owner_id
+        if previous is not None and isinstance(previous.get("title"), str):
+            entry["title"] = previous["title"]
+        updated = {**threads, thread_id: entry}
+        self._check_size(updated, f"save conversation {thread_id!r}")
+        self._write(request, updated)
+
+    def _check_size(self, threads: _Threads, action: str) -> None:
+        size = _encoded_size(threads)
+        if size > self._max_bytes:
+            raise StoreLimitError(
+                f"Cannot {action}: this session's conversations would take {size} bytes, "
+                f"over the limit (max_bytes={self._max_bytes}). Delete old conversations, "
+                "or use a model-backed store for long histories."
+            )
+
+    def _delete_sync(self, thread_id: str, request: HttpRequest) -> None:
+        threads = self._read(request)
+        if thread_id not in threads:
+            return
+        del threads[thread_id]
+        self._write(request, threads)
+
+    def _list_sync(self, request: HttpRequest, limit: int | None) -> ConversationMetaList:
+        rows: ConversationMetaList = []
+        for thread_id, entry in self._read(request).items():
+            messages = entry.get("messages")
+            messages = messages if isinstance(messages, list) else []
+            title = entry.get("title")
+            rows.append(
+                ConversationMeta(
+                    thread_id=thread_id,
+                    title=title if isinstance(title, str) and title else derive_title(messages),
+                    updated_at=_parse_timestamp(entry.get("updated_at")),
+                    preview=derive_preview(messages),
+                    owner_id=entry.get("owner_id"),
+                )
+            )
+        # Newest first; entries without a timestamp last.
+        oldest = datetime.min.replace(tzinfo=UTC)
+        rows.sort(key=lambda row: row.updated_at or oldest, reverse=True)
+        return rows if limit is None else rows[:limit]
+
+    def _exists_sync(self, thread_id: str, request: HttpRequest) -> bool:
+        return thread_id in self._read(request)
+
+    def _rename_sync(self, thread_id: str, title: str, request: HttpRequest) -> None:
+        threads = self._read(request)
+        entry = threads.get(thread_id)
+        if entry is None:
+            return
+        threads[thread_id] = {**entry, "title": title}
+        self._check_size(threads, f"rename conversation {thread_id!r}")
+        self._write(request, threads)
+
+    # -- the ConversationStore protocol --------------------------------------------------------
+
+    async def load(self, thread_id: str, *, request: HttpRequest) -> Conversation | None:
+        """Return this session's conversation ``thread_id``, or ``None``."""
+        return await sync_to_async(self._load_sync)(thread_id, request)
+
+    async def save(self, conversation: Conversation, *, request: HttpRequest) -> None:
+        """Insert or replace the conversation and save the session.
+
+        Raises ``StoreLimitError`` over a limit and ``TypeError`` for non-JSON messages;
+        nothing is written in either case.
+        """
+        await sync_to_async(self._save_sync)(conversation, request)
+
+    async def delete(self, thread_id: str, *, request: HttpRequest) -> None:
+        """Delete the conversation and save the session; no-op when absent."""
+        await sync_to_async(self._delete_sync)(thread_id, request)
+
+    async def list(self, *, request: HttpRequest, limit: int | None = None) -> ConversationMetaList:
+        """This session's conversations as metadata, newest first (``None``: all of them)."""
+        check_limit(limit)
+        return await sync_to_async(self._list_sync)(request, limit)
+
+    async def exists(self, thread_id: str, *, request: HttpRequest) -> bool:
+        """Whether this session holds ``thread_id`` (a key lookup, no message decoding)."""
+        return await sync_to_async(self._exists_sync)(thread_id, request)
+
+    async def rename(self, thread_id: str, title: str, *, request: HttpRequest) -> None:
+        """Record a title for an existing conversation; no-op when absent.
+
+        Raises ``StoreLimitError`` when the title would take the session over ``max_bytes``.
+        """
+        await sync_to_async(self._rename_sync)(thread_id, title, request)

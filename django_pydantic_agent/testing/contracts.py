@@ -1,0 +1,484 @@
+"""The shared contract suites every conversation and attachment store must pass.
+
+Subclass a contract in a ``test_*.py`` module, name the subclass ``Test...`` and implement
+``make_store``; pytest then runs every contract test against your store. Needs pytest,
+pytest-django and pytest-asyncio; the tests use a transactional database because stores do
+their work in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from django_pydantic_agent.persistence.base import (
+    AttachmentStore,
+    Conversation,
+    ConversationStore,
+    is_persistent,
+)
+from django_pydantic_agent.persistence.null import PersistenceDisabledError
+from django_pydantic_agent.persistence.owner import AnonymousOperationError
+from django_pydantic_agent.persistence.scoped import ScopedConversationStore
+from django_pydantic_agent.testing.actors import ANONYMOUS_ACTORS, StoreActors
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = [
+    "AttachmentStoreContract",
+    "ConversationStoreContract",
+    "ScopedConversationStoreContract",
+    "sample_messages",
+]
+
+_contract_marks = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+
+
+def sample_messages(text: str = "Plan a trip to Lisbon") -> list[dict[str, Any]]:
+    """AG-UI wire messages with the details a store must keep: ids, extra fields, parts."""
+    return [
+        {
+            "id": "msg-user-1",
+            "role": "user",
+            "content": f"  {text}\n please ",
+            "attachments": [{"id": "att-1", "name": "map.png", "mime": "image/png", "size": 3}],
+        },
+        {
+            "id": "msg-assistant-1",
+            "role": "assistant",
+            "content": "Sure \u2014 three days?",
+            "toolCalls": [
+                {
+                    "id": "call-1",
+                    "type": "function",
+                    "function": {"name": "search", "arguments": '{"q": "Lisbon"}'},
+                }
+            ],
+        },
+        {"id": "msg-tool-1", "role": "tool", "toolCallId": "call-1", "content": "[]"},
+        {
+            "id": "msg-user-2",
+            "role": "user",
+            "content": [{"type": "text", "text": "Yes, in May"}],
+        },
+    ]
+
+
+def _bodies_forbidden(store: object) -> Iterator[object]:
+    """The store and every store it wraps, outermost first."""
+    current: object | None = store
+    while current is not None:
+        yield current
+        current = getattr(current, "inner", None)
+
+
+class ConversationStoreContract:
+    """The ``ConversationStore`` contract. Implement ``make_store``.
+
+    Class flags describe what the store promises:
+
+    - ``serves_anonymous``: anonymous sessions are served (each its own owner); when
+      ``False`` every method must raise ``AnonymousOperationError`` for them.
+    - ``supports_list``: ``list`` enumerates (else it must return ``[]``).
+    - ``supports_rename``: ``rename`` records a title (else it must be a no-op).
+
+    A store whose ``persistent`` flag is ``False`` (a Null store) is held to the stateless
+    contract instead: nothing it is given comes back. Override the ``actors`` fixture to build
+    requests differently (custom user model, header authentication...).
+    """
+
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = _contract_marks
+
+    serves_anonymous: ClassVar[bool] = True
+    supports_list: ClassVar[bool] = True
+    supports_rename: ClassVar[bool] = True
+
+    def make_store(self) -> ConversationStore:
+        """Return a new store instance; called more than once per test."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement make_store() returning a ConversationStore."
+        )
+
+    @pytest.fixture
+    def actors(self) -> StoreActors:
+        """Two users and two anonymous sessions (override to build them differently)."""
+        return StoreActors.create()
+
+    # -- helpers -----------------------------------------
+
+    def _store(self) -> ConversationStore:
+        store = self.make_store()
+        assert isinstance(store, ConversationStore), f"{store!r} is not a ConversationStore"
+        return store
+
+    def _owners(self) -> tuple[tuple[str, str], ...]:
+        pairs = [("alice", "bob")]
+        if self.serves_anonymous:
+            pairs.append(ANONYMOUS_ACTORS)
+        return tuple(pairs)
+
+    async def _save(self, actors: StoreActors, actor: str, thread_id: str, text: str) -> None:
+        conversation = Conversation(thread_id=thread_id, messages=sample_messages(text))
+        await self._store().save(conversation, request=actors.request(actor))
+
+    async def _listed_ids(self, actors: StoreActors, actor: str, **kwargs: Any) -> list[str]:
+        rows = await self._store().list(request=actors.request(actor), **kwargs)
+        return [row.thread_id for row in rows]
+
+    # -- the contract -----------------------------------------
+
+    async def test_is_a_conversation_store(self) -> None:
+        assert isinstance(self.make_store(), ConversationStore)
+
+    async def test_round_trip_through_a_fresh_instance(self, actors: StoreActors) -> None:
+        messages = sample_messages()
+        conversation = Conversation(thread_id="thread-1", messages=messages, owner_id="ignored")
+        await self._store().save(conversation, request=actors.request("alice"))
+
+        loaded = await self._store().load("thread-1", request=actors.request("alice"))
+        if not is_persistent(self.make_store()):
+            assert loaded is None
+            return
+        assert loaded is not None
+        assert loaded.thread_id == "thread-1"
+        assert loaded.messages == messages
+
+    async def test_save_replaces_the_whole_conversation(self, actors: StoreActors) -> None:
+        await self._save(actors, "alice", "thread-1", "first")
+        replacement = sample_messages("second")[:1]
+        await self._store().save(
+            Conversation(thread_id="thread-1", messages=replacement),
+            request=actors.request("alice"),
+        )
+        loaded = await self._store().load("thread-1", request=actors.request("alice"))
+        if not is_persistent(self.make_store()):
+            assert loaded is None
+            return
+        assert loaded is not None
+        assert loaded.messages == replacement
+
+    async def test_missing_thread_is_none(self, actors: StoreActors) -> None:
+        store = self._store()
+        assert await store.load("no-such-thread", request=actors.request("alice")) is None
+        assert await store.exists("no-such-thread", request=actors.request("alice")) is False
+
+    async def test_owners_are_isolated(self, actors: StoreActors) -> None:
+        persistent = is_persistent(self.make_store())
+        for owner, intruder in self._owners():
+            await self._save(actors, owner, "shared-id", f"secret of {owner}")
+            store = self._store()
+
+            assert await store.load("shared-id", request=actors.request(intruder)) is None
+            assert await store.exists("shared-id", request=actors.request(intruder)) is False
+            assert "shared-id" not in await self._listed_ids(actors, intruder)
+
+            await store.rename("shared-id", "hijacked", request=actors.request(intruder))
+            await store.delete("shared-id", request=actors.request(intruder))
+            # The intruder's own thread with the same id is theirs alone.
+            await self._save(actors, intruder, "shared-id", f"own of {intruder}")
+
+            loaded = await store.load("shared-id", request=actors.request(owner))
+            if not persistent:
+                assert loaded is None
+                continue
+            assert loaded is not None
+            assert loaded.messages == sample_messages(f"secret of {owner}")
+            if self.supports_list:
+                rows = await store.list(request=actors.request(owner))
+                assert [row.title for row in rows] == [f"secret of {owner} please"]
+            theirs = await store.load("shared-id", request=actors.request(intruder))
+            assert theirs is not None
+            assert theirs.messages == sample_messages(f"own of {intruder}")
+
+    async def test_a_claimed_owner_id_grants_nothing(self, actors: StoreActors) -> None:
+        # Bob names Alice as the owner; the store must still file it under Bob.
+        alice_pk = str(actors.user("alice").pk)
+        forged = Conversation(thread_id="forged", messages=sample_messages(), owner_id=alice_pk)
+        await self._store().save(forged, request=actors.request("bob"))
+        store = self._store()
+        assert await store.load("forged", request=actors.request("alice")) is None
+        assert await store.exists("forged", request=actors.request("alice")) is False
+        assert "forged" not in await self._listed_ids(actors, "alice")
+        expected = is_persistent(store)
+        assert await store.exists("forged", request=actors.request("bob")) is expected
+
+    async def test_anonymous_refused_when_not_served(self, actors: StoreActors) -> None:
+        if self.serves_anonymous:
+            pytest.skip("This store serves anonymous sessions.")
+        store = self._store()
+        request = actors.request("anon1")
+        conversation = Conversation(thread_id="thread-1", messages=sample_messages())
+        calls = [
+            store.load("thread-1", request=request),
+            store.save(conversation, request=request),
+            store.delete("thread-1", request=request),
+            store.list(request=request),
+            store.exists("thread-1", request=request),
+            store.rename("thread-1", "title", request=request),
+        ]
+        for call in calls:
+            with pytest.raises(AnonymousOperationError):
+                await call
+
+    async def test_delete_is_idempotent(self, actors: StoreActors) -> None:
+        await self._save(actors, "alice", "thread-1", "hello")
+        for _ in range(2):
+            await self._store().delete("thread-1", request=actors.request("alice"))
+        await self._store().delete("never-existed", request=actors.request("alice"))
+        store = self._store()
+        assert await store.load("thread-1", request=actors.request("alice")) is None
+        assert await store.exists("thread-1", request=actors.request("alice")) is False
+        assert await self._listed_ids(actors, "alice") == []
+
+    async def test_list_is_most_recent_first_and_limited(self, actors: StoreActors) -> None:
+        for thread_id in ("t1", "t2", "t3"):
+            await self._save(actors, "alice", thread_id, f"about {thread_id}")
+            await asyncio.sleep(0.002)  # distinct timestamps on coarse clocks
+        if not (is_persistent(self.make_store()) and self.supports_list):
+            assert await self._listed_ids(actors, "alice") == []
+            return
+        assert await self._listed_ids(actors, "alice") == ["t3", "t2", "t1"]
+        assert await self._listed_ids(actors, "alice", limit=2) == ["t3", "t2"]
+        await self._save(actors, "alice", "t1", "about t1 again")
+        assert await self._listed_ids(actors, "alice") == ["t1", "t3", "t2"]
+
+    async def test_list_rows_carry_title_and_preview(self, actors: StoreActors) -> None:
+        await self._save(actors, "alice", "thread-1", "Plan a trip to Lisbon")
+        rows = await self._store().list(request=actors.request("alice"))
+        if not (is_persistent(self.make_store()) and self.supports_list):
+            assert rows == []
+            return
+        [row] = rows
+        assert row.thread_id == "thread-1"
+        assert row.title == "Plan a trip to Lisbon please"
+        assert row.preview == "Yes, in May"
+        assert not hasattr(row, "messages")
+
+    async def test_list_refuses_a_bad_limit(self, actors: StoreActors) -> None:
+        for bad in (0, -1, True, "5"):
+            with pytest.raises(ValueError, match="limit"):
+                await self._store().list(request=actors.request("alice"), limit=bad)  # type: ignore[arg-type]
+
+    async def test_exists_loads_no_message_bodies(
+        self, actors: StoreActors, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        await self._save(actors, "alice", "thread-1", "hello")
+        store = self._store()
+
+        def forbidden(*args: object, **kwargs: object) -> None:  # pragma: no cover
+            raise AssertionError("exists() loaded a conversation body")
+
+        for layer in _bodies_forbidden(store):
+            for name in ("load", "_fetch"):
+                if hasattr(layer, name):
+                    monkeypatch.setattr(layer, name, forbidden)
+        expected = is_persistent(store)
+        assert await store.exists("thread-1", request=actors.request("alice")) is expected
+        assert await store.exists("thread-2", request=actors.request("alice")) is False
+
+    async def test_rename_sets_the_title(self, actors: StoreActors) -> None:
+        await self._save(actors, "alice", "thread-1", "hello")
+        await self._store().rename("thread-1", "Lisbon, May", request=actors.request("alice"))
+        # A later save keeps the recorded title.
+        await self._save(actors, "alice", "thread-1", "hello again")
+        rows = await self._store().list(request=actors.request("alice"))
+        if not (is_persistent(self.make_store()) and self.supports_list):
+            assert rows == []
+            return
+        [row] = rows
+        expected = "Lisbon, May" if self.supports_rename else "hello again please"
+        assert row.title == expected
+
+    async def test_rename_of_a_missing_thread_creates_nothing(self, actors: StoreActors) -> None:
+        store = self._store()
+        await store.rename("ghost", "Boo", request=actors.request("alice"))
+        assert await store.exists("ghost", request=actors.request("alice")) is False
+        assert await store.load("ghost", request=actors.request("alice")) is None
+        assert await self._listed_ids(actors, "alice") == []
+
+
+class ScopedConversationStoreContract(ConversationStoreContract):
+    """The ``ConversationStore`` contract for a ``ScopedConversationStore`` over your store.
+
+    Implement ``make_inner_store``; the contract wraps it with scope ``"admin"`` and adds the
+    partition tests (``admin`` next to ``administrators``, a colon refused).
+    """
+
+    def make_inner_store(self) -> ConversationStore:
+        """Return a new instance of the store to wrap."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement make_inner_store() returning the store to wrap."
+        )
+
+    def make_store(self) -> ConversationStore:
+        return ScopedConversationStore(self.make_inner_store(), scope="admin")
+
+    async def test_scopes_sharing_a_prefix_partition_cleanly(self, actors: StoreActors) -> None:
+        admin = ScopedConversationStore(self.make_inner_store(), scope="admin")
+        administrators = ScopedConversationStore(self.make_inner_store(), scope="administrators")
+        alice = actors.request
+        await admin.save(
+            Conversation(thread_id="t1", messages=sample_messages("admin")), request=alice("alice")
+        )
+        await administrators.save(
+            Conversation(thread_id="t1", messages=sample_messages("administrators")),
+            request=alice("alice"),
+        )
+        await administrators.save(
+            Conversation(thread_id="only-there", messages=sample_messages("x")),
+            request=alice("alice"),
+        )
+        persistent = is_persistent(admin)
+        admin_t1 = await admin.load("t1", request=alice("alice"))
+        if not persistent:
+            assert admin_t1 is None
+            return
+        assert admin_t1 is not None
+        assert admin_t1.thread_id == "t1"
+        assert admin_t1.messages == sample_messages("admin")
+        for probe in ("only-there", "istrators:only-there", ":only-there"):
+            assert await admin.load(probe, request=alice("alice")) is None
+            assert await admin.exists(probe, request=alice("alice")) is False
+        if self.supports_list:
+            admin_ids = [row.thread_id for row in await admin.list(request=alice("alice"))]
+            assert admin_ids == ["t1"]
+            others = await administrators.list(request=alice("alice"))
+            assert sorted(row.thread_id for row in others) == ["only-there", "t1"]
+        await admin.delete("t1", request=alice("alice"))
+        assert await administrators.exists("t1", request=alice("alice")) is True
+
+    async def test_storage_keys_carry_the_scope_but_callers_never_see_it(
+        self, actors: StoreActors
+    ) -> None:
+        inner = self.make_inner_store()
+        scoped = ScopedConversationStore(inner, scope="admin")
+        await scoped.save(
+            Conversation(thread_id="t1", messages=sample_messages()),
+            request=actors.request("alice"),
+        )
+        if not (is_persistent(inner) and self.supports_list):
+            return
+        [stored] = await inner.list(request=actors.request("alice"))
+        assert stored.thread_id == "admin:t1"
+        [seen] = await scoped.list(request=actors.request("alice"))
+        assert seen.thread_id == "t1"
+
+    async def test_a_scope_with_a_colon_is_refused(self) -> None:
+        with pytest.raises(ValueError, match="'admin:readonly'"):
+            ScopedConversationStore(self.make_inner_store(), scope="admin:readonly")
+
+
+class AttachmentStoreContract:
+    """The ``AttachmentStore`` contract. Implement ``make_store``.
+
+    ``serves_anonymous`` as for conversations. A store whose ``persistent`` flag is ``False``
+    (a Null store) must refuse ``save`` with ``PersistenceDisabledError``, open nothing and
+    delete silently.
+    """
+
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = _contract_marks
+
+    serves_anonymous: ClassVar[bool] = True
+
+    def make_store(self) -> AttachmentStore:
+        """Return a new store instance; called more than once per test."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement make_store() returning an AttachmentStore."
+        )
+
+    @pytest.fixture
+    def actors(self) -> StoreActors:
+        """Two users and two anonymous sessions (override to build them differently)."""
+        return StoreActors.create()
+
+    def _store(self) -> AttachmentStore:
+        store = self.make_store()
+        assert isinstance(store, AttachmentStore), f"{store!r} is not an AttachmentStore"
+        return store
+
+    @staticmethod
+    def _upload(data: bytes = b"%PDF-1.4 tiny", name: str = "report.pdf") -> SimpleUploadedFile:
+        return SimpleUploadedFile(name, data, content_type="application/pdf")
+
+    async def _read(self, actors: StoreActors, actor: str, attachment_id: str) -> bytes | None:
+        opened = await self._store().open(attachment_id, request=actors.request(actor))
+        if opened is None:
+            return None
+        with opened.content as content:
+            data = content.read()
+        assert opened.ref.id == attachment_id
+        return data
+
+    def _skip_if_not_persistent(self) -> None:
+        if not is_persistent(self.make_store()):
+            pytest.skip("A non-persistent store keeps no files.")
+
+    async def test_is_an_attachment_store(self) -> None:
+        assert isinstance(self.make_store(), AttachmentStore)
+
+    async def test_round_trip_through_a_fresh_instance(self, actors: StoreActors) -> None:
+        self._skip_if_not_persistent()
+        data = bytes(range(256)) * 40
+        ref = await self._store().save(self._upload(data), request=actors.request("alice"))
+        assert isinstance(ref.id, str)
+        assert ref.id
+        assert (ref.name, ref.mime, ref.size) == ("report.pdf", "application/pdf", len(data))
+        assert await self._read(actors, "alice", ref.id) == data
+
+    async def test_each_upload_gets_its_own_id(self, actors: StoreActors) -> None:
+        self._skip_if_not_persistent()
+        store = self._store()
+        first = await store.save(self._upload(), request=actors.request("alice"))
+        second = await store.save(self._upload(), request=actors.request("alice"))
+        assert first.id != second.id
+        await store.delete(first.id, request=actors.request("alice"))
+        assert await self._read(actors, "alice", second.id) == b"%PDF-1.4 tiny"
+
+    async def test_owners_are_isolated(self, actors: StoreActors) -> None:
+        self._skip_if_not_persistent()
+        pairs = [("alice", "bob")]
+        if self.serves_anonymous:
+            pairs.append(ANONYMOUS_ACTORS)
+        for owner, intruder in pairs:
+            secret = f"secret of {owner}".encode()
+            ref = await self._store().save(self._upload(secret), request=actors.request(owner))
+            assert await self._read(actors, intruder, ref.id) is None
+            await self._store().delete(ref.id, request=actors.request(intruder))
+            assert await self._read(actors, owner, ref.id) == secret
+
+    async def test_delete_is_idempotent(self, actors: StoreActors) -> None:
+        self._skip_if_not_persistent()
+        ref = await self._store().save(self._upload(), request=actors.request("alice"))
+        for _ in range(2):
+            await self._store().delete(ref.id, request=actors.request("alice"))
+        await self._store().delete("never-existed", request=actors.request("alice"))
+        assert await self._read(actors, "alice", ref.id) is None
+
+    async def test_missing_id_opens_nothing(self, actors: StoreActors) -> None:
+        assert await self._read(actors, "alice", "no-such-attachment") is None
+
+    async def test_anonymous_refused_when_not_served(self, actors: StoreActors) -> None:
+        if self.serves_anonymous:
+            pytest.skip("This store serves anonymous sessions.")
+        store = self._store()
+        request = actors.request("anon1")
+        for call in (
+            store.save(self._upload(), request=request),
+            store.open("any", request=request),
+            store.delete("any", request=request),
+        ):
+            with pytest.raises(AnonymousOperationError):
+                await call
+
+    async def test_a_non_persistent_store_refuses_uploads(self, actors: StoreActors) -> None:
+        store = self._store()
+        if is_persistent(store):
+            pytest.skip("This store keeps files.")
+        with pytest.raises(PersistenceDisabledError, match=re.escape("'report.pdf'")):
+            await store.save(self._upload(), request=actors.request("alice"))
+        await store.delete("anything", request=actors.request("alice"))

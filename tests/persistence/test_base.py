@@ -1,0 +1,61 @@
+"""Value types and the small helpers of persistence.base."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import pytest
+
+from django_pydantic_agent.persistence import (
+    AttachmentRef,
+    AttachmentStore,
+    Conversation,
+    ConversationMeta,
+    ConversationStore,
+    OpenedAttachment,
+    StoreError,
+    StoreLimitError,
+    is_persistent,
+)
+from django_pydantic_agent.persistence.base import check_limit
+
+
+def test_value_types_are_frozen_and_keyword_only() -> None:
+    conversation = Conversation(thread_id="t1")
+    assert conversation.messages == []
+    assert conversation.owner_id is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        conversation.thread_id = "t2"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Conversation("t1")  # type: ignore[call-arg]
+    meta = ConversationMeta(thread_id="t1", title="Title")
+    assert (meta.updated_at, meta.preview, meta.owner_id) == (None, "", None)
+    ref = AttachmentRef(id="a1", name="x.txt", mime="text/plain", size=3)
+    assert ref.url is None
+    opened = OpenedAttachment(ref=ref, content=io.BytesIO(b"abc"))
+    assert opened.content.read() == b"abc"
+
+
+def test_protocols_are_runtime_checkable() -> None:
+    assert not isinstance(object(), ConversationStore)
+    assert not isinstance(object(), AttachmentStore)
+
+
+def test_is_persistent_defaults_to_true() -> None:
+    assert is_persistent(object()) is True
+
+
+@pytest.mark.parametrize("limit", [0, -3, True, 2.5, "10"])
+def test_check_limit_refuses_bad_values_by_name(limit: object) -> None:
+    with pytest.raises(ValueError, match=f"limit={limit!r}"):
+        check_limit(limit)  # type: ignore[arg-type]
+
+
+def test_check_limit_accepts_none_and_positive() -> None:
+    check_limit(None)
+    check_limit(1)
+
+
+def test_limit_error_is_a_store_error() -> None:
+    assert issubclass(StoreLimitError, StoreError)

@@ -1,0 +1,256 @@
+"""DjangoSessionConversationStore: the contract, plus streaming saves, limits and JSON safety."""
+
+from __future__ import annotations
+
+import re
+from importlib import import_module
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.sessions.models import Session
+from django.core.exceptions import ImproperlyConfigured
+from django.test import AsyncClient, RequestFactory
+
+from django_pydantic_agent.persistence import (
+    Conversation,
+    ConversationStore,
+    DjangoSessionConversationStore,
+    StoreError,
+    StoreLimitError,
+)
+from django_pydantic_agent.testing import (
+    ConversationStoreContract,
+    ScopedConversationStoreContract,
+    StoreActors,
+)
+
+SESSION_KEY = "django_pydantic_agent_conversations"
+
+
+class TestDjangoSessionConversationStoreContract(ConversationStoreContract):
+    def make_store(self) -> ConversationStore:
+        return DjangoSessionConversationStore()
+
+
+class TestScopedDjangoSessionConversationStoreContract(ScopedConversationStoreContract):
+    def make_inner_store(self) -> ConversationStore:
+        return DjangoSessionConversationStore()
+
+
+def _conversation(thread_id: str, text: str = "hello") -> Conversation:
+    return Conversation(
+        thread_id=thread_id, messages=[{"id": f"{thread_id}-m", "role": "user", "content": text}]
+    )
+
+
+def _stored(actors: StoreActors, actor: str) -> object:
+    """What the session backend holds for ``actor``, read straight from storage."""
+    session = import_module(settings.SESSION_ENGINE).SessionStore(actors.session_key(actor))
+    return session.get(SESSION_KEY)
+
+
+# -- regression: the predecessor lost saves made while a response was streaming ----------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("tests.persistence.urls")
+async def test_a_save_made_while_streaming_is_persisted() -> None:
+    client = AsyncClient()
+    response = await client.get("/stream/")
+    assert response.status_code == 200
+    # The cookie went out with the headers, before anything was saved.
+    assert settings.SESSION_COOKIE_NAME in response.cookies
+    body = b"".join([chunk async for chunk in response.streaming_content])  # type: ignore[attr-defined]
+    assert body.endswith(b"finished\n\n")
+
+    listed = await client.get("/threads/")
+    assert listed.json() == {"threads": [{"id": "streamed", "title": "saved while streaming"}]}
+
+
+# -- limits ---------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_thread_count_limit_refuses_a_new_thread_and_keeps_the_old(
+    actors: StoreActors,
+) -> None:
+    store = DjangoSessionConversationStore(max_threads=2)
+    for thread_id in ("t1", "t2"):
+        await store.save(_conversation(thread_id), request=actors.request("alice"))
+    with pytest.raises(StoreLimitError, match=re.escape("'t3'")) as raised:
+        await store.save(_conversation("t3"), request=actors.request("alice"))
+    assert "max_threads=2" in str(raised.value)
+    assert isinstance(raised.value, StoreError)
+    # Updating an existing thread is still fine, and nothing was half-written.
+    await store.save(_conversation("t1", "updated"), request=actors.request("alice"))
+    ids = [row.thread_id for row in await store.list(request=actors.request("alice"))]
+    assert ids == ["t1", "t2"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_byte_limit_refuses_an_oversized_save_and_writes_nothing(
+    actors: StoreActors,
+) -> None:
+    store = DjangoSessionConversationStore(max_bytes=600)
+    await store.save(_conversation("small"), request=actors.request("alice"))
+    with pytest.raises(StoreLimitError, match="max_bytes=600"):
+        await store.save(_conversation("big", "x" * 1000), request=actors.request("alice"))
+    stored = await sync_to_async(_stored)(actors, "alice")
+    assert isinstance(stored, dict)
+    assert list(stored) == ["small"]
+
+
+async def test_a_rename_cannot_grow_the_session_past_its_byte_limit(
+    actors: StoreActors,
+) -> None:
+    store = DjangoSessionConversationStore(max_bytes=600)
+    await store.save(_conversation("t1"), request=actors.request("alice"))
+    with pytest.raises(StoreLimitError, match="rename conversation 't1'"):
+        await store.rename("t1", "x" * 1000, request=actors.request("alice"))
+    [row] = await store.list(request=actors.request("alice"))
+    assert row.title == "hello"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_limits_are_per_session(actors: StoreActors) -> None:
+    store = DjangoSessionConversationStore(max_threads=1)
+    await store.save(_conversation("t1"), request=actors.request("alice"))
+    await store.save(_conversation("t1"), request=actors.request("anon1"))
+    with pytest.raises(StoreLimitError):
+        await store.save(_conversation("t2"), request=actors.request("alice"))
+
+
+# -- JSON safety and odd session contents --------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_non_json_messages_are_refused_by_name(actors: StoreActors) -> None:
+    store = DjangoSessionConversationStore()
+    bad = Conversation(thread_id="t-bad", messages=[{"content": object()}])
+    with pytest.raises(TypeError, match="'t-bad'"):
+        await store.save(bad, request=actors.request("alice"))
+    assert await store.exists("t-bad", request=actors.request("alice")) is False
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_stored_messages_are_plain_json(actors: StoreActors) -> None:
+    store = DjangoSessionConversationStore()
+    conversation = Conversation(
+        thread_id="t1", messages=[{"id": "m1", "role": "user", "content": ("a", "b")}]
+    )
+    await store.save(conversation, request=actors.request("alice"))
+    loaded = await store.load("t1", request=actors.request("alice"))
+    assert loaded is not None
+    assert loaded.messages == [{"id": "m1", "role": "user", "content": ["a", "b"]}]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_corrupt_session_contents_read_as_empty_or_skipped(actors: StoreActors) -> None:
+    def plant(value: object) -> None:
+        session = import_module(settings.SESSION_ENGINE).SessionStore(actors.session_key("alice"))
+        session[SESSION_KEY] = value
+        session.save()
+
+    store = DjangoSessionConversationStore()
+    await sync_to_async(plant)(["not", "a", "dict"])
+    assert await store.list(request=actors.request("alice")) == []
+
+    await sync_to_async(plant)(
+        {
+            "ok": {"messages": [], "updated_at": "2024-05-01T10:00:00+00:00"},
+            "no-time": {"messages": "oops", "updated_at": "yesterday"},
+            "junk": "not an entry",
+            "never": {"messages": []},
+        }
+    )
+    rows = await store.list(request=actors.request("alice"))
+    assert [(row.thread_id, row.title) for row in rows] == [
+        ("ok", "New conversation"),
+        ("no-time", "New conversation"),
+        ("never", "New conversation"),
+    ]
+    assert rows[1].updated_at is None
+    assert rows[2].updated_at is None
+    loaded = await store.load("no-time", request=actors.request("alice"))
+    assert loaded is not None
+    assert loaded.messages == []
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_owner_id_is_kept_as_given(actors: StoreActors) -> None:
+    store = DjangoSessionConversationStore()
+    await store.save(
+        Conversation(thread_id="t1", messages=[], owner_id="42"), request=actors.request("alice")
+    )
+    loaded = await store.load("t1", request=actors.request("alice"))
+    assert loaded is not None
+    assert loaded.owner_id == "42"
+    [row] = await store.list(request=actors.request("alice"))
+    assert row.owner_id == "42"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_two_session_keys_do_not_share_threads(actors: StoreActors) -> None:
+    first = DjangoSessionConversationStore(session_key="first")
+    second = DjangoSessionConversationStore(session_key="second")
+    await first.save(_conversation("t1"), request=actors.request("alice"))
+    assert await second.exists("t1", request=actors.request("alice")) is False
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_session_ended_mid_request_is_a_store_error(actors: StoreActors) -> None:
+    store = DjangoSessionConversationStore()
+    request = actors.request("alice")
+    assert await store.load("t1", request=request) is None  # the session is loaded
+    await Session.objects.filter(session_key=actors.session_key("alice")).adelete()
+    with pytest.raises(StoreError, match="session ended") as raised:
+        await store.save(_conversation("t1"), request=request)
+    assert not isinstance(raised.value, StoreLimitError)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_save_without_a_session_is_refused_and_creates_none() -> None:
+    request = RequestFactory().get("/")
+    request.session = import_module(settings.SESSION_ENGINE).SessionStore("forged" * 6)
+    with pytest.raises(StoreError, match="ensure_session_key"):
+        await DjangoSessionConversationStore().save(_conversation("t1"), request=request)
+    assert await Session.objects.acount() == 0
+
+
+# -- requests without a session ---------------------------------------------
+
+
+async def test_a_request_without_a_session_reads_empty_and_cannot_write() -> None:
+    request = RequestFactory().get("/")
+    store = DjangoSessionConversationStore()
+    assert await store.load("t1", request=request) is None
+    assert await store.list(request=request) == []
+    with pytest.raises(ImproperlyConfigured, match="SessionMiddleware"):
+        await store.save(_conversation("t1"), request=request)
+
+
+# -- construction ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_threads": 0}, "max_threads=0"),
+        ({"max_threads": True}, "max_threads=True"),
+        ({"max_bytes": "1000"}, "max_bytes='1000'"),
+        ({"session_key": ""}, "session_key=''"),
+    ],
+)
+def test_misconfiguration_fails_at_construction(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        DjangoSessionConversationStore(**kwargs)  # type: ignore[arg-type]
+
+
+def test_limits_are_visible() -> None:
+    store = DjangoSessionConversationStore(max_threads=3, max_bytes=4096)
+    assert (store.max_threads, store.max_bytes) == (3, 4096)
+    assert repr(store) == (
+        "DjangoSessionConversationStore(session_key='django_pydantic_agent_conversations', "
+        "max_threads=3, max_bytes=4096)"
+    )
