@@ -2,10 +2,12 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+SDK_VENV ?= .venv-sdk
+DATAROBOT_SDK_PYTHON ?= $(abspath $(SDK_VENV))/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: help demo test lint type docs test-postgres test-e2e bench clean
+.PHONY: help demo test lint type docs test-postgres test-e2e sdk-venv bench clean
 
 help:
 	@echo "make demo   - install the example project and serve it at http://$(HOST):$(PORT)/"
@@ -24,6 +26,14 @@ $(VENV)/.installed-example: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[example]'
 	touch $@
 
+# The official DataRobot SDK in a venv of its own (it pins ag-ui-protocol<1): tests/sdk_check.
+$(SDK_VENV)/.installed: tests/sdk_check/requirements.txt
+	$(PYTHON) -m venv $(SDK_VENV)
+	$(SDK_VENV)/bin/python -m pip install --quiet -r tests/sdk_check/requirements.txt
+	touch $@
+
+sdk-venv: $(SDK_VENV)/.installed
+
 demo: $(VENV)/.installed-example
 	cd example_project && ../$(BIN)/python manage.py migrate --noinput
 	cd example_project && ../$(BIN)/python manage.py ensure_demo_user
@@ -37,7 +47,7 @@ type: $(VENV)/.installed-test
 	$(BIN)/mypy django_pydantic_agent
 
 docs: $(VENV)/.installed-test
-	$(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
 test: lint type docs
 	$(BIN)/python -m django makemigrations --check --dry-run --settings=tests.settings
@@ -47,13 +57,13 @@ test: lint type docs
 test-postgres: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -p no:cacheprovider
 
-# Slow end-to-end tests: Chromium, @ag-ui/client under Node, uvicorn.
-test-e2e: $(VENV)/.installed-test
+# Slow end-to-end tests: Chromium, @ag-ui/client under Node, uvicorn, the official SDK.
+test-e2e: $(VENV)/.installed-test $(SDK_VENV)/.installed
 	cd tests/e2e/js && npm ci --no-audit --no-fund --silent
-	$(BIN)/python -m pytest -m e2e -p no:cacheprovider
+	DATAROBOT_SDK_PYTHON=$(DATAROBOT_SDK_PYTHON) $(BIN)/python -m pytest -m e2e -p no:cacheprovider
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .coverage htmlcov .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SDK_VENV) .coverage htmlcov .pytest_cache .mypy_cache .ruff_cache

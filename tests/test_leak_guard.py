@@ -12,7 +12,7 @@ pytest_plugins = ["pytester"]
 
 def test_a_leaked_task_fails_the_test(pytester: pytest.Pytester) -> None:
     pytester.makeconftest(
-        "from tests.conftest import _fail_on_leaked_tasks, _no_leaked_tasks  # noqa: F401\n"
+        "from tests.conftest import _async_test_teardown, _no_leaked_tasks  # noqa: F401\n"
     )
     pytester.makepyfile(
         textwrap.dedent(

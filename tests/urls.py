@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import path
+
+from django_pydantic_agent.contrib.memory_service_emulator.urls import memory_service_urls
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v2/memory/", include("django_pydantic_agent.contrib.memory_service_emulator.urls")),
+    # The bare mount path answers 404 (the wire spec), not an APPEND_SLASH redirect.
+    *memory_service_urls("api/v2/memory/"),
 ]

@@ -1,0 +1,98 @@
+"""Tables behind the emulated Memory Service: spaces, sessions and events.
+
+Every row is soft-deleted (``deleted_at``) so that deleted resources answer 404 while their
+sequence ids are never reused. Deduplication keys are unique among *live* rows only, enforced by
+partial unique constraints; the views also check inside a transaction and turn a lost race into
+the service's 409 body.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+class EmulatedMemorySpace(models.Model):
+    """A memory space owned by one principal (the ``user_id`` derived from its bearer token)."""
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    user_id = models.CharField(max_length=24, db_index=True)
+    tenant_id = models.UUIDField()
+    description = models.TextField(null=True, blank=True)  # noqa: DJ001
+    deduplication_key = models.CharField(max_length=72, null=True, blank=True)  # noqa: DJ001
+    llm_model_name = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    llm_base_url = models.TextField(null=True, blank=True)  # noqa: DJ001
+    custom_instructions = models.TextField(null=True, blank=True)  # noqa: DJ001
+    created_at = models.DateTimeField()
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "emulated memory space"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user_id", "deduplication_key"],
+                condition=Q(deleted_at__isnull=True, deduplication_key__isnull=False),
+                name="dpa_emu_space_live_dedup_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"memory space {self.uuid}"
+
+
+class EmulatedSession(models.Model):
+    """A session in a space; ``version`` guards PATCH, ``last_sequence_id`` numbers events."""
+
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    space = models.ForeignKey(
+        EmulatedMemorySpace, on_delete=models.CASCADE, related_name="sessions"
+    )
+    # The service documents exactly one participant; the emulator enforces that on create.
+    participant = models.CharField(max_length=24, db_index=True)
+    description = models.TextField(null=True, blank=True)  # noqa: DJ001
+    metadata = models.JSONField(null=True, blank=True)
+    deduplication_key = models.CharField(max_length=72, null=True, blank=True)  # noqa: DJ001
+    lifecycle_strategies = models.JSONField(default=list)
+    version = models.PositiveIntegerField(default=1)
+    last_sequence_id = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField()
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "emulated session"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["space", "deduplication_key"],
+                condition=Q(deleted_at__isnull=True, deduplication_key__isnull=False),
+                name="dpa_emu_session_live_dedup_key",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"session {self.uuid}"
+
+
+class EmulatedEvent(models.Model):
+    """One event; ``created_at`` doubles as the optimistic-concurrency token of the wire."""
+
+    session = models.ForeignKey(EmulatedSession, on_delete=models.CASCADE, related_name="events")
+    sequence_id = models.BigIntegerField()
+    event_type = models.CharField(max_length=32)
+    body = models.JSONField()
+    emitter_type = models.CharField(max_length=8)
+    emitter_id = models.CharField(max_length=24, null=True, blank=True)  # noqa: DJ001
+    created_at = models.DateTimeField()
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "emulated event"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session", "sequence_id"], name="dpa_emu_event_session_sequence"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"event {self.sequence_id} of session {self.session_id}"
