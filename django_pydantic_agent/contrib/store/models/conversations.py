@@ -1,3 +1,265 @@
+"""Conversation and attachment models behind ``DefaultConversationStore`` and friends.
+
+A conversation is one ``StoredConversation`` row (owner, thread id, title, preview,
+timestamps) plus one ``StoredMessage`` row per logical AG-UI message, so appending a message
+is one INSERT and growing the last message is one UPDATE of its row. Attachments are
+``StoredAttachment`` rows (metadata, owner, content hash) pointing at a blob in Django
+``Storage``; ``StoredConversationAttachment`` links them to the conversations that quote them.
+"""
+
 from __future__ import annotations
 
-__all__: list[str] = []
+import hashlib
+import json
+import os
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.core.files.storage import Storage, default_storage, storages
+from django.db import models
+from django.utils import timezone
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from django.core.files.base import File
+
+__all__ = [
+    "ATTACHMENT_STORAGE_ALIAS",
+    "StoredAttachment",
+    "StoredConversation",
+    "StoredConversationAttachment",
+    "StoredMessage",
+    "attachment_storage",
+    "message_digest",
+    "resolve_attachment_storage",
+]
+
+#: The ``STORAGES`` alias that, when defined, holds attachment bytes instead of the default.
+ATTACHMENT_STORAGE_ALIAS = "django_pydantic_agent_attachments"
+
+
+def resolve_attachment_storage() -> Storage:
+    """Return the storage attachment bytes live in, resolved from the current settings.
+
+    The ``STORAGES`` alias ``"django_pydantic_agent_attachments"`` when it is defined, else
+    ``default_storage``. A defined alias whose backend cannot be loaded raises (Django's
+    ``InvalidStorageError`` or the backend's own import error) rather than falling back, so
+    private files never land silently in a public default bucket.
+    """
+    if ATTACHMENT_STORAGE_ALIAS in settings.STORAGES:
+        return storages[ATTACHMENT_STORAGE_ALIAS]
+    return default_storage
+
+
+class _AttachmentStorage(Storage):
+    """A ``Storage`` that forwards every call to ``resolve_attachment_storage()``.
+
+    Resolved on each use rather than when the model class is built, so a broken alias surfaces
+    where it is used (and in system check ``django_pydantic_agent.E002``) instead of crashing
+    app loading, and ``override_settings(STORAGES=...)`` takes effect.
+    """
+
+    def _target(self) -> Storage:
+        return resolve_attachment_storage()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+    def open(self, name: str, mode: str = "rb") -> File[Any]:
+        return self._target().open(name, mode)
+
+    def save(self, name: str | None, content: Any, max_length: int | None = None) -> str:
+        return self._target().save(name, content, max_length=max_length)
+
+    def get_valid_name(self, name: str) -> str:
+        return self._target().get_valid_name(name)
+
+    def get_alternative_name(self, file_root: str, file_ext: str) -> str:
+        return self._target().get_alternative_name(file_root, file_ext)
+
+    def get_available_name(self, name: str, max_length: int | None = None) -> str:
+        return self._target().get_available_name(name, max_length=max_length)
+
+    def generate_filename(self, filename: str | os.PathLike[str]) -> str:
+        return self._target().generate_filename(filename)
+
+    def path(self, name: str) -> str:
+        return self._target().path(name)
+
+    def delete(self, name: str) -> None:
+        self._target().delete(name)
+
+    def exists(self, name: str) -> bool:
+        return self._target().exists(name)
+
+    def listdir(self, path: str) -> tuple[list[str], list[str]]:
+        return self._target().listdir(path)
+
+    def size(self, name: str) -> int:
+        return self._target().size(name)
+
+    def url(self, name: str | None) -> str:
+        return self._target().url(name)
+
+    def get_accessed_time(self, name: str) -> datetime:
+        return self._target().get_accessed_time(name)
+
+    def get_created_time(self, name: str) -> datetime:
+        return self._target().get_created_time(name)
+
+    def get_modified_time(self, name: str) -> datetime:
+        return self._target().get_modified_time(name)
+
+
+_attachment_storage = _AttachmentStorage()
+
+
+def attachment_storage() -> Storage:
+    """Return the ``storage=`` of ``StoredAttachment.file``: a proxy resolved on each use."""
+    return _attachment_storage
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def message_digest(message: Any) -> str:
+    """Return the SHA-256 hex digest of a message's canonical (sorted, compact) JSON.
+
+    ``save`` compares digests rather than bodies, so diffing a long thread reads no bodies.
+    """
+    return hashlib.sha256(_CANONICAL.encode(message).encode("utf-8")).hexdigest()
+
+
+class StoredConversation(models.Model):
+    """One thread of one owner: metadata only; the messages are ``StoredMessage`` rows.
+
+    Unique on ``(owner_id, thread_id)``. The ``(owner_id, -updated_at)`` index serves the
+    thread drawer's ``WHERE owner_id = %s ORDER BY updated_at DESC LIMIT n`` in one query.
+    """
+
+    owner_id = models.CharField(max_length=255, blank=True, default="")
+    thread_id = models.CharField(max_length=255)
+    title = models.CharField(max_length=255, blank=True, default="")
+    preview = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(default=timezone.now, editable=False)
+    attachments: models.ManyToManyField[StoredAttachment, StoredConversationAttachment] = (
+        models.ManyToManyField(
+            "StoredAttachment",
+            through="StoredConversationAttachment",
+            related_name="conversations",
+            blank=True,
+        )
+    )
+
+    class Meta:
+        verbose_name = "conversation"
+        verbose_name_plural = "conversations"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner_id", "thread_id"], name="dpa_store_conversation_owner_thread"
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["owner_id", "-updated_at", "-id"], name="dpa_store_conv_owner_upd"
+            ),
+            models.Index(fields=["updated_at"], name="dpa_store_conv_updated"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or self.thread_id
+
+
+class StoredMessage(models.Model):
+    """One logical AG-UI wire message of a conversation, at ``position`` (0-based).
+
+    ``data`` is the wire JSON exactly as saved (camelCase keys, extra fields such as
+    ``attachments`` kept); ``message_id`` and ``role`` copy its ``id`` and ``role`` for the
+    admin and for diffing, and ``digest`` is ``message_digest(data)``.
+    """
+
+    conversation = models.ForeignKey(
+        StoredConversation, on_delete=models.CASCADE, related_name="message_rows"
+    )
+    position = models.PositiveIntegerField()
+    message_id = models.CharField(max_length=255, blank=True, default="")
+    role = models.CharField(max_length=32, blank=True, default="")
+    data = models.JSONField(default=dict)
+    digest = models.CharField(max_length=64, blank=True, default="")
+
+    class Meta:
+        verbose_name = "message"
+        verbose_name_plural = "messages"
+        ordering = ["conversation", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "position"], name="dpa_store_message_position"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role or 'message'} #{self.position}"
+
+
+class StoredAttachment(models.Model):
+    """Metadata of one upload; the bytes are the blob ``file`` names in attachment storage.
+
+    ``attachment_id`` is the public, opaque handle (a UUID), independent of the blob's name.
+    Rows of one owner with the same ``sha256`` may share one blob (per-owner deduplication),
+    so a blob is deleted only when the last row naming it goes. The ``(owner_id, sha256)``
+    index leads with the owner, so no query finds a file by hash across owners.
+    """
+
+    attachment_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    owner_id = models.CharField(max_length=255, blank=True, default="")
+    name = models.CharField(max_length=255, blank=True, default="")
+    mime = models.CharField(max_length=255, blank=True, default="")
+    size = models.PositiveBigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, blank=True, default="")
+    file = models.FileField(
+        upload_to="django_pydantic_agent/attachments/",
+        storage=attachment_storage,
+        max_length=255,
+        blank=True,
+        db_index=True,
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = "attachment"
+        verbose_name_plural = "attachments"
+        indexes = [
+            models.Index(fields=["owner_id", "sha256"], name="dpa_store_att_owner_sha"),
+            models.Index(fields=["owner_id", "-created_at"], name="dpa_store_att_owner_created"),
+            models.Index(fields=["created_at"], name="dpa_store_att_created"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.attachment_id.hex
+
+
+class StoredConversationAttachment(models.Model):
+    """A conversation quoting an attachment; written only by attachment reconciliation."""
+
+    conversation = models.ForeignKey(
+        StoredConversation, on_delete=models.CASCADE, related_name="attachment_links"
+    )
+    attachment = models.ForeignKey(
+        StoredAttachment, on_delete=models.CASCADE, related_name="conversation_links"
+    )
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = "conversation attachment"
+        verbose_name_plural = "conversation attachments"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "attachment"], name="dpa_store_link_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id} \u2192 {self.attachment_id}"

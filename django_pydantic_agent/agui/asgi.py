@@ -1,0 +1,115 @@
+"""``UploadLimitMiddleware``: refuse oversized uploads before Django's ASGI handler reads them.
+
+Django's ``ASGIHandler`` reads the *whole* request body into a temporary file before any
+middleware or view runs, so under ASGI an upload handler can only stop the multipart parser;
+the bytes have already been received and spooled. This ASGI wrapper sits in front of Django:
+for a ``POST`` to an ``AGUIServer`` upload route it refuses a ``Content-Length`` over the cap
+at once, and cuts off a chunked body as soon as it passes the cap, answering ``413`` either way.
+
+It runs before authentication (there is no user yet), so the only thing it tells a stranger is
+that an upload route exists at a path they already sent an oversized body to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from django.urls import Resolver404, resolve
+
+from django_pydantic_agent.agui.attachments import MULTIPART_OVERHEAD_BYTES
+
+__all__ = ["UploadLimitMiddleware"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def _upload_cap(scope: Scope) -> int | None:
+    """The byte cap of the AG-UI upload route ``scope`` targets, or ``None`` if it is not one."""
+    if scope["type"] != "http" or scope.get("method") != "POST":
+        return None
+    path: str = scope.get("path", "")
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    try:
+        match = resolve(path or "/")
+    except Resolver404:
+        return None
+    cap = getattr(match.func, "agui_upload_max_bytes", None)
+    return None if cap is None else int(cap) + MULTIPART_OVERHEAD_BYTES
+
+
+def _declared_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def _send_413(send: Send, limit: int) -> None:
+    body = json.dumps(
+        {"error": f"The request body exceeds the {limit}-byte upload limit."}
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class UploadLimitMiddleware:
+    """Wrap a Django ASGI application so AG-UI uploads over their cap are never read.
+
+    ``application = UploadLimitMiddleware(get_asgi_application())``. The cap of each upload
+    route is its server's ``attachment_max_bytes`` plus ``MULTIPART_OVERHEAD_BYTES``; the route
+    is found with Django's URL resolver (``ROOT_URLCONF``). Every other request passes through
+    untouched.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve ``scope``, refusing an oversized upload with a JSON 413."""
+        cap = _upload_cap(scope)
+        if cap is None:
+            await self.app(scope, receive, send)
+            return
+        declared = _declared_length(scope)
+        if declared is not None and declared > cap:
+            await _send_413(send, cap)
+            return
+        received = 0
+        refused = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > cap:
+                    refused = True
+                    await _send_413(send, cap)
+                    # Django sees a disconnect and serves nothing; the 413 is already out.
+                    return {"type": "http.disconnect"}
+            return message
+
+        await self.app(scope, limited_receive, send)

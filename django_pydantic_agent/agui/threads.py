@@ -1,0 +1,120 @@
+"""The thread drawer routes: list, load, rename and delete the caller's conversations.
+
+Mounted only when the server's conversation store persists. Every answer is owner-scoped by the
+store: a thread id belonging to someone else is a 404 exactly like a missing one, and the JSON
+never carries an owner id.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+
+from django_pydantic_agent.agui.access import error_response, store_refusal
+from django_pydantic_agent.persistence import ConversationMeta, StoreError
+
+if TYPE_CHECKING:
+    from django_pydantic_agent.agui.server import AGUIServer
+
+__all__ = ["MAX_TITLE_LENGTH", "ThreadEndpoints"]
+
+#: The longest title ``PATCH threads/<id>/`` accepts, in characters.
+MAX_TITLE_LENGTH = 200
+
+_NOT_FOUND = "No such thread."
+
+
+def _meta_json(meta: ConversationMeta) -> dict[str, Any]:
+    """One thread-drawer row on the wire: no owner id, ever."""
+    return {
+        "threadId": meta.thread_id,
+        "title": meta.title,
+        "preview": meta.preview,
+        "updatedAt": meta.updated_at.isoformat() if meta.updated_at else None,
+    }
+
+
+class ThreadEndpoints:
+    """Handlers for ``threads/`` and ``threads/<thread_id>/`` of one ``AGUIServer``."""
+
+    def __init__(self, server: AGUIServer) -> None:
+        self._server = server
+
+    async def index(self, request: HttpRequest) -> HttpResponseBase:
+        """``GET threads/?limit=N``: the caller's threads, most recent first.
+
+        ``limit`` defaults to, and is capped at, the server's ``thread_list_limit``; a value
+        that is not a positive integer is a 400.
+        """
+        cap = self._server.thread_list_limit
+        raw = request.GET.get("limit")
+        limit = cap
+        if raw is not None:
+            try:
+                limit = int(raw)
+            except ValueError:
+                limit = 0
+            if limit < 1:
+                return error_response(
+                    400, f"limit must be a positive integer (at most {cap}); omit it for {cap}."
+                )
+            limit = min(limit, cap)
+        await self._server.ensure_anonymous_session(request)
+        try:
+            metas = await self._server.conversation_store.list(request=request, limit=limit)
+        except StoreError as exc:
+            return store_refusal(exc, store="conversation")
+        return JsonResponse({"threads": [_meta_json(meta) for meta in metas[:limit]]})
+
+    async def get(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
+        """``GET threads/<id>/``: ``{"threadId", "messages"}`` as stored, or 404."""
+        await self._server.ensure_anonymous_session(request)
+        try:
+            conversation = await self._server.conversation_store.load(thread_id, request=request)
+        except StoreError as exc:
+            return store_refusal(exc, store="conversation")
+        if conversation is None:
+            return error_response(404, _NOT_FOUND)
+        return JsonResponse({"threadId": thread_id, "messages": list(conversation.messages)})
+
+    async def rename(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
+        """``PATCH threads/<id>/`` with ``{"title": "..."}``: 200, 400 or 404.
+
+        The title is trimmed; it must be a non-empty string of at most ``MAX_TITLE_LENGTH``
+        characters.
+        """
+        try:
+            payload = json.loads(request.body)
+        except (ValueError, UnicodeDecodeError):
+            payload = None
+        title = payload.get("title") if isinstance(payload, dict) else None
+        if not isinstance(title, str) or not title.strip():
+            return error_response(
+                400, 'Send a JSON object with a non-empty string "title", e.g. {"title": "Plans"}.'
+            )
+        title = " ".join(title.split())
+        if len(title) > MAX_TITLE_LENGTH:
+            return error_response(
+                400,
+                f"The title is {len(title)} characters long; the limit is {MAX_TITLE_LENGTH}.",
+            )
+        store = self._server.conversation_store
+        await self._server.ensure_anonymous_session(request)
+        try:
+            if not await store.exists(thread_id, request=request):
+                return error_response(404, _NOT_FOUND)
+            await store.rename(thread_id, title, request=request)
+        except StoreError as exc:
+            return store_refusal(exc, store="conversation")
+        return JsonResponse({"threadId": thread_id, "title": title})
+
+    async def delete(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
+        """``DELETE threads/<id>/``: always 204, whether or not the thread existed."""
+        await self._server.ensure_anonymous_session(request)
+        try:
+            await self._server.conversation_store.delete(thread_id, request=request)
+        except StoreError as exc:
+            return store_refusal(exc, store="conversation")
+        return HttpResponse(status=204)

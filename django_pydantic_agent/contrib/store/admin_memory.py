@@ -1,0 +1,124 @@
+"""Admin for agent memory files, with the "Purge agent memory for the selected owners" action.
+
+Memory files are listed grouped by owner (ordered by owner, then path); each owner id links to
+the list of that owner's files only. The admin is read-only: content is written by the agent
+through ``DefaultMemoryStore`` (which escapes the ``<memory>`` fence and versions every write),
+never by hand. Deleting is allowed; purging a whole owner's memory needs the
+``django_pydantic_agent_store.purge_agent_memory`` permission and a confirmation page.
+Imported by ``contrib.store.admin`` when pydantic-ai-harness is installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db.models import Count
+from django.db.models.functions import Length
+from django.template.response import TemplateResponse
+from django.utils.html import format_html
+from django.utils.http import urlencode
+
+from django_pydantic_agent.contrib.store.harness import DefaultMemoryStore
+from django_pydantic_agent.contrib.store.models import StoredMemoryFile
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+    from django.http import HttpRequest
+    from django.utils.safestring import SafeString
+
+__all__ = ["PURGE_PERMISSION", "StoredMemoryFileAdmin"]
+
+#: The permission (``app_label.codename``) the purge action requires.
+PURGE_PERMISSION = "django_pydantic_agent_store.purge_agent_memory"
+
+_CONFIRMATION_TEMPLATE = "django_pydantic_agent_store/admin/purge_memory_confirmation.html"
+
+
+@admin.register(StoredMemoryFile)
+class StoredMemoryFileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Memory files by owner: view, filter by owner, delete, and purge whole owners."""
+
+    list_display = ("owner", "path", "chars", "updated_at")
+    list_display_links = ("path",)
+    ordering = ("owner_id", "path")
+    search_fields = ("=owner_id", "path")
+    list_per_page = 100
+    actions = ["purge_owner_memory"]
+    fields = (
+        "owner_id",
+        "path",
+        "content",
+        "version",
+        "operation_id",
+        "write_metadata",
+        "created_at",
+        "updated_at",
+    )
+    readonly_fields = fields
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[StoredMemoryFile]:
+        # Notes can be long: the list shows their length, loading the text only on the detail page.
+        queryset: QuerySet[StoredMemoryFile] = super().get_queryset(request)
+        return queryset.defer("content").annotate(content_chars=Length("content"))
+
+    @admin.display(description="owner", ordering="owner_id")
+    def owner(self, obj: StoredMemoryFile) -> SafeString:
+        """The owner id, linking to that owner's files only."""
+        query = urlencode({"owner_id__exact": obj.owner_id})
+        return format_html('<a href="?{}" title="Only this owner">{}</a>', query, obj.owner_id)
+
+    @admin.display(description="characters", ordering="content_chars")
+    def chars(self, obj: StoredMemoryFile) -> int:
+        return int(obj.content_chars)  # type: ignore[attr-defined]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_purge_agent_memory_permission(self, request: HttpRequest) -> bool:
+        """Whether the user may purge whole owners' memory (the action's gate)."""
+        return request.user.has_perm(PURGE_PERMISSION)
+
+    @admin.action(
+        permissions=["purge_agent_memory"],
+        description="Purge agent memory for the selected owners",
+    )
+    def purge_owner_memory(
+        self, request: HttpRequest, queryset: QuerySet[StoredMemoryFile]
+    ) -> TemplateResponse | None:
+        """Ask for confirmation, then delete every memory file and receipt of each owner.
+
+        Every file of a selected row's owner goes, not only the selected rows: memory is
+        erased per person. The purge is ``DefaultMemoryStore.purge``, one owner at a time.
+        """
+        owners = sorted(set(queryset.values_list("owner_id", flat=True)))
+        if request.POST.get("post") == "yes" and self.has_purge_agent_memory_permission(request):
+            removed = sum(DefaultMemoryStore.purge(owner) for owner in owners)
+            self.message_user(
+                request,
+                f"Purged {removed} memory file(s) of {len(owners)} owner(s).",
+                messages.SUCCESS,
+            )
+            return None
+        counts = list(
+            StoredMemoryFile.objects.filter(owner_id__in=owners)
+            .values("owner_id")
+            .annotate(files=Count("pk"))
+            .order_by("owner_id")
+        )
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Purge agent memory?",
+            "opts": self.model._meta,
+            "owners": counts,
+            "total_files": sum(row["files"] for row in counts),
+            "queryset": queryset,
+            "action_name": "purge_owner_memory",
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, _CONFIRMATION_TEMPLATE, context)

@@ -1,0 +1,1 @@
+"""The ``agent_store_*`` maintenance commands."""

@@ -1,0 +1,163 @@
+"""Scripted pydantic-ai agents for the AG-UI tests: no network, deterministic streams."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Literal
+
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, DeltaThinkingPart, DeltaToolCall, FunctionModel
+
+from django_pydantic_agent.agui import AgentDeps
+
+#: What the failing agent raises; it must never reach the client unless exposed.
+SECRET_ERROR = "database password is hunter2"
+
+#: Filled by ``whoami`` with the user each run's deps carried.
+SEEN_USERS: list[str] = []
+
+
+def _after_tool(messages: list[ModelMessage]) -> bool:
+    last = messages[-1]
+    return isinstance(last, ModelRequest) and any(
+        isinstance(part, ToolReturnPart) for part in last.parts
+    )
+
+
+async def _scripted(
+    messages: list[ModelMessage], info: AgentInfo
+) -> AsyncIterator[str | dict[int, DeltaToolCall] | dict[int, DeltaThinkingPart]]:
+    """Think, call ``add(2, 3)``, then answer word by word."""
+    if _after_tool(messages):
+        for word in ["The ", "sum ", "is ", "5."]:
+            yield word
+        return
+    yield {0: DeltaThinkingPart(content="Adding two numbers.")}
+    yield {1: DeltaToolCall(name="add", json_args='{"a": 2, ', tool_call_id="call-add")}
+    yield {1: DeltaToolCall(json_args='"b": 3}')}
+
+
+def scripted_agent() -> Agent[AgentDeps, str]:
+    """Reasoning, one tool call and a streamed answer."""
+    agent: Agent[AgentDeps, str] = Agent(
+        FunctionModel(stream_function=_scripted), deps_type=AgentDeps
+    )
+
+    @agent.tool
+    def add(ctx: RunContext[AgentDeps], a: int, b: int) -> int:
+        """Add two integers."""
+        SEEN_USERS.append(str(ctx.deps.user))
+        return a + b
+
+    return agent
+
+
+async def _text(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    for word in ["Hello ", "there."]:
+        yield word
+
+
+def text_agent() -> Agent[None, str]:
+    """Just a two-word answer."""
+    return Agent(FunctionModel(stream_function=_text))
+
+
+async def _slow(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    yield "Thinking "
+    await asyncio.sleep(0.35)
+    yield "hard."
+
+
+def slow_agent() -> Agent[None, str]:
+    """A pause long enough for several heartbeats between two deltas."""
+    return Agent(FunctionModel(stream_function=_slow))
+
+
+#: What ``hanging_agent``'s model went through: "started", then "cancelled" on a disconnect.
+HANG_LOG: list[str] = []
+
+
+async def _hanging(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    HANG_LOG.append("started")
+    yield "Working "
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        HANG_LOG.append("cancelled")
+        raise
+    yield "never."  # pragma: no cover - the client is gone by now
+
+
+def hanging_agent() -> Agent[None, str]:
+    """Streams one word, then waits until the run is cancelled."""
+    return Agent(FunctionModel(stream_function=_hanging))
+
+
+async def _failing(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    yield "Partial "
+    raise RuntimeError(SECRET_ERROR)
+
+
+def failing_agent() -> Agent[None, str]:
+    """Streams a word, then raises an exception carrying a secret."""
+    return Agent(FunctionModel(stream_function=_failing))
+
+
+async def _echo_instructions(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    yield f"instructions={info.instructions}"
+
+
+def echo_instructions_agent() -> Agent[None, str]:
+    """Answers with the instructions the model was given for this run."""
+    return Agent(FunctionModel(stream_function=_echo_instructions))
+
+
+#: The words ``interrupted_agent`` streams before it hangs or fails.
+PARTIAL_ANSWER = ["It ", "is ", "sunny "]
+
+
+def interrupted_agent(
+    *, ending: Literal["hang", "fail"], during: Literal["answer", "tool_args", "tool"] = "answer"
+) -> Agent[None, str]:
+    """Reasons, calls ``weather`` (args in two fragments) and answers, pausing between words.
+
+    It never finishes: ``during`` the answer (after ``PARTIAL_ANSWER``), the tool call's
+    arguments (after the first fragment) or the tool itself, it hangs until cancelled or raises.
+    """
+
+    async def stop() -> None:
+        if ending == "fail":
+            raise RuntimeError("The model provider went away.")
+        await asyncio.sleep(30)
+
+    async def stream(
+        messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | dict[int, DeltaToolCall] | dict[int, DeltaThinkingPart]]:
+        if _after_tool(messages):
+            for word in PARTIAL_ANSWER[:-1]:
+                yield word
+                await asyncio.sleep(0.01)
+            yield PARTIAL_ANSWER[-1]
+            await stop()
+            yield "never."  # pragma: no cover - the run is over by now
+            return
+        yield {0: DeltaThinkingPart(content="Let me look that up.")}
+        await asyncio.sleep(0.01)
+        yield {1: DeltaToolCall(name="weather", json_args='{"city": ', tool_call_id="call-weather")}
+        if during == "tool_args":
+            await stop()
+        await asyncio.sleep(0.01)
+        yield {1: DeltaToolCall(json_args='"Oslo"}')}
+
+    agent: Agent[None, str] = Agent(FunctionModel(stream_function=stream))
+
+    @agent.tool_plain
+    async def weather(city: str) -> str:
+        """Today's weather in ``city``."""
+        if during == "tool":
+            await stop()
+        return f"Sunny in {city}"
+
+    return agent

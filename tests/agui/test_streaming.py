@@ -1,0 +1,181 @@
+"""Stream behaviour: heartbeats, reasoning filter, error redaction and client disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+import pytest
+from ag_ui_validate.pytest_plugin import assert_valid_agui
+
+from django_pydantic_agent.agui import REDACTED_RUN_ERROR, SSE_HEARTBEAT
+from django_pydantic_agent.agui.run import with_heartbeat
+from tests.agui.agents import HANG_LOG, SECRET_ERROR
+from tests.agui.conftest import (
+    asgi_app,
+    drive_until_disconnect,
+    event_types,
+    logged_in,
+    run_body,
+    session_id,
+    sse_events,
+    streamed_events,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.agui.urls")]
+
+
+async def test_heartbeat_fills_silence_and_the_stream_stays_valid(
+    client: httpx.AsyncClient,
+) -> None:
+    response = await client.post("/slow/", json=run_body())
+    assert response.status_code == 200
+    frames = response.text.split("\n\n")
+    pings = [i for i, frame in enumerate(frames) if frame == SSE_HEARTBEAT.strip("\n")]
+    assert len(pings) >= 3
+    first_delta = next(i for i, f in enumerate(frames) if "TEXT_MESSAGE_CONTENT" in f)
+    # The pings arrive during the model's pause, between the two text deltas.
+    assert any(i > first_delta for i in pings)
+    events = sse_events(response.text)
+    assert "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT") == (
+        "Thinking hard."
+    )
+    assert_valid_agui(events)
+
+
+async def test_heartbeat_never_pads_a_busy_stream() -> None:
+    async def frames() -> Any:
+        for i in range(3):
+            yield f"data: {i}\n\n"
+
+    out = [frame async for frame in with_heartbeat(frames(), interval=5)]
+    assert out == ["data: 0\n\n", "data: 1\n\n", "data: 2\n\n"]
+
+
+async def test_heartbeat_reraises_the_upstream_error_and_leaks_no_task() -> None:
+    async def frames() -> Any:
+        yield "data: 0\n\n"
+        raise ValueError("upstream broke")
+
+    stream = with_heartbeat(frames(), interval=5)
+    assert await stream.__anext__() == "data: 0\n\n"
+    with pytest.raises(ValueError, match="upstream broke"):
+        await stream.__anext__()
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+async def test_closing_the_heartbeat_stream_cancels_the_pending_read() -> None:
+    closed = []
+
+    async def frames() -> Any:
+        try:
+            yield "data: 0\n\n"
+            await asyncio.sleep(30)
+        finally:
+            closed.append(True)
+
+    stream = with_heartbeat(frames(), interval=0.01)
+    assert await stream.__anext__() == "data: 0\n\n"
+    assert await stream.__anext__() == SSE_HEARTBEAT
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert closed == [True]
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+async def test_forward_reasoning_false_drops_reasoning_events(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        response = await http.post("/quiet/", json=run_body())
+    types = event_types(response.text)
+    assert not [t for t in types if t.startswith("REASONING")]
+    assert "Adding two numbers" not in response.text
+    assert "TOOL_CALL_RESULT" in types
+    assert types[-1] == "RUN_FINISHED"
+    assert_valid_agui(sse_events(response.text))
+
+
+async def test_run_error_is_redacted_and_logged(alice: Any, caplog: Any) -> None:
+    caplog.set_level(logging.ERROR, logger="django_pydantic_agent.agui")
+    async with await logged_in(alice) as http:
+        response = await http.post("/failing/", json=run_body())
+    assert response.status_code == 200
+    events = sse_events(response.text)
+    assert events[-1] == {
+        "type": "RUN_ERROR",
+        "message": REDACTED_RUN_ERROR,
+        "timestamp": events[-1]["timestamp"],
+    }
+    assert SECRET_ERROR not in response.text
+    assert_valid_agui(events)
+    [record] = [r for r in caplog.records if r.name == "django_pydantic_agent.agui"]
+    assert record.exc_info is not None
+    assert str(record.exc_info[1]) == SECRET_ERROR
+    assert "'run-1'" in record.getMessage()
+
+
+async def test_run_error_message_exposed_when_asked(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        response = await http.post("/failing-exposed/", json=run_body())
+    events = sse_events(response.text)
+    assert events[-1]["type"] == "RUN_ERROR"
+    assert events[-1]["message"] == SECRET_ERROR
+
+
+async def test_client_disconnect_cancels_the_run_cleanly(caplog: Any) -> None:
+    caplog.set_level(logging.WARNING)
+    HANG_LOG.clear()
+    sent = await drive_until_disconnect("/hanging/", run_body())
+    assert sent[0]["status"] == 200
+    assert HANG_LOG == ["started", "cancelled"]
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_disconnect_saves_the_posted_turn_and_the_partial_answer(caplog: Any) -> None:
+    caplog.set_level(logging.WARNING)
+    HANG_LOG.clear()
+    sent = await drive_until_disconnect("/hanging-stored/", run_body(text="Keep me"))
+    assert sent[0]["status"] == 200
+    # The anonymous session was created before streaming: its cookie left with the headers.
+    session = session_id(sent)
+    assert HANG_LOG == ["started", "cancelled"]
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    [answer_id] = [
+        e["messageId"] for e in streamed_events(sent) if e["type"] == "TEXT_MESSAGE_START"
+    ]
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=asgi_app()), base_url="http://testserver"
+    ) as http:
+        http.cookies.set("sessionid", session)
+        response = await http.get("/hanging-stored/threads/thread-1/")
+    assert response.status_code == 200
+    assert response.json()["messages"] == [
+        {"id": "user-run-1", "role": "user", "content": "Keep me"},
+        {"id": answer_id, "role": "assistant", "content": "Working "},
+    ]
+
+
+async def test_persisting_work_finishes_even_when_cancelled_again() -> None:
+    from django_pydantic_agent.agui.run import _finish_even_if_cancelled
+
+    done: list[bool] = []
+
+    async def work() -> None:
+        await asyncio.sleep(0.05)
+        done.append(True)
+
+    task = asyncio.create_task(_finish_even_if_cancelled(work))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert done == [True]
+
+
+async def test_heartbeat_zero_turns_heartbeats_off(client: httpx.AsyncClient) -> None:
+    response = await client.post("/no-heartbeat/", json=run_body())
+    assert response.status_code == 200
+    assert SSE_HEARTBEAT not in response.text
+    assert event_types(response.text)[-1] == "RUN_FINISHED"

@@ -1,0 +1,448 @@
+"""The thread routes, and the run endpoint's save to a persisting store."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httpx
+import pytest
+
+from django_pydantic_agent.agui import REDACTED_RUN_ERROR
+from tests.agui.agents import PARTIAL_ANSWER
+from tests.agui.conftest import (
+    drive_until_disconnect,
+    logged_in,
+    run_body,
+    session_id,
+    sse_events,
+    streamed_events,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.agui.urls")]
+
+
+async def run(http: httpx.AsyncClient, prefix: str = "/stored/", **kwargs: Any) -> list[Any]:
+    response = await http.post(prefix, json=run_body(**kwargs))
+    assert response.status_code == 200, response.text
+    return sse_events(response.text)
+
+
+async def test_a_run_is_saved_with_the_streamed_message_ids(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        events = await run(http)
+        response = await http.get("/stored/threads/thread-1/")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["threadId"] == "thread-1"
+    messages = body["messages"]
+    assert messages[0] == {"id": "user-run-1", "role": "user", "content": "What is 2 + 3?"}
+    roles = [m["role"] for m in messages]
+    assert roles == ["user", "reasoning", "assistant", "tool", "assistant"]
+    tool_call = messages[2]["toolCalls"][0]
+    assert tool_call["id"] == "call-add"
+    assert tool_call["function"] == {"name": "add", "arguments": '{"a":2,"b":3}'}
+    assert messages[3]["toolCallId"] == "call-add"
+    assert messages[4]["content"] == "The sum is 5."
+    # Every stored id is the one the client saw in the stream, so a reload matches.
+    streamed = {
+        e.get("messageId") for e in events if e["type"].endswith("_START") or "RESULT" in e["type"]
+    }
+    for message in messages[1:]:
+        assert message["id"] in streamed
+    # Stored in wire shape: camelCase, no nulls.
+    assert "tool_calls" not in messages[2]
+    assert all(value is not None for m in messages for value in m.values())
+
+
+async def test_thread_list_shows_title_preview_and_no_owner(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        await run(http, thread_id="t-a", run_id="r-a", text="First question")
+        await run(http, thread_id="t-b", run_id="r-b", text="Second question")
+        response = await http.get("/stored/threads/")
+    assert response.status_code == 200
+    threads = response.json()["threads"]
+    assert [t["threadId"] for t in threads] == ["t-b", "t-a"]
+    assert threads[0]["title"] == "Second question"
+    assert threads[0]["preview"] == "The sum is 5."
+    assert threads[0]["updatedAt"]
+    assert set(threads[0]) == {"threadId", "title", "preview", "updatedAt"}
+    assert "owner" not in response.text
+
+
+async def test_thread_list_limit_is_validated_and_capped(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        await run(http, thread_id="t-a", run_id="r-a")
+        await run(http, thread_id="t-b", run_id="r-b")
+        one = await http.get("/stored/threads/?limit=1")
+        both = await http.get("/stored/threads/?limit=10")
+        capped = await http.get("/capped/threads/?limit=10")
+        capped_default = await http.get("/capped/threads/")
+        for bad in ("abc", "0", "-3", "1.5"):
+            refused = await http.get(f"/stored/threads/?limit={bad}")
+            assert refused.status_code == 400
+            assert "limit must be a positive integer" in refused.json()["error"]
+    assert len(one.json()["threads"]) == 1
+    assert len(both.json()["threads"]) == 2
+    assert len(capped.json()["threads"]) == 1
+    assert len(capped_default.json()["threads"]) == 1
+
+
+async def test_rename_validates_and_renames(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        await run(http)
+        for payload in (b"not json", b"[]", b'{"title": ""}', b'{"title": "   "}', b'{"title": 5}'):
+            refused = await http.patch(
+                "/stored/threads/thread-1/",
+                content=payload,
+                headers={"Content-Type": "application/json"},
+            )
+            assert refused.status_code == 400
+            assert '"title"' in refused.json()["error"]
+        too_long = await http.patch("/stored/threads/thread-1/", json={"title": "x" * 201})
+        assert too_long.status_code == 400
+        assert "the limit is 200" in too_long.json()["error"]
+        missing = await http.patch("/stored/threads/nope/", json={"title": "New"})
+        assert missing.status_code == 404
+        renamed = await http.patch("/stored/threads/thread-1/", json={"title": "  Trip \n plans "})
+        listing = await http.get("/stored/threads/")
+    assert renamed.status_code == 200
+    assert renamed.json() == {"threadId": "thread-1", "title": "Trip plans"}
+    assert listing.json()["threads"][0]["title"] == "Trip plans"
+
+
+async def test_delete_is_idempotent(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        await run(http)
+        first = await http.delete("/stored/threads/thread-1/")
+        second = await http.delete("/stored/threads/thread-1/")
+        gone = await http.get("/stored/threads/thread-1/")
+    assert first.status_code == second.status_code == 204
+    assert gone.status_code == 404
+    assert gone.json() == {"error": "No such thread."}
+
+
+async def test_another_user_cannot_list_read_rename_or_delete(alice: Any, bob: Any) -> None:
+    async with await logged_in(alice) as http:
+        await run(http)
+    async with await logged_in(bob) as intruder:
+        listing = await intruder.get("/stored/threads/")
+        read = await intruder.get("/stored/threads/thread-1/")
+        missing = await intruder.get("/stored/threads/never-existed/")
+        rename = await intruder.patch("/stored/threads/thread-1/", json={"title": "pwned"})
+        delete = await intruder.delete("/stored/threads/thread-1/")
+    assert listing.json() == {"threads": []}
+    # A cross-owner id is indistinguishable from a missing one.
+    assert (read.status_code, read.json()) == (missing.status_code, missing.json())
+    assert read.status_code == 404
+    assert rename.status_code == 404
+    assert delete.status_code == 204
+    async with await logged_in(alice) as http:
+        still_there = await http.get("/stored/threads/thread-1/")
+        listing = await http.get("/stored/threads/")
+    assert still_there.status_code == 200
+    assert listing.json()["threads"][0]["title"] == "What is 2 + 3?"
+
+
+async def test_thread_routes_authenticate_before_method(
+    client: httpx.AsyncClient, alice: Any
+) -> None:
+    assert (await client.get("/stored/threads/")).status_code == 401
+    assert (await client.put("/stored/threads/x/")).status_code == 401
+    async with await logged_in(alice) as http:
+        post = await http.post("/stored/threads/")
+        put = await http.put("/stored/threads/x/")
+    assert post.status_code == 405
+    assert post.headers["allow"] == "GET"
+    assert put.status_code == 405
+    assert put.headers["allow"] == "DELETE, GET, PATCH"
+
+
+async def test_thread_routes_are_not_mounted_for_a_null_store(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        assert (await http.get("/agent/threads/")).status_code == 404
+        assert (await http.get("/agent/attachments/x/")).status_code == 404
+
+
+def browser() -> httpx.AsyncClient:
+    from tests.agui.conftest import asgi_app
+
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=asgi_app()), base_url="http://testserver"
+    )
+
+
+async def test_anonymous_browsers_get_their_own_threads() -> None:
+    async with browser() as first, browser() as second:
+        await run(first, "/anon/")
+        # The session was created before streaming, so its cookie came with the headers.
+        assert first.cookies.get("sessionid")
+        mine = await first.get("/anon/threads/")
+        theirs = await second.get("/anon/threads/")
+        read = await second.get("/anon/threads/thread-1/")
+        rename = await second.patch("/anon/threads/thread-1/", json={"title": "x"})
+        await second.delete("/anon/threads/thread-1/")
+        still = await first.get("/anon/threads/thread-1/")
+    assert [t["threadId"] for t in mine.json()["threads"]] == ["thread-1"]
+    assert theirs.json() == {"threads": []}
+    assert read.status_code == 404
+    assert rename.status_code == 404
+    assert still.status_code == 200
+
+
+async def test_store_refusing_anonymous_callers_is_403_everywhere(
+    client: httpx.AsyncClient,
+) -> None:
+    run_response = await client.post("/refusing/", json=run_body())
+    assert run_response.status_code == 403
+    assert "anonymous" in run_response.json()["error"]
+    for response in (
+        await client.get("/refusing/threads/"),
+        await client.get("/refusing/threads/t/"),
+        await client.patch("/refusing/threads/t/", json={"title": "x"}),
+        await client.delete("/refusing/threads/t/"),
+    ):
+        assert response.status_code == 403
+        assert "anonymous" in response.json()["error"]
+
+
+async def test_a_failed_run_saves_the_users_turn_and_the_partial_answer(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        events = await run(http, "/failing-stored/", text="Please keep this")
+        response = await http.get("/failing-stored/threads/thread-1/")
+    assert events[-1]["type"] == "RUN_ERROR"
+    [answer_id] = [e["messageId"] for e in events if e["type"] == "TEXT_MESSAGE_START"]
+    assert response.json()["messages"] == [
+        {"id": "user-run-1", "role": "user", "content": "Please keep this"},
+        {"id": answer_id, "role": "assistant", "content": "Partial "},
+    ]
+
+
+async def test_a_save_failure_is_logged_not_raised(alice: Any, caplog: Any) -> None:
+    import logging
+
+    from django.http import StreamingHttpResponse
+    from django.test import RequestFactory
+
+    from django_pydantic_agent.agui import AGUIServer
+    from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+    from tests.agui.agents import text_agent
+
+    class FullDiskStore(DefaultConversationStore):
+        async def save(self, conversation: Any, *, request: Any) -> None:
+            raise OSError("disk full")
+
+    async def auser() -> Any:
+        return alice
+
+    server = AGUIServer(text_agent(), conversation_store=FullDiskStore(), csrf_exempt=True)
+    request = RequestFactory().post("/", data=run_body(), content_type="application/json")
+    request.auser = auser
+    caplog.set_level(logging.ERROR, logger="django_pydantic_agent.agui")
+    response = await server.run_view(request)
+    assert isinstance(response, StreamingHttpResponse)
+    body = "".join([bytes(chunk).decode() async for chunk in response])
+    assert sse_events(body)[-1]["type"] == "RUN_FINISHED"
+    [record] = caplog.records
+    assert "Saving thread 'thread-1' after run 'run-1' failed" in record.getMessage()
+    assert record.exc_info is not None
+    assert isinstance(record.exc_info[1], OSError)
+
+
+async def test_session_store_keeps_a_run_saved_after_streaming() -> None:
+    # The predecessor lost these saves: SessionMiddleware had already run when the stream
+    # finished. The session store saves explicitly, and the session exists before streaming.
+    async with browser() as first, browser() as second:
+        events = await run(first, "/session/")
+        mine = await first.get("/session/threads/thread-1/")
+        listing = await first.get("/session/threads/")
+        theirs = await second.get("/session/threads/thread-1/")
+    assert events[-1]["type"] == "RUN_FINISHED"
+    assert mine.status_code == 200
+    assert mine.json()["messages"][0]["role"] == "user"
+    assert mine.json()["messages"][-1]["content"] == "The sum is 5."
+    assert [t["threadId"] for t in listing.json()["threads"]] == ["thread-1"]
+    assert theirs.status_code == 404
+
+
+async def test_a_rename_over_the_session_limit_is_a_413_and_changes_nothing() -> None:
+    async with browser() as http:
+        await run(http, "/session/")
+        refused = await http.patch("/tight-session/threads/thread-1/", json={"title": "x" * 200})
+        listing = await http.get("/session/threads/")
+    assert refused.status_code == 413
+    assert "max_bytes=300" in refused.json()["error"]
+    [thread] = listing.json()["threads"]
+    assert thread["title"] != "x" * 200
+
+
+async def test_withheld_reasoning_is_not_stored_either(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        events = await run(http, "/quiet-stored/")
+        response = await http.get("/quiet-stored/threads/thread-1/")
+    assert not [e for e in events if e["type"].startswith("REASONING")]
+    roles = [m["role"] for m in response.json()["messages"]]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    assert "Adding two numbers" not in response.text
+
+
+# Runs that never complete: what the user saw is saved, under the ids they saw it with.
+
+WEATHER_QUESTION = "What's the weather in Oslo?"
+
+
+def shown(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ids and texts a client built from ``interrupted_agent``'s stream."""
+    reasoning_ids = [e["messageId"] for e in events if e["type"] == "REASONING_MESSAGE_START"]
+    [call] = [e for e in events if e["type"] == "TOOL_CALL_START"]
+    [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    answer_ids = [
+        e["messageId"]
+        for e in events
+        if e["type"] == "TEXT_MESSAGE_START" and e["messageId"] != call["parentMessageId"]
+    ]
+    args = "".join(e["delta"] for e in events if e["type"] == "TOOL_CALL_ARGS")
+    return {
+        "reasoning_ids": reasoning_ids,
+        "parent_id": call["parentMessageId"],
+        "result_id": result["messageId"],
+        "answer_ids": answer_ids,
+        "args": args,
+    }
+
+
+def expected_thread(seen: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the user saw: question, reasoning if streamed, call, result, partial answer."""
+    [answer_id] = seen["answer_ids"]
+    return [
+        {"id": "user-run-1", "role": "user", "content": WEATHER_QUESTION},
+        *[
+            {"id": reasoning_id, "role": "reasoning", "content": "Let me look that up."}
+            for reasoning_id in seen["reasoning_ids"]
+        ],
+        {
+            "id": seen["parent_id"],
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": "call-weather",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": seen["args"]},
+                }
+            ],
+        },
+        {
+            "id": seen["result_id"],
+            "role": "tool",
+            "content": "Sunny in Oslo",
+            "toolCallId": "call-weather",
+        },
+        {"id": answer_id, "role": "assistant", "content": "".join(PARTIAL_ANSWER)},
+    ]
+
+
+async def thread_after_disconnect(prefix: str, *, until: bytes) -> tuple[list[Any], Any]:
+    """Run ``prefix`` until the stream shows ``until``, disconnect, then reload the thread."""
+    sent = await drive_until_disconnect(prefix, run_body(text=WEATHER_QUESTION), until=until)
+    assert sent[0]["status"] == 200
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+    async with browser() as http:
+        http.cookies.set("sessionid", session_id(sent))
+        response = await http.get(f"{prefix}threads/thread-1/")
+    assert response.status_code == 200
+    return streamed_events(sent), response
+
+
+LAST_WORD = f'"delta":"{PARTIAL_ANSWER[-1]}"'.encode()
+
+
+@pytest.mark.parametrize("prefix", ["/interrupted/", "/interrupted-session/"])
+async def test_a_disconnect_mid_answer_saves_what_the_user_saw(prefix: str, caplog: Any) -> None:
+    caplog.set_level(logging.WARNING)
+    events, response = await thread_after_disconnect(prefix, until=LAST_WORD)
+    # The stream was cut off mid-answer: the answer never ended and the run never finished.
+    types = [e["type"] for e in events]
+    assert types[-1] == "TEXT_MESSAGE_CONTENT"
+    assert "RUN_FINISHED" not in types
+    seen = shown(events)
+    assert seen["args"] == '{"city": "Oslo"}'
+    assert response.json()["messages"] == expected_thread(seen)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_disconnect_with_reasoning_withheld_stores_no_reasoning() -> None:
+    events, response = await thread_after_disconnect("/interrupted-quiet/", until=LAST_WORD)
+    assert not [e for e in events if e["type"].startswith("REASONING")]
+    seen = shown(events)
+    assert seen["reasoning_ids"] == []
+    assert response.json()["messages"] == expected_thread(seen)
+    assert "Let me look that up" not in response.text
+
+
+async def test_a_disconnect_mid_tool_arguments_drops_the_unfinished_call() -> None:
+    events, response = await thread_after_disconnect("/interrupted-args/", until=b"TOOL_CALL_ARGS")
+    assert [e["type"] for e in events][-1] == "TOOL_CALL_ARGS"
+    [reasoning_id] = [e["messageId"] for e in events if e["type"] == "REASONING_MESSAGE_START"]
+    # The reasoning was seen whole; the call's arguments ('{"city": ') never finished.
+    assert response.json()["messages"] == [
+        {"id": "user-run-1", "role": "user", "content": WEATHER_QUESTION},
+        {"id": reasoning_id, "role": "reasoning", "content": "Let me look that up."},
+    ]
+
+
+async def test_a_disconnect_while_the_tool_runs_saves_the_call_and_the_thread_replays() -> None:
+    events, response = await thread_after_disconnect("/interrupted-tool/", until=b"TOOL_CALL_END")
+    assert "TOOL_CALL_RESULT" not in [e["type"] for e in events]
+    [reasoning_id] = [e["messageId"] for e in events if e["type"] == "REASONING_MESSAGE_START"]
+    [call] = [e for e in events if e["type"] == "TOOL_CALL_START"]
+    saved = response.json()["messages"]
+    assert saved == [
+        {"id": "user-run-1", "role": "user", "content": WEATHER_QUESTION},
+        {"id": reasoning_id, "role": "reasoning", "content": "Let me look that up."},
+        {
+            "id": call["parentMessageId"],
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": "call-weather",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"city": "Oslo"}'},
+                }
+            ],
+        },
+    ]
+    # The saved thread, unanswered call included, is a history pydantic-ai runs on from.
+    body = run_body(run_id="run-2", text="Try again?")
+    body["messages"] = [*saved, *body["messages"]]
+    async with browser() as http:
+        replay = await http.post("/open/", json=body)
+    assert replay.status_code == 200
+    assert [e["type"] for e in sse_events(replay.text)][-1] == "RUN_FINISHED"
+
+
+async def test_a_run_error_mid_answer_saves_what_the_user_saw() -> None:
+    async with browser() as http:
+        events = await run(http, "/erroring/", text=WEATHER_QUESTION)
+        response = await http.get("/erroring/threads/thread-1/")
+    assert events[-1] == {
+        "type": "RUN_ERROR",
+        "message": REDACTED_RUN_ERROR,
+        "timestamp": events[-1]["timestamp"],
+    }
+    assert response.json()["messages"] == expected_thread(shown(events))
+
+
+async def test_a_run_error_mid_tool_arguments_drops_the_unparsable_call() -> None:
+    async with browser() as http:
+        events = await run(http, "/erroring-args/", text=WEATHER_QUESTION)
+        response = await http.get("/erroring-args/threads/thread-1/")
+    types = [e["type"] for e in events]
+    # pydantic-ai closes the open call before RUN_ERROR, with arguments that are not JSON.
+    assert types[-2:] == ["TOOL_CALL_END", "RUN_ERROR"]
+    assert "".join(e["delta"] for e in events if e["type"] == "TOOL_CALL_ARGS") == '{"city": '
+    [reasoning_id] = [e["messageId"] for e in events if e["type"] == "REASONING_MESSAGE_START"]
+    assert response.json()["messages"] == [
+        {"id": "user-run-1", "role": "user", "content": WEATHER_QUESTION},
+        {"id": reasoning_id, "role": "reasoning", "content": "Let me look that up."},
+    ]

@@ -1,0 +1,76 @@
+"""End to end over a real socket: uvicorn serving the run endpoint and the upload wrapper."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import uvicorn
+from ag_ui_validate.pytest_plugin import assert_valid_agui, assert_valid_agui_endpoint
+
+from django_pydantic_agent.agui import SSE_HEARTBEAT, UploadLimitMiddleware
+from tests.agui.conftest import asgi_app, run_body, sse_events
+from tests.agui.urls import UPLOAD_CAP
+
+pytestmark = [pytest.mark.e2e, pytest.mark.urls("tests.agui.urls")]
+
+
+@pytest.fixture
+def base_url(transactional_db: None) -> Iterator[str]:
+    config = uvicorn.Config(
+        UploadLimitMiddleware(asgi_app()),
+        host="127.0.0.1",
+        port=0,
+        log_level="critical",
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        assert time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_events_stream_as_they_happen(base_url: str) -> None:
+    arrivals: list[tuple[float, str]] = []
+    started = time.monotonic()
+    with (
+        httpx.Client(base_url=base_url, timeout=10) as http,
+        http.stream("POST", "/slow/", json=run_body()) as response,
+    ):
+        assert response.status_code == 200
+        for chunk in response.iter_text():
+            arrivals.append((time.monotonic() - started, chunk))
+    body = "".join(chunk for _, chunk in arrivals)
+    first_event = next(t for t, chunk in arrivals if "RUN_STARTED" in chunk)
+    last_event = next(t for t, chunk in arrivals if "RUN_FINISHED" in chunk)
+    # The model pauses 0.35 s mid-answer: the first event must not wait for the end.
+    assert last_event - first_event > 0.25
+    assert SSE_HEARTBEAT in body
+    assert_valid_agui(sse_events(body))
+
+
+async def test_endpoint_passes_ag_ui_validate_live(base_url: str) -> None:
+    await assert_valid_agui_endpoint(f"{base_url}/open/", timeout_ms=10_000)
+
+
+def test_oversized_upload_is_refused_before_the_body_is_sent(base_url: str) -> None:
+    with httpx.Client(base_url=base_url, timeout=10) as http:
+        response = http.post(
+            "/stored/attachments/",
+            files={"file": ("big.bin", b"x" * (UPLOAD_CAP + 64 * 1024), "text/plain")},
+        )
+    assert response.status_code == 413
+    # The wrapper answered (the view's own 413 says "file exceeds"): Django read nothing.
+    assert "upload limit" in response.json()["error"]

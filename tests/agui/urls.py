@@ -1,0 +1,163 @@
+"""One ``AGUIServer`` per configuration under test, each under its own prefix."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from django.contrib.auth import get_user_model
+from django.http import HttpRequest
+from django.urls import path
+
+from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.contrib.store.stores import (
+    DefaultAttachmentStore,
+    DefaultConversationStore,
+)
+from django_pydantic_agent.persistence import DjangoSessionConversationStore
+from tests.agui.agents import (
+    failing_agent,
+    hanging_agent,
+    interrupted_agent,
+    scripted_agent,
+    slow_agent,
+    text_agent,
+)
+
+UPLOAD_CAP = 1024
+
+
+def bearer_user(request: HttpRequest) -> Any:
+    """A toy header authentication: ``Authorization: Bearer <username>``."""
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Bearer "):
+        return None
+    return get_user_model().objects.filter(username=header.removeprefix("Bearer ")).first()
+
+
+async def async_staff_only(request: HttpRequest) -> bool:
+    return bool(request.user.is_staff)
+
+
+async def always_wait(request: HttpRequest) -> float:
+    return 7.2
+
+
+def stored(**kwargs: Any) -> AGUIServer:
+    options: dict[str, Any] = {
+        "conversation_store": DefaultConversationStore(),
+        "attachment_store": DefaultAttachmentStore(),
+        "attachment_max_bytes": UPLOAD_CAP,
+        "attachment_allowed_types": ("text/plain", "image/*"),
+        "csrf_exempt": True,
+    }
+    options.update(kwargs)
+    return AGUIServer(scripted_agent(), **options)
+
+
+open_server = AGUIServer(text_agent(), require_authenticated=False, csrf_exempt=True)
+scripted = AGUIServer(scripted_agent(), csrf_exempt=True, namespace="scripted")
+csrf = AGUIServer(text_agent(), csrf_exempt=False, namespace="csrf")
+staff = AGUIServer(text_agent(), authorize=lambda request: request.user.is_staff, csrf_exempt=True)
+async_staff = AGUIServer(text_agent(), authorize=async_staff_only, csrf_exempt=True)
+token = AGUIServer(scripted_agent(), get_user=bearer_user)
+slow = AGUIServer(
+    slow_agent(), require_authenticated=False, csrf_exempt=True, heartbeat_seconds=0.05
+)
+quiet = AGUIServer(scripted_agent(), csrf_exempt=True, forward_reasoning=False)
+failing = AGUIServer(failing_agent(), csrf_exempt=True)
+failing_exposed = AGUIServer(failing_agent(), csrf_exempt=True, expose_error_messages=True)
+throttled = AGUIServer(text_agent(), csrf_exempt=True, throttle=lambda request: 7.2)
+async_throttled = AGUIServer(text_agent(), csrf_exempt=True, throttle=always_wait)
+hanging = AGUIServer(hanging_agent(), require_authenticated=False, csrf_exempt=True)
+persisting = stored()
+persisting_csrf = stored(csrf_exempt=False)
+anonymous = stored(
+    conversation_store=DefaultConversationStore(allow_anonymous=True),
+    attachment_store=DefaultAttachmentStore(allow_anonymous=True),
+    require_authenticated=False,
+)
+refusing = stored(require_authenticated=False)
+capped = stored(thread_list_limit=1, namespace="capped")
+upload_throttled = stored(throttle=lambda request: 30)
+in_session = AGUIServer(
+    scripted_agent(),
+    conversation_store=DjangoSessionConversationStore(),
+    require_authenticated=False,
+    csrf_exempt=True,
+)
+# Shares the session namespace with ``in_session`` but allows only a few hundred bytes.
+tight_session = AGUIServer(
+    scripted_agent(),
+    conversation_store=DjangoSessionConversationStore(max_bytes=300),
+    require_authenticated=False,
+    csrf_exempt=True,
+)
+quiet_stored = stored(forward_reasoning=False)
+no_heartbeat = AGUIServer(
+    slow_agent(), require_authenticated=False, csrf_exempt=True, heartbeat_seconds=0
+)
+failing_persisting = AGUIServer(
+    failing_agent(), conversation_store=DefaultConversationStore(), csrf_exempt=True
+)
+hanging_persisting = AGUIServer(
+    hanging_agent(),
+    conversation_store=DefaultConversationStore(allow_anonymous=True),
+    require_authenticated=False,
+    csrf_exempt=True,
+)
+
+
+def interrupted(
+    ending: Literal["hang", "fail"],
+    during: Literal["answer", "tool_args", "tool"] = "answer",
+    **kwargs: Any,
+) -> AGUIServer:
+    """A run that never finishes, saved for anonymous visitors (keyed to their session)."""
+    options: dict[str, Any] = {
+        "conversation_store": DefaultConversationStore(allow_anonymous=True),
+        "require_authenticated": False,
+        "csrf_exempt": True,
+    }
+    options.update(kwargs)
+    return AGUIServer(interrupted_agent(ending=ending, during=during), **options)
+
+
+urlpatterns = [
+    path("open/", open_server.urls),
+    path("agent/", scripted.urls),
+    path("csrf/", csrf.urls),
+    path("staff/", staff.urls),
+    path("async-staff/", async_staff.urls),
+    path("token/", token.urls),
+    path("slow/", slow.urls),
+    path("quiet/", quiet.urls),
+    path("failing/", failing.urls),
+    path("failing-exposed/", failing_exposed.urls),
+    path("throttled/", throttled.urls),
+    path("async-throttled/", async_throttled.urls),
+    path("hanging/", hanging.urls),
+    path("stored/", persisting.urls),
+    path("stored-csrf/", persisting_csrf.urls),
+    path("anon/", anonymous.urls),
+    path("refusing/", refusing.urls),
+    path("capped/", capped.urls),
+    path("upload-throttled/", upload_throttled.urls),
+    path("failing-stored/", failing_persisting.urls),
+    path("session/", in_session.urls),
+    path("tight-session/", tight_session.urls),
+    path("no-heartbeat/", no_heartbeat.urls),
+    path("quiet-stored/", quiet_stored.urls),
+    path("hanging-stored/", hanging_persisting.urls),
+    path("interrupted/", interrupted("hang").urls),
+    path(
+        "interrupted-session/",
+        interrupted("hang", conversation_store=DjangoSessionConversationStore()).urls,
+    ),
+    path("interrupted-quiet/", interrupted("hang", forward_reasoning=False).urls),
+    path("interrupted-args/", interrupted("hang", "tool_args").urls),
+    path("interrupted-tool/", interrupted("hang", "tool").urls),
+    path("erroring/", interrupted("fail").urls),
+    path("erroring-args/", interrupted("fail", "tool_args").urls),
+    # A Null attachment store's upload view, mounted by hand: it must answer 410.
+    path("uploads-off/", open_server.attachments_view),
+]

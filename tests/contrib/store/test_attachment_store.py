@@ -1,0 +1,269 @@
+"""DefaultAttachmentStore: Storage-backed bytes, per-owner dedup, blob lifetime, storage alias."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.files.storage import InMemoryStorage, default_storage, storages
+from django.core.files.storage.handler import InvalidStorageError
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.http import HttpRequest
+from django.test import override_settings
+
+from django_pydantic_agent.contrib.store.models import (
+    ATTACHMENT_STORAGE_ALIAS,
+    StoredAttachment,
+    attachment_storage,
+    resolve_attachment_storage,
+)
+from django_pydantic_agent.contrib.store.stores import DefaultAttachmentStore
+from django_pydantic_agent.persistence import AnonymousOperationError
+
+pytestmark = pytest.mark.django_db
+
+Upload = Callable[..., SimpleUploadedFile]
+OnCommit = Callable[..., Any]
+
+WITH_ALIAS = {
+    "default": {"BACKEND": "django.core.files.storage.InMemoryStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    ATTACHMENT_STORAGE_ALIAS: {"BACKEND": "django.core.files.storage.InMemoryStorage"},
+}
+BROKEN_ALIAS = {
+    **WITH_ALIAS,
+    ATTACHMENT_STORAGE_ALIAS: {"BACKEND": "no.such.Storage"},
+}
+
+
+@pytest.fixture
+def store() -> DefaultAttachmentStore:
+    return DefaultAttachmentStore()
+
+
+def first_blob() -> str:
+    """The blob name of the oldest attachment row."""
+    return str(StoredAttachment.objects.order_by("pk")[0].file.name)
+
+
+def read(store: DefaultAttachmentStore, attachment_id: str, owner: str) -> bytes | None:
+    opened = store._open(attachment_id, owner)
+    if opened is None:
+        return None
+    with opened.content as content:
+        return content.read()
+
+
+def test_save_and_open_round_trip(store: DefaultAttachmentStore, upload: Upload) -> None:
+    ref = store._save(upload(b"%PDF-1.7 body", "C:\\Users\\me\\report.pdf", "application/pdf"), "1")
+
+    assert ref.name == "report.pdf"
+    assert ref.mime == "application/pdf"
+    assert ref.size == len(b"%PDF-1.7 body")
+    assert ref.url is None
+    row = StoredAttachment.objects.get()
+    assert row.sha256 == hashlib.sha256(b"%PDF-1.7 body").hexdigest()
+    assert ref.id == row.attachment_id.hex
+    assert ref.id not in str(row.file.name)  # the public id says nothing about the blob's name
+    opened = store._open(ref.id, "1")
+    assert opened is not None
+    assert opened.ref == ref
+    with opened.content as content:
+        assert content.read() == b"%PDF-1.7 body"
+
+
+def test_hashing_streams_large_uploads(store: DefaultAttachmentStore, upload: Upload) -> None:
+    payload = bytes(range(256)) * 1024 + b"tail"  # several 64 KiB chunks
+    ref = store._save(upload(payload, "big.bin", ""), "1")
+    row = StoredAttachment.objects.get()
+    assert row.sha256 == hashlib.sha256(payload).hexdigest()
+    assert ref.size == len(payload)
+    assert ref.mime == "application/octet-stream"
+    assert read(store, ref.id, "1") == payload
+
+
+@pytest.mark.parametrize("raw", [None, "   ", "dir\\\\"])
+def test_nameless_uploads_get_a_default_name(
+    store: DefaultAttachmentStore, raw: str | None
+) -> None:
+    upload = SimpleUploadedFile("x", b"data")
+    upload.name = raw
+    assert store._save(upload, "1").name == "attachment"
+
+
+def test_same_owner_dedups_but_every_upload_keeps_its_row_and_name(
+    store: DefaultAttachmentStore, upload: Upload
+) -> None:
+    first = store._save(upload(b"same bytes", "a.txt"), "1")
+    second = store._save(upload(b"same bytes", "b.txt"), "1")
+
+    assert first.id != second.id
+    assert [first.name, second.name] == ["a.txt", "b.txt"]
+    files = set(StoredAttachment.objects.values_list("file", flat=True))
+    assert len(files) == 1
+    assert read(store, second.id, "1") == b"same bytes"
+
+
+def test_dedup_never_crosses_owners(
+    store: DefaultAttachmentStore, upload: Upload, on_commit: OnCommit
+) -> None:
+    mine = store._save(upload(b"identical", "a.txt"), "1")
+    theirs = store._save(upload(b"identical", "a.txt"), "2")
+
+    rows = {row.owner_id: row.file.name for row in StoredAttachment.objects.all()}
+    assert rows["1"] != rows["2"]
+    # Deleting one owner's copy leaves the other's bytes alone.
+    with on_commit(execute=True):
+        store._remove(mine.id, "1")
+    assert read(store, theirs.id, "2") == b"identical"
+
+
+def test_dedup_heals_when_the_shared_blob_was_lost(
+    store: DefaultAttachmentStore, upload: Upload
+) -> None:
+    lost = store._save(upload(b"payload"), "1")
+    store._save(upload(b"payload"), "1")  # a second row naming the same blob
+    default_storage.delete(first_blob())
+
+    fresh = store._save(upload(b"payload"), "1")
+
+    assert read(store, fresh.id, "1") == b"payload"
+    assert read(store, lost.id, "1") is None
+
+
+def test_blob_goes_with_the_last_row(
+    store: DefaultAttachmentStore, upload: Upload, on_commit: OnCommit
+) -> None:
+    a = store._save(upload(b"shared"), "1")
+    b = store._save(upload(b"shared"), "1")
+    name = first_blob()
+
+    with on_commit(execute=True):
+        store._remove(a.id, "1")
+    assert default_storage.exists(name)
+    assert read(store, b.id, "1") == b"shared"
+
+    with on_commit(execute=True):
+        store._remove(b.id, "1")
+        store._remove(b.id, "1")  # idempotent
+    assert not default_storage.exists(name)
+    assert StoredAttachment.objects.count() == 0
+
+
+def test_cross_owner_and_malformed_ids_look_missing(
+    store: DefaultAttachmentStore, upload: Upload
+) -> None:
+    ref = store._save(upload(b"private"), "1")
+
+    assert store._open(ref.id, "2") is None
+    store._remove(ref.id, "2")
+    store._remove("not-a-uuid", "1")
+    assert store._open("not-a-uuid", "1") is None
+    assert store._open("00000000000000000000000000000000", "1") is None
+    assert read(store, ref.id, "1") == b"private"
+
+
+def test_missing_blob_returns_none_and_warns_without_the_owner(
+    store: DefaultAttachmentStore, upload: Upload, caplog: pytest.LogCaptureFixture
+) -> None:
+    owner = "anon:sessionkeythatisacredential"
+    ref = store._save(upload(b"gone soon"), owner)
+    default_storage.delete(first_blob())
+
+    with caplog.at_level(logging.WARNING, logger="django_pydantic_agent.contrib.store"):
+        assert store._open(ref.id, owner) is None
+
+    assert ref.id in caplog.text
+    assert "sessionkeythatisacredential" not in caplog.text
+
+
+def test_row_without_a_blob_opens_as_none(
+    store: DefaultAttachmentStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    row = StoredAttachment.objects.create(owner_id="1", name="x")
+    with caplog.at_level(logging.WARNING):
+        assert store._open(row.attachment_id.hex, "1") is None
+    assert row.attachment_id.hex in caplog.text
+
+
+def test_a_failed_row_write_removes_the_fresh_blob(
+    store: DefaultAttachmentStore, upload: Upload, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: list[str] = []
+    real_save = InMemoryStorage.save
+
+    def spy(self: InMemoryStorage, name: Any, content: Any, max_length: Any = None) -> str:
+        stored = real_save(self, name, content, max_length)
+        written.append(stored)
+        return stored
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(InMemoryStorage, "save", spy)
+    monkeypatch.setattr(StoredAttachment, "save", fail)
+    with pytest.raises(RuntimeError):
+        store._save(upload(b"bytes"), "1")
+    assert written
+    assert not default_storage.exists(written[0])
+
+
+def test_bytes_go_to_the_alias_when_defined(store: DefaultAttachmentStore, upload: Upload) -> None:
+    with override_settings(STORAGES=WITH_ALIAS):
+        ref = store._save(upload(b"private bucket"), "1")
+        name = first_blob()
+        assert storages[ATTACHMENT_STORAGE_ALIAS].exists(name)
+        assert not default_storage.exists(name)
+        assert read(store, ref.id, "1") == b"private bucket"
+        assert resolve_attachment_storage() is storages[ATTACHMENT_STORAGE_ALIAS]
+
+
+def test_a_broken_alias_raises_instead_of_falling_back(
+    store: DefaultAttachmentStore, upload: Upload
+) -> None:
+    with override_settings(STORAGES=BROKEN_ALIAS), pytest.raises(InvalidStorageError):
+        store._save(upload(b"must not leak to the default bucket"), "1")
+    assert StoredAttachment.objects.count() == 0
+
+
+def test_storage_proxy_forwards_to_the_resolved_storage() -> None:
+    proxy = attachment_storage()
+    name = proxy.save("django_pydantic_agent/attachments/x.txt", SimpleUploadedFile("x", b"123"))
+    assert proxy.exists(name)
+    assert proxy.size(name) == 3
+    assert proxy.listdir("django_pydantic_agent/attachments")[1] == ["x.txt"]
+    assert proxy.url(name).endswith("x.txt")
+    assert proxy.get_valid_name("a b.txt") == "a_b.txt"
+    assert proxy.get_alternative_name("a", ".txt").startswith("a_")
+    assert proxy.get_available_name(name) != name
+    assert proxy.generate_filename("d/y.txt") == "d/y.txt"
+    assert proxy.get_accessed_time(name) == default_storage.get_accessed_time(name)
+    assert proxy.get_created_time(name) == default_storage.get_created_time(name)
+    assert proxy.get_modified_time(name) == default_storage.get_modified_time(name)
+    assert proxy.base_url == default_storage.base_url  # type: ignore[attr-defined]
+    assert proxy.path(name) == default_storage.path(name)
+    proxy.delete(name)
+    assert not proxy.exists(name)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_async_api_is_owner_scoped(
+    request_as: Callable[[Any], HttpRequest], alice: User, bob: User, upload: Upload
+) -> None:
+    store = DefaultAttachmentStore()
+    ref = await store.save(upload(b"alice's"), request=request_as(alice))
+
+    assert await store.open(ref.id, request=request_as(bob)) is None
+    await store.delete(ref.id, request=request_as(bob))
+    opened = await store.open(ref.id, request=request_as(alice))
+    assert opened is not None
+    with opened.content as content:
+        assert content.read() == b"alice's"
+    await store.delete(ref.id, request=request_as(alice))
+    assert await store.open(ref.id, request=request_as(alice)) is None
+    with pytest.raises(AnonymousOperationError):
+        await store.save(upload(), request=request_as(None))

@@ -1,0 +1,173 @@
+"""System checks E001-E003: found by walking the URLconf for mounted AG-UI servers."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.apps import apps
+from django.contrib.sessions.middleware import SessionMiddleware
+from django.core import checks
+from django.http import HttpRequest, HttpResponse
+from django.test import override_settings
+from django.urls import include, path
+from pydantic_ai import Agent
+from pydantic_ai.models.test import TestModel
+
+from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.checks import (
+    E001,
+    E002,
+    E003,
+    check_attachment_storage,
+    check_mounted_stores,
+    mounted_stores,
+)
+from django_pydantic_agent.contrib.store.stores import (
+    DefaultAttachmentStore,
+    DefaultConversationStore,
+)
+from django_pydantic_agent.persistence import (
+    DjangoSessionConversationStore,
+    NullAttachmentStore,
+    ScopedConversationStore,
+)
+
+Mount = Callable[..., None]
+
+
+def fake_view(server: Any) -> Callable[[HttpRequest], HttpResponse]:
+    def view(request: HttpRequest) -> HttpResponse:
+        return HttpResponse()
+
+    view.agui_server = server  # type: ignore[attr-defined]
+    return view
+
+
+def server(conversations: Any = None, attachments: Any = None) -> types.SimpleNamespace:
+    return types.SimpleNamespace(conversation_store=conversations, attachment_store=attachments)
+
+
+@pytest.fixture
+def mount() -> Iterator[Mount]:
+    """Install a throwaway ROOT_URLCONF whose patterns are the given ones."""
+    overrides: list[override_settings] = []
+
+    def install(*patterns: Any) -> None:
+        module = types.ModuleType("tests_store_checks_urls")
+        module.urlpatterns = [  # type: ignore[attr-defined]
+            path("plain/", lambda request: HttpResponse()),
+            *patterns,
+        ]
+        sys.modules[module.__name__] = module
+        override = override_settings(ROOT_URLCONF=module.__name__)
+        override.enable()
+        overrides.append(override)
+
+    yield install
+    for override in reversed(overrides):
+        override.disable()
+    sys.modules.pop("tests_store_checks_urls", None)
+
+
+def ids(messages: list[checks.CheckMessage]) -> list[str | None]:
+    return [message.id for message in messages]
+
+
+def test_nothing_to_report_for_a_correct_setup(mount: Mount) -> None:
+    mount(path("a/", fake_view(server(DefaultConversationStore(), DefaultAttachmentStore()))))
+    assert check_mounted_stores() == []
+    assert check_attachment_storage() == []
+
+
+def test_e001_default_stores_without_the_app(mount: Mount) -> None:
+    conversations = DefaultConversationStore()
+    attachments = DefaultAttachmentStore()
+    nested = [path("b/", fake_view(server(ScopedConversationStore(conversations, scope="x"))))]
+    mount(path("a/", fake_view(server(None, attachments))), path("n/", include(nested)))
+    installed = [app.name for app in apps.get_app_configs()]
+
+    with override_settings(
+        INSTALLED_APPS=[name for name in installed if name != "django_pydantic_agent.contrib.store"]
+    ):
+        errors = check_mounted_stores()
+
+    assert ids(errors) == [E001, E001]
+    assert {error.obj for error in errors} == {conversations, attachments}
+    assert "INSTALLED_APPS" in errors[0].msg
+    assert "migrate" in (errors[0].hint or "")
+
+
+def test_e003_session_store_without_session_middleware(mount: Mount, settings: Any) -> None:
+    session_store = DjangoSessionConversationStore()
+    wrapped = functools.wraps(fake_view(server(session_store)))(lambda request: HttpResponse())
+    mount(path("s/", wrapped))
+    assert check_mounted_stores() == []
+
+    settings.MIDDLEWARE = [
+        m for m in settings.MIDDLEWARE if not m.endswith("SessionMiddleware")
+    ] + ["no.such.Middleware"]
+    errors = check_mounted_stores()
+
+    assert ids(errors) == [E003]
+    assert errors[0].obj is session_store
+    assert "SessionMiddleware" in (errors[0].hint or "")
+
+
+def test_e003_accepts_a_session_middleware_subclass(mount: Mount, settings: Any) -> None:
+    mount(path("s/", fake_view(server(DjangoSessionConversationStore()))))
+    settings.MIDDLEWARE = ["tests.contrib.store.test_checks.CustomSessionMiddleware"]
+    assert check_mounted_stores() == []
+
+
+class CustomSessionMiddleware(SessionMiddleware):
+    pass
+
+
+def test_e002_broken_attachment_alias(settings: Any) -> None:
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "django_pydantic_agent_attachments": {"BACKEND": "no.such.Storage"},
+    }
+    [error] = check_attachment_storage()
+    assert error.id == E002
+    assert "'no.such.Storage'" in error.msg
+
+
+def test_e002_working_alias_is_fine(settings: Any) -> None:
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "django_pydantic_agent_attachments": {
+            "BACKEND": "django.core.files.storage.InMemoryStorage"
+        },
+    }
+    assert check_attachment_storage() == []
+
+
+def test_real_agui_server_mount_is_found(mount: Mount) -> None:
+    conversations = DefaultConversationStore()
+    agui = AGUIServer(
+        Agent(TestModel()),
+        conversation_store=ScopedConversationStore(conversations, scope="web"),
+        attachment_store=NullAttachmentStore(),
+        csrf_exempt=False,
+    )
+    mount(path("agent/", agui.urls))
+
+    stores = mounted_stores()
+
+    assert conversations in stores
+    assert any(isinstance(store, ScopedConversationStore) for store in stores)
+    assert len(stores) == len({id(store) for store in stores})
+
+
+def test_checks_are_registered_and_run_by_manage_check(mount: Mount, settings: Any) -> None:
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "django_pydantic_agent_attachments": {"BACKEND": "no.such.Storage"},
+    }
+    assert E002 in ids(checks.run_checks())

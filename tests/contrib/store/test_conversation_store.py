@@ -1,0 +1,331 @@
+"""DefaultConversationStore: row-per-message storage, owner scoping, titles, lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import IntegrityError, connection
+from django.http import HttpRequest
+from django.test.utils import CaptureQueriesContext
+
+from django_pydantic_agent.contrib.store.models import (
+    StoredAttachment,
+    StoredConversation,
+    StoredMessage,
+)
+from django_pydantic_agent.contrib.store.stores import DEFAULT_LIST_LIMIT, DefaultConversationStore
+from django_pydantic_agent.persistence import AnonymousOperationError, Conversation
+
+pytestmark = pytest.mark.django_db
+
+
+def user_msg(i: int, text: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {"id": f"m{i}", "role": "user", "content": text or f"question {i}", **extra}
+
+
+def bot_msg(i: int, text: str | None = None) -> dict[str, Any]:
+    return {"id": f"m{i}", "role": "assistant", "content": text or f"answer {i}"}
+
+
+@pytest.fixture
+def store() -> DefaultConversationStore:
+    return DefaultConversationStore()
+
+
+def save(store: DefaultConversationStore, owner: str, thread: str, messages: list[Any]) -> None:
+    store._store(Conversation(thread_id=thread, messages=messages), owner)
+
+
+def test_round_trip_keeps_ids_extra_fields_and_order(store: DefaultConversationStore) -> None:
+    messages = [
+        user_msg(0, attachments=[{"id": "x", "name": "a.pdf"}], metadata={"k": [1, 2]}),
+        {"id": "tc", "role": "assistant", "toolCalls": [{"id": "c1", "type": "function"}]},
+        {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "42"},
+        bot_msg(3),
+    ]
+    save(store, "1", "t", messages)
+
+    loaded = DefaultConversationStore()._fetch("t", "1")
+
+    assert loaded is not None
+    assert loaded.messages == messages
+    assert loaded.thread_id == "t"
+    assert loaded.owner_id == "1"
+    assert list(StoredMessage.objects.order_by("position").values_list("message_id", "role")) == [
+        ("m0", "user"),
+        ("tc", "assistant"),
+        ("t1", "tool"),
+        ("m3", "assistant"),
+    ]
+
+
+def test_appending_a_message_inserts_one_row_and_rewrites_nothing(
+    store: DefaultConversationStore,
+) -> None:
+    thread = [user_msg(i) if i % 2 == 0 else bot_msg(i) for i in range(200)]
+    save(store, "1", "t", thread)
+
+    with CaptureQueriesContext(connection) as ctx:
+        save(store, "1", "t", [*thread, user_msg(200)])
+
+    sql = [q["sql"].upper() for q in ctx.captured_queries]
+    inserts = [s for s in sql if s.startswith("INSERT") and "STOREDMESSAGE" in s]
+    message_updates = [s for s in sql if s.startswith("UPDATE") and "STOREDMESSAGE" in s]
+    assert len(inserts) == 1
+    assert message_updates == []
+    assert len(sql) <= 10
+    assert StoredMessage.objects.count() == 201
+
+
+def test_growing_the_last_message_updates_only_its_row(store: DefaultConversationStore) -> None:
+    thread = [user_msg(0), bot_msg(1, "Hel")]
+    save(store, "1", "t", thread)
+    grown_pk = StoredMessage.objects.get(position=1).pk
+
+    with CaptureQueriesContext(connection) as ctx:
+        save(store, "1", "t", [user_msg(0), bot_msg(1, "Hello there")])
+
+    updates = [
+        q["sql"]
+        for q in ctx.captured_queries
+        if q["sql"].upper().startswith("UPDATE") and "storedmessage" in q["sql"].lower()
+    ]
+    assert len(updates) == 1
+    assert updates[0].endswith(f"IN ({grown_pk})")
+    assert store._fetch("t", "1") == Conversation(
+        thread_id="t", messages=[user_msg(0), bot_msg(1, "Hello there")], owner_id="1"
+    )
+
+
+def test_shrinking_and_rewriting_history(store: DefaultConversationStore) -> None:
+    save(store, "1", "t", [user_msg(0), bot_msg(1), user_msg(2)])
+    save(store, "1", "t", [user_msg(0), {"id": "other", "role": "assistant", "content": "x"}])
+
+    loaded = store._fetch("t", "1")
+    assert loaded is not None
+    assert [m["id"] for m in loaded.messages] == ["m0", "other"]
+    assert StoredMessage.objects.count() == 2
+
+
+def test_saving_an_empty_conversation_keeps_the_thread(store: DefaultConversationStore) -> None:
+    save(store, "1", "t", [user_msg(0)])
+    save(store, "1", "t", [])
+
+    loaded = store._fetch("t", "1")
+    assert loaded is not None
+    assert loaded.messages == []
+    assert store._exists("t", "1")
+
+
+def test_title_is_set_once_and_changes_only_by_rename(store: DefaultConversationStore) -> None:
+    save(store, "1", "t", [user_msg(0, "  What   is the capital of France?  ")])
+    assert StoredConversation.objects.get().title == "What is the capital of France?"
+
+    save(store, "1", "t", [user_msg(0, "Something else entirely"), bot_msg(1, "Paris.")])
+    row = StoredConversation.objects.get()
+    assert row.title == "What is the capital of France?"
+    assert row.preview == "Paris."
+
+    store._rename("t", "  Trip\nplanning ", "1")
+    save(store, "1", "t", [user_msg(0, "again")])
+    assert StoredConversation.objects.get().title == "Trip planning"
+
+
+def test_rename_of_missing_or_foreign_thread_is_a_no_op(store: DefaultConversationStore) -> None:
+    save(store, "1", "t", [user_msg(0, "mine")])
+    store._rename("t", "hijacked", "2")
+    store._rename("missing", "x", "1")
+    store._rename("x" * 300, "x", "1")
+    assert StoredConversation.objects.get().title == "mine"
+
+
+def test_list_is_owner_scoped_newest_first_with_limit_in_one_query(
+    store: DefaultConversationStore,
+) -> None:
+    for i in range(5):
+        save(store, "1", f"t{i}", [user_msg(0, f"thread {i}")])
+    save(store, "2", "other", [user_msg(0, "not yours")])
+    save(store, "1", "t1", [user_msg(0, "thread 1"), bot_msg(1, "bumped")])
+
+    with CaptureQueriesContext(connection) as ctx:
+        metas = store._list("1", 3)
+
+    assert len(ctx.captured_queries) == 1
+    assert "LIMIT 3" in ctx.captured_queries[0]["sql"]
+    assert [m.thread_id for m in metas] == ["t1", "t4", "t3"]
+    assert metas[0].preview == "bumped"
+    assert metas[0].title == "thread 1"
+    assert metas[0].updated_at is not None
+    assert all(m.owner_id == "1" for m in metas)
+
+
+def test_list_without_limit_uses_the_store_default() -> None:
+    store = DefaultConversationStore(list_limit=2)
+    for i in range(3):
+        save(store, "1", f"t{i}", [user_msg(0)])
+    assert len(store._list("1", None)) == 2
+    assert DefaultConversationStore().list_limit == DEFAULT_LIST_LIMIT
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "10", 1.5])
+def test_bad_list_limit_is_refused_at_construction(bad: Any) -> None:
+    with pytest.raises(ValueError, match="list_limit="):
+        DefaultConversationStore(list_limit=bad)
+
+
+def test_cross_owner_thread_behaves_like_a_missing_one(store: DefaultConversationStore) -> None:
+    save(store, "1", "t", [user_msg(0, "secret")])
+
+    assert store._fetch("t", "2") is None
+    assert not store._exists("t", "2")
+    store._remove("t", "2")
+    assert store._exists("t", "1")
+
+    # The same thread id under another owner is a separate thread, never an overwrite.
+    save(store, "2", "t", [user_msg(0, "mine")])
+    mine = store._fetch("t", "1")
+    assert mine is not None
+    assert mine.messages[0]["content"] == "secret"
+
+
+def test_too_long_thread_ids(store: DefaultConversationStore) -> None:
+    long_id = "x" * 256
+    with pytest.raises(ValueError, match="thread_id="):
+        save(store, "1", long_id, [])
+    with pytest.raises(ValueError, match="thread_id="):
+        save(store, "1", "", [])
+    assert store._fetch(long_id, "1") is None
+    assert not store._exists(long_id, "1")
+    store._remove(long_id, "1")
+
+
+def test_odd_messages_are_stored_verbatim(store: DefaultConversationStore) -> None:
+    messages: list[Any] = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}, 7]
+    save(store, "1", "t", messages)
+    loaded = store._fetch("t", "1")
+    assert loaded is not None
+    assert loaded.messages == messages
+    assert StoredConversation.objects.get().title == "hi"
+
+
+def test_delete_removes_thread_messages_and_attachments_nothing_else_quotes(
+    store: DefaultConversationStore,
+) -> None:
+    only_here = StoredAttachment.objects.create(owner_id="1", name="a")
+    shared = StoredAttachment.objects.create(owner_id="1", name="b")
+    refs = [{"id": only_here.attachment_id.hex}, {"id": shared.attachment_id.hex}]
+    save(store, "1", "t", [user_msg(0, attachments=refs)])
+    save(store, "1", "u", [user_msg(0, attachments=[{"id": shared.attachment_id.hex}])])
+
+    store._remove("t", "1")
+    store._remove("t", "1")  # idempotent
+
+    assert not StoredConversation.objects.filter(thread_id="t").exists()
+    assert StoredMessage.objects.filter(conversation__thread_id="t").count() == 0
+    assert list(StoredAttachment.objects.values_list("name", flat=True)) == ["b"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_async_api_round_trip(
+    request_as: Callable[[Any], HttpRequest], alice: User, bob: User
+) -> None:
+    store = DefaultConversationStore()
+    as_alice, as_bob = request_as(alice), request_as(bob)
+
+    await store.save(
+        Conversation(thread_id="t", messages=[user_msg(0, "hi")], owner_id="forged"),
+        request=as_alice,
+    )
+
+    loaded = await store.load("t", request=as_alice)
+    assert loaded is not None
+    assert loaded.owner_id == str(alice.pk)
+    assert await store.load("t", request=as_bob) is None
+    assert await store.exists("t", request=as_alice)
+    await store.rename("t", "Renamed", request=as_alice)
+    [meta] = await store.list(request=as_alice)
+    assert meta.title == "Renamed"
+    assert await store.list(request=as_bob) == []
+    await store.delete("t", request=as_alice)
+    assert not await store.exists("t", request=as_alice)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_anonymous_is_refused_by_default(
+    request_as: Callable[[Any], HttpRequest],
+) -> None:
+    with pytest.raises(AnonymousOperationError):
+        await DefaultConversationStore().load("t", request=request_as(None))
+
+
+def test_a_concurrent_first_save_updates_the_winners_row(
+    store: DefaultConversationStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another worker committed the same thread after our lookup missed it.
+    StoredConversation.objects.create(owner_id="1", thread_id="t", title="winner")
+    real_lookup = store._locked_row
+    calls: list[str] = []
+
+    def stale_first_lookup(thread_id: str, owner_id: str) -> StoredConversation | None:
+        calls.append(thread_id)
+        return None if len(calls) == 1 else real_lookup(thread_id, owner_id)
+
+    monkeypatch.setattr(store, "_locked_row", stale_first_lookup)
+
+    save(store, "1", "t", [user_msg(0, "second writer")])
+
+    assert calls == ["t", "t"]
+    row = StoredConversation.objects.get()
+    assert row.title == "winner"
+    loaded = store._fetch("t", "1")
+    assert loaded is not None
+    assert loaded.messages == [user_msg(0, "second writer")]
+
+
+def test_an_unrelated_integrity_error_is_not_swallowed(
+    store: DefaultConversationStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_create(**fields: Any) -> StoredConversation:
+        raise IntegrityError("NOT NULL constraint failed")
+
+    monkeypatch.setattr(StoredConversation.objects, "create", broken_create)
+    with pytest.raises(IntegrityError):
+        save(store, "1", "t", [user_msg(0)])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_saves_of_one_thread_serialise(store: DefaultConversationStore) -> None:
+    """Two workers racing on one new thread: no IntegrityError, one writer's list wins whole."""
+    if connection.vendor == "sqlite":
+        pytest.skip("Needs a database with concurrent writers (CI runs it on PostgreSQL).")
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from django.db import connections
+
+    barrier = Barrier(2)
+    lists = {
+        "a": [user_msg(0, "from a"), bot_msg(1, "a" * 50)],
+        "b": [user_msg(0, "from b"), bot_msg(1, "b"), user_msg(2, "b again")],
+    }
+
+    def worker(name: str) -> None:
+        try:
+            for _ in range(10):
+                barrier.wait()
+                save(store, "1", f"race-{_}", lists[name])
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(2) as pool:
+        for future in [pool.submit(worker, name) for name in lists]:
+            future.result()
+
+    assert StoredConversation.objects.count() == 10
+    for i in range(10):
+        loaded = store._fetch(f"race-{i}", "1")
+        assert loaded is not None
+        assert loaded.messages in (lists["a"], lists["b"])
