@@ -20,7 +20,7 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from django_pydantic_agent.contrib.store.harness import DefaultMemoryStore
+from django_pydantic_agent.contrib.store.memory_store import DefaultMemoryStore
 from django_pydantic_agent.contrib.store.models import StoredMemoryFile
 
 if TYPE_CHECKING:

@@ -38,8 +38,9 @@ if TYPE_CHECKING:
     from django.core.files.storage import Storage
     from django.core.files.uploadedfile import UploadedFile
 
-    from django_pydantic_agent.contrib.store.harness import DefaultMemoryStore, DefaultStepStore
+    from django_pydantic_agent.contrib.store.memory_store import DefaultMemoryStore
     from django_pydantic_agent.contrib.store.models import StoredAttachment, StoredConversation
+    from django_pydantic_agent.contrib.store.step_store import DefaultStepStore
 
 __all__ = [
     "DEFAULT_LIST_LIMIT",
@@ -362,8 +363,12 @@ class DefaultAttachmentStore(ModelAttachmentStore):
 
 def __getattr__(name: str) -> Any:
     # The harness stores need the optional pydantic-ai-harness extra: import on first use.
-    if name in ("DefaultStepStore", "DefaultMemoryStore"):
-        from django_pydantic_agent.contrib.store import harness
+    if name == "DefaultStepStore":
+        from django_pydantic_agent.contrib.store.step_store import DefaultStepStore
 
-        return getattr(harness, name)
+        return DefaultStepStore
+    if name == "DefaultMemoryStore":
+        from django_pydantic_agent.contrib.store.memory_store import DefaultMemoryStore
+
+        return DefaultMemoryStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

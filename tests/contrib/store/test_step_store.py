@@ -14,8 +14,6 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.contrib.auth.models import AnonymousUser, User
-from django.contrib.sessions.backends.db import SessionStore
 from django.http import HttpRequest
 from django.test import RequestFactory
 from pydantic_ai import Agent
@@ -42,7 +40,6 @@ from pydantic_ai_harness.step_persistence import (
     ToolEffectRecord,
 )
 
-from django_pydantic_agent.contrib.store.harness import DefaultStepStore
 from django_pydantic_agent.contrib.store.models import (
     StoredMemoryOperation,
     StoredRun,
@@ -51,25 +48,11 @@ from django_pydantic_agent.contrib.store.models import (
     StoredStepEvent,
     StoredToolEffect,
 )
+from django_pydantic_agent.contrib.store.step_store import DefaultStepStore
+from tests.contrib.store.harness_support import anonymous_request, user_request
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 StoreFactory = Callable[..., Any]
-
-
-def _user_request(pk: int) -> HttpRequest:
-    """A request acting as an authenticated user; owner resolution needs only the pk."""
-    request = RequestFactory().post("/agent/")
-    request.user = User(pk=pk, username=f"user{pk}")
-    return request
-
-
-def _anonymous_request(*, session: bool) -> HttpRequest:
-    request = RequestFactory().post("/agent/")
-    request.user = AnonymousUser()
-    request.session = SessionStore()
-    if session:
-        request.session.create()
-    return request
 
 
 @pytest.fixture(
@@ -86,7 +69,7 @@ def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
         return lambda **kw: InMemoryStepStore(**kw)
     if kind == "sqlite":
         return lambda **kw: SqliteStepStore(database=tmp_path / "steps.db", media_store=None, **kw)
-    owner_request = _user_request(1)
+    owner_request = user_request(1)
     return lambda **kw: DefaultStepStore(owner_request, **kw)
 
 
@@ -326,8 +309,8 @@ async def test_registering_a_run_id_twice_is_refused(make_store: StoreFactory) -
 
 @pytest.mark.django_db(transaction=True)
 async def test_another_users_run_is_invisible_even_by_its_exact_id() -> None:
-    alice = DefaultStepStore(_user_request(1))
-    bob = DefaultStepStore(_user_request(2))
+    alice = DefaultStepStore(user_request(1))
+    bob = DefaultStepStore(user_request(2))
     await alice.register_run(_run("run-1", conversation_id="t1"))
     await alice.append_event(_event("run-1"))
     await alice.save_snapshot(_snapshot("run-1", 1))
@@ -360,10 +343,10 @@ async def test_another_users_run_is_invisible_even_by_its_exact_id() -> None:
 @pytest.mark.django_db(transaction=True)
 async def test_two_anonymous_sessions_are_separate_owners() -> None:
     first = DefaultStepStore(
-        await sync_to_async(_anonymous_request)(session=True), allow_anonymous=True
+        await sync_to_async(anonymous_request)(session=True), allow_anonymous=True
     )
     second = DefaultStepStore(
-        await sync_to_async(_anonymous_request)(session=True), allow_anonymous=True
+        await sync_to_async(anonymous_request)(session=True), allow_anonymous=True
     )
     await first.register_run(_run("run-1"))
     await first.append_event(_event("run-1"))
@@ -383,9 +366,9 @@ async def test_two_anonymous_sessions_are_separate_owners() -> None:
 async def test_an_anonymous_request_that_is_not_served_writes_nothing(
     allow_anonymous: bool, session: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    request = await sync_to_async(_anonymous_request)(session=session)
+    request = await sync_to_async(anonymous_request)(session=session)
     store = DefaultStepStore(request, allow_anonymous=allow_anonymous)
-    with caplog.at_level(logging.DEBUG, logger="django_pydantic_agent.contrib.store.harness"):
+    with caplog.at_level(logging.DEBUG, logger="django_pydantic_agent.contrib.store"):
         await store.register_run(_run("run-1"))
     expected = f"DefaultStepStore(allow_anonymous={allow_anonymous}) stores nothing"
     assert expected in caplog.text
@@ -408,7 +391,7 @@ async def test_an_anonymous_request_that_is_not_served_writes_nothing(
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_duplicate_run_raises_a_value_error_naming_the_run() -> None:
-    store = DefaultStepStore(_user_request(1))
+    store = DefaultStepStore(user_request(1))
     await store.register_run(_run("run-7"))
 
     with pytest.raises(ValueError, match="'run-7' is already registered"):
@@ -425,7 +408,7 @@ def test_retention_bound_is_checked_at_construction(bad: Any) -> None:
 async def test_a_damaged_snapshot_row_is_skipped_by_list_but_not_hidden_by_it(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    store = DefaultStepStore(_user_request(1))
+    store = DefaultStepStore(user_request(1))
     await store.save_snapshot(_snapshot("run-1", 1))
     await store.save_snapshot(_snapshot("run-1", 2))
     await store.save_snapshot(_snapshot("run-1", 3))
@@ -441,7 +424,7 @@ async def test_a_damaged_snapshot_row_is_skipped_by_list_but_not_hidden_by_it(
 
 @pytest.mark.django_db(transaction=True)
 async def test_rows_the_harness_cannot_represent_raise_on_read() -> None:
-    store = DefaultStepStore(_user_request(1))
+    store = DefaultStepStore(user_request(1))
     await store.append_event(_event("run-1"))
     await store.record_tool_effect(
         ToolEffectRecord(tool_call_id="c1", tool_name="t", run_id="run-1", status="started")
@@ -511,7 +494,7 @@ async def _trail(store: Any) -> tuple[list[tuple[str, int]], list[int], list[str
 
 @pytest.mark.django_db(transaction=True)
 async def test_step_persistence_writes_the_same_trail_as_the_reference_store() -> None:
-    ours = DefaultStepStore(_user_request(1))
+    ours = DefaultStepStore(user_request(1))
 
     expected = await _trail(InMemoryStepStore())
     assert await _trail(ours) == expected
@@ -544,7 +527,7 @@ async def test_an_agent_built_once_records_each_run_under_its_callers_owner() ->
         deps_type=Deps,
         capabilities=[PerRequestStepPersistence(agent_name="assistant")],
     )
-    alice, bob = _user_request(1), _user_request(2)
+    alice, bob = user_request(1), user_request(2)
     await agent.run("tea?", deps=Deps(user=alice.user, request=alice), conversation_id="t-a")
     await agent.run("tea?", deps=Deps(user=bob.user, request=bob), conversation_id="t-b")
 

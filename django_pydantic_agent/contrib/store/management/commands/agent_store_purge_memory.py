@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import CommandError
 
-from django_pydantic_agent.contrib.store.harness import DefaultMemoryStore
 from django_pydantic_agent.contrib.store.management.commands._common import StoreCommand
+from django_pydantic_agent.contrib.store.memory_store import DefaultMemoryStore
 from django_pydantic_agent.contrib.store.models import StoredMemoryFile
 
 if TYPE_CHECKING:
