@@ -8,17 +8,21 @@ declared type (nested models, lists, enums, datetimes, ``None``) and validated b
 from __future__ import annotations
 
 import builtins
-import inspect
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, Self, cast
 
 from pydantic import BaseModel, PrivateAttr
 
-from django_pydantic_agent.memory_service._serde import dump_value, field_default, load_value
+from django_pydantic_agent.memory_service._serde import dump_value
 from django_pydantic_agent.memory_service.client import json_object
 from django_pydantic_agent.memory_service.errors import DRMemoryBadRequestError
-from django_pydantic_agent.memory_service.session import DRSession
+from django_pydantic_agent.memory_service.session import (
+    DRSession,
+    _dump_overlay,
+    _load_fields,
+    _reject_reserved,
+)
 
 __all__ = ["DREvent"]
 
@@ -55,12 +59,7 @@ class DREvent(BaseModel):
     _created_at: str = PrivateAttr(default="")
 
     def __init_subclass__(cls, *, session: type[DRSession] | None = None, **kwargs: Any) -> None:
-        for name in inspect.get_annotations(cls):
-            if name in _RESERVED:
-                raise TypeError(
-                    f"{cls.__name__}.{name} uses a name reserved by DREvent "
-                    f"({', '.join(_RESERVED)}); rename the field."
-                )
+        _reject_reserved(cls, "DREvent", _RESERVED)
         if session is not None:
             if not (isinstance(session, type) and issubclass(session, DRSession)):
                 raise TypeError(
@@ -139,14 +138,35 @@ class DREvent(BaseModel):
         if "body" in data:
             body = data["body"] if isinstance(data["body"], dict) else {}
             self.content = body.get("content")  # type: ignore[assignment]
-            for name in cls._body_fields():
-                field = cls.model_fields[name]
-                value = (
-                    load_value(cls.__name__, name, field, body[name])
-                    if name in body
-                    else field_default(field)
-                )
-                setattr(self, name, value)
+            _load_fields(self, cls._body_fields(), body)
+
+    @classmethod
+    def _check_declared(cls, names: Iterable[str], *, where: str) -> None:
+        declared = cls._body_fields()
+        unknown = sorted(set(names) - set(declared))
+        if unknown:
+            raise ValueError(
+                f"{where} got undeclared fields {unknown!r}; declare them on {cls.__name__} "
+                f"(declared: {sorted(declared)!r})."
+            )
+
+    @classmethod
+    def _check_batch_size(cls, operation: str, count: int, noun: str) -> None:
+        if count > MAX_BATCH:
+            raise ValueError(
+                f"{cls.__name__}.{operation}() got {count} {noun}; the service takes at most "
+                f"{MAX_BATCH} per batch, split the list."
+            )
+
+    @classmethod
+    async def _items(
+        cls, session: DRSession, method: str, tail: str, **kwargs: Any
+    ) -> builtins.list[dict[str, Any]]:
+        """Send one request to the session's ``events/<tail>``; return the answer's ``items``."""
+        response = await session.space.client.request(
+            method, f"{session._path}events/{tail}", **kwargs
+        )
+        return json_object(response).get("items") or []
 
     @classmethod
     def _create_item(
@@ -158,12 +178,7 @@ class DREvent(BaseModel):
     ) -> dict[str, Any]:
         """Build one create body, applying the local checks (undeclared fields, emitter)."""
         extra = {k: v for k, v in item.items() if k not in _BASE_FIELDS}
-        unknown = sorted(set(extra) - set(cls._body_fields()))
-        if unknown:
-            raise ValueError(
-                f"{where} got undeclared fields {unknown!r}; declare them on {cls.__name__} "
-                f"(declared: {sorted(cls._body_fields())!r})."
-            )
+        cls._check_declared(extra, where=where)
         emitter_type = item["emitter_type"]
         emitter_id = item.get("emitter_id")
         if emitter_type == "user" and emitter_id is not None:
@@ -193,21 +208,13 @@ class DREvent(BaseModel):
     ) -> dict[str, Any]:
         """Build one patch body: the full body if content or a field changes, and the emitter."""
         cls = type(self)
-        declared = cls._body_fields()
-        unknown = sorted(set(fields) - set(declared))
-        if unknown:
-            raise ValueError(
-                f"{where} got undeclared fields {unknown!r}; declare them on {cls.__name__} "
-                f"(declared: {sorted(declared)!r})."
-            )
+        cls._check_declared(fields, where=where)
         item: dict[str, Any] = {}
         if content is not None or fields:
-            body: dict[str, Any] = {"content": content if content is not None else self.content}
-            for name in declared:
-                value = fields[name] if name in fields else getattr(self, name)
-                if name in fields or value is not None:
-                    body[name] = dump_value(cls.model_fields[name], value)
-            item["body"] = body
+            item["body"] = {
+                "content": content if content is not None else self.content,
+                **_dump_overlay(self, cls._body_fields(), fields),
+            }
         if emitter_type is not None or emitter_id is not None:
             emitter: dict[str, Any] = {"type": emitter_type or self.emitter_type}
             new_id = emitter_id if emitter_id is not None else self.emitter_id
@@ -264,11 +271,7 @@ class DREvent(BaseModel):
             DRMemoryBadRequestError: A user emitter that is not a participant (pre-checked).
         """
         cls._check_session(session)
-        if len(events) > MAX_BATCH:
-            raise ValueError(
-                f"{cls.__name__}.post_batch() got {len(events)} events; the service takes at "
-                f"most {MAX_BATCH} per batch, split the list."
-            )
+        cls._check_batch_size("post_batch", len(events), "events")
         payload = []
         for index, event in enumerate(events):
             where = f"{cls.__name__}.post_batch() item {index}"
@@ -278,12 +281,8 @@ class DREvent(BaseModel):
                     f"{where} lacks {missing!r}; every item needs content and emitter_type."
                 )
             payload.append(cls._create_item(session, event, where=where))
-        response = await session.space.client.request(
-            "POST", f"{session._path}events/batch/", json={"events": payload}
-        )
-        return [
-            cls._from_wire(session, item) for item in (json_object(response).get("items") or [])
-        ]
+        items = await cls._items(session, "POST", "batch/", json={"events": payload})
+        return [cls._from_wire(session, item) for item in items]
 
     @classmethod
     async def list(
@@ -299,11 +298,7 @@ class DREvent(BaseModel):
             DRMemoryValidationError: For ``limit`` outside 1-100 or an unknown ``type``.
             DRMemoryNotFoundError: If the session or space is gone.
         """
-        cls._check_session(session)
-        params: dict[str, Any] = {"offset": offset, "limit": limit}
-        if type is not None:
-            params["eventType"] = type
-        return await cls._read(session, params)
+        return await cls._read(session, type, offset=offset, limit=limit)
 
     @classmethod
     async def last(
@@ -313,20 +308,18 @@ class DREvent(BaseModel):
         type: str | None = None,
     ) -> builtins.list[Self]:
         """Return the last ``n`` (1-100) live events, oldest first, optionally of one ``type``."""
-        cls._check_session(session)
-        params: dict[str, Any] = {"lastN": n}
-        if type is not None:
-            params["eventType"] = type
-        return await cls._read(session, params)
+        return await cls._read(session, type, lastN=n)
 
     @classmethod
-    async def _read(cls, session: DRSession, params: dict[str, Any]) -> builtins.list[Self]:
-        response = await session.space.client.request(
-            "GET", f"{session._path}events/", params=params
-        )
-        return [
-            cls._from_wire(session, item) for item in (json_object(response).get("items") or [])
-        ]
+    async def _read(
+        cls, session: DRSession, type: str | None, **params: Any
+    ) -> builtins.list[Self]:
+        """List or last: ``params`` plus the optional ``type`` filter, as bound events."""
+        cls._check_session(session)
+        if type is not None:
+            params["eventType"] = type
+        items = await cls._items(session, "GET", "", params=params)
+        return [cls._from_wire(session, item) for item in items]
 
     @classmethod
     async def patch_batch(
@@ -345,11 +338,7 @@ class DREvent(BaseModel):
             DRMemoryVersionConflictError: If any token is stale; nothing is changed.
         """
         cls._check_session(session)
-        if len(updates) > MAX_BATCH:
-            raise ValueError(
-                f"{cls.__name__}.patch_batch() got {len(updates)} updates; the service takes at "
-                f"most {MAX_BATCH} per batch, split the list."
-            )
+        cls._check_batch_size("patch_batch", len(updates), "updates")
         payload = []
         for index, (event, changes) in enumerate(updates):
             where = f"{cls.__name__}.patch_batch() item {index}"
@@ -370,12 +359,8 @@ class DREvent(BaseModel):
             if event.created_at:
                 item["createdAt"] = event.created_at
             payload.append(item)
-        response = await session.space.client.request(
-            "PATCH", f"{session._path}events/batch/", json={"events": payload}
-        )
-        by_sequence = {
-            item.get("sequenceId"): item for item in (json_object(response).get("items") or [])
-        }
+        items = await cls._items(session, "PATCH", "batch/", json={"events": payload})
+        by_sequence = {item.get("sequenceId"): item for item in items}
         result: builtins.list[Self] = []
         for event, _ in updates:
             data = by_sequence.get(event.sequence_id)

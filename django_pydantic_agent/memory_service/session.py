@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import copy
 import inspect
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from contextlib import aclosing
 from typing import Any, ClassVar, Self, cast
 from urllib.parse import quote
@@ -41,6 +41,42 @@ PAGE_SIZE = 100
 _RESERVED = ("participants", "id", "created_at", "version", "lifecycle_strategies", "space")
 
 
+def _reject_reserved(cls: type[BaseModel], base: str, reserved: tuple[str, ...]) -> None:
+    """Refuse a subclass field named like one of ``base``'s ``reserved`` attributes."""
+    for name in inspect.get_annotations(cls):
+        if name in reserved:
+            raise TypeError(
+                f"{cls.__name__}.{name} uses a name reserved by {base} "
+                f"({', '.join(reserved)}); rename the field."
+            )
+
+
+def _load_fields(model: BaseModel, names: Iterable[str], stored: Mapping[str, Any]) -> None:
+    """Set each of ``names`` on ``model`` from its ``stored`` wire value, or to its default."""
+    cls = type(model)
+    for name in names:
+        field = cls.model_fields[name]
+        value = (
+            load_value(cls.__name__, name, field, stored[name])
+            if name in stored
+            else field_default(field)
+        )
+        setattr(model, name, value)
+
+
+def _dump_overlay(
+    model: BaseModel, names: Iterable[str], changes: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Wire values of ``names``: ``changes`` over the current values; ``None`` only if given."""
+    fields = type(model).model_fields
+    dumped: dict[str, Any] = {}
+    for name in names:
+        value = changes[name] if name in changes else getattr(model, name)
+        if name in changes or value is not None:
+            dumped[name] = dump_value(fields[name], value)
+    return dumped
+
+
 class DRSession(BaseModel):
     """Base class of session models; subclass it, never instantiate it directly.
 
@@ -65,13 +101,7 @@ class DRSession(BaseModel):
     _lifecycle_strategies: list[dict[str, Any]] = PrivateAttr(default_factory=list)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        own = inspect.get_annotations(cls)
-        for name in own:
-            if name in _RESERVED:
-                raise TypeError(
-                    f"{cls.__name__}.{name} uses a name reserved by DRSession "
-                    f"({', '.join(_RESERVED)}); rename the field."
-                )
+        _reject_reserved(cls, "DRSession", _RESERVED)
         super().__init_subclass__(**kwargs)
 
     @classmethod
@@ -182,13 +212,10 @@ class DRSession(BaseModel):
             decoded = decode_description(
                 cls._prefix(), data["description"], len(routing.range_keys)
             )
-            for index, name in enumerate(routing.range_keys):
-                value = (
-                    load_value(cls.__name__, name, fields[name], decoded[index])
-                    if decoded is not None
-                    else field_default(fields[name])
-                )
-                setattr(self, name, value)
+            segments = (
+                {} if decoded is None else dict(zip(routing.range_keys, decoded, strict=True))
+            )
+            _load_fields(self, routing.range_keys, segments)
         if routing.dedup is not None and data.get("deduplicationKey") is not None:
             name = routing.dedup
             setattr(
@@ -196,13 +223,7 @@ class DRSession(BaseModel):
             )
         if "metadata" in data:
             stored = data["metadata"] if isinstance(data["metadata"], dict) else {}
-            for name in routing.metadata:
-                value = (
-                    load_value(cls.__name__, name, fields[name], stored[name])
-                    if name in stored
-                    else field_default(fields[name])
-                )
-                setattr(self, name, value)
+            _load_fields(self, routing.metadata, stored)
 
     @classmethod
     def _segments(cls, values: dict[str, Any], names: Iterable[str]) -> list[str]:
@@ -385,7 +406,6 @@ class DRSession(BaseModel):
         """
         cls = type(self)
         routing = cls._routing()
-        fields = cls.model_fields
         if not kwargs:
             raise ValueError(
                 f"{cls.__name__}.patch() on session {self._id!r} was given nothing to change; "
@@ -401,12 +421,7 @@ class DRSession(BaseModel):
             )
         body: dict[str, Any] = {}
         if any(name in kwargs for name in routing.metadata):
-            metadata: dict[str, Any] = {}
-            for name in routing.metadata:
-                value = kwargs[name] if name in kwargs else getattr(self, name)
-                if name in kwargs or value is not None:
-                    metadata[name] = dump_value(fields[name], value)
-            body["metadata"] = metadata
+            body["metadata"] = _dump_overlay(self, routing.metadata, kwargs)
         if any(name in kwargs for name in routing.range_keys):
             current = {name: getattr(self, name) for name in routing.range_keys}
             current.update({k: v for k, v in kwargs.items() if k in routing.range_keys})

@@ -2,44 +2,25 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 from ag_ui_validate.pytest_plugin import assert_valid_agui, assert_valid_agui_endpoint
 
 from django_pydantic_agent.agui import SSE_HEARTBEAT, UploadLimitMiddleware
 from tests.agui.conftest import asgi_app, run_body, sse_events
 from tests.agui.urls import UPLOAD_CAP
+from tests.support.servers import serve_asgi
 
 pytestmark = [pytest.mark.e2e, pytest.mark.urls("tests.agui.urls")]
 
 
 @pytest.fixture
 def base_url(transactional_db: None) -> Iterator[str]:
-    config = uvicorn.Config(
-        UploadLimitMiddleware(asgi_app()),
-        host="127.0.0.1",
-        port=0,
-        log_level="critical",
-        lifespan="off",
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_asgi(UploadLimitMiddleware(asgi_app())) as url:
+        yield url
 
 
 def test_events_stream_as_they_happen(base_url: str) -> None:

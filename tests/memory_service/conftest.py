@@ -2,7 +2,8 @@
 
 ``scripted`` is a tiny HTTP/1.1 server on a free loopback port whose answers each test scripts
 (status, headers, body, or a hang / a dropped connection); it records every request it receives.
-``wire`` points clients at the emulator app served by pytest-django's ``live_server``.
+``wire`` points clients at the emulator app served by pytest-django's ``live_server``; ``space``
+is a fresh memory space on it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from django_pydantic_agent.memory_service import DRMemoryServiceClient
+from django_pydantic_agent.memory_service import DRMemoryServiceClient, DRMemorySpace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,6 +174,11 @@ async def wire(live_server: Any) -> AsyncIterator[Wire]:
     pool = httpx.AsyncClient(timeout=10.0, event_hooks={"request": [record]})
     yield Wire(endpoint=f"{live_server.url}/api/v2", pool=pool, sent=sent)
     await pool.aclose()
+
+
+@pytest.fixture
+async def space(wire: Wire) -> DRMemorySpace:
+    return await DRMemorySpace.post(wire.client(), deduplication_key="client-tests")
 
 
 def body_of(request: httpx.Request) -> Any:

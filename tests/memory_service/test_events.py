@@ -38,11 +38,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-async def space(wire: Wire) -> DRMemorySpace:
-    return await DRMemorySpace.post(wire.client(), deduplication_key="events")
-
-
-@pytest.fixture
 async def session(space: DRMemorySpace) -> ChatSession:
     return await ChatSession.post(space, tenant="acme", topic="billing", chat_id="c1")
 

@@ -23,16 +23,15 @@ from django_pydantic_agent.memory_service import (
 )
 from tests.memory_service.conftest import Wire
 from tests.memory_service.orm import ChatMessage, ChatSession
+from tests.support.emulator import no_faults_armed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture(autouse=True)
 def _clean_faults() -> Iterator[None]:
-    fault_injector.clear()
-    request_counter.reset()
-    yield
-    fault_injector.clear()
+    with no_faults_armed():
+        yield
 
 
 async def test_quota_window_429_carries_retry_after(wire: Wire) -> None:

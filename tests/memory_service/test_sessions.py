@@ -40,14 +40,20 @@ pytestmark = pytest.mark.django_db(transaction=True)
 DEFAULT_STRATEGIES = [{"type": "soft_delete", "trigger": {"ttl": DEFAULT_SESSION_TTL_SECONDS}}]
 
 
-@pytest.fixture
-async def space(wire: Wire) -> DRMemorySpace:
-    return await DRMemorySpace.post(wire.client(), deduplication_key="sessions")
-
-
 async def _chat(space: DRMemorySpace, **overrides: str) -> ChatSession:
     values = {"tenant": "acme", "topic": "billing", "chat_id": "c1", "title": "T", **overrides}
     return await ChatSession.post(space, **values)
+
+
+async def _post_bulk(wire: Wire, space: DRMemorySpace, n: int) -> None:
+    """Create ``n`` chat sessions ``//chat/bulk/<i>/`` directly over the wire, then forget them."""
+    for i in range(n):
+        await wire.raw(
+            "POST",
+            f"{space.id}/sessions/",
+            json={"participants": [SYS], "description": f"//chat/bulk/{i}/"},
+        )
+    wire.clear()
 
 
 # Create, get, adopt ----------------------------------------------------------------------------
@@ -235,13 +241,7 @@ async def test_participant_filter(wire: Wire, space: DRMemorySpace) -> None:
 
 @pytest.mark.e2e
 async def test_list_fetches_every_page(wire: Wire, space: DRMemorySpace) -> None:
-    for i in range(250):
-        await wire.raw(
-            "POST",
-            f"{space.id}/sessions/",
-            json={"participants": [SYS], "description": f"//chat/bulk/{i}/"},
-        )
-    wire.clear()
+    await _post_bulk(wire, space, 250)
     listed = await ChatSession.list(space, tenant="bulk")
     assert len(listed) == 250
     assert len({s.id for s in listed}) == 250
@@ -257,13 +257,7 @@ async def test_list_fetches_every_page(wire: Wire, space: DRMemorySpace) -> None
 
 
 async def test_list_pages_follow_offset_and_total(wire: Wire, space: DRMemorySpace) -> None:
-    for i in range(101):
-        await wire.raw(
-            "POST",
-            f"{space.id}/sessions/",
-            json={"participants": [SYS], "description": f"//chat/bulk/{i}/"},
-        )
-    wire.clear()
+    await _post_bulk(wire, space, 101)
     listed = await ChatSession.list(space, tenant="bulk")
     assert len({s.id for s in listed}) == 101
     assert [r.url.params["offset"] for r in wire.sent] == ["0", "100"]

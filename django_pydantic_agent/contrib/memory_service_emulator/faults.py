@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 FaultKind = Literal["latency", "rate_limit", "unavailable", "drop"]
 
@@ -88,14 +88,7 @@ class Fault:
         routes: Iterable[str] | None = None,
     ) -> Fault:
         """Delay matching requests by ``seconds`` before they are processed normally."""
-        return cls(
-            kind="latency",
-            seconds=seconds,
-            rate=rate,
-            times=times,
-            methods=_methods(methods),
-            routes=_routes(routes),
-        )
+        return cls._rule("latency", rate, times, methods, routes, seconds=seconds)
 
     @classmethod
     def rate_limited(
@@ -112,14 +105,7 @@ class Fault:
         Without ``retry_after`` it imitates the service's storage cap, with it a quota window.
         """
         header = None if retry_after is None else str(retry_after)
-        return cls(
-            kind="rate_limit",
-            retry_after=header,
-            rate=rate,
-            times=times,
-            methods=_methods(methods),
-            routes=_routes(routes),
-        )
+        return cls._rule("rate_limit", rate, times, methods, routes, retry_after=header)
 
     @classmethod
     def unavailable(
@@ -131,13 +117,7 @@ class Fault:
         routes: Iterable[str] | None = None,
     ) -> Fault:
         """Answer 503 with a JSON ``detail``."""
-        return cls(
-            kind="unavailable",
-            rate=rate,
-            times=times,
-            methods=_methods(methods),
-            routes=_routes(routes),
-        )
+        return cls._rule("unavailable", rate, times, methods, routes)
 
     @classmethod
     def dropped_connection(
@@ -154,13 +134,26 @@ class Fault:
         With ``after_processing=True`` the request is carried out first and only its answer is
         lost, the case that retries and deduplication keys exist for.
         """
+        return cls._rule("drop", rate, times, methods, routes, after_processing=after_processing)
+
+    @classmethod
+    def _rule(
+        cls,
+        kind: FaultKind,
+        rate: float,
+        times: int | None,
+        methods: Iterable[str] | None,
+        routes: Iterable[str] | None,
+        **details: Any,
+    ) -> Fault:
+        """The builders' common part: normalise the matching keywords, add the kind's own."""
         return cls(
-            kind="drop",
-            after_processing=after_processing,
+            kind=kind,
             rate=rate,
             times=times,
-            methods=_methods(methods),
-            routes=_routes(routes),
+            methods=None if methods is None else frozenset(m.upper() for m in methods),
+            routes=None if routes is None else frozenset(routes),
+            **details,
         )
 
     def matches(self, method: str, route: str) -> bool:
@@ -168,14 +161,6 @@ class Fault:
         if self.methods is not None and method.upper() not in self.methods:
             return False
         return self.routes is None or route in self.routes
-
-
-def _methods(methods: Iterable[str] | None) -> frozenset[str] | None:
-    return None if methods is None else frozenset(m.upper() for m in methods)
-
-
-def _routes(routes: Iterable[str] | None) -> frozenset[str] | None:
-    return None if routes is None else frozenset(routes)
 
 
 @dataclass

@@ -14,6 +14,15 @@ from django.db import models
 from django.db.models import Q
 
 
+def _live_dedup_key_unique(owner: str, *, name: str) -> models.UniqueConstraint:
+    """A deduplication key is unique per ``owner`` among live (not soft-deleted) rows."""
+    return models.UniqueConstraint(
+        fields=[owner, "deduplication_key"],
+        condition=Q(deleted_at__isnull=True, deduplication_key__isnull=False),
+        name=name,
+    )
+
+
 class EmulatedMemorySpace(models.Model):
     """A memory space owned by one principal (the ``user_id`` derived from its bearer token)."""
 
@@ -30,13 +39,7 @@ class EmulatedMemorySpace(models.Model):
 
     class Meta:
         verbose_name = "emulated memory space"
-        constraints = [
-            models.UniqueConstraint(
-                fields=["user_id", "deduplication_key"],
-                condition=Q(deleted_at__isnull=True, deduplication_key__isnull=False),
-                name="dpa_emu_space_live_dedup_key",
-            )
-        ]
+        constraints = [_live_dedup_key_unique("user_id", name="dpa_emu_space_live_dedup_key")]
 
     def __str__(self) -> str:
         return f"memory space {self.uuid}"
@@ -62,13 +65,7 @@ class EmulatedSession(models.Model):
 
     class Meta:
         verbose_name = "emulated session"
-        constraints = [
-            models.UniqueConstraint(
-                fields=["space", "deduplication_key"],
-                condition=Q(deleted_at__isnull=True, deduplication_key__isnull=False),
-                name="dpa_emu_session_live_dedup_key",
-            )
-        ]
+        constraints = [_live_dedup_key_unique("space", name="dpa_emu_session_live_dedup_key")]
 
     def __str__(self) -> str:
         return f"session {self.uuid}"

@@ -9,10 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from django_pydantic_agent.contrib.memory_service_emulator import (
-    fault_injector,
-    request_counter,
-)
+from tests.support.emulator import no_faults_armed
 
 SYS = "000000000000000000000000"
 PREFIX = "/api/v2/memory/"
@@ -107,11 +104,8 @@ class Api:
 
 @pytest.fixture(autouse=True)
 def _clean_faults() -> Iterator[None]:
-    fault_injector.clear()
-    request_counter.reset()
-    yield
-    fault_injector.clear()
-    request_counter.reset()
+    with no_faults_armed():
+        yield
 
 
 @pytest.fixture

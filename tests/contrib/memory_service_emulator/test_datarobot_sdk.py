@@ -13,17 +13,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from django.core.asgi import get_asgi_application
 
 from django_pydantic_agent.contrib.memory_service_emulator import Fault, fault_injector
+from tests.support.servers import serve_asgi
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -52,23 +50,8 @@ def sdk_python() -> str:
 @pytest.fixture
 def endpoint(transactional_db: None) -> Iterator[str]:
     """The emulator (tests.settings' ASGI app) under uvicorn on a free loopback port."""
-    config = uvicorn.Config(
-        get_asgi_application(), host="127.0.0.1", port=0, log_level="critical", lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert thread.is_alive(), "uvicorn stopped before it started serving"
-        assert time.monotonic() < deadline, "uvicorn did not start within 10 s"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}/api/v2"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_asgi(get_asgi_application()) as url:
+        yield f"{url}/api/v2"
 
 
 def run_script(python: str, endpoint: str, *extra: str) -> list[dict[str, Any]]:

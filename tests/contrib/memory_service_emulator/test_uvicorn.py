@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 from django.core.asgi import get_asgi_application
 
 from django_pydantic_agent.contrib.memory_service_emulator import Fault, fault_injector
+from tests.support.servers import serve_asgi
 
 pytestmark = pytest.mark.e2e
 
@@ -20,22 +18,8 @@ HEADERS = {"Authorization": "Bearer uvicorn", "Content-Type": "application/json"
 
 @pytest.fixture
 def asgi_url(transactional_db: None) -> Iterator[str]:
-    config = uvicorn.Config(
-        get_asgi_application(), host="127.0.0.1", port=0, log_level="critical", lifespan="off"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}/api/v2/memory/"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_asgi(get_asgi_application()) as url:
+        yield f"{url}/api/v2/memory/"
 
 
 def test_faults_under_asgi(asgi_url: str) -> None:

@@ -1,0 +1,1 @@
+"""Helpers shared by test packages that are not fixtures of one package's ``conftest.py``."""
