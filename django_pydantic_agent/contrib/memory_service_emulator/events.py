@@ -30,6 +30,7 @@ from django_pydantic_agent.contrib.memory_service_emulator.protocol import (
     owned_space,
     page_params,
     query_int,
+    query_text,
     render_event,
     timestamp,
     validate,
@@ -119,7 +120,7 @@ def list_events(request: HttpRequest, principal: Principal, sp: str, ss: str) ->
             request.GET["lastN"],
         )
     offset, limit = page_params(request)
-    event_type = request.GET.get("eventType")
+    event_type = query_text(request, "eventType")
     if event_type is not None and event_type not in ("message", "tool_output", "status"):
         raise invalid(
             ["query", "eventType"],
@@ -156,7 +157,16 @@ def _parse_token(token: str, loc: list[str | int]) -> dt.datetime:
         ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
-    return parsed
+    try:
+        return parsed.astimezone(dt.UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is before year 1 in UTC
+        raise invalid(
+            loc,
+            "createdAt is outside the years 1-9999 once converted to UTC; send the token as "
+            "returned in the event's createdAt.",
+            token,
+            kind="datetime_parsing",
+        ) from None
 
 
 def _next_token(previous: dt.datetime) -> dt.datetime:
@@ -220,7 +230,7 @@ def patch_event(
     request: HttpRequest, principal: Principal, sp: str, ss: str, seq: int
 ) -> HttpResponseBase:
     """PATCH ``.../events/{seq}/``: guarded by ``?createdAt``; answers a new token."""
-    raw_token = request.GET.get("createdAt")
+    raw_token = query_text(request, "createdAt")
     token = None if raw_token is None else _parse_token(raw_token, ["query", "createdAt"])
     data = json_body(request)
     patch = validate(schemas.EventPatch, data)

@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ def validate(model: type[_M], data: Any) -> _M:
 
 
 def json_body(request: HttpRequest) -> Any:
-    """The request body parsed as strict JSON (no NaN/Infinity); 422 if empty or invalid.
+    """The request body parsed as strict JSON (finite numbers only); 422 if empty or invalid.
 
     Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` still applies and answers 413.
     """
@@ -120,28 +121,34 @@ def json_body(request: HttpRequest) -> Any:
     if not raw:
         raise invalid(["body"], "Field required", None, kind="missing")
     try:
-        data = json.loads(raw, parse_constant=_reject_constant)
+        data = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise invalid(["body"], f"JSON decode error: {exc}", None, kind="json_invalid") from exc
     _check_storable(data)
     return data
 
 
-def _check_text(text: str) -> None:
+def check_text(text: str, loc: list[str | int], value: Any = None) -> None:
+    """422 unless ``text`` is storable on every database: no NUL, no lone surrogate.
+
+    ``loc`` and ``value`` locate the error (``["body"]`` or ``["query", name]``).
+    """
+    where = "the body" if loc[0] == "body" else f"the {loc[0]} parameter {loc[-1]!r}"
     if "\x00" in text:
         raise invalid(
-            ["body"],
-            "NUL characters (\\u0000) are not supported by the emulator; remove them.",
-            None,
+            loc,
+            f"NUL characters (\\u0000) are not supported by the emulator; remove them from "
+            f"{where}.",
+            value,
             kind="string_type",
         )
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         raise invalid(
-            ["body"],
-            "Strings must be valid Unicode; the body has a lone surrogate (e.g. \\ud800).",
-            None,
+            loc,
+            f"Strings must be valid Unicode; {where} has a lone surrogate (e.g. \\ud800).",
+            value,
             kind="string_unicode",
         ) from None
 
@@ -150,13 +157,13 @@ def _check_storable(value: Any) -> None:
     """422 for JSON the emulator cannot store alike on every database.
 
     Nesting is capped at :data:`MAX_JSON_DEPTH`; NUL characters and lone surrogates are refused
-    anywhere, because PostgreSQL can store neither. Walks without recursion.
+    anywhere, keys included, because PostgreSQL can store neither. Walks without recursion.
     """
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, level = stack.pop()
         if isinstance(item, str):
-            _check_text(item)
+            check_text(item, ["body"])
             continue
         if isinstance(item, dict):
             stack.extend((key, level) for key in item)
@@ -176,8 +183,45 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    """Parse a JSON number with a fraction or exponent; one that overflows to infinity is refused.
+
+    Neither PostgreSQL's ``jsonb`` nor SQLite's ``JSON_VALID`` accepts infinity, and JSON has no
+    way to write it back.
+    """
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(
+            f"the number {text[:40]} is out of range; JSON numbers must be finite "
+            "(within +/-1.8e308)"
+        )
+    return value
+
+
+def query_text(request: HttpRequest, name: str) -> str | None:
+    """The text query parameter ``name`` (the last one sent); ``None`` when absent.
+
+    422 for NUL characters or lone surrogates, which no database can compare or store alike.
+    """
+    raw = request.GET.get(name)
+    if raw is not None:
+        check_text(raw, ["query", name], raw)
+    return raw
+
+
+def query_texts(request: HttpRequest, name: str) -> list[str]:
+    """Every value of the repeatable query parameter ``name``, checked as :func:`query_text`."""
+    values = request.GET.getlist(name)
+    for value in values:
+        check_text(value, ["query", name], value)
+    return values
+
+
 def query_int(request: HttpRequest, name: str, *, low: int, high: int | None) -> int | None:
-    """The integer query parameter ``name`` within ``low..high``; ``None`` when absent, else 422."""
+    """The integer query parameter ``name`` within ``low..high``; ``None`` when absent, else 422.
+
+    Digit strings beyond ``int()``'s limit (4300 digits) are a parsing error, as in pydantic.
+    """
     raw = request.GET.get(name)
     if raw is None:
         return None

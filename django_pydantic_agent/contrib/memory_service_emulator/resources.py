@@ -26,6 +26,8 @@ from django_pydantic_agent.contrib.memory_service_emulator.protocol import (
     no_content,
     owned_space,
     page_params,
+    query_text,
+    query_texts,
     render_session,
     render_space,
     session_url,
@@ -40,8 +42,8 @@ from django_pydantic_agent.contrib.memory_service_emulator.protocol import (
 def list_spaces(request: HttpRequest, principal: Principal) -> HttpResponseBase:
     """GET ``memory/``: the caller's live spaces, oldest first, ``offset``/``limit`` paged."""
     offset, limit = page_params(request)
+    key = query_text(request, "deduplicationKey")
     spaces = EmulatedMemorySpace.objects.filter(user_id=principal.user_id, deleted_at__isnull=True)
-    key = request.GET.get("deduplicationKey")
     if key is not None:
         spaces = spaces.filter(deduplication_key=key)
     total = spaces.count()
@@ -109,7 +111,10 @@ _SPACE_PATCH_FIELDS = {
 
 
 def patch_space(request: HttpRequest, principal: Principal, sp: str) -> HttpResponseBase:
-    """PATCH ``memory/{sp}/``: replace the fields sent (null clears), 200 with the space."""
+    """PATCH ``memory/{sp}/``: replace the fields sent (null clears), 200 with the space.
+
+    ``{}`` answers 422 (spec 4.4: a non-empty subset); unknown keys are ignored.
+    """
     body = validate(schemas.SpacePatch, json_body(request))
     with transaction.atomic():
         space = owned_space(principal, sp)
@@ -207,7 +212,7 @@ def create_session(request: HttpRequest, principal: Principal, sp: str) -> HttpR
 def list_sessions(request: HttpRequest, principal: Principal, sp: str) -> HttpResponseBase:
     """GET ``{sp}/sessions/``: description, participants and key filters (AND), paged."""
     offset, limit = page_params(request)
-    description = request.GET.get("description")
+    description = query_text(request, "description")
     if description is not None and len(description) < 3:
         raise invalid(
             ["query", "description"],
@@ -215,21 +220,24 @@ def list_sessions(request: HttpRequest, principal: Principal, sp: str) -> HttpRe
             description,
             kind="string_too_short",
         )
-    participants = request.GET.getlist("participants")
+    participants = query_texts(request, "participants")
     for participant in participants:
         if not _is_object_id(participant):
             raise bad_request(
                 f"participants filter {participant!r} is not a valid ObjectId; send 24 "
                 "hexadecimal characters."
             )
+    key = query_text(request, "deduplicationKey")
     space = owned_space(principal, sp)
     sessions = EmulatedSession.objects.filter(space=space, deleted_at__isnull=True)
-    if description is not None:
+    if description is not None and len(description) > schemas.MAX_SESSION_DESCRIPTION:
+        # No stored description is that long; SQLite would also refuse the LIKE pattern (500).
+        sessions = sessions.none()
+    elif description is not None:
         # icontains escapes % and _, so the needle is a literal, case-insensitive substring.
         sessions = sessions.filter(description__icontains=description)
     if participants:
-        sessions = sessions.filter(participant__in=participants)
-    key = request.GET.get("deduplicationKey")
+        sessions = sessions.filter(participant__in=set(participants))
     if key is not None:
         sessions = sessions.filter(deduplication_key=key)
     total = sessions.count()
@@ -264,13 +272,16 @@ def _if_match(request: HttpRequest) -> int | None:
         value = value[2:]
     if len(value) >= 2 and value[0] == value[-1] == '"':
         value = value[1:-1]
-    if not value.isascii() or not value.isdigit():
+    try:
+        if not value.isascii() or not value.isdigit():
+            raise ValueError(value)
+        return int(value)  # ValueError beyond int()'s 4300-digit limit
+    except ValueError:
         raise invalid(
             ["header", "If-Match"],
             "If-Match must be the session version as a decimal integer, e.g. 'If-Match: 3'.",
             raw,
-        )
-    return int(value)
+        ) from None
 
 
 def patch_session(request: HttpRequest, principal: Principal, sp: str, ss: str) -> HttpResponseBase:

@@ -26,6 +26,7 @@ SERVER_DEFAULT_STRATEGY: dict[str, Any] = {"type": "soft_delete", "trigger": {"t
 """Attached when a session is created with no lifecycle strategy (180 days)."""
 
 MAX_BATCH_ITEMS = 200
+MAX_SESSION_DESCRIPTION = 1000
 MAX_STRATEGIES = 5
 
 ObjectId = Annotated[StrictStr, Field(pattern=OBJECT_ID_PATTERN)]
@@ -59,10 +60,22 @@ class SpaceCreate(_Body):
 
 
 class SpacePatch(_Body):
+    """A non-empty object (spec 4.4); null clears a field, unknown keys are ignored."""
+
     description: Annotated[StrictStr, Field(max_length=1000)] | None = None
     llmModelName: Annotated[StrictStr, Field(max_length=200)] | None = None
     llmBaseUrl: HttpUrlText | None = None
     customInstructions: Annotated[StrictStr, Field(max_length=10_000)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_empty(cls, data: Any) -> Any:
+        if data == {}:
+            raise ValueError(
+                "A memory space patch needs at least one of description, llmModelName, "
+                "llmBaseUrl or customInstructions; send null to clear a field."
+            )
+        return data
 
 
 class Trigger(BaseModel):
@@ -122,7 +135,7 @@ Strategies = Annotated[list[Strategy], Field(max_length=MAX_STRATEGIES)]
 class SessionCreate(_Body):
     participants: Annotated[list[ObjectId], Field(min_length=1, max_length=1)]
     deduplicationKey: DedupKey | None = None
-    description: Annotated[StrictStr, Field(max_length=1000)] | None = None
+    description: Annotated[StrictStr, Field(max_length=MAX_SESSION_DESCRIPTION)] | None = None
     metadata: dict[str, Any] | None = None
     lifecycleStrategies: Strategies | None = None
 
@@ -131,7 +144,7 @@ class SessionPatch(_Body):
     """``lifecycleStrategies`` may be omitted but never null or empty."""
 
     metadata: dict[str, Any] | None = None
-    description: Annotated[StrictStr, Field(max_length=1000)] | None = None
+    description: Annotated[StrictStr, Field(max_length=MAX_SESSION_DESCRIPTION)] | None = None
     # Omitted means "unchanged"; an explicit null fails validation, as the service's does.
     lifecycleStrategies: Annotated[
         list[Strategy], Field(min_length=1, max_length=MAX_STRATEGIES)

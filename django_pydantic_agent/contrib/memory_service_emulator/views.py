@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
+from django.core.exceptions import TooManyFieldsSent
 from django.db import connections, router
 from django.http import HttpRequest, StreamingHttpResponse
 from django.http.response import HttpResponseBase
@@ -177,6 +178,14 @@ def _serve(
             )
         with _database_guard():
             return handler(request, principal, **kwargs)
+    except TooManyFieldsSent:
+        return HTTPError(
+            400,
+            {
+                "detail": "The query string has more parameters than "
+                "DATA_UPLOAD_MAX_NUMBER_FIELDS allows; send fewer or raise that setting."
+            },
+        ).response()
     except HTTPError as exc:
         return exc.response()
 
