@@ -1,0 +1,1 @@
+"""The example project's chat app: the demo agent, the chat page and the demo user."""

@@ -1,0 +1,298 @@
+"""The example project's agent: a scripted model by default, a real provider on request.
+
+Without ``AGENT_MODEL`` the agent runs on a pydantic-ai ``FunctionModel`` whose stream function
+plays a fixed script, so the demo needs no API key and never leaves the machine:
+
+1. it streams a short reasoning block;
+2. it calls one real tool, ``calculate`` when the message contains arithmetic, ``server_time``
+   otherwise;
+3. once the tool has answered, it streams the reply word by word, with a small pause between
+   words so the streaming is visible in the browser.
+
+Ask for a "long" answer to get a reply long enough to try the Stop button on.
+
+With ``AGENT_MODEL`` set (``openai:gpt-4o``, ``anthropic:claude-sonnet-4-5``, ...) the same tools
+are given to that model; the provider reads its API key from the usual environment variable.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import operator
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models.function import (
+    AgentInfo,
+    DeltaThinkingCalls,
+    DeltaThinkingPart,
+    DeltaToolCall,
+    DeltaToolCalls,
+    FunctionModel,
+)
+
+__all__ = [
+    "INSTRUCTIONS",
+    "build_agent",
+    "calculate",
+    "extract_expression",
+    "scripted_model",
+    "server_time",
+]
+
+INSTRUCTIONS = (
+    "You are the friendly demo assistant of django-pydantic-agent. Use the `calculate` tool for "
+    "arithmetic and the `server_time` tool when asked about the time or date. Keep answers short."
+)
+
+_MAX_EXPRESSION_LENGTH = 200
+_MAX_EXPONENT = 100
+_MAX_MAGNITUDE = 10**30
+
+_BINARY_OPERATORS: dict[type[ast.operator], Callable[[float, float], float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY_OPERATORS: dict[type[ast.unaryop], Callable[[float], float]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
+
+# A run of characters that can form arithmetic, with at least one digit in it.
+_EXPRESSION_RE = re.compile(r"[\d\s.+\-*/%^()\u00d7\u00f7]*\d[\d\s.+\-*/%^()\u00d7\u00f7]*")
+_OPERATOR_RE = re.compile(r"\d\s*(\*\*|[+\-*/%^\u00d7\u00f7])\s*[\d(.\-]")
+
+
+def _evaluate(node: ast.AST) -> float:
+    """Evaluate a parsed arithmetic node; anything but numbers and operators is refused."""
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body)
+    value = node.value if isinstance(node, ast.Constant) else None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY_OPERATORS:
+        return _UNARY_OPERATORS[type(node.op)](_evaluate(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY_OPERATORS:
+        left, right = _evaluate(node.left), _evaluate(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
+            raise ValueError(f"the exponent {right!r} is larger than {_MAX_EXPONENT}")
+        result = _BINARY_OPERATORS[type(node.op)](left, right)
+        if abs(result) > _MAX_MAGNITUDE:
+            raise ValueError("the result is too large to show")
+        return result
+    raise ValueError(f"{type(node).__name__} is not allowed; use numbers and + - * / // % **")
+
+
+def _normalize(expression: str) -> str:
+    """Map ``^`` and the multiplication and division signs to Python's operators."""
+    return expression.replace("^", "**").replace("\u00d7", "*").replace("\u00f7", "/").strip()
+
+
+async def calculate(expression: str) -> str:
+    """Evaluate an arithmetic expression such as ``(2 + 3) * 4`` and return the result.
+
+    Only numbers, parentheses and the operators ``+ - * / // % **`` are accepted; the
+    expression is parsed with :mod:`ast`, never passed to ``eval``.
+
+    Args:
+        expression: The arithmetic to evaluate.
+    """
+    source = _normalize(expression)
+    if not source or len(source) > _MAX_EXPRESSION_LENGTH:
+        raise ModelRetry(
+            f"Send one arithmetic expression of at most {_MAX_EXPRESSION_LENGTH} characters."
+        )
+    try:
+        value = _evaluate(ast.parse(source, mode="eval"))
+    except ZeroDivisionError:
+        raise ModelRetry(f"{expression!r} divides by zero.") from None
+    except (SyntaxError, ValueError, OverflowError) as exc:
+        raise ModelRetry(f"{expression!r} is not arithmetic the calculator accepts: {exc}") from exc
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"{value:.10g}" if isinstance(value, float) else str(value)
+
+
+async def server_time() -> str:
+    """Return the server's current date and time in UTC (ISO 8601)."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+def extract_expression(text: str) -> str | None:
+    """Return the arithmetic in ``text`` (``"what is 6 * 7?"`` gives ``"6 * 7"``), or ``None``."""
+    candidates = [m.group().strip() for m in _EXPRESSION_RE.finditer(text)]
+    candidates = [c for c in candidates if _OPERATOR_RE.search(c)]
+    if not candidates:
+        return None
+    return max(candidates, key=len)
+
+
+def _last_user_text(messages: list[ModelMessage]) -> str:
+    """The text of the most recent user prompt in the history ("" when there is none)."""
+    for message in reversed(messages):
+        if not isinstance(message, ModelRequest):
+            continue
+        for part in reversed(message.parts):
+            if isinstance(part, UserPromptPart):
+                if isinstance(part.content, str):
+                    return part.content
+                return " ".join(item for item in part.content if isinstance(item, str))
+    return ""
+
+
+def _wants_long_answer(text: str) -> bool:
+    return bool(re.search(r"\b(long|story|essay)\b", text, re.IGNORECASE))
+
+
+def _format_time(iso: str) -> str:
+    moment = datetime.fromisoformat(iso)
+    return f"{moment:%H:%M:%S} UTC on {moment:%A %d %B %Y}"
+
+
+_LONG_TAIL = (
+    "Since you asked for a long answer, here is a short tour of what you are looking at. "
+    "Every word on this page arrives as its own server-sent event. The agent runs inside Django; "
+    "pydantic-ai turns what the model produces into AG-UI events; the AG-UI server encodes them "
+    "and writes them to the body of the single POST request the page made, as they happen. "
+    "The browser reads that body with fetch, splits it into frames at blank lines, skips the "
+    "heartbeat comments the server sends during long silences, and hands each event to a small "
+    "renderer. The reasoning block came first, then the tool call with its arguments and its "
+    "result, and now this text, one small delta at a time. "
+    "Press Stop whenever you like. The page aborts its request, the browser closes the "
+    "connection, and the server notices the disconnect and stops the run, so no model tokens "
+    "are spent on an answer nobody reads. "
+    "Nothing in this demo needs an API key, because the model is a scripted FunctionModel that "
+    "plays the same moves every time. Set AGENT_MODEL, together with the API key your provider "
+    "expects, to put a real model behind the same page, the same endpoint and the same tools. "
+    "That is the whole trick: a Django view, an agent, and a protocol any AG-UI client speaks."
+)
+
+
+class _Script:
+    """The scripted model's behaviour, served streamed or in one piece."""
+
+    def __init__(self, word_delay: float) -> None:
+        self.word_delay = word_delay
+
+    def plan(self, messages: list[ModelMessage]) -> tuple[list[str], ToolCallPart | None, str]:
+        """Decide the next response: ``(thoughts, tool call or None, answer text)``."""
+        prompt = _last_user_text(messages)
+        last = messages[-1]
+        parts = last.parts if isinstance(last, ModelRequest) else []
+        returned = [p for p in parts if isinstance(p, ToolReturnPart | RetryPromptPart)]
+        if returned:
+            return [], None, self._answer(returned[-1], prompt)
+        expression = extract_expression(prompt)
+        if expression is not None:
+            thoughts = [
+                "The message contains arithmetic: ",
+                f"`{expression}`. ",
+                "I should not do it in my head; ",
+                "the calculator tool will evaluate it exactly.",
+            ]
+            call = ToolCallPart("calculate", {"expression": expression})
+        else:
+            thoughts = [
+                "There is no arithmetic in this message, ",
+                "so I will show a tool call another way: ",
+                "I'll read the server's clock ",
+                "and mention the time in my answer.",
+            ]
+            call = ToolCallPart("server_time", {})
+        call.tool_call_id = f"call_{uuid.uuid4().hex[:24]}"
+        return thoughts, call, ""
+
+    def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        """The non-streamed form of the script, for ``agent.run()``."""
+        thoughts, call, answer = self.plan(messages)
+        if call is None:
+            return ModelResponse(parts=[TextPart(answer)])
+        return ModelResponse(parts=[ThinkingPart("".join(thoughts)), call])
+
+    async def stream(
+        self, messages: list[ModelMessage], info: AgentInfo
+    ) -> AsyncIterator[str | DeltaToolCalls | DeltaThinkingCalls]:
+        """The streamed form: thinking deltas, then tool-call deltas, or the answer by words."""
+        thoughts, call, answer = self.plan(messages)
+        if call is None:
+            words = answer.split(" ")
+            for index, word in enumerate(words):
+                yield word if index == len(words) - 1 else f"{word} "
+                await self._pause()
+            return
+        for thought in thoughts:
+            yield {0: DeltaThinkingPart(content=thought)}
+            await self._pause()
+        encoded = call.args_as_json_str()
+        middle = len(encoded) // 2
+        yield {
+            1: DeltaToolCall(
+                name=call.tool_name, json_args=encoded[:middle], tool_call_id=call.tool_call_id
+            )
+        }
+        yield {1: DeltaToolCall(json_args=encoded[middle:])}
+
+    def _answer(self, part: ToolReturnPart | RetryPromptPart, prompt: str) -> str:
+        if isinstance(part, RetryPromptPart) or part.outcome != "success":
+            answer = f"The {part.tool_name} tool could not help this time: {part.content}"
+        elif part.tool_name == "calculate":
+            expression = extract_expression(prompt) or "that"
+            answer = f"I asked the calculator, and {expression} = {part.content}."
+        else:
+            answer = (
+                f"I checked the server's clock: it is {_format_time(str(part.content))}. "
+                "Ask me some arithmetic, like 12 * (3 + 4), to see the calculator tool."
+            )
+        if _wants_long_answer(prompt):
+            answer = f"{answer} {_LONG_TAIL}"
+        return answer
+
+    async def _pause(self) -> None:
+        if self.word_delay > 0:
+            await asyncio.sleep(self.word_delay)
+
+
+def scripted_model(*, word_delay: float = 0.04) -> FunctionModel:
+    """The demo's scripted model: reasoning, one tool call, then a streamed answer.
+
+    Args:
+        word_delay: Seconds to pause between streamed words (``0`` for tests).
+    """
+    script = _Script(word_delay)
+    return FunctionModel(script.respond, stream_function=script.stream, model_name="demo-script")
+
+
+def build_agent(model: str | None = None, *, word_delay: float = 0.04) -> Agent[None, str]:
+    """Build the example project's agent.
+
+    Args:
+        model: A pydantic-ai model name such as ``"openai:gpt-4o"``; ``None`` or ``""`` selects
+            the scripted demo model, which needs no API key.
+        word_delay: The scripted model's pause between words, in seconds.
+    """
+    return Agent(
+        model or scripted_model(word_delay=word_delay),
+        instructions=INSTRUCTIONS,
+        tools=[calculate, server_time],
+        name="demo",
+    )

@@ -1,0 +1,1 @@
+"""The example project: a chat page streaming a Pydantic-AI agent over AG-UI."""

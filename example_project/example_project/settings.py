@@ -1,0 +1,172 @@
+"""Settings for the example project, read from the environment with safe local defaults.
+
+Environment variables (all optional):
+
+``DJANGO_DEBUG``
+    ``1`` (the default, for the demo) or ``0``.
+``DJANGO_SECRET_KEY``
+    Required for anything but local use; a development key is used (with a system-check
+    warning) when it is unset.
+``DJANGO_ALLOWED_HOSTS``
+    Comma-separated host names; defaults to the loopback names.
+``DJANGO_SECURE_COOKIES``
+    With ``DEBUG`` off, send the session and CSRF cookies over HTTPS only (default ``1``).
+``EXAMPLE_DATABASE_PATH``
+    The SQLite file; defaults to ``db.sqlite3`` beside ``manage.py``.
+``EXAMPLE_SERVE_STATIC``
+    Serve ``/static/`` from the ASGI application (default ``1``; fine for the demo only).
+``EXAMPLE_MEDIA_ROOT``
+    Where uploaded files are kept; defaults to ``media/`` beside ``manage.py``. It is never
+    served as it is: files go out through ``/agent/attachments/<id>/``, to their owner only.
+``AGENT_ATTACHMENT_MAX_BYTES``
+    The upload size cap in bytes (default 5 MiB).
+``AGENT_MODEL``
+    A pydantic-ai model name such as ``openai:gpt-4o``; unset means the scripted demo model.
+``DEMO_WORD_DELAY``
+    Seconds between the scripted model's words (default ``0.04``).
+``AGENT_HEARTBEAT_SECONDS``
+    Silence after which the stream gets a ``: ping`` comment (default ``15``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name, "")
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    return items or default
+
+
+#: The key used when ``DJANGO_SECRET_KEY`` is unset; the ``example.W001`` check warns about it.
+DEVELOPMENT_SECRET_KEY = "django-insecure-example-project-development-key-do-not-deploy"
+
+DEBUG = _env_flag("DJANGO_DEBUG", True)
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or DEVELOPMENT_SECRET_KEY
+ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_pydantic_agent",
+    # Tables, admin and maintenance commands behind DefaultConversationStore and
+    # DefaultAttachmentStore (``manage.py migrate`` creates them).
+    "django_pydantic_agent.contrib.store",
+    "django_pydantic_agent.contrib.memory_service_emulator",
+    "chat",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "example_project.urls"
+ASGI_APPLICATION = "example_project.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("EXAMPLE_DATABASE_PATH") or str(BASE_DIR / "db.sqlite3"),
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "chat"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+#: Serve static files from the ASGI application itself (no collectstatic, no web server).
+#: Fine for the demo; put a web server or WhiteNoise in front for anything else.
+EXAMPLE_SERVE_STATIC = _env_flag("EXAMPLE_SERVE_STATIC", True)
+
+#: Uploaded files. Nothing here is served under a public URL: the AG-UI server's
+#: ``attachments/<id>/`` route streams each file to its owner only.
+MEDIA_ROOT = Path(os.environ.get("EXAMPLE_MEDIA_ROOT") or BASE_DIR / "media")
+
+STORAGES = {
+    "default": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {"location": MEDIA_ROOT},
+    },
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    # DefaultAttachmentStore keeps its files under this alias (and never falls back to default
+    # storage if the alias is broken). In production, point it at a private bucket.
+    "django_pydantic_agent_attachments": {
+        "BACKEND": "django.core.files.storage.FileSystemStorage",
+        "OPTIONS": {
+            "location": MEDIA_ROOT / "attachments",
+            "file_permissions_mode": 0o600,
+            "directory_permissions_mode": 0o700,
+        },
+    },
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # the chat page reads the token from the cookie for X-CSRFToken
+SESSION_COOKIE_SECURE = not DEBUG and _env_flag("DJANGO_SECURE_COOKIES", True)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+AGENT_MODEL = os.environ.get("AGENT_MODEL", "").strip()
+DEMO_WORD_DELAY = float(os.environ.get("DEMO_WORD_DELAY", "0.04"))
+AGENT_HEARTBEAT_SECONDS = float(os.environ.get("AGENT_HEARTBEAT_SECONDS", "15"))
+#: Uploads: at most this many bytes, of these types (``AGUIServer`` enforces both; the ASGI
+#: wrapper in ``asgi.py`` refuses an oversized body before Django reads it).
+AGENT_ATTACHMENT_MAX_BYTES = int(os.environ.get("AGENT_ATTACHMENT_MAX_BYTES") or 5 * 1024 * 1024)
+AGENT_ATTACHMENT_TYPES = ("text/*", "image/*", "application/pdf", "application/json")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {"django": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+}

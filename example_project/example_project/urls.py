@@ -1,0 +1,57 @@
+"""URLs of the example project.
+
+``/``                 the chat page (log in first)
+``/accounts/login/``  Django's login view; ``/accounts/logout/`` (POST) logs out
+``/agent/``           the AG-UI server: ``POST`` runs, ``threads/`` for the drawer and
+                      ``attachments/`` for uploads
+``/api/v2/memory/``   the Memory Service emulator, for trying the Memory Service stores offline
+``/admin/``           Django's admin
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chat import views
+from chat.agent import build_agent
+from django.conf import settings
+from django.contrib import admin
+from django.urls import include, path
+
+from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.contrib.memory_service_emulator.urls import memory_service_urls
+from django_pydantic_agent.contrib.store.stores import (
+    DefaultAttachmentStore,
+    DefaultConversationStore,
+)
+
+
+def _setting(name: str) -> Any:
+    """One of the example's own settings from ``settings.py`` (unknown to the type checker)."""
+    return getattr(settings, name)
+
+
+# The agent and its server are built once, at import; each request gets its own run.
+agent = build_agent(_setting("AGENT_MODEL"), word_delay=_setting("DEMO_WORD_DELAY"))
+server = AGUIServer(
+    agent,
+    # Threads and uploads live in contrib.store's tables, per user: reload the page, log in
+    # from another browser, and they are still there.
+    conversation_store=DefaultConversationStore(),
+    attachment_store=DefaultAttachmentStore(),
+    attachment_max_bytes=_setting("AGENT_ATTACHMENT_MAX_BYTES"),
+    attachment_allowed_types=_setting("AGENT_ATTACHMENT_TYPES"),
+    # The page authenticates with the session cookie, so CSRF is enforced: it sends the token
+    # in the X-CSRFToken header.
+    csrf_exempt=False,
+    heartbeat_seconds=_setting("AGENT_HEARTBEAT_SECONDS"),
+)
+
+urlpatterns = [
+    path("", views.chat, name="chat"),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("agent/", server.urls),
+    path("admin/", admin.site.urls),
+    # The Memory Service emulator: point DATAROBOT_ENDPOINT at http://127.0.0.1:8000/api/v2.
+    *memory_service_urls("api/v2/memory/"),
+]

@@ -1,0 +1,142 @@
+"""(c) The chat page in Debian's headless Chromium, driven by playwright-core from Node.
+
+The script logs in, asks a question, watches reasoning, a tool call and the streamed answer
+arrive, takes a screenshot (``/tmp/example-chat.png``), stops a long answer mid-stream, then
+reloads the page and reopens the thread from the drawer, partial answer included. Then it
+attaches files (``/tmp/example-chat-attached.png``), sends one, reloads and downloads it, and
+has an oversized file and a refused type turned down inline
+(``/tmp/example-chat-upload-error.png``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.nodejs import run_node
+from tests.example_project.support import RunningServer
+
+pytestmark = pytest.mark.e2e
+
+#: The browser's own account: threads are per user now, and the other e2e tests chat as "demo".
+USERNAME = "chromium"
+PASSWORD = "chromium-password"
+
+SCREENSHOT = Path("/tmp/example-chat.png")
+REPORT = Path("/tmp/example-chat-report.json")
+SCREENSHOTS = [
+    SCREENSHOT,
+    *(Path(f"/tmp/example-chat-{name}.png") for name in ("attached", "upload-error")),
+]
+NOTES = "Shopping list\n- coffee\n- more coffee\n"
+
+#: Chromium logs each deliberately refused request as a console error; nothing else may appear.
+EXPECTED_CONSOLE_ERRORS = ("status of 404", "status of 413", "status of 415")
+
+
+def test_chat_page_in_chromium(
+    example_server: RunningServer, node_scripts: Path, chromium: str
+) -> None:
+    for screenshot in SCREENSHOTS:
+        screenshot.unlink(missing_ok=True)
+    example_server.add_user(USERNAME, PASSWORD)
+
+    report = run_node(
+        node_scripts,
+        "browser.mjs",
+        example_server.url,
+        USERNAME,
+        PASSWORD,
+        str(SCREENSHOT),
+        env={"CHROMIUM": chromium},
+    )
+
+    # Kept for a look after a failure: what the page showed at each step.
+    REPORT.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    assert "error" not in report, report.get("error")
+    steps = {step["step"]: step for step in report["steps"]}
+
+    assert "/accounts/login/" in steps["redirected"]["url"]
+    assert steps["logged-in"]["url"] == f"{example_server.url}/"
+
+    answered = steps["answered"]
+    assert answered["status"] == "Done"
+    assert answered["stopEnabledWhileRunning"] is True
+    assert answered["stopEnabledAfter"] is False
+    turn = answered["turn"]
+    assert turn["text"] == "I asked the calculator, and 12 * (3 + 4) = 84."
+    assert turn["tools"] == [
+        {"name": "calculate", "args": '{\n  "expression": "12 * (3 + 4)"\n}', "result": "84"}
+    ]
+    (reasoning,) = turn["reasoning"]
+    assert reasoning["summary"].startswith("Thought for")
+    assert "calculator" in reasoning["body"]
+    assert reasoning["open"] is False, "reasoning collapses once it is done"
+    assert answered["threads"] == ["What is 12 * (3 + 4)?"]
+
+    stopped = steps["stopped"]
+    assert stopped["status"] == "Stopped"
+    assert stopped["lengthAtStop"] > 40
+    assert stopped["lengthLater"] == stopped["lengthAtStop"], "text kept arriving after Stop"
+    assert "Stopped." in stopped["turn"]["notices"]
+    assert stopped["sendEnabled"] is True
+    assert len(stopped["turn"]["text"]) < 400, "the long answer ran to its end"
+
+    reloaded = steps["reloaded"]
+    assert reloaded["threads"] == ["What is 12 * (3 + 4)?"]
+    assert reloaded["userBubbles"] == [
+        "What is 12 * (3 + 4)?",
+        "Tell me a long story about streaming.",
+    ]
+    assert reloaded["toolNames"] == ["calculate", "server_time"]
+    # The server saved the stopped run as far as it had streamed: what the page showed, plus at
+    # most the few words that were already on their way when the connection closed.
+    partial = reloaded["lastTurn"]["text"]
+    assert partial.startswith(stopped["turn"]["text"])
+    assert len(partial) < len(stopped["turn"]["text"]) + 200, (
+        "the server ran the stopped answer to its end: it did not act on the disconnect"
+    )
+
+    attached = steps["attached"]
+    assert attached["pendingChips"] == ["notes.txt37 B\u00d7"]
+    assert attached["removed"]["status"] == 404, "removing the chip deleted the upload"
+    assert attached["pendingAfterSend"] == 0
+    assert attached["pendingHidden"] is True
+    assert attached["sentChips"] == ["notes.txt37 B"]
+
+    again = steps["attachment-reloaded"]
+    assert again["threads"][0] == "Please keep my notes with this chat."
+    assert again["chips"] == ["notes.txt37 B"]
+    assert again["href"].startswith("/agent/attachments/")
+    assert again["downloadAttribute"] == "notes.txt"
+    download = again["download"]
+    assert download["status"] == 200
+    assert download["text"] == NOTES
+    assert download["disposition"] == 'attachment; filename="notes.txt"'
+    assert download["type"].startswith("text/plain")
+
+    refused = steps["refused"]
+    assert refused["maxBytes"] == 5 * 1024 * 1024
+    assert refused["tooLarge"] == {
+        "text": "“huge.txt” is too large: files can be at most 5 MB.",
+        "status": "413",
+    }
+    assert refused["refusedType"]["status"] == "415"
+    assert refused["refusedType"]["text"] == (
+        "“archive.zip” is a type of file this agent does not accept (application/zip). "
+        "Attach text, images, PDF or JSON files."
+    )
+    assert refused["pendingChips"] == 0
+    assert refused["sendEnabled"] is True
+
+    assert report["pageErrors"] == []
+    unexpected = [
+        message
+        for message in report["consoleErrors"]
+        if not any(expected in message for expected in EXPECTED_CONSOLE_ERRORS)
+    ]
+    assert unexpected == []
+    for screenshot in SCREENSHOTS:
+        assert screenshot.stat().st_size > 10_000, screenshot

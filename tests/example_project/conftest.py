@@ -1,0 +1,38 @@
+"""Fixtures for the example project's tests; puts ``example_project/`` on ``sys.path``.
+
+That makes the example's modules importable here (``chat.agent``, ``example_project.urls``)
+without making them part of the test suite's own settings.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from tests.example_project.support import EXAMPLE_ATTACHMENT_MAX_BYTES, EXAMPLE_DIR
+
+if str(EXAMPLE_DIR) not in sys.path:
+    sys.path.insert(0, str(EXAMPLE_DIR))
+
+
+@pytest.fixture
+def example_urls() -> Iterator[None]:
+    """Serve ``example_project.urls`` with the chat app installed and no pause between words.
+
+    The test settings lack the example's own settings, so the ones its URLconf reads are set
+    here (to the example's defaults). The URLconf builds its server once, at first import.
+    """
+    with override_settings(
+        AGENT_MODEL="",
+        DEMO_WORD_DELAY=0,
+        AGENT_HEARTBEAT_SECONDS=15,
+        AGENT_ATTACHMENT_MAX_BYTES=EXAMPLE_ATTACHMENT_MAX_BYTES,
+        AGENT_ATTACHMENT_TYPES=("text/*", "image/*", "application/pdf", "application/json"),
+        INSTALLED_APPS=[*settings.INSTALLED_APPS, "chat"],
+        ROOT_URLCONF="example_project.urls",
+    ):
+        yield

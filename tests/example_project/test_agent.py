@@ -1,0 +1,192 @@
+"""The example project's demo agent: the safe calculator and the scripted model."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from ag_ui.core import RunAgentInput, UserMessage
+from ag_ui_validate.pytest_plugin import assert_valid_agui
+from chat.agent import INSTRUCTIONS, build_agent, calculate, extract_expression, server_time
+from pydantic_ai import ModelRetry
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ThinkingPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.ui.ag_ui import AGUIAdapter
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("6 * 7", "42"),
+        ("(2 + 3) ^ 2", "25"),
+        ("2 ** 10", "1024"),
+        ("7 / 2", "3.5"),
+        ("7 // 2", "3"),
+        ("-7 % 3", "2"),
+        ("1 / 3", "0.3333333333"),
+        ("3 \u00d7 4 \u00f7 2", "6"),
+        ("0.1 + 0.2", "0.3"),
+    ],
+)
+async def test_calculate(expression: str, expected: str) -> None:
+    assert await calculate(expression) == expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "reason"),
+    [
+        ("__import__('os').system('true')", "not allowed"),
+        ("x + 1", "not allowed"),
+        ("'a' * 3", "not allowed"),
+        ("2 ** 1000", "exponent"),
+        ("10 ** 40", "too large"),
+        ("1 / 0", "divides by zero"),
+        ("1 +", "not arithmetic"),
+        ("", "at most"),
+        ("1+" * 150 + "1", "at most"),
+    ],
+)
+async def test_calculate_refuses(expression: str, reason: str) -> None:
+    with pytest.raises(ModelRetry, match=reason):
+        await calculate(expression)
+
+
+async def test_server_time_is_now_in_utc() -> None:
+    moment = datetime.fromisoformat(await server_time())
+    assert moment.tzinfo is not None
+    assert abs(moment - datetime.now(UTC)) < timedelta(seconds=5)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("What is 12 * (3 + 4)?", "12 * (3 + 4)"),
+        ("compute 2^8 please", "2^8"),
+        ("what time is it?", None),
+        ("I was born in 1990", None),
+        ("first 1 + 1, then 20 * 30 + 4", "20 * 30 + 4"),
+    ],
+)
+def test_extract_expression(text: str, expected: str | None) -> None:
+    assert extract_expression(text) == expected
+
+
+def _run_input(prompt: str) -> RunAgentInput:
+    return RunAgentInput(
+        thread_id="thread-1",
+        run_id="run-1",
+        messages=[UserMessage(id="user-1", content=prompt)],
+        state=None,
+        tools=[],
+        context=[],
+        forwarded_props=None,
+    )
+
+
+async def _events(prompt: str) -> list[dict[str, Any]]:
+    agent = build_agent(word_delay=0)
+    adapter = AGUIAdapter(agent=agent, run_input=_run_input(prompt))
+    return [
+        event.model_dump(mode="json", by_alias=True, exclude_none=True)
+        async for event in adapter.run_stream()
+    ]
+
+
+def _collapse(types: list[str]) -> list[str]:
+    """The event types with runs of the same type squeezed to one."""
+    return [t for i, t in enumerate(types) if i == 0 or types[i - 1] != t]
+
+
+async def test_scripted_stream_is_reasoning_then_tool_then_words() -> None:
+    events = await _events("What is 12 * (3 + 4)?")
+
+    assert_valid_agui(events)
+    assert _collapse([e["type"] for e in events]) == [
+        "RUN_STARTED",
+        "REASONING_START",
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END",
+        "REASONING_END",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_END",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ]
+    (start,) = [e for e in events if e["type"] == "TOOL_CALL_START"]
+    assert start["toolCallName"] == "calculate"
+    args = "".join(e["delta"] for e in events if e["type"] == "TOOL_CALL_ARGS")
+    assert args == '{"expression":"12 * (3 + 4)"}'
+    (result,) = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert result["content"] == "84"
+    words = [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
+    assert len(words) > 5, "the answer streams word by word"
+    assert "".join(words) == "I asked the calculator, and 12 * (3 + 4) = 84."
+    reasoning = "".join(e["delta"] for e in events if e["type"] == "REASONING_MESSAGE_CONTENT")
+    assert "calculator" in reasoning
+
+
+async def test_without_arithmetic_the_script_reads_the_clock() -> None:
+    events = await _events("Hello there")
+
+    assert_valid_agui(events)
+    (start,) = [e for e in events if e["type"] == "TOOL_CALL_START"]
+    assert start["toolCallName"] == "server_time"
+    text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert re.match(r"I checked the server's clock: it is \d\d:\d\d:\d\d UTC on ", text)
+
+
+async def test_a_refused_expression_is_explained() -> None:
+    events = await _events("What is 1 / 0?")
+
+    assert_valid_agui(events)
+    text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert text == "The calculate tool could not help this time: '1 / 0' divides by zero."
+
+
+async def test_a_long_answer_is_long() -> None:
+    events = await _events("Tell me a long story")
+
+    assert_valid_agui(events)
+    assert sum(e["type"] == "TEXT_MESSAGE_CONTENT" for e in events) > 150
+
+
+async def test_the_script_answers_without_streaming_too() -> None:
+    result = await build_agent(word_delay=0).run("What is 2 + 2?")
+
+    assert result.output == "I asked the calculator, and 2 + 2 = 4."
+    first, second = [m for m in result.all_messages() if isinstance(m, ModelResponse)]
+    assert isinstance(first.parts[0], ThinkingPart)
+    assert isinstance(first.parts[1], ToolCallPart)
+    assert isinstance(second.parts[0], TextPart)
+
+
+def test_build_agent_defaults_to_the_script_and_accepts_a_model_name() -> None:
+    scripted = build_agent()
+    assert isinstance(scripted.model, FunctionModel)
+    assert scripted.name == "demo"
+    assert isinstance(build_agent("test").model, TestModel)
+
+
+async def test_the_model_sees_the_instructions_and_both_tools() -> None:
+    seen: dict[str, Any] = {}
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen["instructions"] = info.instructions
+        seen["tools"] = sorted(tool.name for tool in info.function_tools)
+        return ModelResponse(parts=[TextPart("ok")])
+
+    agent = build_agent()
+    with agent.override(model=FunctionModel(respond)):
+        await agent.run("hi")
+
+    assert seen == {"instructions": INSTRUCTIONS, "tools": ["calculate", "server_time"]}

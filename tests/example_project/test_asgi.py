@@ -1,0 +1,132 @@
+"""The example's ASGI application: ``UploadLimitMiddleware`` in front of Django.
+
+Called in-process with hand-made ASGI messages, so each test sees exactly how much of the body
+the application asked for before it answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from django.urls import resolve
+
+from django_pydantic_agent.agui import UploadLimitMiddleware
+from django_pydantic_agent.agui.attachments import MULTIPART_OVERHEAD_BYTES
+from tests.example_project.support import EXAMPLE_ATTACHMENT_MAX_BYTES
+
+pytestmark = pytest.mark.usefixtures("example_urls")
+
+Message = dict[str, Any]
+UPLOAD_PATH = "/agent/attachments/"
+CAP = EXAMPLE_ATTACHMENT_MAX_BYTES + MULTIPART_OVERHEAD_BYTES
+
+
+def _application() -> Callable[..., Awaitable[None]]:
+    from example_project.asgi import application
+
+    return application
+
+
+def _scope(path: str, headers: list[tuple[bytes, bytes]]) -> Message:
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1"), *headers],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+
+
+class _Body:
+    """An ASGI ``receive`` handing out ``chunks`` one at a time, counting what was read.
+
+    After the last chunk it waits, like a client that is still connected.
+    """
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+        self.read = 0
+
+    async def __call__(self) -> Message:
+        if self.read < len(self.chunks):
+            chunk = self.chunks[self.read]
+            self.read += 1
+            return {
+                "type": "http.request",
+                "body": chunk,
+                "more_body": self.read < len(self.chunks),
+            }
+        # The client stays connected: Django listens for a disconnect while it responds.
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def _call(scope: Message, body: _Body) -> list[Message]:
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await _application()(scope, body, send)
+    return sent
+
+
+def test_the_application_is_wrapped_and_the_cap_is_the_servers() -> None:
+    assert isinstance(_application(), UploadLimitMiddleware)
+    server = resolve(UPLOAD_PATH).func.agui_server  # type: ignore[attr-defined]
+    assert server.attachment_max_bytes == EXAMPLE_ATTACHMENT_MAX_BYTES
+    assert server.attachment_allowed_types == (
+        "text/*",
+        "image/*",
+        "application/pdf",
+        "application/json",
+    )
+
+
+async def test_a_declared_oversize_upload_is_refused_before_the_body_is_read() -> None:
+    body = _Body([b"x" * 1024] * 10)
+    scope = _scope(
+        UPLOAD_PATH,
+        [
+            (b"content-type", b"multipart/form-data; boundary=b"),
+            (b"content-length", str(CAP + 1).encode()),
+        ],
+    )
+
+    sent = await _call(scope, body)
+
+    assert sent[0]["status"] == 413
+    assert body.read == 0, "Django never saw a byte of the body"
+    assert "upload limit" in json.loads(sent[1]["body"])["error"]
+
+
+async def test_a_chunked_oversize_upload_is_cut_off_at_the_cap() -> None:
+    chunk = b"x" * (256 * 1024)
+    body = _Body([chunk] * (CAP // len(chunk) + 8))
+    scope = _scope(UPLOAD_PATH, [(b"content-type", b"multipart/form-data; boundary=b")])
+
+    sent = await _call(scope, body)
+
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [413]
+    assert body.read == CAP // len(chunk) + 1, "reading stopped at the first chunk past the cap"
+
+
+async def test_other_requests_pass_through_to_django() -> None:
+    body = _Body([b"{}"])
+    scope = _scope("/agent/", [(b"content-type", b"application/json"), (b"content-length", b"2")])
+
+    sent = await _call(scope, body)
+
+    # Django's own answer: the run endpoint wants a login first.
+    assert sent[0]["status"] == 401

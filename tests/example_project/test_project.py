@@ -1,0 +1,105 @@
+"""The example project's settings, system checks and ``ensure_demo_user`` command."""
+
+from __future__ import annotations
+
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from chat.checks import check_secret_key
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.test import override_settings
+
+from tests.example_project.support import example_env, manage
+
+
+def test_manage_py_check_passes_with_the_example_settings(tmp_path: Path) -> None:
+    result = manage("check", "--fail-level", "ERROR", env=example_env(tmp_path / "db.sqlite3"))
+
+    assert result.returncode == 0, result.stderr
+    # The published development key is pointed out, not silently accepted; nothing else is
+    # reported (the library's own checks see contrib.store installed and the storage alias
+    # loading).
+    assert "example.W001" in result.stderr
+    assert "System check identified 1 issue (0 silenced)." in result.stderr
+
+
+def test_migrate_creates_the_store_tables(tmp_path: Path) -> None:
+    env = example_env(tmp_path / "db.sqlite3")
+    assert manage("migrate", "--noinput", env=env).returncode == 0
+
+    result = manage("showmigrations", "django_pydantic_agent_store", env=env)
+
+    assert result.returncode == 0, result.stderr
+    assert "[X] 0001_initial" in result.stdout
+    assert "[ ]" not in result.stdout
+
+
+DEV_KEY = "development-key"
+
+
+@pytest.mark.parametrize(
+    ("secret_key", "debug", "expected"),
+    [
+        (DEV_KEY, True, ["example.W001"]),
+        (DEV_KEY, False, ["example.E001"]),
+        ("a-real-secret-" * 4, False, []),
+    ],
+)
+def test_secret_key_check(secret_key: str, debug: bool, expected: list[str]) -> None:
+    with override_settings(SECRET_KEY=secret_key, DEVELOPMENT_SECRET_KEY=DEV_KEY, DEBUG=debug):
+        assert [message.id for message in check_secret_key()] == expected
+
+
+def _ensure(*args: str) -> str:
+    out = StringIO()
+    call_command("ensure_demo_user", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.fixture
+def chat_app(example_urls: None) -> None:
+    """The example's chat app installed, so its management command can be called."""
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("chat_app")
+def test_ensure_demo_user_is_idempotent() -> None:
+    first = _ensure()
+    user = get_user_model().objects.get(username="demo")
+    again = _ensure()
+
+    assert "Demo user 'demo' created." in first
+    assert "username: demo" in first
+    assert "password: demo-password" in first
+    assert "Demo user 'demo' already up to date." in again
+    assert get_user_model().objects.filter(username="demo").count() == 1
+    assert get_user_model().objects.get(username="demo").password == user.password
+    assert user.check_password("demo-password")
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("chat_app")
+def test_ensure_demo_user_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEMO_USERNAME", "alice")
+    monkeypatch.setenv("DEMO_PASSWORD", "wonder-land")
+
+    created = _ensure()
+    changed = _ensure("--password", "other-pass")
+
+    assert "Demo user 'alice' created." in created
+    assert "password: wonder-land" in created
+    assert "Demo user 'alice' updated." in changed
+    assert get_user_model().objects.get(username="alice").check_password("other-pass")
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("chat_app")
+def test_ensure_demo_user_reactivates_a_disabled_account() -> None:
+    get_user_model().objects.create_user("demo", password="demo-password", is_active=False)
+
+    output = _ensure("--username", "demo")
+
+    assert "Demo user 'demo' updated." in output
+    assert get_user_model().objects.get(username="demo").is_active
