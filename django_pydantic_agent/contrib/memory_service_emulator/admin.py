@@ -11,6 +11,7 @@ from django_pydantic_agent.contrib.memory_service_emulator.models import (
     EmulatedEvent,
     EmulatedMemorySpace,
     EmulatedSession,
+    json_text,
 )
 
 
@@ -47,6 +48,29 @@ class EmulatedSessionAdmin(_ReadOnlyAdmin):
     list_filter = ("deleted_at",)
     search_fields = ("=uuid", "=participant", "deduplication_key", "description")
     list_select_related = ("space",)
+    # The JSON columns are shown as the JSON text stored, not as a Python repr.
+    fields = (
+        "uuid",
+        "space",
+        "participant",
+        "description",
+        "metadata_json",
+        "deduplication_key",
+        "lifecycle_strategies_json",
+        "version",
+        "last_sequence_id",
+        "created_at",
+        "deleted_at",
+    )
+    readonly_fields = ("uuid", "metadata_json", "lifecycle_strategies_json")
+
+    @admin.display(description="metadata")
+    def metadata_json(self, obj: EmulatedSession) -> str:
+        return json_text(obj.metadata)
+
+    @admin.display(description="lifecycle strategies")
+    def lifecycle_strategies_json(self, obj: EmulatedSession) -> str:
+        return json_text(obj.lifecycle_strategies)
 
 
 @admin.register(EmulatedEvent)
@@ -55,3 +79,18 @@ class EmulatedEventAdmin(_ReadOnlyAdmin):
     list_filter = ("event_type", "emitter_type")
     search_fields = ("=session__uuid",)
     list_select_related = ("session",)
+    fields = (
+        "session",
+        "sequence_id",
+        "event_type",
+        "body_json",
+        "emitter_type",
+        "emitter_id",
+        "created_at",
+        "deleted_at",
+    )
+    readonly_fields = ("body_json",)
+
+    @admin.display(description="body")
+    def body_json(self, obj: EmulatedEvent) -> str:
+        return json_text(obj.body)

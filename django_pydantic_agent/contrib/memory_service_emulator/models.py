@@ -4,14 +4,62 @@ Every row is soft-deleted (``deleted_at``) so that deleted resources answer 404 
 sequence ids are never reused. Deduplication keys are unique among *live* rows only, enforced by
 partial unique constraints; the views also check inside a transaction and turn a lost race into
 the service's 409 body.
+
+Event bodies, session metadata and lifecycle strategies live in :class:`JSONTextField` columns
+(JSON *text*, not ``jsonb``), so they come back exactly as sent on every database.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
+from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+
+
+def json_text(value: Any) -> str:
+    """The canonical JSON text of ``value``: compact, unicode kept, floats in shortest repr.
+
+    ``json.loads(json_text(v))`` gives back ``v`` exactly: ints stay ints (any size), floats stay
+    floats (``1.0``, ``1e+16``, ``-0.0``) and keys keep their order.
+    """
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+class JSONTextField(models.TextField):  # type: ignore[type-arg]
+    """A JSON value kept as its canonical text, so it round-trips byte for byte on any database.
+
+    A ``JSONField`` would be ``jsonb`` on PostgreSQL, which normalises what it stores: ``1e16``
+    comes back as ``10000000000000000``, ``1.0`` as ``1``, ``-0.0`` as ``0.0``, and object keys
+    are reordered. Python code sees the parsed value; SQL ``NULL`` stands for ``None``. Nothing
+    queries inside these values, so plain text loses nothing.
+    """
+
+    description = "A JSON value stored as its text"
+    # django-stubs: instances read and write parsed JSON values, not strings.
+    _pyi_private_set_type: Any
+    _pyi_private_get_type: Any
+
+    def from_db_value(self, value: str | None, expression: Any, connection: Any) -> Any:
+        return None if value is None else json.loads(value)
+
+    def to_python(self, value: Any) -> Any:
+        """Parse JSON text (from fixtures, see :meth:`value_to_string`); other values pass."""
+        if not isinstance(value, str):
+            return value
+        try:
+            return json.loads(value)
+        except ValueError as exc:
+            raise ValidationError(f"Stored JSON is not valid JSON: {exc}", code="invalid") from exc
+
+    def get_prep_value(self, value: Any) -> str | None:
+        return None if value is None else json_text(value)
+
+    def value_to_string(self, obj: models.Model) -> str:
+        return json_text(self.value_from_object(obj))
 
 
 def _live_dedup_key_unique(owner: str, *, name: str) -> models.UniqueConstraint:
@@ -55,9 +103,9 @@ class EmulatedSession(models.Model):
     # The service documents exactly one participant; the emulator enforces that on create.
     participant = models.CharField(max_length=24, db_index=True)
     description = models.TextField(null=True, blank=True)  # noqa: DJ001
-    metadata = models.JSONField(null=True, blank=True)
+    metadata = JSONTextField(null=True, blank=True)
     deduplication_key = models.CharField(max_length=72, null=True, blank=True)  # noqa: DJ001
-    lifecycle_strategies = models.JSONField(default=list)
+    lifecycle_strategies = JSONTextField(default=list)
     version = models.PositiveIntegerField(default=1)
     last_sequence_id = models.BigIntegerField(default=0)
     created_at = models.DateTimeField()
@@ -77,7 +125,7 @@ class EmulatedEvent(models.Model):
     session = models.ForeignKey(EmulatedSession, on_delete=models.CASCADE, related_name="events")
     sequence_id = models.BigIntegerField()
     event_type = models.CharField(max_length=32)
-    body = models.JSONField()
+    body = JSONTextField()
     emitter_type = models.CharField(max_length=8)
     emitter_id = models.CharField(max_length=24, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField()
