@@ -5,6 +5,10 @@ list, rename, delete); ``AttachmentStore`` keeps the files a user attaches. Both
 ``runtime_checkable`` protocols: any object with the right async methods is a store, no base
 class needed. Every method takes the acting ``HttpRequest`` as the keyword ``request=`` and
 scopes what it does to that request's owner; a cross-owner id behaves exactly like a missing one.
+
+The value types are frozen dataclasses that, unlike the package's other value objects, also
+take positional arguments, in the predecessor package's field order: code written against it
+ports unchanged.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ __all__ = [
     "ConversationMetaList",
     "ConversationStore",
     "OpenedAttachment",
+    "StoreDataError",
     "StoreError",
     "StoreLimitError",
     "check_limit",
@@ -45,7 +50,17 @@ class StoreLimitError(StoreError):
     """
 
 
-@dataclass(frozen=True, kw_only=True)
+class StoreDataError(StoreError):
+    """The database refused the caller's data: nothing was written.
+
+    Raised by the model-backed bases when a hook fails with ``django.db.DataError``, such as
+    PostgreSQL refusing a NUL character in text or a value too long for its column. The data
+    came from the caller, so a transport answers ``409`` (or, mid-stream, a ``RUN_ERROR``
+    event) rather than a server error. The database's own error is chained as ``__cause__``.
+    """
+
+
+@dataclass(frozen=True)
 class Conversation:
     """A persisted conversation, keyed by ``thread_id`` within one owner.
 
@@ -60,7 +75,7 @@ class Conversation:
     owner_id: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class ConversationMeta:
     """One row of the thread drawer: metadata only, never message bodies.
 
@@ -80,7 +95,7 @@ class ConversationMeta:
 ConversationMetaList: TypeAlias = list[ConversationMeta]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class AttachmentRef:
     """A durable, lightweight reference to one uploaded file: what travels on the wire.
 
@@ -96,7 +111,7 @@ class AttachmentRef:
     url: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class OpenedAttachment:
     """An attachment's ref paired with an open binary stream of its bytes.
 

@@ -24,7 +24,6 @@ DEFAULT_TITLE = "New conversation"
 TITLE_MAX_CHARS = 60
 PREVIEW_MAX_CHARS = 120
 _ELLIPSIS = "\u2026"
-_PREVIEW_ROLES = frozenset({"user", "assistant"})
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -78,14 +77,14 @@ def derive_title(messages: Iterable[Any]) -> str:
 
 
 def derive_preview(messages: Iterable[Any]) -> str:
-    """Preview from the latest user or assistant message with text: at most 120 characters.
+    """Preview from the latest message with text, whatever its role: at most 120 characters.
 
-    Tool results and system, developer or reasoning messages are skipped. Returns ``""`` when
-    no message qualifies.
+    A tool result or system message that is the latest message with text is the preview, as
+    in the predecessor; messages without text (an assistant turn carrying only tool calls)
+    are passed over. Returns ``""`` when no message has text.
     """
     for message in reversed(list(messages)):
-        if _field(message, "role") in _PREVIEW_ROLES:
-            text = message_text(message)
-            if text:
-                return _truncate(text, PREVIEW_MAX_CHARS)
+        text = message_text(message)
+        if text:
+            return _truncate(text, PREVIEW_MAX_CHARS)
     return ""

@@ -4,29 +4,56 @@ A subclass implements a few synchronous row operations ("hooks") against its own
 base supplies the async protocol methods. Each async call makes exactly one ``sync_to_async``
 hop, and inside that worker thread resolves the owner and then runs the hook, so owner
 resolution (which may load the session) and the query never touch the event loop.
+
+A hook failing with ``django.db.DataError`` (the database refusing the caller's data, such as
+PostgreSQL refusing a NUL character in text) surfaces as ``StoreDataError``, a ``StoreError``
+that transports answer as the caller's fault. Every other exception passes through unchanged.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.db import DataError
 
 from django_pydantic_agent.persistence.base import (
     AttachmentRef,
     Conversation,
     ConversationMetaList,
     OpenedAttachment,
+    StoreDataError,
     check_limit,
 )
 from django_pydantic_agent.persistence.owner import resolve_owner_id
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from django.core.files.uploadedfile import UploadedFile
     from django.http import HttpRequest
 
 __all__ = ["ModelAttachmentStore", "ModelConversationStore"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _hook(subject: str, hook: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+    """Run a subclass hook; the database refusing the caller's data raises ``StoreDataError``.
+
+    Only ``DataError`` is translated (about ``subject``); any other exception propagates.
+    """
+    try:
+        return hook(*args, **kwargs)
+    except DataError as exc:
+        raise StoreDataError(
+            f"The database refused the data for {subject}: a value is not valid for its "
+            "column, such as a NUL character (PostgreSQL text cannot hold one) or a value "
+            "longer than the column allows. Nothing was changed; remove NUL characters and "
+            "shorten over-long values, then try again."
+        ) from exc
 
 
 def _check_allow_anonymous(value: object) -> bool:
@@ -70,7 +97,7 @@ class ModelConversationStore(_OwnerScoped, ABC):
     ``allow_anonymous=False`` (the default, also the class-level default) makes every method
     raise ``AnonymousOperationError`` for an anonymous request; ``True`` keys anonymous visitors
     to ``"anon:<session_key>"`` of a session the view created before responding. The store
-    reads no settings.
+    reads no settings. A hook's ``django.db.DataError`` surfaces as ``StoreDataError``.
     """
 
     @abstractmethod
@@ -98,22 +125,29 @@ class ModelConversationStore(_OwnerScoped, ABC):
         return None
 
     def _load_sync(self, thread_id: str, request: HttpRequest) -> Conversation | None:
-        return self._fetch(thread_id, self._owner(request))
+        owner_id = self._owner(request)
+        return _hook(f"conversation {thread_id!r}", self._fetch, thread_id, owner_id)
 
     def _save_sync(self, conversation: Conversation, request: HttpRequest) -> None:
-        self._store(conversation, self._owner(request))
+        owner_id = self._owner(request)
+        subject = f"conversation {conversation.thread_id!r}"
+        _hook(subject, self._store, conversation, owner_id)
 
     def _delete_sync(self, thread_id: str, request: HttpRequest) -> None:
-        self._remove(thread_id, self._owner(request))
+        owner_id = self._owner(request)
+        _hook(f"conversation {thread_id!r}", self._remove, thread_id, owner_id)
 
     def _list_sync(self, request: HttpRequest, limit: int | None) -> ConversationMetaList:
-        return self._list(self._owner(request), limit)
+        owner_id = self._owner(request)
+        return _hook("the conversation list", self._list, owner_id, limit)
 
     def _exists_sync(self, thread_id: str, request: HttpRequest) -> bool:
-        return self._exists(thread_id, self._owner(request))
+        owner_id = self._owner(request)
+        return _hook(f"conversation {thread_id!r}", self._exists, thread_id, owner_id)
 
     def _rename_sync(self, thread_id: str, title: str, request: HttpRequest) -> None:
-        self._rename(thread_id, title, self._owner(request))
+        owner_id = self._owner(request)
+        _hook(f"conversation {thread_id!r}", self._rename, thread_id, title, owner_id)
 
     async def load(self, thread_id: str, *, request: HttpRequest) -> Conversation | None:
         """Return the owner's conversation ``thread_id``, or ``None`` (missing or cross-owner)."""
@@ -151,7 +185,8 @@ class ModelAttachmentStore(_OwnerScoped, ABC):
     owner resolution, same ``allow_anonymous`` policy. Implement ``_save``, ``_open`` and
     ``_remove`` over your own storage (typically a Django ``Storage`` for the bytes and a row
     for the metadata); each receives the resolved ``owner_id`` and must filter by it, so
-    ``_open`` returns ``None`` for another owner's id exactly as for a missing one.
+    ``_open`` returns ``None`` for another owner's id exactly as for a missing one. A hook's
+    ``django.db.DataError`` surfaces as ``StoreDataError``.
     """
 
     @abstractmethod
@@ -167,13 +202,16 @@ class ModelAttachmentStore(_OwnerScoped, ABC):
         """Delete the owner's attachment; no-op when absent."""
 
     def _save_sync(self, upload: UploadedFile[bytes], request: HttpRequest) -> AttachmentRef:
-        return self._save(upload, self._owner(request))
+        owner_id = self._owner(request)
+        return _hook(f"the upload {upload.name!r}", self._save, upload, owner_id)
 
     def _open_sync(self, attachment_id: str, request: HttpRequest) -> OpenedAttachment | None:
-        return self._open(attachment_id, self._owner(request))
+        owner_id = self._owner(request)
+        return _hook(f"attachment {attachment_id!r}", self._open, attachment_id, owner_id)
 
     def _delete_sync(self, attachment_id: str, request: HttpRequest) -> None:
-        self._remove(attachment_id, self._owner(request))
+        owner_id = self._owner(request)
+        _hook(f"attachment {attachment_id!r}", self._remove, attachment_id, owner_id)
 
     async def save(self, upload: UploadedFile[bytes], *, request: HttpRequest) -> AttachmentRef:
         """Persist ``upload`` for the request's owner and return its ref."""

@@ -2,11 +2,12 @@
 
 Owner resolution is the security boundary of every store. An authenticated user owns
 ``str(user.pk)``; an anonymous visitor owns ``"anon:<session_key>"`` only where a store opted in
-with ``allow_anonymous=True``, and only if the browser already holds a valid session. These
-helpers never create a session on their own: a session created after a streaming response has
+with ``allow_anonymous=True``, and only if the browser already holds a valid session.
+``resolve_owner_id`` never creates a session: one created after a streaming response has
 started would set a cookie the browser never receives, orphaning whatever was saved under it.
 A view that serves anonymous visitors calls ``ensure_session_key`` (or ``aensure_session_key``)
-before it starts its response.
+before it starts its response. ``memory_namespace`` is the exception the seed asks for: it
+creates the visitor's session itself, so it too belongs before the response starts.
 """
 
 from __future__ import annotations
@@ -170,16 +171,13 @@ def memory_namespace(request: HttpRequest) -> str:
     share memory. Deliberately not ``resolve_owner_id``: its ``anon:`` colon is not a valid
     harness path segment. The result is always a valid segment.
 
-    Raises ``AnonymousOperationError`` for an anonymous request without a valid session (call
-    ``ensure_session_key`` before the run). Loads the session if not yet loaded, which may query.
+    Unlike ``resolve_owner_id``, it creates the session of an anonymous visitor who has none
+    (as ``ensure_session_key`` does, a database write): call it, or ``ensure_session_key``,
+    before the response starts, so the new cookie reaches the browser. Synchronous and
+    possibly querying: call it off the event loop. Raises ``ImproperlyConfigured`` for an
+    anonymous request without ``request.session`` (``SessionMiddleware`` missing).
     """
     pk = _authenticated_pk(getattr(request, "user", None))
     if pk is not None:
         return _segment("u-", pk)
-    key = _valid_session_key(request)
-    if key is None:
-        raise AnonymousOperationError(
-            "This anonymous request has no session, so it has no memory namespace of its "
-            "own: call ensure_session_key(request) in the view before the run starts."
-        )
-    return _segment("anon-", key)
+    return _segment("anon-", ensure_session_key(request))

@@ -19,6 +19,8 @@ from django_pydantic_agent.persistence.base import (
 from django_pydantic_agent.persistence.derive import derive_preview, derive_title
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from django.contrib.sessions.backends.base import SessionBase
     from django.http import HttpRequest
 
@@ -55,16 +57,19 @@ class DjangoSessionConversationStore:
 
     Every write saves the session explicitly, in the same worker-thread hop, so a save made
     after a streaming response has started (when ``SessionMiddleware`` has already run) still
-    persists. The store never creates a session (its cookie could arrive after the headers):
-    the view creates it before responding (``ensure_session_key``), as the AG-UI server does,
-    and a save for a request without one raises ``StoreError``.
+    persists. A write reloads the session as stored now and changes only this store's entry,
+    so a change made meanwhile by another tab is kept; two writes at the same instant still
+    race (the later one wins). The store never creates a session (its cookie could arrive
+    after the headers): the view creates it before responding (``ensure_session_key``), as
+    the AG-UI server does, and a save for a request without one raises ``StoreError``.
 
     Limits, per session: ``max_threads`` conversations and ``max_bytes`` of JSON for all of
     them together. A save that would exceed either raises ``StoreLimitError`` and changes
     nothing. Messages must be JSON-serialisable (``TypeError`` otherwise), as with Django's
     default session serializer. Needs a server-side session backend (database, cache or file):
     the signed-cookie backend caps a session at about 4 KB. If the session is deleted while the
-    request runs (a logout in another tab), a write raises ``StoreError``.
+    request runs (a logout in another tab), a save raises ``StoreError`` (a delete or rename
+    does nothing).
 
     Raises ``ValueError`` at construction for a limit that is not a positive integer or an
     empty ``session_key``.
@@ -112,16 +117,33 @@ class DjangoSessionConversationStore:
 
     def _read(self, request: HttpRequest) -> _Threads:
         session = self._session(request)
-        if session is None:
-            return {}
+        return {} if session is None else self._threads_in(session)
+
+    def _threads_in(self, session: SessionBase) -> _Threads:
         raw = session.get(self._session_key)
         if not isinstance(raw, dict):
             return {}
         return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, dict)}
 
-    def _write(self, request: HttpRequest, threads: _Threads) -> None:
+    def _modify(
+        self,
+        request: HttpRequest,
+        change: Callable[[_Threads], _Threads | None],
+        *,
+        required: bool,
+    ) -> None:
+        """Apply ``change`` to the threads as stored *now*, and save them (one worker hop).
+
+        The request's session was loaded when the request started; another tab may have
+        changed the stored one since. So the stored data is reloaded from the backend, only
+        this store's entry is replaced, and that copy is saved. ``change`` returns the new
+        threads, or ``None`` for "nothing to write". ``required`` is false for delete and
+        rename, which are no-ops (not errors) when there is no session to change.
+        """
         session = self._session(request)
         if session is None:
+            if not required:
+                return
             from django.core.exceptions import ImproperlyConfigured
 
             raise ImproperlyConfigured(
@@ -131,22 +153,41 @@ class DjangoSessionConversationStore:
         from django.contrib.sessions.backends.base import UpdateError
 
         session.keys()  # load it: a forged or expired cookie leaves no session key
-        if not session.session_key:
+        key = session.session_key
+        if not key:
+            if not required:
+                return
             # Creating one here could be too late for its cookie to reach the browser.
             raise StoreError(
                 "The conversation was not saved: this request has no session, and the store "
                 "does not create one. Call ensure_session_key(request) in the view before "
                 "responding; for clients without a session cookie, use a model-backed store."
             )
-        session[self._session_key] = threads
-        # Explicit: SessionMiddleware has already run if the response is streaming.
-        try:
-            session.save()
-        except UpdateError as exc:
+        stored = type(session)(key)  # as SessionMiddleware builds it
+        threads = self._threads_in(stored)  # reads the backend now
+        ended = not stored.session_key
+        updated = None if ended else change(threads)
+        cause: UpdateError | None = None
+        if updated is not None:
+            stored[self._session_key] = updated
+            # Explicit: SessionMiddleware has already run if the response is streaming.
+            try:
+                stored.save()
+            except UpdateError as exc:  # the row went between the reload and the save
+                ended, cause = True, exc
+        if ended:
+            if not required:
+                return
             raise StoreError(
                 "The conversation was not saved: the session ended while the request was "
                 "running (a logout or flush elsewhere). Sign in or reload, then try again."
-            ) from exc
+            ) from cause
+        # Keep this request's copy in step for later reads, without asking SessionMiddleware
+        # to write its older copy of the rest of the session back. A backend whose key is its
+        # data (signed cookies) does need the middleware to send the new key.
+        was_modified = session.modified
+        session[self._session_key] = updated if updated is not None else threads
+        session.modified = was_modified or stored.session_key != key
 
     def _load_sync(self, thread_id: str, request: HttpRequest) -> Conversation | None:
         entry = self._read(request).get(thread_id)
@@ -171,25 +212,28 @@ class DjangoSessionConversationStore:
                 f"are not JSON-serialisable ({exc}). Store plain JSON values (dump pydantic "
                 "models with model_dump(mode='json'))."
             ) from exc
-        threads = self._read(request)
-        previous = threads.get(thread_id)
-        if previous is None and len(threads) >= self._max_threads:
-            raise StoreLimitError(
-                f"Cannot start conversation {thread_id!r}: this session already holds "
-                f"{len(threads)} conversations, the limit (max_threads={self._max_threads}). "
-                "Delete an old conversation first."
-            )
-        entry: dict[str, Any] = {
-            "messages": messages,
-            "updated_at": datetime.now(UTC).isoformat(),
-        }
-        if conversation.owner_id is not None:
-            entry["owner_id"] = conversation.owner_id
-        if previous is not None and isinstance(previous.get("title"), str):
-            entry["title"] = previous["title"]
-        updated = {**threads, thread_id: entry}
-        self._check_size(updated, f"save conversation {thread_id!r}")
-        self._write(request, updated)
+
+        def change(threads: _Threads) -> _Threads:
+            previous = threads.get(thread_id)
+            if previous is None and len(threads) >= self._max_threads:
+                raise StoreLimitError(
+                    f"Cannot start conversation {thread_id!r}: this session already holds "
+                    f"{len(threads)} conversations, the limit (max_threads={self._max_threads}). "
+                    "Delete an old conversation first."
+                )
+            entry: dict[str, Any] = {
+                "messages": messages,
+                "updated_at": datetime.now(UTC).isoformat(),
+            }
+            if conversation.owner_id is not None:
+                entry["owner_id"] = conversation.owner_id
+            if previous is not None and isinstance(previous.get("title"), str):
+                entry["title"] = previous["title"]
+            updated = {**threads, thread_id: entry}
+            self._check_size(updated, f"save conversation {thread_id!r}")
+            return updated
+
+        self._modify(request, change, required=True)
 
     def _check_size(self, threads: _Threads, action: str) -> None:
         size = _encoded_size(threads)
@@ -201,11 +245,12 @@ class DjangoSessionConversationStore:
             )
 
     def _delete_sync(self, thread_id: str, request: HttpRequest) -> None:
-        threads = self._read(request)
-        if thread_id not in threads:
-            return
-        del threads[thread_id]
-        self._write(request, threads)
+        def change(threads: _Threads) -> _Threads | None:
+            if thread_id not in threads:
+                return None
+            return {k: v for k, v in threads.items() if k != thread_id}
+
+        self._modify(request, change, required=False)
 
     def _list_sync(self, request: HttpRequest, limit: int | None) -> ConversationMetaList:
         rows: ConversationMetaList = []
@@ -231,13 +276,15 @@ class DjangoSessionConversationStore:
         return thread_id in self._read(request)
 
     def _rename_sync(self, thread_id: str, title: str, request: HttpRequest) -> None:
-        threads = self._read(request)
-        entry = threads.get(thread_id)
-        if entry is None:
-            return
-        threads[thread_id] = {**entry, "title": title}
-        self._check_size(threads, f"rename conversation {thread_id!r}")
-        self._write(request, threads)
+        def change(threads: _Threads) -> _Threads | None:
+            entry = threads.get(thread_id)
+            if entry is None:
+                return None
+            updated = {**threads, thread_id: {**entry, "title": title}}
+            self._check_size(updated, f"rename conversation {thread_id!r}")
+            return updated
+
+        self._modify(request, change, required=False)
 
     # -- the ConversationStore protocol --------------------------------------------------------
 

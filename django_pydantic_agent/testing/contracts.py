@@ -294,6 +294,31 @@ class ConversationStoreContract:
         expected = "Lisbon, May" if self.supports_rename else "hello again please"
         assert row.title == expected
 
+    async def test_an_earlier_request_undoes_no_change_made_since(
+        self, actors: StoreActors
+    ) -> None:
+        # Two tabs of one browser: a long run's request was loaded before the other tab
+        # deleted one thread and saved another; the run's save must keep both changes.
+        await self._save(actors, "alice", "deleted-elsewhere", "old")
+        store = self._store()
+        long_run = actors.request("alice")
+        await store.exists("deleted-elsewhere", request=long_run)
+        await store.delete("deleted-elsewhere", request=actors.request("alice"))
+        await self._save(actors, "alice", "saved-elsewhere", "other tab")
+        run = Conversation(thread_id="the-run", messages=sample_messages("the run"))
+        await store.save(run, request=long_run)
+
+        present = {
+            thread_id: await self._store().exists(thread_id, request=actors.request("alice"))
+            for thread_id in ("deleted-elsewhere", "saved-elsewhere", "the-run")
+        }
+        persistent = is_persistent(self.make_store())
+        assert present == {
+            "deleted-elsewhere": False,
+            "saved-elsewhere": persistent,
+            "the-run": persistent,
+        }
+
     async def test_rename_of_a_missing_thread_creates_nothing(self, actors: StoreActors) -> None:
         store = self._store()
         await store.rename("ghost", "Boo", request=actors.request("alice"))

@@ -58,16 +58,33 @@ def test_objects_with_attributes_work_like_dicts() -> None:
     assert message_text({"content": 7}) == ""
 
 
-def test_preview_is_the_latest_conversational_text_cut_at_120() -> None:
+def test_preview_is_the_latest_message_with_text_cut_at_120() -> None:
     messages = [
         {"role": "user", "content": "question"},
         {"role": "assistant", "content": "answer " * 40},
-        {"role": "tool", "toolCallId": "c1", "content": '{"rows": []}'},
-        {"role": "assistant", "content": ""},
+        {"role": "assistant", "content": "", "toolCalls": [{"id": "c1"}]},
+        {"role": "assistant", "content": None},
     ]
     preview = derive_preview(messages)
     assert len(preview) <= 120
     assert preview.startswith("answer answer")
     assert preview.endswith("\u2026")
     assert derive_preview([]) == ""
-    assert derive_preview([{"role": "tool", "content": "only a tool"}]) == ""
+    assert derive_preview([{"role": "assistant", "content": "   "}]) == ""
+
+
+def test_preview_reads_the_latest_message_whatever_its_role() -> None:
+    # As the seed ("an excerpt of the latest message") and the predecessor (no role filter)
+    # define it: a thread whose last turn is a tool result or a system note previews that.
+    tool_last = [
+        {"role": "user", "content": "Find flights"},
+        {"role": "tool", "toolCallId": "c1", "content": '  {"flights":\n 3}  '},
+    ]
+    assert derive_preview(tool_last) == '{"flights": 3}'
+    system_last = [
+        {"role": "assistant", "content": "Done."},
+        {"role": "system", "content": [{"type": "text", "text": "Context trimmed."}]},
+    ]
+    assert derive_preview(system_last) == "Context trimmed."
+    assert derive_preview([{"role": "tool", "content": "only a tool"}]) == "only a tool"
+    assert derive_preview([{"content": "no role at all"}]) == "no role at all"

@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Awaitable, Callable
 from importlib import import_module
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.sessions.models import Session
-from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import connection
+from django.core.files.uploadedfile import SimpleUploadedFile, UploadedFile
+from django.db import DataError, IntegrityError, OperationalError, connection
 from django.test import RequestFactory
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_pydantic_agent.persistence import (
     AnonymousOperationError,
+    AttachmentRef,
     AttachmentStore,
     Conversation,
+    ConversationMetaList,
     ConversationStore,
+    OpenedAttachment,
+    StoreDataError,
+    StoreError,
     model,
 )
 from django_pydantic_agent.testing import (
@@ -201,3 +207,124 @@ async def test_attachment_rows_and_blobs_are_owner_scoped(actors: StoreActors) -
     await store.delete(ref.id, request=actors.request("alice"))
     assert row.file.name
     assert row.file.storage.exists(row.file.name) is False
+
+
+# -- regression: data the database refuses is the caller's fault, not a server error ----------
+
+needs_postgresql = pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="SQLite accepts NUL characters and over-long strings, so it refuses nothing here.",
+)
+
+
+@needs_postgresql
+@pytest.mark.django_db(transaction=True)
+async def test_a_message_postgresql_cannot_hold_is_a_store_error(actors: StoreActors) -> None:
+    store = ThreadStore()
+    bad = Conversation(
+        thread_id="t-nul", messages=[{"id": "m1", "role": "user", "content": "a\x00b"}]
+    )
+    with pytest.raises(StoreDataError, match="'t-nul'") as raised:
+        await store.save(bad, request=actors.request("alice"))
+    assert isinstance(raised.value, StoreError)
+    assert isinstance(raised.value.__cause__, DataError)
+    assert "NUL" in str(raised.value)
+    assert await store.exists("t-nul", request=actors.request("alice")) is False
+    # The connection is still usable for the next, valid request.
+    good = Conversation(thread_id="t-ok", messages=[{"role": "user", "content": "ab"}])
+    await store.save(good, request=actors.request("alice"))
+    assert await store.exists("t-ok", request=actors.request("alice")) is True
+
+
+@needs_postgresql
+@pytest.mark.django_db(transaction=True)
+async def test_a_title_too_long_for_its_column_is_a_store_error(actors: StoreActors) -> None:
+    store = ThreadStore()
+    await store.save(Conversation(thread_id="t1", messages=[]), request=actors.request("alice"))
+    with pytest.raises(StoreDataError, match="'t1'"):
+        await store.rename("t1", "x" * 300, request=actors.request("alice"))
+
+
+@needs_postgresql
+@pytest.mark.django_db(transaction=True)
+async def test_an_upload_name_postgresql_cannot_hold_is_a_store_error(
+    actors: StoreActors,
+) -> None:
+    upload = SimpleUploadedFile("a\x00b.txt", b"abc", content_type="text/plain")
+    with pytest.raises(StoreDataError, match="upload"):
+        await UploadStore().save(upload, request=actors.request("alice"))
+    assert await Upload.objects.acount() == 0
+
+
+class RefusingThreadStore(ThreadStore):
+    """Every hook fails as a database refusing the caller's data (or its own bug) would."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
+        raise self.error
+
+    def _store(self, conversation: Conversation, owner_id: str) -> None:
+        raise self.error
+
+    def _remove(self, thread_id: str, owner_id: str) -> None:
+        raise self.error
+
+    def _list(self, owner_id: str, limit: int | None) -> ConversationMetaList:
+        raise self.error
+
+    def _exists(self, thread_id: str, owner_id: str) -> bool:
+        raise self.error
+
+    def _rename(self, thread_id: str, title: str, owner_id: str) -> None:
+        raise self.error
+
+
+class RefusingUploadStore(UploadStore):
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def _save(self, upload: UploadedFile[bytes], owner_id: str) -> AttachmentRef:
+        raise self.error
+
+    def _open(self, attachment_id: str, owner_id: str) -> OpenedAttachment | None:
+        raise self.error
+
+    def _remove(self, attachment_id: str, owner_id: str) -> None:
+        raise self.error
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_every_hook_wraps_data_errors_and_only_those(actors: StoreActors) -> None:
+    request = actors.request("alice")
+    store = RefusingThreadStore(DataError("value too long for type character varying(255)"))
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
+        "load": lambda: store.load("t1", request=request),
+        "save": lambda: store.save(Conversation(thread_id="t1"), request=request),
+        "delete": lambda: store.delete("t1", request=request),
+        "list": lambda: store.list(request=request),
+        "exists": lambda: store.exists("t1", request=request),
+        "rename": lambda: store.rename("t1", "T", request=request),
+    }
+    for name, call in calls.items():
+        with pytest.raises(StoreDataError, match=r"conversation ('t1'|list)") as raised:
+            await call()
+        assert isinstance(raised.value.__cause__, DataError), name
+    uploads = RefusingUploadStore(DataError("invalid byte sequence"))
+    upload = SimpleUploadedFile("notes.txt", b"abc")
+    upload_calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: uploads.save(upload, request=request),
+        lambda: uploads.open("a1", request=request),
+        lambda: uploads.delete("a1", request=request),
+    ]
+    for call in upload_calls:
+        with pytest.raises(StoreDataError, match=r"'notes\.txt'|'a1'"):
+            await call()
+    # An integrity error (or any other database error) is the store's business: unchanged.
+    for error in (IntegrityError("duplicate key"), OperationalError("server closed")):
+        with pytest.raises(type(error)) as plain:
+            await RefusingThreadStore(error).save(Conversation(thread_id="t1"), request=request)
+        assert not isinstance(plain.value, StoreError)

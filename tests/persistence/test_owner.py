@@ -182,10 +182,26 @@ def test_memory_namespace_for_requests_is_always_a_valid_segment() -> None:
 
 
 @pytest.mark.django_db
-def test_memory_namespace_refuses_an_anonymous_request_without_session() -> None:
-    with pytest.raises(AnonymousOperationError, match="ensure_session_key"):
-        memory_namespace(_anonymous())
-    assert Session.objects.count() == 0
+@pytest.mark.parametrize("cookie", [None, "c" * 32], ids=["no-cookie", "expired-cookie"])
+def test_memory_namespace_creates_the_anonymous_session_it_keys_to(cookie: str | None) -> None:
+    # The seed: it "can key an anonymous caller to their browser session", creating one
+    # (the predecessor did too) -- so a first-time visitor gets a namespace of their own.
+    request = _anonymous(cookie)
+    namespace = memory_namespace(request)
+    key = request.session.session_key
+    assert key
+    assert key != cookie
+    assert namespace == f"anon-{key}"
+    assert Session.objects.filter(session_key=key).exists()
+    assert request.session.modified  # so SessionMiddleware sends the cookie
+    assert memory_namespace(request) == namespace  # created once
+    assert memory_namespace(_anonymous()) != namespace  # another visitor, another session
+    validate_store_path(f"{namespace}/agent/notes.md")
+
+
+def test_memory_namespace_without_session_middleware_says_so() -> None:
+    with pytest.raises(ImproperlyConfigured, match="SessionMiddleware"):
+        memory_namespace(_anonymous(with_session=False))
 
 
 def test_harness_rejects_what_resolve_owner_id_would_give() -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from importlib import import_module
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.sessions.backends.base import UpdateError
 from django.contrib.sessions.models import Session
 from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, RequestFactory
@@ -254,3 +256,115 @@ def test_limits_are_visible() -> None:
         "DjangoSessionConversationStore(session_key='django_pydantic_agent_conversations', "
         "max_threads=3, max_bytes=4096)"
     )
+
+
+# -- regression: a write must not put back a session loaded before another tab changed it ------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_thread_deleted_in_another_tab_stays_deleted(actors: StoreActors) -> None:
+    store = DjangoSessionConversationStore()
+    await store.save(_conversation("B"), request=actors.request("alice"))
+    # Tab 1 starts a long run: its request loads the session (B is there).
+    long_run = actors.request("alice")
+    assert await store.exists("B", request=long_run) is True
+    # Tab 2, same session cookie, deletes B meanwhile.
+    await store.delete("B", request=actors.request("alice"))
+    # Tab 1's run finishes and saves its own thread.
+    await store.save(_conversation("A"), request=long_run)
+    # Nor will SessionMiddleware write the run's older copy of the session back afterwards.
+    assert long_run.session.modified is False
+
+    stored = await sync_to_async(_stored)(actors, "alice")
+    assert isinstance(stored, dict)
+    assert sorted(stored) == ["A"]
+    assert await store.exists("B", request=actors.request("alice")) is False
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_concurrent_runs_thread_is_not_lost(actors: StoreActors) -> None:
+    store = DjangoSessionConversationStore()
+    first = actors.request("alice")
+    second = actors.request("alice")
+    # Both tabs load the (empty) session at the start of their run.
+    assert await store.list(request=first) == []
+    assert await store.list(request=second) == []
+    await store.save(_conversation("one"), request=first)
+    await store.save(_conversation("two"), request=second)
+    await store.rename("one", "First tab", request=second)
+
+    rows = await store.list(request=actors.request("alice"))
+    assert {(row.thread_id, row.title) for row in rows} == {("one", "First tab"), ("two", "hello")}
+    # A tab's own request reads what its last write left stored, not its start-of-request copy.
+    assert {row.thread_id for row in await store.list(request=second)} == {"one", "two"}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_rename_does_not_bring_back_a_thread_deleted_elsewhere(
+    actors: StoreActors,
+) -> None:
+    store = DjangoSessionConversationStore()
+    await store.save(_conversation("B"), request=actors.request("alice"))
+    stale = actors.request("alice")
+    assert await store.exists("B", request=stale) is True
+    await store.delete("B", request=actors.request("alice"))
+    await store.rename("B", "Renamed", request=stale)
+    assert await sync_to_async(_stored)(actors, "alice") == {}
+    await store.delete("B", request=stale)  # already gone: a no-op, not an error
+    assert await sync_to_async(_stored)(actors, "alice") == {}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_delete_and_rename_without_a_stored_session_are_no_ops(actors: StoreActors) -> None:
+    store = DjangoSessionConversationStore()
+    no_middleware = RequestFactory().get("/")
+    forged = RequestFactory().get("/")
+    forged.session = import_module(settings.SESSION_ENGINE).SessionStore("forged" * 6)
+    ended = actors.request("alice")
+    await store.save(_conversation("t1"), request=ended)
+    await Session.objects.filter(session_key=actors.session_key("alice")).adelete()
+    for request in (no_middleware, forged, ended):
+        await store.delete("t1", request=request)
+        await store.rename("t1", "T", request=request)
+    assert await Session.objects.acount() == 3  # nothing created; bob, anon1, anon2 remain
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_session_ended_between_reload_and_save_is_a_store_error(
+    actors: StoreActors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = import_module(settings.SESSION_ENGINE).SessionStore
+    real_load = engine.load
+    loads: list[str] = []
+
+    def load_then_logout_elsewhere(self: object) -> Any:
+        data = real_load(self)
+        loads.append("load")
+        if len(loads) == 2:  # the store's reload: the row goes right after it was read
+            Session.objects.filter(session_key=actors.session_key("alice")).delete()
+        return data
+
+    monkeypatch.setattr(engine, "load", load_then_logout_elsewhere)
+    store = DjangoSessionConversationStore()
+    with pytest.raises(StoreError, match="session ended") as raised:
+        await store.save(_conversation("t1"), request=actors.request("alice"))
+    assert len(loads) == 2
+    assert isinstance(raised.value.__cause__, UpdateError)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_signed_cookie_sessions_still_get_their_new_cookie_from_the_middleware() -> None:
+    from django.contrib.sessions.backends.signed_cookies import SessionStore as CookieStore
+
+    first = CookieStore()
+    first["greeting"] = "hi"
+    first.save()
+    request = RequestFactory().get("/")
+    request.session = CookieStore(first.session_key)
+    await DjangoSessionConversationStore().save(_conversation("t1"), request=request)
+    # The cookie is the data, so SessionMiddleware must send a new one after the view.
+    assert request.session.modified
+    request.session.save()
+    after = CookieStore(request.session.session_key)
+    assert sorted(after[SESSION_KEY]) == ["t1"]
+    assert after["greeting"] == "hi"
