@@ -19,6 +19,7 @@ from asgiref.sync import markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
+from django_pydantic_agent.agui.ids import is_valid_id
 from django_pydantic_agent.persistence import AnonymousOperationError, StoreError, StoreLimitError
 
 __all__ = [
@@ -201,12 +202,14 @@ class AGUIView:
         policy: AccessPolicy,
         handlers: Mapping[str, Handler],
         check_csrf: bool = True,
+        not_found: str = "Not found.",
     ) -> None:
         self.agui_server = server
         self.agui_csrf_enforced = not policy.csrf_exempt
         self._policy = policy
         self._handlers = dict(handlers)
         self._check_csrf = check_csrf
+        self._not_found = not_found
         self._allow = ", ".join(sorted(self._handlers))
         markcoroutinefunction(self)
 
@@ -216,7 +219,11 @@ class AGUIView:
         return tuple(sorted(self._handlers))
 
     async def __call__(self, request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
-        """Authenticate, then dispatch on the method: 401, 403, 405, CSRF 403, or the handler."""
+        """Authenticate, then dispatch on the method: 401, 403, 405, CSRF 403, or the handler.
+
+        An id in the URL (``thread_id``, ``attachment_id``) outside the id alphabet of
+        ``ids.py`` names nothing that can exist: 404, before the handler or a store sees it.
+        """
         refusal = await self._policy.authenticate(request)
         if refusal is not None:
             return refusal
@@ -231,4 +238,6 @@ class AGUIView:
             csrf_refusal = await sync_to_async(self._policy.csrf_failure)(request)
             if csrf_refusal is not None:
                 return csrf_refusal
+        if not all(is_valid_id(value) for value in kwargs.values()):
+            return error_response(404, self._not_found)
         return await handler(request, **kwargs)

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.urls import Resolver404, resolve
 
-from django_pydantic_agent.agui.attachments import MULTIPART_OVERHEAD_BYTES
+from django_pydantic_agent.agui.attachments import MULTIPART_OVERHEAD_BYTES, UPLOAD_LIMIT_SCOPE_KEY
 
 __all__ = ["UploadLimitMiddleware"]
 
@@ -87,6 +87,8 @@ class UploadLimitMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve ``scope``, refusing an oversized upload with a JSON 413."""
+        if scope["type"] == "http":
+            scope = {**scope, UPLOAD_LIMIT_SCOPE_KEY: True}
         cap = _upload_cap(scope)
         if cap is None:
             await self.app(scope, receive, send)

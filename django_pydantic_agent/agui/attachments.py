@@ -1,18 +1,20 @@
 """The attachment routes: upload one file, download it, delete it.
 
-Mounted only when the server's attachment store persists. The byte cap is enforced while the
-body is read, never after: a ``Content-Length`` over the cap is refused before any parsing, and
-``CappedUploadHandler`` stops the multipart parser the moment the file passes the cap, so the
-rest is never spooled to a temporary file. Under ASGI, Django reads the whole request body
-before any view runs; ``UploadLimitMiddleware`` (see ``django_pydantic_agent.agui.asgi``) closes
-that gap. Downloads are forced (``Content-Disposition: attachment``) and never sniffed.
+Mounted only when the server's attachment store persists. An upload must declare its
+``Content-Length`` (411 otherwise: Django reads no body without one); a length over the cap is
+refused before any parsing, and ``CappedUploadHandler`` stops the multipart parser the moment the
+file passes the cap. Under WSGI the rest is then never read. Under ASGI, Django reads the whole
+request body before any view runs; only ``UploadLimitMiddleware`` (see
+``django_pydantic_agent.agui.asgi``) closes that gap, and the upload view logs a warning once when
+it runs under ASGI without it. Downloads are forced (``Content-Disposition: attachment``) and
+never sniffed.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import unicodedata
-from collections.abc import AsyncIterator
 from typing import IO, TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
@@ -38,18 +40,29 @@ if TYPE_CHECKING:
     from django_pydantic_agent.agui.server import AGUIServer
 
 __all__ = [
+    "ATTACHMENT_NOT_FOUND",
     "MULTIPART_OVERHEAD_BYTES",
+    "UPLOAD_LIMIT_SCOPE_KEY",
     "AttachmentEndpoints",
     "CappedUploadHandler",
     "safe_filename",
 ]
+
+logger = logging.getLogger("django_pydantic_agent.agui")
 
 #: Allowance for the multipart envelope (boundaries, part headers) on top of the file cap when
 #: judging a request by its ``Content-Length``.
 MULTIPART_OVERHEAD_BYTES = 16 * 1024
 _DOWNLOAD_CHUNK_BYTES = 64 * 1024
 _MAX_FILENAME_LENGTH = 200
-_UNSAFE_FILENAME_CHARS = re.compile(r'[\x00-\x1f\x7f"\\/;]')
+# "%" too: browsers percent-decode a plain ``filename=``, so "%22" would come back as a quote.
+_UNSAFE_FILENAME_CHARS = re.compile(r'[\x00-\x1f\x7f"\\/;%]')
+# RFC 6838 ``type/subtype`` with restricted-name characters only; no parameters.
+_MIME_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
+#: The scope key ``UploadLimitMiddleware`` sets, so the upload view knows it is protected.
+UPLOAD_LIMIT_SCOPE_KEY = "django_pydantic_agent.upload_limit"
+#: The 404 message of the attachment routes.
+ATTACHMENT_NOT_FOUND = "No such attachment."
 
 
 class CappedUploadHandler(FileUploadHandler):
@@ -93,7 +106,7 @@ def safe_filename(name: str) -> str:
     """A download filename safe for ``Content-Disposition``: no path, controls or quotes.
 
     Keeps the base name only, normalises Unicode (NFC), replaces control characters, quotes,
-    backslashes, slashes and semicolons with ``_``, trims it to 200 characters and falls back
+    backslashes, slashes, semicolons and ``%`` with ``_``, trims it to 200 characters and falls back
     to ``"attachment"``. Non-ASCII names survive as RFC 6266 ``filename*``.
     """
     base = re.split(r"[\\/]", name)[-1]
@@ -101,11 +114,23 @@ def safe_filename(name: str) -> str:
     return cleaned[:_MAX_FILENAME_LENGTH] or "attachment"
 
 
+def _normalized_type(content_type: str | None) -> str | None:
+    """The declared part type, lower-cased, or ``None`` if it is not a plain ``type/subtype``.
+
+    A missing type is ``application/octet-stream``. Anything with control characters, NUL,
+    spaces, non-ASCII or an empty half (``image/``) is refused rather than stored.
+    """
+    declared = (content_type or "application/octet-stream").split(";", 1)[0].strip().lower()
+    return declared if _MIME_TYPE.fullmatch(declared) else None
+
+
 def _type_allowed(content_type: str, allowed: tuple[str, ...]) -> bool:
     """Whether ``content_type`` matches the allowlist (``()`` allows all; ``image/*`` works)."""
     if not allowed:
         return True
-    declared = content_type.split(";", 1)[0].strip().lower()
+    declared = _normalized_type(content_type)
+    if declared is None:
+        return False
     for pattern in allowed:
         if pattern == declared:
             return True
@@ -114,13 +139,51 @@ def _type_allowed(content_type: str, allowed: tuple[str, ...]) -> bool:
     return False
 
 
-async def _chunks(content: IO[bytes]) -> AsyncIterator[bytes]:
-    """Read ``content`` in chunks off the event loop, closing it however the stream ends."""
-    try:
-        while chunk := await sync_to_async(content.read)(_DOWNLOAD_CHUNK_BYTES):
-            yield chunk
-    finally:
-        await sync_to_async(content.close)()
+class _FileChunks:
+    """The chunks of an open file, read off the event loop; closed however the stream ends.
+
+    An async iterator rather than an async generator: Django calls ``close()`` with the
+    response, even when the client left before the first chunk was read (a generator that
+    never started would never run its ``finally``).
+    """
+
+    def __init__(self, content: IO[bytes]) -> None:
+        self._content = content
+        self._closed = False
+
+    def __aiter__(self) -> _FileChunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        chunk = (
+            b"" if self._closed else await sync_to_async(self._content.read)(_DOWNLOAD_CHUNK_BYTES)
+        )
+        if not chunk:
+            await sync_to_async(self.close)()
+            raise StopAsyncIteration
+        return chunk
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self._content.close()
+
+
+_unprotected_warned: list[bool] = []
+
+
+def _warn_unprotected_once(request: HttpRequest) -> None:
+    """Log once per process when uploads are served under ASGI without the size wrapper."""
+    scope = getattr(request, "scope", None)
+    if scope is None or scope.get(UPLOAD_LIMIT_SCOPE_KEY) or _unprotected_warned:
+        return
+    _unprotected_warned.append(True)
+    logger.warning(
+        "AG-UI uploads are served under ASGI without UploadLimitMiddleware, so Django reads "
+        "and spools every upload body in full before the size cap can refuse it. Wrap the "
+        "application: UploadLimitMiddleware(get_asgi_application())."
+    )
 
 
 class AttachmentEndpoints:
@@ -166,9 +229,10 @@ class AttachmentEndpoints:
     async def upload(self, request: HttpRequest) -> HttpResponseBase:
         """``POST attachments/``: store one file; 201 with its ref as JSON.
 
-        Refusals: 410 (the store keeps no files), 429 (throttle), 413 (over the cap, judged
-        from ``Content-Length`` first and then while reading), 400 (not exactly one ``file``),
-        415 (type not in ``attachment_allowed_types``), 403 (anonymous callers refused).
+        Refusals: 410 (the store keeps no files), 429 (throttle), 411 (no ``Content-Length``),
+        413 (over the cap, judged from ``Content-Length`` first and then while reading), 400
+        (not exactly one ``file``), 415 (a part type that is not a plain ``type/subtype``, or
+        not in ``attachment_allowed_types``), 403 (anonymous callers refused).
         """
         server = self._server
         if not is_persistent(server.attachment_store):
@@ -176,8 +240,15 @@ class AttachmentEndpoints:
         throttled = await server.access.check_throttle(request)
         if throttled is not None:
             return throttled
+        _warn_unprotected_once(request)
+        raw_length = request.META.get("CONTENT_LENGTH")
+        if not raw_length:
+            # Django reads no body without a length (a chunked upload would look empty).
+            return error_response(
+                411, "Send the upload with a Content-Length header (not chunked)."
+            )
         try:
-            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+            declared = int(raw_length)
         except ValueError:
             declared = 0
         if declared > server.attachment_max_bytes + MULTIPART_OVERHEAD_BYTES:
@@ -188,14 +259,21 @@ class AttachmentEndpoints:
         if refusal is not None:
             return refusal
         assert upload is not None
-        content_type = upload.content_type or "application/octet-stream"
+        content_type = _normalized_type(upload.content_type)
+        if content_type is None:
+            return error_response(
+                415,
+                "The file's content type is not a valid MIME type; declare one such as "
+                "'text/plain' or 'image/png'.",
+            )
         if not _type_allowed(content_type, server.attachment_allowed_types):
             return error_response(
                 415,
                 f"The content type {content_type!r} is not accepted here; allowed: "
                 f"{', '.join(server.attachment_allowed_types)}.",
             )
-        await server.ensure_anonymous_session(request)
+        upload.content_type = content_type
+        await server.ensure_anonymous_session(request, server.attachment_store)
         try:
             ref = await server.attachment_store.save(upload, request=request)
         except StoreError as exc:
@@ -212,18 +290,20 @@ class AttachmentEndpoints:
         WSGI it is a ``FileResponse``. Either way: ``Content-Disposition: attachment`` with a
         sanitised name, the stored type (or ``application/octet-stream``) and ``nosniff``.
         """
-        await self._server.ensure_anonymous_session(request)
+        store = self._server.attachment_store
+        if await self._server.owns_nothing(request, store):
+            return error_response(404, ATTACHMENT_NOT_FOUND)
         try:
-            opened = await self._server.attachment_store.open(attachment_id, request=request)
+            opened = await store.open(attachment_id, request=request)
         except StoreError as exc:
             return store_refusal(exc, store="attachment")
         if opened is None:
-            return error_response(404, "No such attachment.")
+            return error_response(404, ATTACHMENT_NOT_FOUND)
         content_type = opened.ref.mime or "application/octet-stream"
         filename = safe_filename(opened.ref.name)
         response: HttpResponseBase
         if getattr(request, "scope", None) is not None:  # ASGI: stream asynchronously
-            response = StreamingHttpResponse(_chunks(opened.content), content_type=content_type)
+            response = StreamingHttpResponse(_FileChunks(opened.content), content_type=content_type)
             response["Content-Disposition"] = content_disposition_header(True, filename)
         else:
             response = FileResponse(
@@ -236,9 +316,11 @@ class AttachmentEndpoints:
 
     async def delete(self, request: HttpRequest, attachment_id: str) -> HttpResponseBase:
         """``DELETE attachments/<id>/``: always 204, whether or not the file existed."""
-        await self._server.ensure_anonymous_session(request)
+        store = self._server.attachment_store
+        if await self._server.owns_nothing(request, store):
+            return HttpResponse(status=204)
         try:
-            await self._server.attachment_store.delete(attachment_id, request=request)
+            await store.delete(attachment_id, request=request)
         except StoreError as exc:
             return store_refusal(exc, store="attachment")
         return HttpResponse(status=204)

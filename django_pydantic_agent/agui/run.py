@@ -4,9 +4,12 @@ The stream is an async generator handed to ``StreamingHttpResponse``, which stre
 ASGI. Between the pydantic-ai adapter and the socket sit, in order: the redacting error hook
 (``RUN_ERROR`` text is generic unless the server exposes it; the real exception is logged), the
 reasoning filter (when ``forward_reasoning`` is off), the transcript observer (when persisting,
-it folds each forwarded event, see ``transcript.py``), the SSE encoder and the heartbeat. A
-client disconnect cancels the whole chain in the task that runs it; persistence then still runs,
-shielded, before the cancellation is re-raised, and saves what the stream announced.
+it folds each forwarded event, see ``transcript.py``), a guard that turns any other exception into
+``RUN_ERROR``, the save (when persisting: the terminal event is held back until the run is saved,
+and a failed save ends the stream with ``RUN_ERROR`` instead of ``RUN_FINISHED``), the SSE encoder
+and the heartbeat. A client disconnect cancels the whole chain in the task that runs it;
+persistence then still runs, shielded, before the cancellation is re-raised, and saves what the
+stream announced.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent
+from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent, RunStartedEvent
 from ag_ui.encoder import EventEncoder
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
@@ -27,8 +30,14 @@ from pydantic import ValidationError
 from pydantic_ai.ui.ag_ui import AGUIAdapter, AGUIEventStream
 
 from django_pydantic_agent.agui.access import error_response, store_refusal
+from django_pydantic_agent.agui.ids import ID_RULE, is_valid_id
 from django_pydantic_agent.agui.transcript import Transcript, wire_message
-from django_pydantic_agent.persistence import Conversation, StoreError
+from django_pydantic_agent.persistence import (
+    AnonymousOperationError,
+    Conversation,
+    StoreError,
+    StoreLimitError,
+)
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import AgentRunResult
@@ -38,9 +47,16 @@ if TYPE_CHECKING:
     from django_pydantic_agent.agui.server import AGUIServer
 
 __all__ = [
+    "NESTED_TOO_DEEPLY",
     "REDACTED_RUN_ERROR",
+    "REDACTED_SAVE_ERROR",
     "SSE_HEARTBEAT",
+    "STORE_FAILED_CODE",
+    "STORE_LIMIT_CODE",
+    "STORE_REFUSED_CODE",
     "RunEndpoint",
+    "is_json_request",
+    "not_json_response",
     "parse_run_input",
     "with_heartbeat",
     "without_reasoning",
@@ -53,8 +69,9 @@ REDACTED_RUN_ERROR = "The agent run failed. The error has been logged on the ser
 #: The SSE comment written after ``heartbeat_seconds`` of silence; AG-UI clients ignore it.
 SSE_HEARTBEAT = ": ping\n\n"
 
-_MAX_ID_LENGTH = 255
 _MAX_REPORTED_PROBLEMS = 5
+_TERMINAL_EVENTS = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+_T = TypeVar("_T")
 
 
 class RunInputError(ValueError):
@@ -72,17 +89,49 @@ def _describe_validation_error(exc: ValidationError) -> str:
     return "; ".join(problems) + suffix
 
 
+def is_json_request(request: HttpRequest) -> bool:
+    """Whether ``request`` declares ``Content-Type: application/json`` (parameters allowed).
+
+    A cross-site page can send ``text/plain``, form and multipart bodies with the visitor's
+    cookies and no preflight, but not ``application/json``; requiring it keeps such requests
+    away from the agent even when CSRF checks are off.
+    """
+    declared = str(request.META.get("CONTENT_TYPE") or "").split(";", 1)[0].strip().lower()
+    return declared == "application/json"
+
+
+def not_json_response() -> HttpResponseBase:
+    """The 415 every JSON route answers to a body that is not declared as JSON."""
+    return error_response(
+        415, "Send the body as JSON, with the header Content-Type: application/json."
+    )
+
+
+#: The 400 message for a JSON body nested deeper than the parser's recursion limit.
+NESTED_TOO_DEEPLY = (
+    "The request body is nested too deeply to parse; send at most a few hundred levels of "
+    "nested arrays and objects."
+)
+
+
+def _load_json(body: bytes) -> Any:
+    """``json.loads(body)``, raising ``RunInputError`` with a safe message on any failure."""
+    try:
+        return json.loads(body)
+    except RecursionError as exc:
+        raise RunInputError(NESTED_TOO_DEEPLY) from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RunInputError("The request body is not valid JSON; send a RunAgentInput.") from exc
+
+
 def parse_run_input(body: bytes) -> RunAgentInput:
     """Parse a request body into a ``RunAgentInput`` (camelCase JSON).
 
-    Raises ``RunInputError`` with a message naming what is wrong (not JSON, not an object, the
-    failing fields and error kinds, an empty or over-long ``threadId``/``runId``) and never
-    echoing the payload.
+    Raises ``RunInputError`` with a message naming what is wrong (not JSON, nested too deeply,
+    not an object, the failing fields and error kinds, a ``threadId``/``runId`` outside the id
+    alphabet of ``ids.py``, no messages) and never echoing the payload.
     """
-    try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RunInputError("The request body is not valid JSON; send a RunAgentInput.") from exc
+    payload = _load_json(body)
     if not isinstance(payload, dict):
         raise RunInputError(
             f"The request body is a JSON {type(payload).__name__}, not an object; send a "
@@ -95,11 +144,30 @@ def parse_run_input(body: bytes) -> RunAgentInput:
             f"The request body is not a valid RunAgentInput: {_describe_validation_error(exc)}."
         ) from exc
     for name, value in (("threadId", run_input.thread_id), ("runId", run_input.run_id)):
-        if not value or len(value) > _MAX_ID_LENGTH:
-            raise RunInputError(
-                f"{name} must be a non-empty string of at most {_MAX_ID_LENGTH} characters."
-            )
+        if not is_valid_id(value):
+            raise RunInputError(f"{name} must be {ID_RULE}.")
+    if not run_input.messages:
+        raise RunInputError(
+            "messages is empty: send at least one message (the user's turn) to run the agent."
+        )
     return run_input
+
+
+def _history_problem(run_input: RunAgentInput) -> str:
+    """Name what makes the posted messages unusable as a history, without echoing values."""
+    called: set[str] = set()
+    for index, message in enumerate(run_input.messages):
+        for call in getattr(message, "tool_calls", None) or ():
+            called.add(call.id)
+        if message.role == "tool" and message.tool_call_id not in called:
+            return (
+                f"messages.{index} is a tool message whose toolCallId answers no tool call "
+                "of an earlier assistant message; send the history as it was streamed."
+            )
+    return (
+        "The messages are not a usable conversation history (for example a file part with "
+        "neither url nor data); send the history as it was streamed."
+    )
 
 
 @dataclass
@@ -170,7 +238,10 @@ async def with_heartbeat(frames: AsyncIterator[str], interval: float) -> AsyncIt
     try:
         while True:
             try:
-                kind, value = await asyncio.wait_for(queue.get(), timeout=interval)
+                # Not asyncio.wait_for: on Python 3.11 it swallows a cancel that lands while a
+                # frame is already queued, and the stream would outlive its client.
+                async with asyncio.timeout(interval):
+                    kind, value = await queue.get()
             except TimeoutError:
                 yield SSE_HEARTBEAT
                 continue
@@ -197,6 +268,8 @@ class _RunRecord:
 
     transcript: Transcript
     new_messages: list[ModelMessage] | None = None
+    #: Set once a save has started, so a run is saved exactly once however it ends.
+    saving: bool = False
 
     async def complete(self, result: AgentRunResult[Any]) -> None:
         """``on_complete`` hook: keep the run's new messages (async: no worker thread)."""
@@ -220,14 +293,15 @@ class _RunRecord:
         return self.transcript.messages()
 
 
-async def _finish_even_if_cancelled(work: Callable[[], Any]) -> None:
+async def _finish_even_if_cancelled(work: Callable[[], Awaitable[_T]]) -> _T:
     """Run the coroutine ``work()`` to completion even when the caller is being cancelled.
 
     The work runs in its own task; a cancellation of the caller waits for it, then propagates.
+    Returns what ``work()`` returned.
     """
     task = asyncio.ensure_future(work())
     try:
-        await asyncio.shield(task)
+        return await asyncio.shield(task)
     except asyncio.CancelledError:
         await task
         raise
@@ -247,6 +321,16 @@ def _warn_wsgi_once() -> None:
         )
 
 
+#: ``RUN_ERROR`` codes the run endpoint sets itself, when a finished run could not be saved.
+STORE_LIMIT_CODE = "STORE_LIMIT"
+STORE_REFUSED_CODE = "STORE_REFUSED"
+STORE_FAILED_CODE = "STORE_FAILED"
+#: The message of a ``STORE_FAILED`` ``RUN_ERROR`` unless the server exposes error messages.
+REDACTED_SAVE_ERROR = (
+    "The agent run finished but could not be saved. The error has been logged on the server."
+)
+
+
 class RunEndpoint:
     """The ``POST <mount>/`` handler of an ``AGUIServer``."""
 
@@ -257,13 +341,17 @@ class RunEndpoint:
         """Validate the run, prepare per-request parts, and return the SSE response.
 
         Every refusal happens before streaming starts and is a JSON error: 429 (throttle),
-        413 (body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``), 400 (invalid ``RunAgentInput``) and
-        403 (a persisting store refuses this caller). Afterwards, failures are ``RUN_ERROR``.
+        415 (not ``application/json``), 413 (body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``), 400
+        (invalid ``RunAgentInput`` or history) and 403 (a persisting store refuses this
+        caller). Afterwards, failures are ``RUN_ERROR``, and every stream ends with
+        ``RUN_FINISHED`` or ``RUN_ERROR``.
         """
         server = self._server
         refusal = await server.access.check_throttle(request)
         if refusal is not None:
             return refusal
+        if not is_json_request(request):
+            return not_json_response()
         try:
             body = request.body
         except RequestDataTooBig:
@@ -276,21 +364,33 @@ class RunEndpoint:
             run_input = parse_run_input(body)
         except RunInputError as exc:
             return error_response(400, str(exc))
+        adapter = _ServerAGUIAdapter(
+            agent=server.agent,
+            run_input=run_input,
+            accept=request.headers.get("accept"),
+            allowed_file_url_schemes=server.allowed_file_url_schemes,
+            expose_error_messages=server.expose_error_messages,
+        )
+        try:
+            adapter.messages  # noqa: B018 - converts (and caches) the history, or raises
+        except (ValueError, TypeError):
+            return error_response(400, _history_problem(run_input))
         persisting = server.persists_conversations
         if persisting:
+            store = server.conversation_store
             # The session cookie must go out with the response headers, so an anonymous
             # caller's session is created now, never after streaming started.
-            await server.ensure_anonymous_session(request)
+            await server.ensure_anonymous_session(request, store)
             try:
                 # Fail before streaming if the store refuses this caller.
-                await server.conversation_store.exists(run_input.thread_id, request=request)
+                await store.exists(run_input.thread_id, request=request)
             except StoreError as exc:
                 return store_refusal(exc, store="conversation")
         if getattr(request, "scope", None) is None:
             _warn_wsgi_once()
         deps = await server.build_deps(request)
         response = StreamingHttpResponse(
-            self._stream(request, run_input, deps, persisting=persisting),
+            self._stream(request, adapter, deps, persisting=persisting),
             content_type=EventEncoder().get_content_type(),
         )
         response["Cache-Control"] = "no-cache"
@@ -302,28 +402,38 @@ class RunEndpoint:
     async def _stream(
         self,
         request: HttpRequest,
-        run_input: RunAgentInput,
+        adapter: _ServerAGUIAdapter,
         deps: Any,
         *,
         persisting: bool,
     ) -> AsyncIterator[str]:
         server = self._server
+        run_input = adapter.run_input
         record = _RunRecord(Transcript(include_reasoning=server.forward_reasoning))
-        adapter = _ServerAGUIAdapter(
-            agent=server.agent,
-            run_input=run_input,
-            accept=request.headers.get("accept"),
-            expose_error_messages=server.expose_error_messages,
-        )
-        events: AsyncIterator[BaseEvent] = adapter.run_stream(
-            deps=deps,
-            instructions=server.instructions,
-            on_complete=record.complete if persisting else None,
-        )
+
+        async def agent_events() -> AsyncIterator[BaseEvent]:
+            # Inside the generator, so an exception raised while starting the run is caught
+            # by ``_guarded`` like any other.
+            events = adapter.run_stream(
+                deps=deps,
+                instructions=server.instructions,
+                on_complete=record.complete if persisting else None,
+            )
+            try:
+                async for event in events:
+                    yield event
+            finally:
+                await _aclose(events)
+
+        root = agent_events()
+        events: AsyncIterator[BaseEvent] = root
         if not server.forward_reasoning:
             events = without_reasoning(events)
         if persisting:
             events = record.observe(events)
+        events = self._guarded(events, run_input)
+        if persisting:
+            events = self._saved_before_the_end(events, request, run_input, record)
         encoder = EventEncoder()
         frames: AsyncIterator[str] = (encoder.encode(event) async for event in events)
         if server.heartbeat_seconds:
@@ -333,21 +443,104 @@ class RunEndpoint:
                 yield frame
         finally:
             await _aclose(frames)
-            if persisting:
+            await _aclose(root)  # in case a layer above it failed without closing it
+            if persisting and not record.saving:
+                # The client went away before the run ended: save what it was shown.
+                record.saving = True
                 await _finish_even_if_cancelled(lambda: self._persist(request, run_input, record))
+
+    async def _guarded(
+        self, events: AsyncIterator[BaseEvent], run_input: RunAgentInput
+    ) -> AsyncIterator[BaseEvent]:
+        """Pass ``events`` through; turn an exception into ``RUN_STARTED`` + ``RUN_ERROR``.
+
+        pydantic-ai reports the agent's own failures as ``RUN_ERROR``; this catches what it
+        cannot (a failure while starting the run, or in a filter), so no stream ever ends
+        without a terminal event. The error is logged, and redacted unless exposed.
+        """
+        started = ended = False
+        try:
+            async for event in events:
+                started = started or event.type == EventType.RUN_STARTED
+                ended = event.type in _TERMINAL_EVENTS
+                yield event
+        except Exception as exc:
+            logger.error(
+                "The agent run %r on thread %r failed.",
+                run_input.run_id,
+                run_input.thread_id,
+                exc_info=exc,
+            )
+            if ended:  # pragma: no cover - pydantic-ai yields nothing after the terminal event
+                return
+            if not started:
+                yield RunStartedEvent(thread_id=run_input.thread_id, run_id=run_input.run_id)
+            yield RunErrorEvent(
+                message=str(exc) if self._server.expose_error_messages else REDACTED_RUN_ERROR
+            )
+        finally:
+            await _aclose(events)
+
+    async def _saved_before_the_end(
+        self,
+        events: AsyncIterator[BaseEvent],
+        request: HttpRequest,
+        run_input: RunAgentInput,
+        record: _RunRecord,
+    ) -> AsyncIterator[BaseEvent]:
+        """Hold back the terminal event until the run is saved.
+
+        ``RUN_FINISHED`` goes out only once the save succeeded; a failed save replaces it with
+        ``RUN_ERROR`` (code ``STORE_LIMIT``, ``STORE_REFUSED`` or ``STORE_FAILED``), so a
+        client never believes an unsaved run was kept. A run that already failed keeps its own
+        ``RUN_ERROR``. The save is shielded: a disconnect meanwhile does not interrupt it.
+        """
+        try:
+            async for event in events:
+                if event.type not in _TERMINAL_EVENTS:
+                    yield event
+                    continue
+                record.saving = True
+                failure = await _finish_even_if_cancelled(
+                    lambda: self._persist(request, run_input, record)
+                )
+                yield event if failure is None or event.type == EventType.RUN_ERROR else failure
+        finally:
+            await _aclose(events)
 
     async def _persist(
         self, request: HttpRequest, run_input: RunAgentInput, record: _RunRecord
-    ) -> None:
-        """Save posted + run messages; log (never raise) a failure, the stream is gone."""
+    ) -> RunErrorEvent | None:
+        """Save posted + run messages; return ``None``, or the ``RUN_ERROR`` for a failure.
+
+        Never raises: a failure is logged, and described by the returned event.
+        """
         try:
             messages = [wire_message(message) for message in run_input.messages]
             messages.extend(record.saved_messages())
             conversation = Conversation(thread_id=run_input.thread_id, messages=messages)
             await self._server.conversation_store.save(conversation, request=request)
-        except Exception:
-            logger.exception(
+        except Exception as exc:
+            logger.error(
                 "Saving thread %r after run %r failed; the run was not persisted.",
                 run_input.thread_id,
                 run_input.run_id,
+                exc_info=exc,
             )
+            return self._save_error(exc)
+        return None
+
+    def _save_error(self, exc: Exception) -> RunErrorEvent:
+        """The ``RUN_ERROR`` a client gets instead of ``RUN_FINISHED`` when the save failed."""
+        if isinstance(exc, StoreLimitError):
+            return RunErrorEvent(message=str(exc), code=STORE_LIMIT_CODE)
+        if isinstance(exc, AnonymousOperationError):
+            return RunErrorEvent(
+                message="This agent's conversation store does not serve anonymous visitors.",
+                code=STORE_REFUSED_CODE,
+            )
+        if isinstance(exc, StoreError):
+            # Store refusals are written for the caller, as in the thread routes' 409.
+            return RunErrorEvent(message=str(exc), code=STORE_REFUSED_CODE)
+        message = str(exc) if self._server.expose_error_messages else REDACTED_SAVE_ERROR
+        return RunErrorEvent(message=message, code=STORE_FAILED_CODE)

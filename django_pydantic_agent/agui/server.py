@@ -8,16 +8,18 @@ request is ever stored on the agent, so one agent serves every caller concurrent
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.urls import URLPattern, path
 from pydantic_ai.agent import AbstractAgent
 
 from django_pydantic_agent.agui.access import AccessPolicy, AGUIView, call_hook
-from django_pydantic_agent.agui.attachments import AttachmentEndpoints
+from django_pydantic_agent.agui.attachments import ATTACHMENT_NOT_FOUND, AttachmentEndpoints
 from django_pydantic_agent.agui.run import RunEndpoint
+from django_pydantic_agent.agui.threads import NOT_FOUND as THREAD_NOT_FOUND
 from django_pydantic_agent.agui.threads import ThreadEndpoints
 from django_pydantic_agent.persistence import (
     AttachmentStore,
@@ -67,6 +69,22 @@ class AgentDeps:
     request: HttpRequest
 
 
+def serves_anonymous(store: object) -> bool:
+    """Whether ``store`` may act for anonymous callers (keyed to their session).
+
+    Reads the ``allow_anonymous`` flag of model-backed stores, looks through wrappers that
+    expose ``inner`` (``ScopedConversationStore``), and assumes ``True`` for any other store
+    (``DjangoSessionConversationStore`` serves the session it lives in).
+    """
+    allow = getattr(store, "allow_anonymous", None)
+    if isinstance(allow, bool):
+        return allow
+    inner = getattr(store, "inner", None)
+    if inner is not None and inner is not store:
+        return serves_anonymous(inner)
+    return True
+
+
 def _positive(name: str, value: object, *, allow_zero: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name}={value!r} is not a number; pass a positive number.")
@@ -110,6 +128,7 @@ class AGUIServer:
         namespace: str = "agent",
         expose_error_messages: bool = False,
         thread_list_limit: int = DEFAULT_THREAD_LIST_LIMIT,
+        allowed_file_url_schemes: Collection[str] = (),
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise TypeError(
@@ -151,6 +170,13 @@ class AGUIServer:
                 f"attachment_allowed_types={attachment_allowed_types!r} is a string; pass a "
                 "sequence of MIME types such as ('image/png', 'application/pdf')."
             )
+        if isinstance(allowed_file_url_schemes, str) or not all(
+            isinstance(scheme, str) and scheme for scheme in allowed_file_url_schemes
+        ):
+            raise TypeError(
+                f"allowed_file_url_schemes={allowed_file_url_schemes!r} is not a collection of "
+                "URL schemes; pass for example ('https',), or () to refuse client file URLs."
+            )
         if not namespace or ":" in namespace:
             raise ValueError(
                 f"namespace={namespace!r} is not a usable URL namespace; pass a non-empty "
@@ -179,6 +205,9 @@ class AGUIServer:
         self.namespace = namespace
         self.expose_error_messages = expose_error_messages
         self.thread_list_limit = int(thread_list_limit)
+        self.allowed_file_url_schemes = frozenset(
+            scheme.lower() for scheme in allowed_file_url_schemes
+        )
         self.access = AccessPolicy(
             require_authenticated=require_authenticated,
             get_user=get_user,
@@ -192,16 +221,26 @@ class AGUIServer:
         self.run_view = self._view({"POST": RunEndpoint(self)})
         self.threads_view = self._view({"GET": threads.index})
         self.thread_view = self._view(
-            {"GET": threads.get, "PATCH": threads.rename, "DELETE": threads.delete}
+            {"GET": threads.get, "PATCH": threads.rename, "DELETE": threads.delete},
+            not_found=THREAD_NOT_FOUND,
         )
         self.attachments_view = self._view({"POST": attachments.upload}, check_csrf=False)
         self.attachments_view.agui_upload_max_bytes = self.attachment_max_bytes
         self.attachment_view = self._view(
-            {"GET": attachments.download, "DELETE": attachments.delete}
+            {"GET": attachments.download, "DELETE": attachments.delete},
+            not_found=ATTACHMENT_NOT_FOUND,
         )
 
-    def _view(self, handlers: dict[str, Any], *, check_csrf: bool = True) -> AGUIView:
-        return AGUIView(server=self, policy=self.access, handlers=handlers, check_csrf=check_csrf)
+    def _view(
+        self, handlers: dict[str, Any], *, check_csrf: bool = True, not_found: str = "Not found."
+    ) -> AGUIView:
+        return AGUIView(
+            server=self,
+            policy=self.access,
+            handlers=handlers,
+            check_csrf=check_csrf,
+            not_found=not_found,
+        )
 
     def __repr__(self) -> str:
         return (
@@ -240,15 +279,42 @@ class AGUIServer:
         """``(patterns, app_name, namespace)`` for ``path("agent/", server.urls)``."""
         return self.urlpatterns, self.namespace, self.namespace
 
-    async def ensure_anonymous_session(self, request: HttpRequest) -> None:
-        """Give an anonymous caller a session before a store is asked to act for them.
+    async def ensure_anonymous_session(
+        self, request: HttpRequest, store: object | None = None
+    ) -> None:
+        """Give an anonymous caller a session before ``store`` writes something for them.
 
         Stores key anonymous visitors to their session and never create one themselves (a
-        cookie set after a stream started would never arrive). Without ``SessionMiddleware``
-        this does nothing, and a store serving anonymous visitors refuses them (403).
+        cookie set after a stream started would never arrive). Called only before writes
+        that create data (a run, an upload), and only when ``store`` serves anonymous
+        callers, so refused or merely reading visitors never cost a session row. Without
+        ``SessionMiddleware`` this does nothing, and the store refuses the visitor (403).
+        ``store`` defaults to the conversation store.
         """
-        if not request.user.is_authenticated and hasattr(request, "session"):
+        if store is None:
+            store = self.conversation_store
+        if (
+            not request.user.is_authenticated
+            and hasattr(request, "session")
+            and serves_anonymous(store)
+        ):
             await aensure_session_key(request)
+
+    async def owns_nothing(self, request: HttpRequest, store: object) -> bool:
+        """Whether ``request`` is an anonymous caller of ``store`` without a valid session.
+
+        Such a caller can own nothing in a store that serves visitors, so reads answer empty
+        (or 404) without asking the store, and without creating a session. For a store that
+        refuses visitors this is ``False``: the store is asked, and its refusal is a 403.
+        """
+        if request.user.is_authenticated or not serves_anonymous(store):
+            return False
+        session = getattr(request, "session", None)
+        if session is None or session.session_key is None:
+            return True
+        # Loading drops a cookie naming no stored session (forged or expired).
+        await sync_to_async(session.keys)()
+        return not session.session_key
 
     async def build_deps(self, request: HttpRequest) -> Any:
         """The deps for one run: ``deps_factory(request)`` (sync or async), else ``AgentDeps``.

@@ -2,7 +2,9 @@
 
 Mounted only when the server's conversation store persists. Every answer is owner-scoped by the
 store: a thread id belonging to someone else is a 404 exactly like a missing one, and the JSON
-never carries an owner id.
+never carries an owner id. A thread id outside the id alphabet (``ids.py``) cannot exist, so it
+is a 404 on every route (the view checks it after authentication). An anonymous caller without a
+session owns nothing: reads answer empty, and no session is created for them.
 """
 
 from __future__ import annotations
@@ -10,20 +12,27 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
 from django_pydantic_agent.agui.access import error_response, store_refusal
+from django_pydantic_agent.agui.run import (
+    NESTED_TOO_DEEPLY,
+    is_json_request,
+    not_json_response,
+)
 from django_pydantic_agent.persistence import ConversationMeta, StoreError
 
 if TYPE_CHECKING:
     from django_pydantic_agent.agui.server import AGUIServer
 
-__all__ = ["MAX_TITLE_LENGTH", "ThreadEndpoints"]
+__all__ = ["MAX_TITLE_LENGTH", "NOT_FOUND", "ThreadEndpoints"]
 
 #: The longest title ``PATCH threads/<id>/`` accepts, in characters.
 MAX_TITLE_LENGTH = 200
 
-_NOT_FOUND = "No such thread."
+#: The 404 message of every thread route.
+NOT_FOUND = "No such thread."
 
 
 def _meta_json(meta: ConversationMeta) -> dict[str, Any]:
@@ -41,6 +50,9 @@ class ThreadEndpoints:
 
     def __init__(self, server: AGUIServer) -> None:
         self._server = server
+
+    async def _owns_nothing(self, request: HttpRequest) -> bool:
+        return await self._server.owns_nothing(request, self._server.conversation_store)
 
     async def index(self, request: HttpRequest) -> HttpResponseBase:
         """``GET threads/?limit=N``: the caller's threads, most recent first.
@@ -61,7 +73,8 @@ class ThreadEndpoints:
                     400, f"limit must be a positive integer (at most {cap}); omit it for {cap}."
                 )
             limit = min(limit, cap)
-        await self._server.ensure_anonymous_session(request)
+        if await self._owns_nothing(request):
+            return JsonResponse({"threads": []})
         try:
             metas = await self._server.conversation_store.list(request=request, limit=limit)
         except StoreError as exc:
@@ -70,23 +83,35 @@ class ThreadEndpoints:
 
     async def get(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``GET threads/<id>/``: ``{"threadId", "messages"}`` as stored, or 404."""
-        await self._server.ensure_anonymous_session(request)
+        if await self._owns_nothing(request):
+            return error_response(404, NOT_FOUND)
         try:
             conversation = await self._server.conversation_store.load(thread_id, request=request)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
         if conversation is None:
-            return error_response(404, _NOT_FOUND)
+            return error_response(404, NOT_FOUND)
         return JsonResponse({"threadId": thread_id, "messages": list(conversation.messages)})
 
     async def rename(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
-        """``PATCH threads/<id>/`` with ``{"title": "..."}``: 200, 400 or 404.
+        """``PATCH threads/<id>/`` with ``{"title": "..."}``: 200, 400, 404, 413 or 415.
 
-        The title is trimmed; it must be a non-empty string of at most ``MAX_TITLE_LENGTH``
-        characters.
+        The body must be ``application/json`` (415) within ``DATA_UPLOAD_MAX_MEMORY_SIZE``
+        (413). Whitespace in the title is collapsed; it must then be a non-empty string of at
+        most ``MAX_TITLE_LENGTH`` printable characters (400).
         """
+        if not is_json_request(request):
+            return not_json_response()
         try:
-            payload = json.loads(request.body)
+            body = request.body
+        except RequestDataTooBig:
+            return error_response(
+                413, "The request body exceeds DATA_UPLOAD_MAX_MEMORY_SIZE; send only the title."
+            )
+        try:
+            payload = json.loads(body)
+        except RecursionError:
+            return error_response(400, NESTED_TOO_DEEPLY)
         except (ValueError, UnicodeDecodeError):
             payload = None
         title = payload.get("title") if isinstance(payload, dict) else None
@@ -100,19 +125,27 @@ class ThreadEndpoints:
                 400,
                 f"The title is {len(title)} characters long; the limit is {MAX_TITLE_LENGTH}.",
             )
+        if not title.isprintable():
+            return error_response(
+                400,
+                "The title contains control characters, unpaired surrogates or other "
+                "non-printable characters; send plain text.",
+            )
+        if await self._owns_nothing(request):
+            return error_response(404, NOT_FOUND)
         store = self._server.conversation_store
-        await self._server.ensure_anonymous_session(request)
         try:
             if not await store.exists(thread_id, request=request):
-                return error_response(404, _NOT_FOUND)
+                return error_response(404, NOT_FOUND)
             await store.rename(thread_id, title, request=request)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
         return JsonResponse({"threadId": thread_id, "title": title})
 
     async def delete(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
-        """``DELETE threads/<id>/``: always 204, whether or not the thread existed."""
-        await self._server.ensure_anonymous_session(request)
+        """``DELETE threads/<id>/``: 204 whether or not the thread existed (ids in the alphabet)."""
+        if await self._owns_nothing(request):
+            return HttpResponse(status=204)
         try:
             await self._server.conversation_store.delete(thread_id, request=request)
         except StoreError as exc:

@@ -161,3 +161,20 @@ def interrupted_agent(
         return f"Sunny in {city}"
 
     return agent
+
+
+async def _describe_prompt(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    from pydantic_ai.messages import UserPromptPart
+
+    kinds = []
+    for message in messages:
+        for part in getattr(message, "parts", []):
+            if isinstance(part, UserPromptPart):
+                content = [part.content] if isinstance(part.content, str) else part.content
+                kinds.extend(type(item).__name__ for item in content)
+    yield "parts=" + ",".join(kinds)
+
+
+def prompt_parts_agent() -> Agent[None, str]:
+    """Answers with the kinds of user content the model received, e.g. ``parts=str,ImageUrl``."""
+    return Agent(FunctionModel(stream_function=_describe_prompt))

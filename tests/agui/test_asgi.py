@@ -168,3 +168,19 @@ async def test_a_client_disconnect_passes_through() -> None:
 
     await UploadLimitMiddleware(reader)(scope("/stored/attachments/"), receive, send)
     assert seen == [{"type": "http.disconnect"}]
+
+
+async def test_the_wrapper_marks_every_http_scope() -> None:
+    from django_pydantic_agent.agui.attachments import UPLOAD_LIMIT_SCOPE_KEY
+
+    seen: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope)
+
+    original = scope("/open/", method="GET")
+    await UploadLimitMiddleware(app)(original, Exchange([]).receive, Exchange([]).send)
+    await UploadLimitMiddleware(app)({"type": "lifespan"}, Exchange([]).receive, Exchange([]).send)
+    assert seen[0][UPLOAD_LIMIT_SCOPE_KEY] is True
+    assert UPLOAD_LIMIT_SCOPE_KEY not in original  # the server's scope is not mutated
+    assert UPLOAD_LIMIT_SCOPE_KEY not in seen[1]

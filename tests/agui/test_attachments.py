@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ from django.test import Client, RequestFactory
 from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 
 from django_pydantic_agent.agui import CappedUploadHandler, safe_filename
-from tests.agui.conftest import CSRF_SECRET, asgi_app, logged_in
+from tests.agui.conftest import CSRF_SECRET, asgi_app, logged_in, session_cookie
 from tests.agui.urls import UPLOAD_CAP
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.agui.urls")]
@@ -342,3 +343,165 @@ async def test_a_store_url_is_returned(alice: Any) -> None:
     assert response.status_code == 201
     body = json.loads(response.content)
     assert body["url"] == f"/files/{body['id']}/"
+
+
+# Hardening of the upload and download routes.
+
+
+def multipart(part_type: bytes, *, name: bytes = b"a.txt") -> bytes:
+    return (
+        b'--Z\r\nContent-Disposition: form-data; name="file"; filename="'
+        + name
+        + b'"\r\nContent-Type: '
+        + part_type
+        + b"\r\n\r\nhello\r\n--Z--\r\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "part_type",
+    [b"text/pl\x00ain", b"text/plain\x07", b"image/", b"text", b"a" * 300 + b"/b", b"t\xc3\xbf/x"],
+)
+async def test_an_unusable_part_content_type_is_415(part_type: bytes, alice: Any) -> None:
+    # Refused even with no allowlist: a NUL in the stored type is a 500 on PostgreSQL.
+    async with await logged_in(alice) as http:
+        response = await http.post(
+            "/any-type/attachments/",
+            content=multipart(part_type),
+            headers={"Content-Type": "multipart/form-data; boundary=Z"},
+        )
+    assert response.status_code == 415
+    assert "content type" in response.json()["error"]
+
+
+async def test_a_part_content_type_is_stored_normalised(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        created = await http.post(
+            "/stored/attachments/",
+            content=multipart(b"TEXT/Plain; charset=utf-8"),
+            headers={"Content-Type": "multipart/form-data; boundary=Z"},
+        )
+        download = await http.get(f"/stored/attachments/{created.json()['id']}/")
+    assert created.status_code == 201
+    assert created.json()["mime"] == "text/plain"
+    assert download.headers["content-type"] == "text/plain"
+
+
+def test_the_wildcard_needs_a_subtype() -> None:
+    from django_pydantic_agent.agui.attachments import _type_allowed
+
+    assert not _type_allowed("image/", ("image/*",))
+    assert not _type_allowed("image", ("image/*",))
+    assert _type_allowed("image/png", ("image/*",))
+
+
+async def test_an_upload_without_content_length_is_411(alice: Any) -> None:
+    from tests.agui.urls import persisting
+
+    request = RequestFactory().post(
+        "/stored/attachments/",
+        {"file": SimpleUploadedFile("a.txt", b"abc", content_type="text/plain")},
+    )
+    del request.META["CONTENT_LENGTH"]
+    request.auser = as_user(alice)
+    response = await persisting.attachments_view(request)
+    assert response.status_code == 411
+    assert "Content-Length" in json.loads(response.content)["error"]
+
+
+async def test_a_chunked_upload_is_411_not_a_misleading_400(alice: Any) -> None:
+    async def body() -> Any:
+        yield multipart(b"text/plain")
+
+    async with await logged_in(alice) as http:
+        response = await http.post(
+            "/stored/attachments/",
+            content=body(),
+            headers={"Content-Type": "multipart/form-data; boundary=Z"},
+        )
+    assert response.status_code == 411
+
+
+async def test_asgi_uploads_without_the_wrapper_log_a_warning_once(alice: Any, caplog: Any) -> None:
+    from django_pydantic_agent.agui import attachments
+
+    attachments._unprotected_warned.clear()
+    caplog.set_level(logging.WARNING, logger="django_pydantic_agent.agui")
+    async with await logged_in(alice) as http:
+        first = await upload(http)
+        second = await upload(http)
+    assert first.status_code == second.status_code == 201
+    warned = [r for r in caplog.records if "without UploadLimitMiddleware" in r.getMessage()]
+    assert len(warned) == 1
+
+
+async def test_asgi_uploads_behind_the_wrapper_do_not_warn(alice: Any, caplog: Any) -> None:
+    from django_pydantic_agent.agui import UploadLimitMiddleware, attachments
+
+    attachments._unprotected_warned.clear()
+    caplog.set_level(logging.WARNING, logger="django_pydantic_agent.agui")
+    transport = httpx.ASGITransport(app=UploadLimitMiddleware(asgi_app()))
+    async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as http:
+        http.cookies.set("sessionid", await session_cookie(alice))
+        created = await upload(http)
+    assert created.status_code == 201
+    assert not [r for r in caplog.records if "UploadLimitMiddleware" in r.getMessage()]
+    attachments._unprotected_warned.clear()
+
+
+async def test_a_download_abandoned_before_the_first_chunk_closes_the_file(alice: Any) -> None:
+    from django.http import StreamingHttpResponse
+
+    from tests.agui.urls import persisting
+
+    async with await logged_in(alice) as http:
+        ref = (await upload(http)).json()
+    closed: list[bool] = []
+    store = persisting.attachment_store
+    original_open = store.open
+
+    async def tracking_open(attachment_id: str, *, request: Any) -> Any:
+        opened = await original_open(attachment_id, request=request)
+        real_close = opened.content.close
+
+        def close() -> None:
+            closed.append(True)
+            real_close()
+
+        opened.content.close = close
+        return opened
+
+    request = RequestFactory().get(f"/stored/attachments/{ref['id']}/")
+    request.scope = {"type": "http"}  # served under ASGI: the async download path
+    request.auser = as_user(alice)
+    store.open = tracking_open  # type: ignore[method-assign]
+    try:
+        response = await persisting.attachment_view(request, attachment_id=ref["id"])
+    finally:
+        del store.open
+    assert isinstance(response, StreamingHttpResponse)
+    # The client left: Django closes the response without reading a chunk.
+    response.close()
+    assert closed == [True]
+
+
+def test_a_percent_sign_never_reaches_the_download_filename() -> None:
+    from django.utils.http import content_disposition_header
+
+    assert safe_filename("name%22.txt") == "name_22.txt"
+    header = content_disposition_header(True, safe_filename("é%22.txt"))
+    assert "%25" not in header
+
+
+async def test_cookieless_attachment_reads_create_no_session(client: httpx.AsyncClient) -> None:
+    from asgiref.sync import sync_to_async
+    from django.contrib.sessions.models import Session
+
+    before = await sync_to_async(Session.objects.count)()
+    download = await client.get("/anon/attachments/0123456789abcdef0123456789abcdef/")
+    deleted = await client.delete("/anon/attachments/0123456789abcdef0123456789abcdef/")
+    nul = await client.get("/anon/attachments/%00x/")
+    assert download.status_code == nul.status_code == 404
+    assert nul.json() == {"error": "No such attachment."}
+    assert deleted.status_code == 204
+    assert await sync_to_async(Session.objects.count)() == before

@@ -155,3 +155,46 @@ async def test_instructions_are_passed_per_run(alice: Any) -> None:
         e["delta"] for e in sse_events(response.text) if e["type"] == "TEXT_MESSAGE_CONTENT"
     )
     assert text == "instructions=Answer in French."
+
+
+@pytest.mark.parametrize("schemes", ["https", ("https", ""), (1,)])
+def test_allowed_file_url_schemes_must_be_a_collection_of_schemes(schemes: Any) -> None:
+    with pytest.raises(TypeError, match="allowed_file_url_schemes"):
+        AGUIServer(text_agent(), csrf_exempt=True, allowed_file_url_schemes=schemes)
+
+
+def test_client_file_urls_are_refused_unless_allowed() -> None:
+    assert AGUIServer(text_agent(), csrf_exempt=True).allowed_file_url_schemes == frozenset()
+    server = AGUIServer(text_agent(), csrf_exempt=True, allowed_file_url_schemes=["HTTPS"])
+    assert server.allowed_file_url_schemes == frozenset({"https"})
+
+
+def test_which_stores_serve_anonymous_callers() -> None:
+    from django_pydantic_agent.agui.server import serves_anonymous
+    from django_pydantic_agent.persistence import (
+        DjangoSessionConversationStore,
+        ScopedConversationStore,
+    )
+
+    assert not serves_anonymous(DefaultConversationStore())
+    assert serves_anonymous(DefaultConversationStore(allow_anonymous=True))
+    assert not serves_anonymous(ScopedConversationStore(DefaultConversationStore(), scope="a"))
+    assert serves_anonymous(
+        ScopedConversationStore(DefaultConversationStore(allow_anonymous=True), scope="a")
+    )
+    assert serves_anonymous(DjangoSessionConversationStore())
+    assert not serves_anonymous(DefaultAttachmentStore())
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_session_is_created_only_for_a_store_serving_visitors() -> None:
+    from django.contrib.auth.models import AnonymousUser
+    from django.contrib.sessions.backends.db import SessionStore
+
+    request = RequestFactory().post("/")
+    request.user = AnonymousUser()
+    request.session = SessionStore()
+    await urls.refusing.ensure_anonymous_session(request)  # the conversation store refuses
+    assert request.session.session_key is None
+    await urls.anonymous.ensure_anonymous_session(request)
+    assert request.session.session_key

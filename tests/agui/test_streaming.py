@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -179,3 +180,33 @@ async def test_heartbeat_zero_turns_heartbeats_off(client: httpx.AsyncClient) ->
     assert response.status_code == 200
     assert SSE_HEARTBEAT not in response.text
     assert event_types(response.text)[-1] == "RUN_FINISHED"
+
+
+async def test_one_cancel_stops_a_busy_heartbeat_stream() -> None:
+    # Regression: on Python 3.11, asyncio.wait_for swallows a cancel that lands while a frame
+    # is already queued, so a client disconnect (or Stop) was ignored under load and the run
+    # went on to its end.
+    async def endless() -> AsyncIterator[str]:
+        n = 0
+        while True:
+            n += 1
+            yield f"frame {n}"
+            await asyncio.sleep(0)
+
+    async def consume() -> None:
+        async for _ in with_heartbeat(endless(), 0.01):
+            pass
+
+    for _ in range(5):
+        task = asyncio.get_running_loop().create_task(consume())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        done, _pending = await asyncio.wait({task}, timeout=1.0)
+        if not done:  # try to clean up before failing, so the leak guard does not hide the cause
+            for _ in range(1000):
+                if task.done():
+                    break
+                task.cancel()
+                await asyncio.sleep(0.001)
+        assert done, "The stream kept running after it was cancelled once."
+        assert task.cancelled()

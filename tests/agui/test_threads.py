@@ -8,8 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
+from ag_ui_validate.pytest_plugin import assert_valid_agui
 
 from django_pydantic_agent.agui import REDACTED_RUN_ERROR
+from django_pydantic_agent.persistence import AnonymousOperationError, StoreError, StoreLimitError
 from tests.agui.agents import PARTIAL_ANSWER
 from tests.agui.conftest import (
     drive_until_disconnect,
@@ -219,9 +221,10 @@ async def test_a_failed_run_saves_the_users_turn_and_the_partial_answer(alice: A
     ]
 
 
-async def test_a_save_failure_is_logged_not_raised(alice: Any, caplog: Any) -> None:
-    import logging
-
+async def run_with_failing_save(
+    user: Any, error: Exception, *, agent: Any = None, **options: Any
+) -> list[dict[str, Any]]:
+    """Run a server whose store's ``save`` raises ``error``; return the decoded events."""
     from django.http import StreamingHttpResponse
     from django.test import RequestFactory
 
@@ -229,25 +232,89 @@ async def test_a_save_failure_is_logged_not_raised(alice: Any, caplog: Any) -> N
     from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
     from tests.agui.agents import text_agent
 
-    class FullDiskStore(DefaultConversationStore):
+    class FailingStore(DefaultConversationStore):
         async def save(self, conversation: Any, *, request: Any) -> None:
-            raise OSError("disk full")
+            raise error
 
     async def auser() -> Any:
-        return alice
+        return user
 
-    server = AGUIServer(text_agent(), conversation_store=FullDiskStore(), csrf_exempt=True)
+    server = AGUIServer(
+        agent or text_agent(), conversation_store=FailingStore(), csrf_exempt=True, **options
+    )
     request = RequestFactory().post("/", data=run_body(), content_type="application/json")
     request.auser = auser
-    caplog.set_level(logging.ERROR, logger="django_pydantic_agent.agui")
     response = await server.run_view(request)
     assert isinstance(response, StreamingHttpResponse)
     body = "".join([bytes(chunk).decode() async for chunk in response])
-    assert sse_events(body)[-1]["type"] == "RUN_FINISHED"
+    return sse_events(body)
+
+
+async def test_a_failed_save_ends_the_stream_with_run_error_and_is_logged(
+    alice: Any, caplog: Any
+) -> None:
+    caplog.set_level(logging.ERROR, logger="django_pydantic_agent.agui")
+    events = await run_with_failing_save(alice, OSError("disk full at /var/secret"))
+    # The run finished, but it was not saved: the client must not believe it was.
+    assert "RUN_FINISHED" not in [e["type"] for e in events]
+    assert events[-1]["type"] == "RUN_ERROR"
+    assert events[-1]["code"] == "STORE_FAILED"
+    assert "/var/secret" not in events[-1]["message"]
+    assert_valid_agui(events)
     [record] = caplog.records
     assert "Saving thread 'thread-1' after run 'run-1' failed" in record.getMessage()
     assert record.exc_info is not None
     assert isinstance(record.exc_info[1], OSError)
+
+
+async def test_a_failed_save_is_exposed_when_asked(alice: Any) -> None:
+    events = await run_with_failing_save(alice, OSError("disk full"), expose_error_messages=True)
+    assert events[-1]["message"] == "disk full"
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "message"),
+    [
+        (
+            StoreLimitError("The session holds max_threads=1 threads."),
+            "STORE_LIMIT",
+            "max_threads=1",
+        ),
+        (StoreError("Message text must not contain NUL characters."), "STORE_REFUSED", "NUL"),
+        (AnonymousOperationError("anon:secret-key"), "STORE_REFUSED", "anonymous visitors"),
+    ],
+)
+async def test_a_store_refusing_the_save_is_a_run_error_with_its_code(
+    error: Exception, code: str, message: str, alice: Any
+) -> None:
+    events = await run_with_failing_save(alice, error)
+    assert events[-1]["type"] == "RUN_ERROR"
+    assert events[-1]["code"] == code
+    assert message in events[-1]["message"]
+    assert "secret-key" not in events[-1]["message"]
+    assert_valid_agui(events)
+
+
+async def test_a_failed_run_keeps_its_own_run_error_when_the_save_fails(alice: Any) -> None:
+    from tests.agui.agents import failing_agent
+
+    events = await run_with_failing_save(alice, OSError("disk full"), agent=failing_agent())
+    assert events[-1]["type"] == "RUN_ERROR"
+    assert events[-1]["message"] == REDACTED_RUN_ERROR
+    assert "code" not in events[-1]
+    assert_valid_agui(events)
+
+
+async def test_a_run_over_the_session_thread_limit_ends_with_store_limit() -> None:
+    async with browser() as http:
+        first = await run(http, "/one-thread/", thread_id="first", run_id="r1")
+        second = await run(http, "/one-thread/", thread_id="second", run_id="r2")
+        listing = await http.get("/one-thread/threads/")
+    assert first[-1]["type"] == "RUN_FINISHED"
+    assert second[-1]["type"] == "RUN_ERROR"
+    assert second[-1]["code"] == "STORE_LIMIT"
+    assert_valid_agui(second)
+    assert [t["threadId"] for t in listing.json()["threads"]] == ["first"]
 
 
 async def test_session_store_keeps_a_run_saved_after_streaming() -> None:
@@ -446,3 +513,151 @@ async def test_a_run_error_mid_tool_arguments_drops_the_unparsable_call() -> Non
         {"id": "user-run-1", "role": "user", "content": WEATHER_QUESTION},
         {"id": reasoning_id, "role": "reasoning", "content": "Let me look that up."},
     ]
+
+
+# Hardening of the thread routes.
+
+
+def session_rows() -> int:
+    from django.contrib.sessions.models import Session
+
+    return Session.objects.count()
+
+
+async def test_patch_with_deeply_nested_json_is_400(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        await run(http)
+        response = await http.patch(
+            "/stored/threads/thread-1/",
+            content=b"[" * 1100 + b"]" * 1100,
+            headers={"Content-Type": "application/json"},
+        )
+    assert response.status_code == 400
+    assert "nested too deeply" in response.json()["error"]
+
+
+async def test_patch_over_django_limit_is_413_json(alice: Any, settings: Any) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100
+    async with await logged_in(alice) as http:
+        response = await http.patch("/stored/threads/thread-1/", json={"title": "x" * 500})
+    assert response.status_code == 413
+    assert "DATA_UPLOAD_MAX_MEMORY_SIZE" in response.json()["error"]
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""])
+async def test_patch_must_be_json(content_type: str, alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        await run(http)
+        response = await http.patch(
+            "/stored/threads/thread-1/",
+            content=b'{"title": "Renamed"}',
+            headers={"Content-Type": content_type},
+        )
+        listing = await http.get("/stored/threads/")
+    assert response.status_code == 415
+    assert "application/json" in response.json()["error"]
+    assert listing.json()["threads"][0]["title"] == "What is 2 + 3?"
+
+
+@pytest.mark.parametrize(
+    "raw_title",
+    [b'"a\\u0000b"', b'"\\ud800"', b'"bell\\u0007"', b'"rlo\\u202e"', b'"zero\\u200bwidth"'],
+)
+async def test_titles_with_control_characters_are_400(raw_title: bytes, alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        await run(http)
+        response = await http.patch(
+            "/stored/threads/thread-1/",
+            content=b'{"title": ' + raw_title + b"}",
+            headers={"Content-Type": "application/json"},
+        )
+    assert response.status_code == 400
+    assert "non-printable" in response.json()["error"]
+
+
+@pytest.mark.parametrize("segment", ["%00x", "a%0Ab", "%2E%2E", "%2E", "tab%09", "x" * 201])
+async def test_thread_ids_outside_the_alphabet_are_404_on_every_route(
+    segment: str, alice: Any
+) -> None:
+    async with await logged_in(alice) as http:
+        responses = [
+            await http.get(f"/stored/threads/{segment}/"),
+            await http.patch(f"/stored/threads/{segment}/", json={"title": "x"}),
+            await http.delete(f"/stored/threads/{segment}/"),
+        ]
+    for response in responses:
+        assert response.status_code == 404
+        assert response.json() == {"error": "No such thread."}
+
+
+async def test_every_id_in_the_alphabet_works_on_every_route(alice: Any) -> None:
+    from urllib.parse import quote
+
+    async with await logged_in(alice) as http:
+        for thread_id in ["a b", "ünï-😀", "a?b#c", "%2F", "x" * 200, "a\\b", "..."]:
+            await run(http, thread_id=thread_id, run_id="r")
+            segment = quote(thread_id, safe="")
+            listed = [t["threadId"] for t in (await http.get("/stored/threads/")).json()["threads"]]
+            read = await http.get(f"/stored/threads/{segment}/")
+            renamed = await http.patch(f"/stored/threads/{segment}/", json={"title": "T"})
+            deleted = await http.delete(f"/stored/threads/{segment}/")
+            gone = await http.get(f"/stored/threads/{segment}/")
+            assert thread_id in listed
+            assert read.status_code == 200, thread_id
+            assert read.json()["threadId"] == thread_id
+            assert renamed.status_code == 200
+            assert deleted.status_code == 204
+            assert gone.status_code == 404
+
+
+async def test_cookieless_reads_create_no_session(client: httpx.AsyncClient) -> None:
+    from asgiref.sync import sync_to_async
+
+    before = await sync_to_async(session_rows)()
+    refused = [
+        await client.get("/refusing/threads/"),
+        await client.get("/refusing/threads/t/"),
+        await client.patch("/refusing/threads/t/", json={"title": "x"}),
+        await client.delete("/refusing/threads/t/"),
+        await client.post("/refusing/", json=run_body()),
+    ]
+    served = {
+        "list": await client.get("/anon/threads/"),
+        "get": await client.get("/anon/threads/t/"),
+        "patch": await client.patch("/anon/threads/t/", json={"title": "x"}),
+        "delete": await client.delete("/anon/threads/t/"),
+    }
+    assert [r.status_code for r in refused] == [403] * 5
+    assert served["list"].json() == {"threads": []}
+    assert served["get"].status_code == served["patch"].status_code == 404
+    assert served["delete"].status_code == 204
+    assert await sync_to_async(session_rows)() == before
+    assert "sessionid" not in client.cookies
+
+
+async def test_a_forged_session_cookie_reads_nothing_and_creates_nothing() -> None:
+    from asgiref.sync import sync_to_async
+
+    before = await sync_to_async(session_rows)()
+    async with browser() as http:
+        http.cookies.set("sessionid", "forgedforgedforgedforgedforged12")
+        listing = await http.get("/anon/threads/")
+        read = await http.get("/anon/threads/t/")
+    assert listing.json() == {"threads": []}
+    assert read.status_code == 404
+    assert await sync_to_async(session_rows)() == before
+
+
+async def test_message_text_with_nul_never_breaks_the_stream(alice: Any) -> None:
+    # SQLite keeps a NUL; PostgreSQL cannot, and the store refuses it (StoreDataError).
+    async with await logged_in(alice) as http:
+        response = await http.post("/stored/", json=run_body(text="hi\x00there"))
+        listing = await http.get("/stored/threads/")
+    assert response.status_code == 200
+    events = sse_events(response.text)
+    assert_valid_agui(events)
+    last = events[-1]
+    assert last["type"] == "RUN_FINISHED" or (
+        last["type"] == "RUN_ERROR" and last["code"] == "STORE_REFUSED"
+    )
+    assert listing.status_code == 200

@@ -18,6 +18,7 @@ from tests.agui.agents import (
     failing_agent,
     hanging_agent,
     interrupted_agent,
+    prompt_parts_agent,
     scripted_agent,
     slow_agent,
     text_agent,
@@ -79,6 +80,7 @@ anonymous = stored(
 refusing = stored(require_authenticated=False)
 capped = stored(thread_list_limit=1, namespace="capped")
 upload_throttled = stored(throttle=lambda request: 30)
+any_type = stored(attachment_allowed_types=(), namespace="any-type")
 in_session = AGUIServer(
     scripted_agent(),
     conversation_store=DjangoSessionConversationStore(),
@@ -104,6 +106,21 @@ hanging_persisting = AGUIServer(
     conversation_store=DefaultConversationStore(allow_anonymous=True),
     require_authenticated=False,
     csrf_exempt=True,
+)
+
+# One thread per session: the second thread's save is refused with StoreLimitError.
+one_thread = AGUIServer(
+    scripted_agent(),
+    conversation_store=DjangoSessionConversationStore(max_threads=1),
+    require_authenticated=False,
+    csrf_exempt=True,
+)
+urls_default = AGUIServer(prompt_parts_agent(), require_authenticated=False, csrf_exempt=True)
+urls_allowed = AGUIServer(
+    prompt_parts_agent(),
+    require_authenticated=False,
+    csrf_exempt=True,
+    allowed_file_url_schemes=("https",),
 )
 
 
@@ -142,12 +159,16 @@ urlpatterns = [
     path("refusing/", refusing.urls),
     path("capped/", capped.urls),
     path("upload-throttled/", upload_throttled.urls),
+    path("any-type/", any_type.urls),
     path("failing-stored/", failing_persisting.urls),
     path("session/", in_session.urls),
     path("tight-session/", tight_session.urls),
     path("no-heartbeat/", no_heartbeat.urls),
     path("quiet-stored/", quiet_stored.urls),
     path("hanging-stored/", hanging_persisting.urls),
+    path("one-thread/", one_thread.urls),
+    path("urls-default/", urls_default.urls),
+    path("urls-allowed/", urls_allowed.urls),
     path("interrupted/", interrupted("hang").urls),
     path(
         "interrupted-session/",
