@@ -1,13 +1,24 @@
 """Settings for ``python -m bench``: a throwaway SQLite file (or ``DATABASE_URL``) and a
-throwaway filesystem directory for attachment blobs, both under ``BENCH_DIR``."""
+throwaway filesystem directory for attachment blobs, both under ``BENCH_DIR``.
+
+``BENCH_DIR`` is created when missing and kept; without it a temporary directory is used and
+removed when the process exits.
+"""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
-BENCH_DIR = Path(os.environ.get("BENCH_DIR") or tempfile.mkdtemp(prefix="dpa-bench-"))
+if os.environ.get("BENCH_DIR"):
+    BENCH_DIR = Path(os.environ["BENCH_DIR"])
+    BENCH_DIR.mkdir(parents=True, exist_ok=True)
+else:
+    BENCH_DIR = Path(tempfile.mkdtemp(prefix="dpa-bench-"))
+    atexit.register(shutil.rmtree, BENCH_DIR, ignore_errors=True)
 
 SECRET_KEY = "bench-only-not-secret"
 USE_TZ = True

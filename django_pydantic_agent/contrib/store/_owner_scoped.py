@@ -7,6 +7,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from asgiref.sync import sync_to_async
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 
 from django_pydantic_agent.persistence.owner import AnonymousOperationError, resolve_owner_id
 
@@ -15,6 +17,7 @@ if TYPE_CHECKING:
 
 _logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
+_STORE_APP = "django_pydantic_agent.contrib.store"
 
 
 class OwnerScoped:
@@ -26,6 +29,12 @@ class OwnerScoped:
     """
 
     def __init__(self, request: HttpRequest | None, *, allow_anonymous: bool) -> None:
+        if not apps.is_installed(_STORE_APP):
+            raise ImproperlyConfigured(
+                f"{type(self).__name__} keeps its rows in the models of {_STORE_APP!r}, which "
+                f"is not in INSTALLED_APPS: add {_STORE_APP!r} to INSTALLED_APPS and run "
+                "migrate, or pass one of the harness's own stores instead."
+            )
         self._request = request
         self._allow_anonymous = allow_anonymous
         self._owner_id: str | None = None

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.db.models import Count
-from django.db.models.functions import Length
+from django.db.models import Count, Q, Value
+from django.db.models.functions import Length, StrIndex
 from django.template.response import TemplateResponse
 from django.utils.html import format_html
 from django.utils.http import urlencode
@@ -43,7 +43,10 @@ class StoredMemoryFileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("owner", "path", "chars", "updated_at")
     list_display_links = ("path",)
     ordering = ("owner_id", "path")
-    search_fields = ("=owner_id", "path")
+    # Both matched case-sensitively in get_search_results: "=owner_id" would be iexact, so
+    # "alice" listed "Alice" too, and a select-all purge took both owners.
+    search_fields = ("owner_id", "path")
+    search_help_text = "An exact owner id, or part of a path (case-sensitive)."
     list_per_page = 100
     actions = ["purge_owner_memory"]
     fields = (
@@ -62,6 +65,18 @@ class StoredMemoryFileAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         # Notes can be long: the list shows their length, loading the text only on the detail page.
         queryset: QuerySet[StoredMemoryFile] = super().get_queryset(request)
         return queryset.defer("content").annotate(content_chars=Length("content"))
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[StoredMemoryFile], search_term: str
+    ) -> tuple[QuerySet[StoredMemoryFile], bool]:
+        """Rows whose owner id equals the term, or whose path contains it, both by code point."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        matches = queryset.alias(path_hit=StrIndex("path", Value(term))).filter(
+            Q(owner_id=term) | Q(path_hit__gt=0)
+        )
+        return matches, False
 
     @admin.display(description="owner", ordering="owner_id")
     def owner(self, obj: StoredMemoryFile) -> SafeString:

@@ -9,6 +9,7 @@ deduplication). ``strip_inline_binary_parts`` removes base64 file bytes from sto
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -16,8 +17,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 
 if TYPE_CHECKING:
+    from django.core.files.storage import Storage
     from django.db.models import QuerySet
 
     from django_pydantic_agent.contrib.store.models import StoredAttachment, StoredConversation
@@ -33,6 +36,8 @@ __all__ = [
     "reconcile_conversation_attachments",
     "strip_inline_binary_parts",
 ]
+
+logger = logging.getLogger("django_pydantic_agent.contrib.store")
 
 #: AG-UI input-content part types whose ``source`` may carry inline (``"data"``) bytes.
 INLINE_BINARY_PART_TYPES = frozenset({"audio", "document", "image", "video"})
@@ -208,19 +213,44 @@ def _name_batches(rows: QuerySet[StoredAttachment]) -> Iterator[list[str]]:
         last = names[-1]
 
 
-def _surviving_names(names: list[str], excluded_pks: list[int]) -> set[str]:
+def _surviving_names(
+    names: list[str], excluded_pks: list[int], also_gone: QuerySet[StoredAttachment] | None = None
+) -> set[str]:
     from django_pydantic_agent.contrib.store.models import StoredAttachment
 
-    return set(
-        StoredAttachment.objects.filter(file__in=names)
-        .exclude(pk__in=excluded_pks)
-        .values_list("file", flat=True)
-        .distinct()
+    survivors = StoredAttachment.objects.filter(file__in=names).exclude(pk__in=excluded_pks)
+    if also_gone is not None:
+        survivors = survivors.exclude(pk__in=also_gone.values("pk"))
+    return set(survivors.values_list("file", flat=True).distinct())
+
+
+def _delete_unreferenced_blobs(storage: Storage, names: list[str]) -> None:
+    """Delete the blobs of ``names`` that no row names any more, after the commit.
+
+    Checked again here, in one query, because an upload may have adopted a blob (dedup)
+    since the deleting transaction looked. A blob that fails to delete is logged and the
+    others still go.
+    """
+    from django_pydantic_agent.contrib.store.models import StoredAttachment
+
+    adopted = set(
+        StoredAttachment.objects.filter(file__in=names).values_list("file", flat=True).distinct()
     )
+    for name in names:
+        if name in adopted:
+            continue
+        try:
+            storage.delete(name)
+        except Exception:
+            logger.exception("Could not delete blob %r; it is no longer referenced.", name)
 
 
 def _pass(
-    rows: QuerySet[StoredAttachment], *, apply: bool, on_batch: Callable[[int], None] | None
+    rows: QuerySet[StoredAttachment],
+    *,
+    apply: bool,
+    on_batch: Callable[[int], None] | None,
+    also_gone: QuerySet[StoredAttachment] | None = None,
 ) -> AttachmentDeletion:
     from django_pydantic_agent.contrib.store.models import resolve_attachment_storage
 
@@ -238,12 +268,14 @@ def _pass(
             with transaction.atomic():
                 deleted = rows.filter(pk__in=pks).delete()[0]
                 gone = sorted(set(sizes) - _surviving_names(names, []))
-                storage = resolve_attachment_storage()
-                for name in gone:
-                    transaction.on_commit(partial(storage.delete, name), robust=True)
+                if gone:
+                    transaction.on_commit(
+                        partial(_delete_unreferenced_blobs, resolve_attachment_storage(), gone),
+                        robust=True,
+                    )
         else:
             deleted = len(pks)
-            gone = sorted(set(sizes) - _surviving_names(names, pks))
+            gone = sorted(set(sizes) - _surviving_names(names, pks, also_gone))
         total += AttachmentDeletion(
             rows=deleted, blobs=len(gone), bytes_freed=sum(sizes[name] for name in gone)
         )
@@ -267,13 +299,17 @@ def delete_attachments(
 
 
 def preview_attachment_deletion(
-    rows: QuerySet[StoredAttachment], *, on_batch: Callable[[int], None] | None = None
+    rows: QuerySet[StoredAttachment],
+    *,
+    on_batch: Callable[[int], None] | None = None,
+    also_gone: QuerySet[StoredAttachment] | None = None,
 ) -> AttachmentDeletion:
     """Return what ``delete_attachments(rows)`` would remove, deleting nothing.
 
-    A blob counts as freed only if every row naming it is in ``rows``.
+    A blob counts as freed only if every row naming it is in ``rows`` or in ``also_gone``
+    (rows an earlier batch of the same dry run would already have deleted).
     """
-    return _pass(rows, apply=False, on_batch=on_batch)
+    return _pass(rows, apply=False, on_batch=on_batch, also_gone=also_gone)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,19 +317,62 @@ class ConversationDeletion:
     """What one conversation deletion pass removed (or would remove).
 
     ``conversations`` and ``messages`` count rows; ``attachments`` is the deletion of the
-    attachments that no remaining conversation quotes any more.
+    attachments that no remaining conversation quotes any more. ``runs``, ``step_events``,
+    ``snapshots`` and ``tool_effects`` count the harness ``StepStore`` rows of the same owner
+    and conversation id (snapshots hold a copy of the whole conversation).
     """
 
     conversations: int = 0
     messages: int = 0
     attachments: AttachmentDeletion = AttachmentDeletion()
+    runs: int = 0
+    step_events: int = 0
+    snapshots: int = 0
+    tool_effects: int = 0
 
     def __add__(self, other: ConversationDeletion) -> ConversationDeletion:
         return ConversationDeletion(
             conversations=self.conversations + other.conversations,
             messages=self.messages + other.messages,
             attachments=self.attachments + other.attachments,
+            runs=self.runs + other.runs,
+            step_events=self.step_events + other.step_events,
+            snapshots=self.snapshots + other.snapshots,
+            tool_effects=self.tool_effects + other.tool_effects,
         )
+
+
+def _harness_rows(pks: list[int]) -> dict[str, QuerySet[Any]]:
+    """The harness rows of the conversations ``pks``: same owner, ``conversation_id`` = thread.
+
+    Tool effects and snapshot idempotency keys carry no conversation id; they go with the
+    runs they belong to. Evaluate (count or delete) them before the runs.
+    """
+    from django_pydantic_agent.contrib.store.models import (
+        StoredConversation,
+        StoredRun,
+        StoredSnapshot,
+        StoredSnapshotKey,
+        StoredStepEvent,
+        StoredToolEffect,
+    )
+
+    owners = sorted(
+        set(StoredConversation.objects.filter(pk__in=pks).values_list("owner_id", flat=True))
+    )
+    threads = StoredConversation.objects.filter(
+        pk__in=pks, owner_id=OuterRef("owner_id"), thread_id=OuterRef("conversation_id")
+    )
+    thread = Q(owner_id__in=owners) & Q(Exists(threads))
+    runs = StoredRun.objects.filter(thread)
+    of_runs = Exists(runs.filter(owner_id=OuterRef("owner_id"), run_id=OuterRef("run_id")))
+    return {
+        "tool_effects": StoredToolEffect.objects.filter(owner_id__in=owners).filter(of_runs),
+        "snapshot_keys": StoredSnapshotKey.objects.filter(owner_id__in=owners).filter(of_runs),
+        "step_events": StoredStepEvent.objects.filter(thread),
+        "snapshots": StoredSnapshot.objects.filter(thread),
+        "runs": runs,
+    }
 
 
 def _conversation_batch(
@@ -315,7 +394,9 @@ def _conversation_batch(
     if not apply:
         # A real run deletes an attachment in the batch that removes its last quoting
         # conversation: count it there, i.e. when nothing outside the conversations deleted
-        # so far (this batch and earlier ones, in pk order) quotes it.
+        # so far (this batch and earlier ones, in pk order) quotes it. Its blob counts as
+        # freed when every row naming it is deleted by then (``also_gone``), even if those
+        # rows went in earlier batches.
         deleted_so_far = rows.filter(pk__lte=pks[-1]).values("pk")
         kept_elsewhere = StoredConversationAttachment.objects.filter(
             attachment_id__in=linked
@@ -323,12 +404,26 @@ def _conversation_batch(
         orphaned = StoredAttachment.objects.filter(pk__in=linked).exclude(
             pk__in=kept_elsewhere.values("attachment_id")
         )
+        linked_so_far = StoredConversationAttachment.objects.filter(
+            conversation_id__in=deleted_so_far
+        ).values("attachment_id")
+        orphaned_so_far = StoredAttachment.objects.filter(pk__in=linked_so_far).exclude(
+            pk__in=StoredConversationAttachment.objects.filter(attachment_id__in=linked_so_far)
+            .exclude(conversation_id__in=deleted_so_far)
+            .values("attachment_id")
+        )
+        harness = {name: qs.count() for name, qs in _harness_rows(pks).items()}
         return ConversationDeletion(
             conversations=len(pks),
             messages=messages,
-            attachments=preview_attachment_deletion(orphaned),
+            attachments=preview_attachment_deletion(orphaned, also_gone=orphaned_so_far),
+            runs=harness.get("runs", 0),
+            step_events=harness.get("step_events", 0),
+            snapshots=harness.get("snapshots", 0),
+            tool_effects=harness.get("tool_effects", 0),
         )
     with transaction.atomic():
+        harness = {name: qs.delete()[0] for name, qs in _harness_rows(pks).items()}
         deleted = StoredConversation.objects.filter(pk__in=pks).delete()[1]
         attachments = delete_attachments(
             StoredAttachment.objects.filter(pk__in=linked, conversation_links__isnull=True)
@@ -337,6 +432,10 @@ def _conversation_batch(
         conversations=deleted.get(StoredConversation._meta.label, 0),
         messages=deleted.get(StoredMessage._meta.label, 0),
         attachments=attachments,
+        runs=harness.get("runs", 0),
+        step_events=harness.get("step_events", 0),
+        snapshots=harness.get("snapshots", 0),
+        tool_effects=harness.get("tool_effects", 0),
     )
 
 
@@ -361,7 +460,8 @@ def delete_conversations(
     dry_run: bool = False,
     on_batch: Callable[[int], None] | None = None,
 ) -> ConversationDeletion:
-    """Delete the conversations of ``rows``, their messages and the attachments they orphan.
+    """Delete the conversations of ``rows``, their messages, the attachments they orphan and
+    the harness step rows (runs, events, snapshots, tool effects) of the same threads.
 
     Batches by primary key (constant memory); each batch is one transaction. An attachment is
     deleted only if no conversation outside the deleted ones quotes it; attachments that were

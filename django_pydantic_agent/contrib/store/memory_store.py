@@ -65,6 +65,10 @@ _MEMORY_TAG_RE = re.compile(r"<(?=\s*/?\s*memory\b)", re.IGNORECASE)
 _MAX_METADATA_CHARS = 4_096
 # Above every path character, so ``prefix <= path < prefix + _PREFIX_END`` is "starts with".
 _PREFIX_END = "\U0010ffff"
+# The largest count handed to SQL (substr length, LIMIT): PostgreSQL's substr() takes a 32-bit
+# int and SQLite's misreads larger ones. No text column or owner's file list is that long, so
+# clamping changes no result.
+_SQL_COUNT_MAX = 2**31 - 1
 
 
 def validate_memory_path(path: str) -> None:
@@ -212,7 +216,10 @@ class DefaultMemoryStore(OwnerScoped):
         def op(owner: str) -> MemoryFile | None:
             row = (
                 StoredMemoryFile.objects.filter(owner_id=owner, path=path)
-                .annotate(head=Substr("content", 1, max_chars), size=Length("content"))
+                .annotate(
+                    head=Substr("content", 1, min(max_chars, _SQL_COUNT_MAX)),
+                    size=Length("content"),
+                )
                 .values("head", "size", "version", "operation_id", "write_metadata")
                 .first()
             )
@@ -263,11 +270,16 @@ class DefaultMemoryStore(OwnerScoped):
         """``write``, recording ``metadata`` (replacing the previous writer's) atomically.
 
         Raises ``MemoryConflictError`` (stale version), ``MemoryOperationConflictError``
-        (reused operation id), ``ModelRetry`` (an owner ceiling), ``ValueError``/``TypeError``
-        (bad path or metadata).
+        (an owner ceiling, or a NUL character in ``content``, which PostgreSQL cannot store),
+        ``ValueError``/``TypeError`` (bad path or metadata).
         """
         validate_memory_path(path)
         encoded = _encode_metadata(metadata)
+        if "\x00" in content:
+            raise ModelRetry(
+                f"The text for {path!r} contains a NUL character (\\u0000), which memory "
+                "cannot store; nothing was written. Remove it and write again."
+            )
         stored = neutralize_memory_tags(content)
 
         def apply(owner: str, current: str | None) -> MemoryMutation:
@@ -355,7 +367,7 @@ class DefaultMemoryStore(OwnerScoped):
             rows = StoredMemoryFile.objects.filter(
                 owner_id=owner, path__gte=prefix, path__lt=prefix + _PREFIX_END
             ).order_by("path")
-            return list(rows.values_list("path", flat=True)[:limit])
+            return list(rows.values_list("path", flat=True)[: min(limit, _SQL_COUNT_MAX)])
 
         return await self._call(op, [], path=prefix)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ from django_pydantic_agent.persistence import (
     ModelAttachmentStore,
     ModelConversationStore,
     OpenedAttachment,
+    StoreError,
     derive_preview,
     derive_title,
 )
@@ -39,7 +41,11 @@ if TYPE_CHECKING:
     from django.core.files.uploadedfile import UploadedFile
 
     from django_pydantic_agent.contrib.store.memory_store import DefaultMemoryStore
-    from django_pydantic_agent.contrib.store.models import StoredAttachment, StoredConversation
+    from django_pydantic_agent.contrib.store.models import (
+        StoredAttachment,
+        StoredConversation,
+        StoredMessage,
+    )
     from django_pydantic_agent.contrib.store.step_store import DefaultStepStore
 
 __all__ = [
@@ -48,6 +54,7 @@ __all__ = [
     "DefaultConversationStore",
     "DefaultMemoryStore",
     "DefaultStepStore",
+    "UnstorableMessageError",
 ]
 
 logger = logging.getLogger("django_pydantic_agent.contrib.store")
@@ -72,6 +79,54 @@ def _short(value: Any, limit: int) -> str:
     return value[:limit] if isinstance(value, str) else ""
 
 
+class UnstorableMessageError(StoreError, ValueError):
+    """A message the database cannot hold as posted; raised before anything is written.
+
+    ``index`` is the message's position in the conversation. Transports map it, like any
+    ``StoreError``, to a refusal (409) rather than a server error.
+    """
+
+    def __init__(self, message: str, *, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+def _unstorable_reason(message: Any) -> str | None:
+    """Why ``message`` cannot be stored as JSON on every database, or ``None`` when it can.
+
+    ``None`` would be SQL NULL; PostgreSQL's ``text`` and ``jsonb`` refuse the NUL character;
+    JSON has no NaN or infinity. Walks iteratively, so deep nesting cannot exhaust the stack.
+    """
+    if message is None:
+        return "is null"
+    stack = [message]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                return "contains a NUL character (\\u0000)"
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                return f"contains the non-finite number {value!r}"
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+    return None
+
+
+def _check_message(index: int, message: Any) -> None:
+    reason = _unstorable_reason(message)
+    if reason is not None:
+        raise UnstorableMessageError(
+            f"Message {index} of the conversation {reason}, which cannot be stored; nothing "
+            "was saved. Remove or encode that value (drop NUL characters, send finite numbers, "
+            "send each message as a JSON object) and save again.",
+            index=index,
+        )
+
+
 class DefaultConversationStore(ModelConversationStore):
     """A ``ModelConversationStore`` over ``StoredConversation`` and ``StoredMessage`` rows.
 
@@ -85,6 +140,8 @@ class DefaultConversationStore(ModelConversationStore):
 
     ``list_limit`` is how many threads ``list(limit=None)`` returns. Thread ids are at most 255
     characters: ``save`` raises ``ValueError`` for a longer one, reads treat it as missing.
+    A new or changed message that is ``None`` or holds a NUL character or a non-finite
+    number makes ``save`` raise ``UnstorableMessageError`` before anything is written.
     """
 
     def __init__(
@@ -117,24 +174,23 @@ class DefaultConversationStore(ModelConversationStore):
         messages = json.loads("[" + ",".join(texts) + "]")
         return Conversation(thread_id=row.thread_id, messages=messages, owner_id=owner_id)
 
-    def _lock_or_create(
+    def _create(
         self, thread_id: str, owner_id: str, messages: list[Any]
-    ) -> StoredConversation:
+    ) -> tuple[StoredConversation, bool]:
+        """Create the thread row, or lock the one a concurrent first save created (``False``)."""
         from django_pydantic_agent.contrib.store.models import StoredConversation
 
-        row = self._locked_row(thread_id, owner_id)
-        if row is not None:
-            return row
         try:
             with transaction.atomic():
-                return StoredConversation.objects.create(
+                row = StoredConversation.objects.create(
                     owner_id=owner_id, thread_id=thread_id, title=derive_title(messages)
                 )
+                return row, True
         except IntegrityError:  # a concurrent first save won the race: update its row
             winner = self._locked_row(thread_id, owner_id)
             if winner is None:  # the constraint failed for another reason
                 raise
-            return winner
+            return winner, False
 
     def _locked_row(self, thread_id: str, owner_id: str) -> StoredConversation | None:
         """The owner's thread row, locked for the rest of the transaction, or ``None``."""
@@ -146,43 +202,67 @@ class DefaultConversationStore(ModelConversationStore):
             .first()
         )
 
+    def _diff(
+        self, row: StoredConversation | None, messages: list[Any]
+    ) -> tuple[list[StoredMessage], list[StoredMessage], bool]:
+        """The rows to create and to update for ``messages``, and whether any go away.
+
+        Checks each new or changed message (``UnstorableMessageError``) before anything is
+        written; unchanged messages are compared by digest only.
+        """
+        from django_pydantic_agent.contrib.store.models import StoredMessage, message_digest
+
+        stored = (
+            {}
+            if row is None
+            else {
+                position: (pk, digest)
+                for pk, position, digest in row.message_rows.values_list("pk", "position", "digest")
+            }
+        )
+        to_create: list[StoredMessage] = []
+        to_update: list[StoredMessage] = []
+        for position, message in enumerate(messages):
+            digest = message_digest(message)
+            current = stored.get(position)
+            if current is not None and current[1] == digest:
+                continue
+            _check_message(position, message)
+            fields = {
+                "message_id": _short(_field(message, "id"), _MAX_KEY),
+                "role": _short(_field(message, "role"), 32),
+                "data": message,
+                "digest": digest,
+            }
+            if current is None:
+                to_create.append(StoredMessage(position=position, **fields))
+            else:
+                to_update.append(StoredMessage(pk=current[0], position=position, **fields))
+        return to_create, to_update, any(position >= len(messages) for position in stored)
+
     def _store(self, conversation: Conversation, owner_id: str) -> None:
         from django_pydantic_agent.contrib.store.lifecycle import (
             reconcile_conversation_attachments,
         )
-        from django_pydantic_agent.contrib.store.models import StoredMessage, message_digest
+        from django_pydantic_agent.contrib.store.models import StoredMessage
 
         _check_key("thread_id", conversation.thread_id)
         messages = list(conversation.messages)
         with transaction.atomic():
-            row = self._lock_or_create(conversation.thread_id, owner_id, messages)
-            stored = {
-                position: (pk, digest)
-                for pk, position, digest in row.message_rows.values_list("pk", "position", "digest")
-            }
-            to_create: list[StoredMessage] = []
-            to_update: list[StoredMessage] = []
-            for position, message in enumerate(messages):
-                digest = message_digest(message)
-                current = stored.get(position)
-                if current is not None and current[1] == digest:
-                    continue
-                fields = {
-                    "message_id": _short(_field(message, "id"), _MAX_KEY),
-                    "role": _short(_field(message, "role"), 32),
-                    "data": message,
-                    "digest": digest,
-                }
-                if current is None:
-                    to_create.append(StoredMessage(conversation=row, position=position, **fields))
-                else:
-                    to_update.append(StoredMessage(pk=current[0], position=position, **fields))
-            if any(position >= len(messages) for position in stored):
+            row = self._locked_row(conversation.thread_id, owner_id)
+            to_create, to_update, shrunk = self._diff(row, messages)
+            if row is None:
+                row, created = self._create(conversation.thread_id, owner_id, messages)
+                if not created:  # a concurrent first save won: diff against its rows
+                    to_create, to_update, shrunk = self._diff(row, messages)
+            if shrunk:
                 row.message_rows.filter(position__gte=len(messages)).delete()
             if to_update:
                 StoredMessage.objects.bulk_update(
                     to_update, ["message_id", "role", "data", "digest"], batch_size=500
                 )
+            for message_row in to_create:
+                message_row.conversation = row
             StoredMessage.objects.bulk_create(to_create, batch_size=500)
             row.preview = derive_preview(messages)
             row.updated_at = timezone.now()
@@ -231,7 +311,8 @@ class DefaultConversationStore(ModelConversationStore):
         if len(thread_id) > _MAX_KEY:
             return
         StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id).update(
-            title=" ".join(str(title).split())[:_MAX_KEY]
+            # Normalised like a derived title; NUL dropped (PostgreSQL text cannot hold it).
+            title=" ".join(str(title).replace("\x00", "").split())[:_MAX_KEY]
         )
 
 
@@ -241,7 +322,7 @@ def _field(message: Any, name: str) -> Any:
 
 def _display_name(raw: str | None) -> str:
     """The upload's base name (``/`` and ``\\`` both separate), or ``"attachment"``."""
-    base = (raw or "").replace("\\", "/").rsplit("/", 1)[-1].strip()
+    base = (raw or "").replace("\x00", "").replace("\\", "/").rsplit("/", 1)[-1].strip()
     return base[:_MAX_KEY] or "attachment"
 
 
@@ -270,8 +351,11 @@ class DefaultAttachmentStore(ModelAttachmentStore):
     def _reusable_blob(self, owner_id: str, sha256: str, storage: Storage) -> str | None:
         from django_pydantic_agent.contrib.store.models import StoredAttachment
 
+        # Locked until the new row is inserted: a prune deleting a sibling waits for it and
+        # then sees the new row name the blob, so it keeps the blob (see lifecycle._pass).
         names = (
-            StoredAttachment.objects.filter(owner_id=owner_id, sha256=sha256)
+            StoredAttachment.objects.select_for_update()
+            .filter(owner_id=owner_id, sha256=sha256)
             .exclude(file="")
             .order_by("-created_at", "-pk")
             .values_list("file", flat=True)
@@ -302,15 +386,17 @@ class DefaultAttachmentStore(ModelAttachmentStore):
         row = StoredAttachment(
             owner_id=owner_id,
             name=_display_name(upload.name),
-            mime=_short(upload.content_type, _MAX_KEY) or "application/octet-stream",
+            mime=_short(upload.content_type, _MAX_KEY).replace("\x00", "")
+            or "application/octet-stream",
             size=size,
             sha256=sha256,
         )
-        blob = self._reusable_blob(owner_id, sha256, storage)
-        if blob is not None:
-            row.file.name = blob
-            row.save()
-            return self._ref(row)
+        with transaction.atomic():
+            blob = self._reusable_blob(owner_id, sha256, storage)
+            if blob is not None:
+                row.file.name = blob
+                row.save()
+                return self._ref(row)
         upload.seek(0)
         row.file.save(uuid.uuid4().hex, upload, save=False)
         blob_name = str(row.file.name)

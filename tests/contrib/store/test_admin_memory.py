@@ -130,3 +130,40 @@ def test_memory_files_cannot_be_added_or_edited_by_hand(files: dict[str, StoredM
     files["bob"].refresh_from_db()
     assert files["bob"].content == "note"
     assert str(files["bob"]) == "u-2/main/MEMORY.md"
+
+
+def test_search_matches_owner_ids_exactly_so_a_select_all_purge_takes_one_owner() -> None:
+    """Regression: ``=owner_id`` is iexact, so searching "alice" listed "Alice" too and a
+    select-all purge of the results deleted both owners' memory."""
+    upper = _file("Alice", "u-Alice/main/MEMORY.md")
+    lower = _file("alice", "u-alice/main/MEMORY.md")
+    other = _file("alicex", "u-7/main/MEMORY.md")
+    client = _staff("view_storedmemoryfile", "purge_agent_memory")
+
+    def listed(term: str) -> set[str]:
+        page = client.get(CHANGELIST, {"q": term}).content.decode()
+        return {row.path for row in (upper, lower, other) if row.path in page}
+
+    assert listed("alice") == {lower.path}
+    assert listed("Alice") == {upper.path}
+    assert listed("ALICE") == set()
+    assert listed("7/main") == {other.path}  # part of a path, case-sensitive
+    assert listed("u-ALICE") == set()
+    assert listed("u-Alice") == {upper.path}
+
+    response = client.post(
+        f"{CHANGELIST}?q=alice",
+        {
+            "action": ACTION,
+            "select_across": "1",
+            "_selected_action": [lower.pk],
+            "index": 0,
+            "post": "yes",
+        },
+    )
+
+    assert response.status_code == 302
+    assert sorted(StoredMemoryFile.objects.values_list("owner_id", flat=True)) == [
+        "Alice",
+        "alicex",
+    ]

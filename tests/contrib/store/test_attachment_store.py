@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
+import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,8 +15,11 @@ from django.contrib.auth.models import User
 from django.core.files.storage import InMemoryStorage, default_storage, storages
 from django.core.files.storage.handler import InvalidStorageError
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import call_command
+from django.db import connection, connections
 from django.http import HttpRequest
 from django.test import override_settings
+from django.utils import timezone
 
 from django_pydantic_agent.contrib.store.models import (
     ATTACHMENT_STORAGE_ALIAS,
@@ -267,3 +273,106 @@ async def test_async_api_is_owner_scoped(
     assert await store.open(ref.id, request=request_as(alice)) is None
     with pytest.raises(AnonymousOperationError):
         await store.save(upload(), request=request_as(None))
+
+
+def _backdate(ref_id: str) -> None:
+    StoredAttachment.objects.filter(attachment_id=ref_id).update(
+        created_at=timezone.now() - timedelta(days=1)
+    )
+
+
+def _prune() -> None:
+    call_command("agent_store_prune_attachments", "--older-than", "1h", stdout=io.StringIO())
+
+
+def test_a_dedup_upload_racing_a_prune_of_the_last_sibling_keeps_its_bytes(
+    store: DefaultAttachmentStore,
+    upload: Upload,
+    on_commit: OnCommit,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: the prune ran between the dedup lookup and the INSERT, saw no row naming
+    the blob any more and deleted it; the new upload then opened as ``None``."""
+    old = store._save(upload(b"payload", "a.txt"), "1")
+    _backdate(old.id)
+    real_lookup = DefaultAttachmentStore._reusable_blob
+
+    def lookup_then_prune(self: DefaultAttachmentStore, *args: Any) -> str | None:
+        name = real_lookup(self, *args)
+        _prune()  # the interleaving: the old orphan row goes before our row exists
+        return name
+
+    monkeypatch.setattr(DefaultAttachmentStore, "_reusable_blob", lookup_then_prune)
+    with on_commit(execute=True):
+        new = store._save(upload(b"payload", "b.txt"), "1")
+
+    assert not StoredAttachment.objects.filter(attachment_id=old.id).exists()
+    assert read(store, new.id, "1") == b"payload"
+
+
+def test_a_blob_deletion_rechecks_the_rows_at_commit(
+    store: DefaultAttachmentStore, upload: Upload, on_commit: OnCommit
+) -> None:
+    """A row naming the blob again by the time the prune commits keeps the blob."""
+    old = store._save(upload(b"payload", "a.txt"), "1")
+    _backdate(old.id)
+    blob = first_blob()
+    with on_commit(execute=True):
+        _prune()
+        StoredAttachment.objects.create(owner_id="1", file=blob, size=7, sha256="0" * 64)
+    assert default_storage.exists(blob)
+    with on_commit(execute=True):
+        StoredAttachment.objects.all().delete()
+        _prune()
+    assert default_storage.exists(blob)  # no row to prune, nothing deleted behind its back
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dedup_upload_and_a_prune_in_parallel_keep_the_bytes(
+    store: DefaultAttachmentStore, upload: Upload
+) -> None:
+    """Regression, with real concurrency: the lookup's row lock makes the prune wait."""
+    if connection.vendor == "sqlite":
+        pytest.skip("Needs a database with concurrent writers (CI runs it on PostgreSQL).")
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Event
+
+    old = store._save(upload(b"payload", "a.txt"), "1")
+    _backdate(old.id)
+    looked_up = Event()
+    real_lookup = DefaultAttachmentStore._reusable_blob
+
+    class Racing(DefaultAttachmentStore):
+        def _reusable_blob(self, *args: Any) -> str | None:
+            name = real_lookup(self, *args)
+            looked_up.set()
+            time.sleep(0.5)  # the prune deletes (or waits to delete) the old row meanwhile
+            return name
+
+    def in_thread(work: Callable[[], Any]) -> Any:
+        try:
+            return work()
+        finally:
+            connections.close_all()
+
+    def prune_after_lookup() -> None:
+        assert looked_up.wait(5)
+        _prune()
+
+    with ThreadPoolExecutor(2) as pool:
+        saving = pool.submit(in_thread, lambda: Racing()._save(upload(b"payload", "b.txt"), "1"))
+        pruning = pool.submit(in_thread, prune_after_lookup)
+        new = saving.result()
+        pruning.result()
+
+    assert not StoredAttachment.objects.filter(attachment_id=old.id).exists()
+    assert read(store, new.id, "1") == b"payload"
+
+
+def test_nul_characters_in_the_upload_name_and_type_are_dropped(
+    store: DefaultAttachmentStore,
+) -> None:
+    """Regression: PostgreSQL raised DataError (text cannot contain NUL) for such an upload."""
+    ref = store._save(SimpleUploadedFile("a\x00.pdf", b"x", content_type="\x00"), "1")
+    assert (ref.name, ref.mime) == ("a.pdf", "application/octet-stream")
+    assert read(store, ref.id, "1") == b"x"

@@ -53,25 +53,17 @@ def test_main_rejects_non_positive_sizes(capsys: pytest.CaptureFixture[str]) -> 
     assert "--orphans=0 is not valid" in capsys.readouterr().err
 
 
-def test_python_dash_m_bench_runs_from_the_repo_root(tmp_path: Path) -> None:
+TOY = ["--messages", "4", "--threads", "3", "--orphans", "2", "--samples", "1"]
+
+
+def _bench(env_overrides: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     env = {
         k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")
     }
-    env["BENCH_DIR"] = str(tmp_path)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench",
-            "--messages",
-            "4",
-            "--threads",
-            "3",
-            "--orphans",
-            "2",
-            "--samples",
-            "1",
-        ],
+    env.pop("BENCH_DIR", None)
+    env.update(env_overrides)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -79,6 +71,25 @@ def test_python_dash_m_bench_runs_from_the_repo_root(tmp_path: Path) -> None:
         timeout=120,
         check=False,
     )
+
+
+def test_python_dash_m_bench_runs_from_the_repo_root(tmp_path: Path) -> None:
+    result = _bench({"BENCH_DIR": str(tmp_path)}, *TOY)
     assert result.returncode == 0, result.stderr
     assert "agent_store_prune_attachments" in result.stdout
     assert (tmp_path / "bench.sqlite3").exists()
+
+
+def test_a_missing_bench_dir_is_created_and_kept(tmp_path: Path) -> None:
+    """Regression: a BENCH_DIR that did not exist yet crashed the run."""
+    bench_dir = tmp_path / "not" / "yet"
+    result = _bench({"BENCH_DIR": str(bench_dir)}, *TOY)
+    assert result.returncode == 0, result.stderr
+    assert (bench_dir / "bench.sqlite3").exists()
+
+
+def test_the_temporary_directory_is_removed_at_exit(tmp_path: Path) -> None:
+    """Regression: without BENCH_DIR every run left a dpa-bench-* directory behind."""
+    result = _bench({"TMPDIR": str(tmp_path)}, *TOY)
+    assert result.returncode == 0, result.stderr
+    assert list(tmp_path.iterdir()) == []

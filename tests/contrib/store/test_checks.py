@@ -171,3 +171,64 @@ def test_checks_are_registered_and_run_by_manage_check(mount: Mount, settings: A
         "django_pydantic_agent_attachments": {"BACKEND": "no.such.Storage"},
     }
     assert E002 in ids(checks.run_checks())
+
+
+_WITHOUT_THE_APP = """
+import django
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.test import RequestFactory
+
+import tests.settings as base
+
+overrides = {name: getattr(base, name) for name in dir(base) if name.isupper()}
+overrides["INSTALLED_APPS"] = [
+    app for app in base.INSTALLED_APPS if app != "django_pydantic_agent.contrib.store"
+]
+settings.configure(**overrides)
+django.setup()
+
+from django_pydantic_agent.contrib.store.harness import DefaultMemoryStore, DefaultStepStore
+
+for store in (DefaultStepStore, DefaultMemoryStore):
+    try:
+        store(RequestFactory().get("/"))
+    except ImproperlyConfigured as exc:
+        print(exc)
+"""
+
+
+def test_harness_stores_without_the_app_refuse_at_construction() -> None:
+    """Regression: E001 sees only mounted conversation/attachment stores; the harness stores
+    failed at import with Django's generic RuntimeError, or at the first query."""
+    import subprocess
+    from pathlib import Path
+
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_pydantic_agent.contrib.store.harness import DefaultMemoryStore, DefaultStepStore
+
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_THE_APP],
+        cwd=Path(__file__).resolve().parents[3],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == ["DefaultStepStore", "DefaultMemoryStore"]
+    assert all(
+        "'django_pydantic_agent.contrib.store', which is not in INSTALLED_APPS: add" in line
+        for line in lines
+    )
+
+    installed = [app.name for app in apps.get_app_configs()]
+    with override_settings(
+        INSTALLED_APPS=[name for name in installed if name != "django_pydantic_agent.contrib.store"]
+    ):
+        for store in (DefaultStepStore, DefaultMemoryStore):
+            with pytest.raises(ImproperlyConfigured, match="run migrate"):
+                store(HttpRequest())
+    assert DefaultMemoryStore(HttpRequest()) is not None  # installed again: fine

@@ -58,7 +58,6 @@ def blob_attachment(
         ("24h", timedelta(hours=24)),
         (" 7D ", timedelta(days=7)),
         ("2w", timedelta(weeks=2)),
-        ("0h", timedelta(0)),
     ],
 )
 def test_parse_duration(text: str, expected: timedelta) -> None:
@@ -76,9 +75,48 @@ def test_parse_duration_rejects_absurd_values() -> None:
         parse_duration("99999999999999w")
 
 
-@pytest.mark.parametrize(
-    "command", ["agent_store_prune_attachments", "agent_store_prune_conversations"]
-)
+@pytest.mark.parametrize("text", ["0s", "0h", "00d"])
+def test_parse_duration_rejects_zero(text: str) -> None:
+    with pytest.raises(CommandError, match=r"is not a positive duration: pass at least 1s"):
+        parse_duration(text)
+
+
+PRUNE_COMMANDS = ["agent_store_prune_attachments", "agent_store_prune_conversations"]
+
+
+@pytest.mark.parametrize("command", PRUNE_COMMANDS)
+@pytest.mark.parametrize("text", ["3000000d", "500000w", "99999999999999w"])
+def test_older_than_beyond_the_calendar_fails_with_a_clear_message(command: str, text: str) -> None:
+    """Regression: 3000000d fits a timedelta but not now() minus it (OverflowError)."""
+    with pytest.raises(CommandError, match=rf"--older-than='{text}' is too large"):
+        run(command, "--older-than", text)
+
+
+@pytest.mark.parametrize("command", PRUNE_COMMANDS)
+def test_zero_older_than_is_refused(command: str) -> None:
+    with pytest.raises(CommandError, match="'0s' is not a positive duration"):
+        run(command, "--older-than", "0s")
+
+
+@pytest.mark.parametrize("command", PRUNE_COMMANDS)
+def test_bare_number_is_hours_with_a_deprecation_notice(command: str) -> None:
+    """Predecessor 0.28.3 read ``--older-than 48`` as hours; old cron jobs keep working."""
+    StoredConversation.objects.create(owner_id="1", thread_id="t")
+    StoredConversation.objects.filter(thread_id="t").update(
+        updated_at=timezone.now() - timedelta(hours=47)
+    )
+    StoredAttachment.objects.create(owner_id="1", created_at=timezone.now() - timedelta(hours=47))
+
+    out, err = run(command, "--older-than", "48", "--dry-run")
+    assert out.startswith("Would delete 0 ")
+    assert "--older-than='48' has no unit and is read as 48h" in err
+    assert "deprecated" in err
+
+    out, _ = run(command, "--older-than", "46", "--dry-run")
+    assert out.startswith("Would delete 1 ")
+
+
+@pytest.mark.parametrize("command", PRUNE_COMMANDS)
 def test_bad_older_than_fails_with_a_clear_message(command: str) -> None:
     with pytest.raises(CommandError, match="'soon' is not a duration"):
         run(command, "--older-than", "soon")
@@ -140,7 +178,8 @@ def test_prune_conversations_by_last_update(on_commit: OnCommit) -> None:
     out, err = run("agent_store_prune_conversations", "--older-than", "90d", "--dry-run")
     assert out == (
         "Would delete 1 conversation(s) with 1 message(s), 1 attachment(s) and 1 blob(s), "
-        "freeing 3 byte(s).\n"
+        "freeing 3 byte(s); and 0 run(s), 0 step event(s), 0 snapshot(s) and 0 tool "
+        "effect(s).\n"
     )
     assert err == ""
     assert StoredConversation.objects.count() == 2
@@ -227,7 +266,7 @@ def test_prune_keeps_attachments_quoted_only_under_metadata(on_commit: OnCommit)
     DefaultConversationStore()._store(Conversation(thread_id="t", messages=[message]), "1")
 
     with on_commit(execute=True):
-        out, _ = run("agent_store_prune_attachments", "--older-than", "0s")
+        out, _ = run("agent_store_prune_attachments", "--older-than", "1s")
 
     assert out.startswith("Deleted 0 orphan attachment(s)")
     assert StoredAttachment.objects.filter(pk=quoted.pk).exists()

@@ -329,3 +329,64 @@ def test_concurrent_saves_of_one_thread_serialise(store: DefaultConversationStor
         loaded = store._fetch(f"race-{i}", "1")
         assert loaded is not None
         assert loaded.messages in (lists["a"], lists["b"])
+
+
+UNSTORABLE = [
+    pytest.param(user_msg(1, "a\u0000b"), "contains a NUL character", id="nul-in-text"),
+    pytest.param({"id": "m1", "role": "user\u0000"}, "contains a NUL character", id="nul-in-role"),
+    pytest.param(
+        user_msg(1, metadata={"k\u0000": "v"}), "contains a NUL character", id="nul-in-key"
+    ),
+    pytest.param(None, "is null", id="none-message"),
+    pytest.param(user_msg(1, n=float("inf")), "contains the non-finite number inf", id="infinity"),
+    pytest.param(
+        user_msg(1, n=[{"x": float("nan")}]), "contains the non-finite number nan", id="nan"
+    ),
+]
+
+
+@pytest.mark.parametrize(("bad", "reason"), UNSTORABLE)
+def test_an_unstorable_message_is_refused_before_anything_is_written(
+    store: DefaultConversationStore, bad: Any, reason: str
+) -> None:
+    """Regression: PostgreSQL raised DataError for NUL, NOT NULL failed for None, and SQLite
+    stored NaN/Infinity that no JSON reader parses; none of them was a ``StoreError``."""
+    from django_pydantic_agent.agui.access import store_refusal
+    from django_pydantic_agent.contrib.store.stores import UnstorableMessageError
+    from django_pydantic_agent.persistence import StoreError
+
+    # A new thread: no row may be created.
+    with pytest.raises(UnstorableMessageError, match=rf"^Message 1 of the conversation {reason}"):
+        save(store, "1", "fresh", [user_msg(0), bad])
+    assert not StoredConversation.objects.exists()
+
+    # An existing thread: it keeps its messages, preview and timestamp.
+    save(store, "1", "t", [user_msg(0, "kept")])
+    before = StoredConversation.objects.values_list("preview", "updated_at").get()
+    with pytest.raises(UnstorableMessageError) as caught:
+        save(store, "1", "t", [user_msg(0, "changed"), bad, bot_msg(2)])
+
+    assert caught.value.index == 1
+    assert isinstance(caught.value, StoreError)
+    assert isinstance(caught.value, ValueError)
+    assert "nothing was saved" in str(caught.value)
+    assert store_refusal(caught.value, store="conversation").status_code == 409
+    assert StoredConversation.objects.values_list("preview", "updated_at").get() == before
+    loaded = store._fetch("t", "1")
+    assert loaded is not None
+    assert loaded.messages == [user_msg(0, "kept")]
+
+
+def test_escaped_nul_text_and_finite_numbers_are_stored(store: DefaultConversationStore) -> None:
+    messages = [user_msg(0, "a literal \\u0000 is six characters", n=1.5, m=-0.0)]
+    save(store, "1", "t", messages)
+    loaded = store._fetch("t", "1")
+    assert loaded is not None
+    assert loaded.messages == messages
+
+
+def test_a_rename_with_a_nul_character_drops_it(store: DefaultConversationStore) -> None:
+    """Regression: PostgreSQL raised DataError; titles are normalised text anyway."""
+    save(store, "1", "t", [user_msg(0)])
+    store._rename("t", "Trip\u0000 plans", "1")
+    assert StoredConversation.objects.get().title == "Trip plans"

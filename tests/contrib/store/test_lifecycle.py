@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
+from django.utils import timezone
 
 from django_pydantic_agent.contrib.store.lifecycle import (
     AttachmentDeletion,
@@ -250,3 +251,139 @@ def test_strip_leaves_other_shapes_alone(value: Any) -> None:
     result, changed = strip_inline_binary_parts(value)
     assert result is value
     assert not changed
+
+
+def harness_rows(owner: str, thread: str, run: str) -> None:
+    """One run of ``thread`` with an event, a snapshot, a snapshot key and a tool effect."""
+    from django_pydantic_agent.contrib.store.models import (
+        StoredRun,
+        StoredSnapshot,
+        StoredSnapshotKey,
+        StoredStepEvent,
+        StoredToolEffect,
+    )
+
+    now = timezone.now()
+    ids = {"owner_id": owner, "run_id": run}
+    StoredRun.objects.create(**ids, conversation_id=thread, started_at=now)
+    StoredStepEvent.objects.create(
+        **ids, conversation_id=thread, kind="step", step_index=0, timestamp=now
+    )
+    StoredSnapshot.objects.create(
+        **ids, conversation_id=thread, step_index=0, timestamp=now, messages=[{"secret": 1}]
+    )
+    StoredSnapshotKey.objects.create(**ids, idempotency_key="k")
+    StoredToolEffect.objects.create(
+        **ids, tool_call_id="c", tool_name="t", status="completed", started_at=now
+    )
+
+
+def harness_counts() -> dict[str, list[tuple[str, str]]]:
+    from django_pydantic_agent.contrib.store.models import (
+        StoredRun,
+        StoredSnapshot,
+        StoredSnapshotKey,
+        StoredStepEvent,
+        StoredToolEffect,
+    )
+
+    return {
+        model.__name__: sorted(model.objects.values_list("owner_id", "run_id"))
+        for model in (
+            StoredRun,
+            StoredStepEvent,
+            StoredSnapshot,
+            StoredSnapshotKey,
+            StoredToolEffect,
+        )
+    }
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_deleting_a_thread_deletes_its_harness_rows(dry_run: bool) -> None:
+    """Regression: runs, events and snapshots (a full copy of the conversation) outlived the
+    deleted thread."""
+    conversation("1", "t")
+    conversation("2", "t")
+    harness_rows("1", "t", "r-gone")
+    harness_rows("2", "t", "r-other-owner")  # same thread id, another owner: kept
+    harness_rows("1", "u", "r-other-thread")  # same owner, another thread: kept
+    before = harness_counts()
+
+    result = delete_conversations(
+        StoredConversation.objects.filter(owner_id="1", thread_id="t"), dry_run=dry_run
+    )
+
+    assert (result.runs, result.step_events, result.snapshots, result.tool_effects) == (1,) * 4
+    kept = [("1", "r-other-thread"), ("2", "r-other-owner")]
+    after = harness_counts()
+    assert after == before if dry_run else all(rows == kept for rows in after.values())
+
+
+def test_the_conversation_store_delete_removes_the_harness_rows() -> None:
+    from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+
+    conversation("1", "t")
+    harness_rows("1", "t", "r")
+    harness_rows("1", "u", "r2")
+
+    DefaultConversationStore()._remove("t", "1")
+
+    assert harness_counts() == {model: [("1", "r2")] for model in harness_counts()}
+
+
+def test_conversation_dry_run_counts_a_blob_shared_across_batches_like_the_real_run(
+    on_commit: OnCommit,
+) -> None:
+    """Regression: two deduplicated rows quoted from different batches each looked like the
+    blob survived elsewhere, so the dry run reported 0 blobs while the real run freed 1."""
+    first = attachment(blob="b/dedup-across", size=3)
+    second = attachment(blob="b/dedup-across", size=3)
+    conversation(thread="t-first").attachments.add(first)
+    for i in range(499):
+        conversation(thread=f"filler-{i}")
+    conversation(thread="t-second").attachments.add(second)  # in the second batch
+
+    preview = delete_conversations(StoredConversation.objects.all(), dry_run=True)
+    with on_commit(execute=True):
+        real = delete_conversations(StoredConversation.objects.all())
+
+    assert preview.attachments == AttachmentDeletion(rows=2, blobs=1, bytes_freed=3)
+    assert real == preview
+    assert not default_storage.exists("b/dedup-across")
+
+
+def test_blob_deletion_costs_a_constant_number_of_queries(on_commit: OnCommit) -> None:
+    """The commit-time re-check is one query per batch, not one per blob."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for i in range(40):
+        attachment(blob=f"b/many-{i}", size=1)
+    with CaptureQueriesContext(connection) as queries, on_commit(execute=True):
+        result = delete_attachments(StoredAttachment.objects.all())
+
+    assert result == AttachmentDeletion(rows=40, blobs=40, bytes_freed=40)
+    assert len(queries) < 15
+    assert not any(default_storage.exists(f"b/many-{i}") for i in range(40))
+
+
+def test_a_blob_that_fails_to_delete_is_logged_and_the_others_go(
+    on_commit: OnCommit, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    attachment(blob="b/stuck", size=1)
+    attachment(blob="b/free", size=1)
+    real_delete = default_storage.delete
+
+    def delete(name: str) -> None:
+        if name == "b/stuck":
+            raise OSError("permission denied")
+        real_delete(name)
+
+    monkeypatch.setattr(default_storage, "delete", delete)
+    with on_commit(execute=True):
+        delete_attachments(StoredAttachment.objects.all())
+
+    assert default_storage.exists("b/stuck")
+    assert not default_storage.exists("b/free")
+    assert "Could not delete blob 'b/stuck'" in caplog.text

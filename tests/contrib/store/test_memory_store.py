@@ -792,3 +792,44 @@ def test_truly_concurrent_writers_on_postgresql_get_a_conflict_not_a_crash(
     assert len(outcomes) == 4
     assert len(conflicts) == 3, outcomes
     assert StoredMemoryFile.objects.filter(path=P + "a.md").count() == 1
+
+
+HUGE = [5, 11, 12, 2**31 - 1, 2**31, 2**32 + 3, 2**63 - 1]
+
+
+async def test_any_positive_max_chars_and_limit_work(store: Any) -> None:
+    """Regression: Substr(content, 1, max_chars) returned the wrong text on SQLite and failed
+    on PostgreSQL for max_chars >= 2**31; LIMIT 10**20 failed on both."""
+    await store.write(P + "c.md", "hello world", expected_version=None)
+    # The harness's own SqliteMemoryStore has the same SQLite substr() bug (upstream): hold it
+    # to the sizes it gets right; InMemoryStore is the reference for the rest.
+    upstream_bug = isinstance(store, SqliteMemoryStore)
+    for max_chars in [m for m in HUGE if m < 2**31 or not upstream_bug]:
+        file = await store.read(P + "c.md", max_chars=max_chars)
+        assert file is not None
+        assert (file.content, file.truncated) == (
+            "hello world"[:max_chars],
+            max_chars < 11,
+        ), max_chars
+    for limit in [1, 2**31 - 1, 2**31, 2**63 - 1]:
+        assert await store.list_paths(P, limit=limit) == [P + "c.md"]
+
+
+@DB
+async def test_max_chars_and_limit_beyond_64_bits_work() -> None:
+    store = DefaultMemoryStore(user_request(1))
+    await store.write(P + "c.md", "hello world", expected_version=None)
+    file = await store.read(P + "c.md", max_chars=10**20)
+    assert file is not None
+    assert (file.content, file.truncated) == ("hello world", False)
+    assert await store.list_paths(P, limit=10**20) == [P + "c.md"]
+
+
+@DB
+async def test_a_nul_character_is_refused_before_anything_is_written() -> None:
+    """Regression: PostgreSQL raised DataError (text cannot contain NUL) from write()."""
+    store = DefaultMemoryStore(user_request(1))
+    with pytest.raises(ModelRetry, match=r"contains a NUL character .* nothing was written"):
+        await store.write(P + "n.md", "a\x00b", expected_version=None)
+    assert await store.read(P + "n.md", max_chars=10) is None
+    assert not await sync_to_async(StoredMemoryFile.objects.exists)()

@@ -34,6 +34,11 @@ __all__ = [
     "StoredToolEffect",
 ]
 
+# Explicit, so ``DefaultStepStore``/``DefaultMemoryStore`` import without the app installed
+# and their constructors can say what is missing (ImproperlyConfigured) instead of the import
+# failing with Django's generic "isn't in an application in INSTALLED_APPS".
+_APP_LABEL = "django_pydantic_agent_store"
+
 #: Binary (code-point) collations per database vendor. SQLite's default ``BINARY`` already is.
 _BINARY_COLLATIONS = {"postgresql": "C", "mysql": "utf8mb4_bin"}
 
@@ -80,6 +85,7 @@ class StoredRun(models.Model):
     registration_id = _optional_id()
 
     class Meta:
+        app_label = _APP_LABEL
         verbose_name = "agent run"
         constraints = [
             models.UniqueConstraint(fields=["owner_id", "run_id"], name="dpa_store_run_owner_run"),
@@ -112,6 +118,7 @@ class StoredStepEvent(models.Model):
     idempotency_key = _optional_id()
 
     class Meta:
+        app_label = _APP_LABEL
         verbose_name = "agent step event"
         constraints = [
             models.UniqueConstraint(
@@ -145,6 +152,7 @@ class StoredSnapshot(models.Model):
     idempotency_key = _optional_id()
 
     class Meta:
+        app_label = _APP_LABEL
         verbose_name = "agent run snapshot"
         indexes = [
             models.Index(fields=["owner_id", "run_id", "state"], name="dpa_store_snapshot_run"),
@@ -162,6 +170,7 @@ class StoredSnapshotKey(models.Model):
     idempotency_key = models.CharField(max_length=255)
 
     class Meta:
+        app_label = _APP_LABEL
         verbose_name = "agent snapshot key"
         constraints = [
             models.UniqueConstraint(
@@ -192,6 +201,7 @@ class StoredToolEffect(models.Model):
     effect_summary = models.TextField(null=True, blank=True)  # noqa: DJ001
 
     class Meta:
+        app_label = _APP_LABEL
         verbose_name = "agent tool effect"
         constraints = [
             models.UniqueConstraint(
@@ -219,6 +229,7 @@ class StoredMemoryFile(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        app_label = _APP_LABEL
         verbose_name = "agent memory file"
         ordering = ["owner_id", "path"]
         constraints = [
@@ -243,6 +254,7 @@ class StoredMemoryOperation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        app_label = _APP_LABEL
         verbose_name = "agent memory receipt"
         constraints = [
             models.UniqueConstraint(

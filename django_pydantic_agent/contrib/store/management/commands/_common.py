@@ -6,10 +6,11 @@ Django skips modules whose name starts with an underscore when it looks for comm
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 if TYPE_CHECKING:
     from argparse import ArgumentParser
@@ -20,13 +21,22 @@ __all__ = ["StoreCommand", "parse_duration"]
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"(\d+)([smhdw])")
+_BARE_HOURS = re.compile(r"\d+")
+
+
+def _too_large(value: str) -> CommandError:
+    return CommandError(
+        f"--older-than={value!r} is too large: pass a duration of at most a few thousand years."
+    )
 
 
 def parse_duration(value: str) -> timedelta:
-    """Parse ``30m``, ``24h``, ``7d``, ``2w`` (or ``45s``) into a ``timedelta``.
+    """Parse ``30m``, ``24h``, ``7d``, ``2w`` (or ``45s``) into a positive ``timedelta``.
 
-    Raises ``CommandError`` naming the value for anything else, bare numbers included: an
-    age without a unit is ambiguous, and a retention command must not guess.
+    Raises ``CommandError`` naming the value for anything else: a bare number (see
+    ``StoreCommand.cutoff`` for the deprecated hours form), a zero duration (it would select
+    everything created before this instant, which is never what a retention job means) and a
+    duration too large for a date.
     """
     match = _DURATION.fullmatch(value.strip().lower())
     if match is None:
@@ -35,11 +45,15 @@ def parse_duration(value: str) -> timedelta:
             "unit, s, m, h, d or w (for example 30m, 24h, 7d or 2w)."
         )
     try:
-        return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+        duration = timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
     except OverflowError:
+        raise _too_large(value) from None
+    if not duration:
         raise CommandError(
-            f"--older-than={value!r} is too large: pass a duration of at most a few thousand years."
-        ) from None
+            f"--older-than={value!r} is not a positive duration: pass at least 1s (for "
+            "example 30m, 24h or 7d)."
+        )
+    return duration
 
 
 class _Progress:
@@ -73,6 +87,26 @@ class StoreCommand(BaseCommand):
             action="store_true",
             help="Report what would change without changing anything.",
         )
+
+    def cutoff(self, value: str) -> datetime:
+        """The instant ``--older-than=value`` before now; ``CommandError`` for a bad value.
+
+        A bare whole number is read as hours, as predecessor 0.28.3 did, with a deprecation
+        notice on stderr, so existing cron jobs keep working.
+        """
+        if _BARE_HOURS.fullmatch(value.strip()):
+            self.stderr.write(
+                f"--older-than={value!r} has no unit and is read as {value.strip()}h; bare "
+                "numbers are deprecated and will be refused in a future release. Write "
+                f"--older-than={value.strip()}h."
+            )
+            duration = parse_duration(f"{value.strip()}h")
+        else:
+            duration = parse_duration(value)
+        try:
+            return timezone.now() - duration
+        except OverflowError:
+            raise _too_large(value) from None
 
     def progress(self, total: int, label: str) -> _Progress:
         """Return a progress counter for ``total`` items (silent unless stdout is a TTY)."""

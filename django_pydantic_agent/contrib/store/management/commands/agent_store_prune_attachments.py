@@ -4,16 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.utils import timezone
-
 from django_pydantic_agent.contrib.store.lifecycle import (
     delete_attachments,
     preview_attachment_deletion,
 )
-from django_pydantic_agent.contrib.store.management.commands._common import (
-    StoreCommand,
-    parse_duration,
-)
+from django_pydantic_agent.contrib.store.management.commands._common import StoreCommand
 from django_pydantic_agent.contrib.store.models import StoredAttachment
 
 if TYPE_CHECKING:
@@ -36,7 +31,7 @@ class Command(StoreCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        cutoff = timezone.now() - parse_duration(options["older_than"])
+        cutoff = self.cutoff(options["older_than"])
         orphans = StoredAttachment.objects.filter(
             created_at__lt=cutoff, conversation_links__isnull=True
         )

@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django.utils import timezone
-
 from django_pydantic_agent.contrib.store.lifecycle import delete_conversations
-from django_pydantic_agent.contrib.store.management.commands._common import (
-    StoreCommand,
-    parse_duration,
-)
+from django_pydantic_agent.contrib.store.management.commands._common import StoreCommand
 from django_pydantic_agent.contrib.store.models import StoredConversation
 
 if TYPE_CHECKING:
@@ -32,7 +27,7 @@ class Command(StoreCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        cutoff = timezone.now() - parse_duration(options["older_than"])
+        cutoff = self.cutoff(options["older_than"])
         stale = StoredConversation.objects.filter(updated_at__lt=cutoff)
         progress = self.progress(stale.count(), "Conversations")
         result = delete_conversations(stale, dry_run=options["dry_run"], on_batch=progress.advance)
@@ -42,5 +37,7 @@ class Command(StoreCommand):
         self.stdout.write(
             f"{verb} {result.conversations} conversation(s) with {result.messages} "
             f"message(s), {attachments.rows} attachment(s) and {attachments.blobs} blob(s), "
-            f"freeing {attachments.bytes_freed} byte(s)."
+            f"freeing {attachments.bytes_freed} byte(s); and {result.runs} run(s), "
+            f"{result.step_events} step event(s), {result.snapshots} snapshot(s) and "
+            f"{result.tool_effects} tool effect(s)."
         )
