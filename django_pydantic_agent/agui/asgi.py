@@ -29,8 +29,9 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def _upload_cap(scope: Scope) -> int | None:
-    """The byte cap of the AG-UI upload route ``scope`` targets, or ``None`` if it is not one."""
+def _upload_limit(scope: Scope) -> int | None:
+    """The file limit (``attachment_max_bytes``) of the AG-UI upload route ``scope`` targets,
+    or ``None`` if it is not one."""
     if scope["type"] != "http" or scope.get("method") != "POST":
         return None
     path: str = scope.get("path", "")
@@ -42,7 +43,15 @@ def _upload_cap(scope: Scope) -> int | None:
     except Resolver404:
         return None
     cap = getattr(match.func, "agui_upload_max_bytes", None)
-    return None if cap is None else int(cap) + MULTIPART_OVERHEAD_BYTES
+    return None if cap is None else int(cap)
+
+
+def _size(limit: int) -> str:
+    """``limit`` in the largest binary unit it reaches, for people: ``"5 MiB"``, ``"1.5 KiB"``."""
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if limit >= factor:
+            return f"{limit / factor:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{limit} bytes"
 
 
 def _declared_length(scope: Scope) -> int | None:
@@ -56,8 +65,10 @@ def _declared_length(scope: Scope) -> int | None:
 
 
 async def _send_413(send: Send, limit: int) -> None:
+    """Answer 413 naming the configured file ``limit`` (not the cap with its envelope allowance)."""
+    limit_text = f"{limit} bytes ({_size(limit)})" if limit >= 1 << 10 else _size(limit)
     body = json.dumps(
-        {"error": f"The request body exceeds the {limit}-byte upload limit."}
+        {"error": f"Uploads are limited to {limit_text}; this request is larger."}
     ).encode()
     await send(
         {
@@ -89,13 +100,15 @@ class UploadLimitMiddleware:
         """Serve ``scope``, refusing an oversized upload with a JSON 413."""
         if scope["type"] == "http":
             scope = {**scope, UPLOAD_LIMIT_SCOPE_KEY: True}
-        cap = _upload_cap(scope)
-        if cap is None:
+        limit = _upload_limit(scope)
+        if limit is None:
             await self.app(scope, receive, send)
             return
+        # The multipart envelope (boundaries, part headers) rides on top of the file itself.
+        cap = limit + MULTIPART_OVERHEAD_BYTES
         declared = _declared_length(scope)
         if declared is not None and declared > cap:
-            await _send_413(send, cap)
+            await _send_413(send, limit)
             return
         received = 0
         refused = False
@@ -109,7 +122,7 @@ class UploadLimitMiddleware:
                 received += len(message.get("body", b""))
                 if received > cap:
                     refused = True
-                    await _send_413(send, cap)
+                    await _send_413(send, limit)
                     # Django sees a disconnect and serves nothing; the 413 is already out.
                     return {"type": "http.disconnect"}
             return message

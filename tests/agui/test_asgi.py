@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from django_pydantic_agent.agui import UploadLimitMiddleware
-from django_pydantic_agent.agui.asgi import _upload_cap
+from django_pydantic_agent.agui.asgi import _size, _upload_limit
 from django_pydantic_agent.agui.attachments import MULTIPART_OVERHEAD_BYTES
 from tests.agui.conftest import asgi_app, run_body
 from tests.agui.urls import UPLOAD_CAP
@@ -86,7 +86,9 @@ async def test_declared_oversized_upload_is_refused_without_reading() -> None:
     await serve(exchange, scope("/stored/attachments/", headers=headers))
     assert exchange.status == 413
     assert exchange.pulled == 0
-    assert f"{LIMIT}-byte upload limit" in json.loads(exchange.body)["error"]
+    error = json.loads(exchange.body)["error"]
+    assert error == "Uploads are limited to 1024 bytes (1 KiB); this request is larger."
+    assert str(LIMIT) not in error  # the envelope allowance stays internal
 
 
 async def test_chunked_oversized_upload_is_cut_off_at_the_cap() -> None:
@@ -97,6 +99,7 @@ async def test_chunked_oversized_upload_is_cut_off_at_the_cap() -> None:
     assert exchange.status == 413
     assert exchange.pulled <= LIMIT + len(chunk)
     assert len(exchange.chunks) > 0  # the rest was never read
+    assert f"limited to {UPLOAD_CAP} bytes" in json.loads(exchange.body)["error"]
 
 
 async def test_root_path_is_stripped_before_resolving() -> None:
@@ -124,12 +127,47 @@ async def test_small_upload_reaches_the_view() -> None:
     assert exchange.status == 401  # the view ran: it authenticates first
 
 
-def test_cap_lookup_ignores_non_uploads() -> None:
-    assert _upload_cap({"type": "lifespan"}) is None
-    assert _upload_cap(scope("/stored/attachments/", method="GET")) is None
-    assert _upload_cap(scope("/no/such/route/")) is None
-    assert _upload_cap(scope("/stored/")) is None
-    assert _upload_cap(scope("/stored/attachments/")) == LIMIT
+def test_limit_lookup_ignores_non_uploads() -> None:
+    assert _upload_limit({"type": "lifespan"}) is None
+    assert _upload_limit(scope("/stored/attachments/", method="GET")) is None
+    assert _upload_limit(scope("/no/such/route/")) is None
+    assert _upload_limit(scope("/stored/")) is None
+    assert _upload_limit(scope("/stored/attachments/")) == UPLOAD_CAP
+
+
+@pytest.mark.parametrize(
+    ("limit", "text"),
+    [
+        (5 * 1024 * 1024, "5 MiB"),
+        (1536, "1.5 KiB"),
+        (3 * 1024**3, "3 GiB"),
+        (1000, "1000 bytes"),
+    ],
+)
+def test_limits_are_named_in_binary_units(limit: int, text: str) -> None:
+    assert _size(limit) == text
+
+
+async def test_a_limit_under_a_kibibyte_is_named_once() -> None:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        raise AssertionError("an oversized upload never reaches the app")
+
+    def view() -> None: ...
+
+    view.agui_upload_max_bytes = 100  # type: ignore[attr-defined]
+    exchange = Exchange([])
+    headers = [(b"content-length", str(100 + MULTIPART_OVERHEAD_BYTES + 1).encode())]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            "django_pydantic_agent.agui.asgi.resolve", lambda path: type("M", (), {"func": view})
+        )
+        await UploadLimitMiddleware(app)(
+            scope("/anything/", headers=headers), exchange.receive, exchange.send
+        )
+    assert exchange.status == 413
+    assert json.loads(exchange.body)["error"] == (
+        "Uploads are limited to 100 bytes; this request is larger."
+    )
 
 
 async def test_malformed_content_length_falls_back_to_counting() -> None:

@@ -3,21 +3,34 @@
 Conversations show their messages read-only; the title stays editable (it is what a rename
 changes). Attachments are read-only metadata with their deduplication siblings. Deleting from
 the admin goes through the same lifecycle helpers as the stores, so blobs and orphaned
-attachments are cleaned up exactly as a store delete would.
+attachments are cleaned up exactly as a store delete would; the conversation delete
+confirmation previews those (a dry run) next to Django's own list.
+
+Every list has an "owner" column (``OwnerColumnMixin``): the user's name linked to their admin
+page when the owner id is a user pk, "anonymous session" for ``anon:<session_key>`` owners
+(never the key itself), and the raw id otherwise. Search by owner id stays exact.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import json
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from django_pydantic_agent.contrib.store.lifecycle import delete_attachments, delete_conversations
+from django_pydantic_agent.contrib.store.lifecycle import (
+    ConversationDeletion,
+    delete_attachments,
+    delete_conversations,
+)
 from django_pydantic_agent.contrib.store.models import (
     StoredAttachment,
     StoredConversation,
@@ -26,14 +39,110 @@ from django_pydantic_agent.contrib.store.models import (
 )
 
 if TYPE_CHECKING:
-    from django.db.models import QuerySet
+    from django.contrib.admin.views.main import ChangeList
     from django.http import HttpRequest
     from django.utils.safestring import SafeString
 
-__all__ = ["StoredAttachmentAdmin", "StoredConversationAdmin"]
+__all__ = ["OwnerColumnMixin", "StoredAttachmentAdmin", "StoredConversationAdmin"]
 
 _SIBLINGS_SHOWN = 20
 _JSON_SHOWN = 4000
+_DOOMED_SHOWN = 100
+_ANON_PREFIX = "anon:"
+# Set on each row of a changelist page: the owner's user, or None (no such user).
+_OWNER_ATTR = "_dpa_owner_user"
+_UNSET = object()
+
+
+def users_by_owner_id(owner_ids: Any) -> dict[str, Any]:
+    """Map each owner id of ``owner_ids`` that is a user's pk (``str(pk)``) to that user.
+
+    One query for all of them. Anonymous owners (``anon:...``), ids that are not a valid pk
+    of the user model, and pks of deleted users are simply missing from the result.
+    """
+    user_model = get_user_model()
+    pk_field = user_model._meta.pk
+    assert pk_field is not None
+    pks = []
+    for owner_id in set(owner_ids):
+        if owner_id.startswith(_ANON_PREFIX):
+            continue
+        try:
+            pk = pk_field.to_python(owner_id)
+        except ValidationError:
+            continue
+        if str(pk) == owner_id:  # "01" is not user 1's owner id
+            pks.append(pk)
+    if not pks:
+        return {}
+    return {str(user.pk): user for user in user_model._default_manager.filter(pk__in=pks)}
+
+
+def owner_label(admin_site: admin.AdminSite, owner_id: str, user: Any) -> SafeString | str:
+    """How the admin shows an owner: ``user`` linked to its admin page, an anonymous session
+    (with a short fingerprint that tells sessions apart, never the key), or the raw id."""
+    if user is not None:
+        name = user.get_username()
+        if not admin_site.is_registered(type(user)):
+            return str(name)
+        opts = user._meta
+        url = reverse(
+            f"admin:{opts.app_label}_{opts.model_name}_change",
+            args=[user.pk],
+            current_app=admin_site.name,
+        )
+        return format_html('<a href="{}">{}</a>', url, name)
+    if not owner_id:
+        return "no owner"
+    if owner_id.startswith(_ANON_PREFIX):
+        digest = hashlib.sha256(owner_id.encode()).hexdigest()[:8]
+        return format_html(
+            '<span title="A visitor without an account, known by a session cookie; '
+            'the code tells sessions apart">anonymous session {}</span>',
+            digest,
+        )
+    return owner_id
+
+
+class OwnerColumnMixin:
+    """The read-only ``owner`` column and field for models with an ``owner_id``.
+
+    On a changelist page the owners' users are loaded in one query for the whole page
+    (``get_changelist_instance``), never one per row.
+    """
+
+    admin_site: admin.AdminSite
+
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
+        changelist: ChangeList = super().get_changelist_instance(request)  # type: ignore[misc]
+        rows = list(changelist.result_list)  # evaluated once; the template reuses the cache
+        users = users_by_owner_id(row.owner_id for row in rows)
+        for row in rows:
+            setattr(row, _OWNER_ATTR, users.get(row.owner_id))
+        return changelist
+
+    @admin.display(description="owner", ordering="owner_id")
+    def owner(self, obj: Any) -> SafeString | str:
+        user = getattr(obj, _OWNER_ATTR, _UNSET)
+        if user is _UNSET:  # a change page: one row, one query
+            user = users_by_owner_id([obj.owner_id]).get(obj.owner_id)
+        return owner_label(self.admin_site, obj.owner_id, user)
+
+    @admin.display(description="owner id")
+    def owner_id_text(self, obj: Any) -> str:
+        """The raw owner id for a change page, except an anonymous owner's session key, which
+        is a credential (docs/security.md): it is never sent to a browser, the admin's included."""
+        if obj.owner_id.startswith(_ANON_PREFIX):
+            return f"{_ANON_PREFIX}\u2026 (a session key, not shown)"
+        return str(obj.owner_id)
+
+
+def _bytes(size: int) -> str:
+    """``size`` for people: ``"28 bytes"``, ``"1.5 KiB"``, ``"5 MiB"``."""
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor:
+            return f"{size / factor:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} byte" + ("" if size == 1 else "s")
 
 
 class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -70,20 +179,73 @@ class StoredConversationAttachmentInline(_ReadOnlyInline):
 
 
 @admin.register(StoredConversation)
-class StoredConversationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class StoredConversationAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """Threads with their messages (read-only), searchable by title, owner id and thread id."""
 
-    list_display = ("__str__", "owner_id", "thread_id", "updated_at", "created_at")
+    list_display = ("__str__", "owner", "thread_id", "updated_at", "created_at")
     search_fields = ("title", "=owner_id", "=thread_id")
+    search_help_text = "Part of a title, an exact owner id or an exact thread id."
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)
-    fields = ("title", "owner_id", "thread_id", "preview", "created_at", "updated_at")
-    readonly_fields = ("owner_id", "thread_id", "preview", "created_at", "updated_at")
+    fields = ("title", "owner", "owner_id_text", "thread_id", "preview", "created_at", "updated_at")
+    readonly_fields = ("owner", "owner_id_text", "thread_id", "preview", "created_at", "updated_at")
     inlines = (StoredMessageInline, StoredConversationAttachmentInline)
     show_full_result_count = False
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[Any, Any], set[str], list[Any]]:
+        """Django's cascade list, plus what the lifecycle delete also removes (a dry run).
+
+        Attachments no other conversation quotes, the stored files that frees, and the
+        harness rows of the same threads are not cascades, so Django's collector misses them.
+        Skipped on the confirmed POST, which deletes instead of previewing.
+        """
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        if request.POST.get("post"):
+            return deleted, counts, perms_needed, protected
+        if isinstance(objs, QuerySet):
+            rows = objs
+        else:
+            rows = StoredConversation.objects.filter(pk__in=[obj.pk for obj in objs])
+        preview = delete_conversations(rows, dry_run=True)
+        summary: dict[Any, Any] = {**counts, **_deletion_counts(preview)}
+        listed = [*deleted, *self._doomed_attachments(rows, request)]
+        return listed, summary, perms_needed, protected
+
+    def _doomed_attachments(
+        self, rows: QuerySet[StoredConversation], request: HttpRequest
+    ) -> list[SafeString | str]:
+        """The attachments the delete removes: quoted by ``rows`` and by no other conversation."""
+        links = StoredConversationAttachment.objects
+        quoted = links.filter(conversation__in=rows).values("attachment_id")
+        kept = links.filter(attachment_id__in=quoted).exclude(conversation__in=rows)
+        doomed = (
+            StoredAttachment.objects.filter(pk__in=quoted)
+            .exclude(pk__in=kept.values("attachment_id"))
+            .order_by("name", "pk")
+        )
+        app_label = StoredAttachment._meta.app_label
+        perms = (f"{app_label}.view_storedattachment", f"{app_label}.change_storedattachment")
+        linked = any(map(request.user.has_perm, perms))
+        shown = list(doomed[: _DOOMED_SHOWN + 1])
+        entries = [self._attachment_entry(row, linked) for row in shown[:_DOOMED_SHOWN]]
+        if len(shown) > _DOOMED_SHOWN:
+            entries.append("\u2026 and more attachments")
+        return entries
+
+    def _attachment_entry(self, attachment: StoredAttachment, linked: bool) -> SafeString | str:
+        if not linked:
+            return f"Attachment: {attachment}"
+        url = reverse(
+            f"admin:{attachment._meta.app_label}_storedattachment_change",
+            args=[attachment.pk],
+            current_app=self.admin_site.name,
+        )
+        return format_html('Attachment: <a href="{}">{}</a>', url, attachment)
 
     def delete_model(self, request: HttpRequest, obj: StoredConversation) -> None:
         delete_conversations(StoredConversation.objects.filter(pk=obj.pk))
@@ -92,22 +254,41 @@ class StoredConversationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         delete_conversations(queryset)
 
 
+def _deletion_counts(preview: ConversationDeletion) -> dict[str, int | str]:
+    """The summary lines of a conversation delete preview beyond Django's own counts."""
+    files = preview.attachments
+    counts: dict[str, int | str] = {
+        "attachments no other conversation quotes": files.rows,
+        "stored files freed": f"{files.blobs} ({_bytes(files.bytes_freed)})",
+    }
+    harness = {
+        "agent runs": preview.runs,
+        "step events": preview.step_events,
+        "snapshots": preview.snapshots,
+        "tool effects": preview.tool_effects,
+    }
+    counts.update({name: count for name, count in harness.items() if count})
+    return counts
+
+
 @admin.register(StoredAttachment)
-class StoredAttachmentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class StoredAttachmentAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """Attachment metadata, the conversations quoting it and its deduplication siblings."""
 
-    list_display = ("__str__", "owner_id", "mime", "size", "short_sha256", "created_at")
+    list_display = ("__str__", "owner", "mime", "size", "short_sha256", "created_at")
     search_fields = ("name", "=owner_id", "=sha256")
+    search_help_text = "Part of a name, an exact owner id or an exact SHA-256."
     date_hierarchy = "created_at"
     ordering = ("-created_at",)
     fields = (
         "attachment_id",
         "name",
-        "owner_id",
+        "owner",
+        "owner_id_text",
         "mime",
         "size",
         "sha256",
-        "file",
+        "stored_file",
         "created_at",
         "quoted_by",
         "dedup_siblings",
@@ -124,6 +305,13 @@ class StoredAttachmentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.display(description="SHA-256")
     def short_sha256(self, obj: StoredAttachment) -> str:
         return obj.sha256[:12]
+
+    @admin.display(description="stored file")
+    def stored_file(self, obj: StoredAttachment) -> str:
+        """The blob's name in attachment storage, as text: blobs are private, never linked."""
+        if not obj.file.name:
+            return "none (no bytes stored)"
+        return f"{obj.file.name} ({_bytes(obj.size)}, in private attachment storage)"
 
     @admin.display(description="quoted by")
     def quoted_by(self, obj: StoredAttachment) -> SafeString | str:

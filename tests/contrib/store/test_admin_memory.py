@@ -33,7 +33,8 @@ def files() -> dict[str, StoredMemoryFile]:
 
 
 def _staff(*codenames: str) -> Client:
-    user = User.objects.create_user("staff", password="pw", is_staff=True)
+    # A pk no file's owner id names: those owners show as raw ids.
+    user = User.objects.create_user("staff", password="pw", is_staff=True, pk=900)
     user.user_permissions.set(
         Permission.objects.filter(
             content_type__app_label="django_pydantic_agent_store", codename__in=codenames
@@ -59,10 +60,10 @@ def test_files_are_listed_grouped_by_owner_and_filterable_to_one(
     page = client.get(CHANGELIST).content.decode()
     positions = [page.index(row.path) for row in files.values()]
     assert positions == sorted(positions)  # owner 1's files, then 2's, then 3's
-    assert "?owner_id__exact=1" in page
+    assert f"?owner_of={files['alice-1'].pk}" in page
     assert '<td class="field-chars">11</td>' in page  # len("- likes tea")
 
-    only_alice = client.get(CHANGELIST, {"owner_id__exact": "1"}).content.decode()
+    only_alice = client.get(CHANGELIST, {"owner_of": files["alice-2"].pk}).content.decode()
     assert "u-1/main/travel.md" in only_alice
     assert "u-2/main/MEMORY.md" not in only_alice
     detail = client.get(
@@ -101,9 +102,9 @@ def test_the_purge_confirms_then_removes_exactly_the_selected_owners_memory(
     confirmation = _select(client, files["alice-1"], files["bob"])
     page = confirmation.content.decode()
     assert confirmation.status_code == 200
-    assert "<code>1</code>: 2 file(s)" in page  # all of owner 1, not only the selected row
-    assert "<code>2</code>: 1 file(s)" in page
-    assert "<code>3</code>" not in page
+    assert "<li>1: 2 file(s)</li>" in page  # all of owner 1, not only the selected row
+    assert "<li>2: 1 file(s)</li>" in page
+    assert "<li>3:" not in page
     assert StoredMemoryFile.objects.count() == 4  # nothing deleted before confirming
 
     done = client.post(
@@ -167,3 +168,44 @@ def test_search_matches_owner_ids_exactly_so_a_select_all_purge_takes_one_owner(
         "Alice",
         "alicex",
     ]
+
+
+def test_owners_show_as_users_or_anonymous_sessions_in_the_list_and_the_purge(
+    django_user_model: type[User],
+) -> None:
+    dora = django_user_model.objects.create_user("dora", pk=77)
+    mine = _file("77", "u-77/main/MEMORY.md")
+    visitor = _file("anon:s3cretsessionkey0123456789abcd", "anon-x/main/MEMORY.md")
+    client = _staff("view_storedmemoryfile", "purge_agent_memory")
+
+    page = client.get(CHANGELIST).content.decode()
+    assert f'<a href="/admin/auth/user/{dora.pk}/change/">dora</a>' in page
+    assert f'<a href="?owner_of={mine.pk}" title="Only this owner\'s files">' in page
+    assert "anonymous session " in page
+    assert "s3cretsessionkey" not in page  # not even in a link
+    detail = client.get(CHANGE.format(visitor.pk)).content.decode()
+    assert "anon:\u2026 (a session key, not shown)" in detail
+    assert "s3cretsessionkey" not in detail
+    only_visitor = client.get(CHANGELIST, {"owner_of": visitor.pk}).content.decode()
+    assert "anon-x/main/MEMORY.md" in only_visitor
+    assert "u-77/main/MEMORY.md" not in only_visitor
+    assert "s3cretsessionkey" not in only_visitor
+
+    confirmation = _select(client, mine, visitor).content.decode()
+    assert f'<li><a href="/admin/auth/user/{dora.pk}/change/">dora</a>: 1 file(s)</li>' in (
+        confirmation
+    )
+    assert "anonymous session " in confirmation
+    assert "s3cretsessionkey" not in confirmation
+
+
+@pytest.mark.parametrize("value", ["999999", "not-a-pk"])
+def test_a_stale_owner_link_lists_nothing_rather_than_everyone(
+    files: dict[str, StoredMemoryFile], value: str
+) -> None:
+    client = _staff("view_storedmemoryfile")
+
+    page = client.get(CHANGELIST, {"owner_of": value}).content.decode()
+
+    assert "no such memory file" in page
+    assert not any(row.path in page for row in files.values())
