@@ -5,7 +5,11 @@ arrive, takes a screenshot (``/tmp/example-chat.png``), stops a long answer mid-
 reloads the page and reopens the thread from the drawer, partial answer included. Then it
 attaches files (``/tmp/example-chat-attached.png``), sends one, reloads and downloads it, and
 has an oversized file and a refused type turned down inline
-(``/tmp/example-chat-upload-error.png``).
+(``/tmp/example-chat-upload-error.png``). Then the thread drawer: a run stopped in a new chat is
+listed without a reload (``-stopped.png``), renamed (a refused title first) and deleted
+(``-rename-error.png``, ``-renamed.png``); and at 375px the drawer opens from its toggle
+(``-mobile-drawer.png``) and the composer fits on one row, Stop in Send's place while an answer
+streams (``-mobile.png``, ``-mobile-running.png``).
 """
 
 from __future__ import annotations
@@ -28,12 +32,24 @@ SCREENSHOT = Path("/tmp/example-chat.png")
 REPORT = Path("/tmp/example-chat-report.json")
 SCREENSHOTS = [
     SCREENSHOT,
-    *(Path(f"/tmp/example-chat-{name}.png") for name in ("attached", "upload-error")),
+    *(
+        Path(f"/tmp/example-chat-{name}.png")
+        for name in (
+            "attached",
+            "upload-error",
+            "stopped",
+            "rename-error",
+            "renamed",
+            "mobile-drawer",
+            "mobile",
+            "mobile-running",
+        )
+    ),
 ]
 NOTES = "Shopping list\n- coffee\n- more coffee\n"
 
 #: Chromium logs each deliberately refused request as a console error; nothing else may appear.
-EXPECTED_CONSOLE_ERRORS = ("status of 404", "status of 413", "status of 415")
+EXPECTED_CONSOLE_ERRORS = ("status of 400", "status of 404", "status of 413", "status of 415")
 
 
 def test_chat_page_in_chromium(
@@ -91,6 +107,8 @@ def test_chat_page_in_chromium(
         "Tell me a long story about streaming.",
     ]
     assert reloaded["toolNames"] == ["calculate", "server_time"]
+    # Reloaded reasoning has no duration, but its label reads like the live "Thought for N s".
+    assert [r["summary"] for r in reloaded["lastTurn"]["reasoning"]] == ["Thought process"]
     # The server saved the stopped run as far as it had streamed: what the page showed, plus at
     # most the few words that were already on their way when the connection closed.
     partial = reloaded["lastTurn"]["text"]
@@ -130,6 +148,56 @@ def test_chat_page_in_chromium(
     )
     assert refused["pendingChips"] == 0
     assert refused["sendEnabled"] is True
+
+    story = "Tell me a long story about streaming."
+    after_stop = steps["drawer-after-stop"]
+    assert after_stop["notReloaded"] is True
+    assert after_stop["threads"][0] == story, "the stopped thread is missing from the drawer"
+    assert after_stop["current"] == story
+    assert after_stop["tooltip"] == story, "the tooltip is the full title"
+    assert after_stop["preview"], "the preview is the item's second line"
+    assert after_stop["cutBubbles"] == 1, "the cut-off answer is marked"
+    assert "Stopped." in after_stop["notices"]
+
+    renamed = steps["renamed"]
+    assert renamed["editingFocused"] is True
+    assert renamed["refusedRename"] == (
+        "Could not rename: The title is 201 characters long; the limit is 200."
+    )
+    assert renamed["focusAfterRename"] == "Rename \u201cStreaming story\u201d"
+    assert renamed["threadsAfterReload"][0] == "Streaming story"
+    assert story not in renamed["threadsAfterReload"]
+
+    deleted = steps["deleted"]
+    assert deleted["dialogs"] == ["Delete \u201cStreaming story\u201d? This cannot be undone."]
+    assert "Streaming story" not in deleted["threads"]
+    assert deleted["turns"] == 0, "deleting the open thread starts a new chat"
+    assert deleted["emptyShown"] is True
+    assert deleted["threadsAfterReload"] == deleted["threads"]
+    assert deleted["threads"] == ["Please keep my notes with this chat.", "What is 12 * (3 + 4)?"]
+
+    narrow = steps["narrow"]
+    assert narrow["drawerVisible"] is False
+    assert narrow["toggleVisible"] is True
+    assert (narrow["expanded"], narrow["controls"]) == ("false", "threads")
+    assert narrow["opened"]["expanded"] == "true"
+    assert narrow["opened"]["threads"] == deleted["threads"]
+    assert narrow["opened"]["focusInDrawer"] is True
+    assert narrow["afterEscape"] == {"expanded": "false", "drawerVisible": False}
+    assert narrow["picked"]["expanded"] == "false", "picking a thread closes the drawer"
+    assert narrow["picked"]["drawerVisible"] is False
+    assert narrow["picked"]["userBubbles"][0] == "What is 12 * (3 + 4)?"
+    composer = narrow["composer"]
+    assert composer["pageScrollWidth"] <= composer["viewport"] == 375
+    assert composer["form"]["right"] <= 375
+    assert composer["stop"] is None, "Stop takes Send's place only while a run streams"
+    row = [composer["attach"], composer["prompt"], composer["send"]]
+    assert [box["left"] for box in row] == sorted(box["left"] for box in row)
+    for box in row:  # one row: every control overlaps the prompt vertically
+        assert box["top"] < composer["prompt"]["bottom"]
+        assert box["bottom"] > composer["prompt"]["top"]
+    assert narrow["whileRunning"] == {"send": False, "stop": True}
+    assert narrow["afterStop"] == {"send": True, "stop": False}
 
     assert report["pageErrors"] == []
     unexpected = [

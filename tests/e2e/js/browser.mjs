@@ -6,9 +6,12 @@
 // then asks for a long answer and presses Stop mid-stream, then reloads the page and reopens
 // the thread from the drawer (the partial answer was saved). In a new chat it attaches two text
 // files, removes one, sends a message with the other, reloads and downloads it from the
-// reopened thread; then it tries an oversized file and a refused type. Screenshots go to
-// <screenshot>, <screenshot>-attached.png and <screenshot>-upload-error.png. Prints one JSON
-// document of what the page showed at each step.
+// reopened thread; then it tries an oversized file and a refused type. Then it stops a run in a
+// new chat and watches the drawer list it without a reload, renames that thread (a refused title
+// first), deletes it, and finally uses the page at 375px: the drawer behind its toggle and the
+// one-row composer. Screenshots go to <screenshot> and <screenshot>-<name>.png (attached,
+// upload-error, stopped, renamed, mobile-drawer, mobile). Prints one JSON document of what the
+// page showed at each step.
 import { chromium } from "playwright-core";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -65,6 +68,8 @@ async function lastTurn(page) {
 }
 
 const status = (page) => page.locator("#status").textContent();
+// The drawer's thread titles, most recent first.
+const threadTitles = (page) => page.locator("#thread-list .thread-title").allTextContents();
 
 const NOTES = "Shopping list\n- coffee\n- more coffee\n";
 const sibling = (suffix) => screenshot.replace(/\.png$/, "") + `-${suffix}.png`;
@@ -117,14 +122,14 @@ try {
   await page.waitForFunction(() => document.querySelector("#status").textContent === "Done", null, {
     timeout: 20000,
   });
-  await page.waitForSelector("#thread-list button"); // the drawer refreshes after each run
+  await page.waitForSelector("#thread-list .thread-open"); // the drawer refreshes after each run
   report.steps.push({
     step: "answered",
     stopEnabledWhileRunning: midway,
     stopEnabledAfter: await page.locator("#stop").isEnabled(),
     status: await status(page),
     turn: await lastTurn(page),
-    threads: await page.locator("#thread-list button").allTextContents(),
+    threads: await threadTitles(page),
   });
   // Open the reasoning block so the screenshot shows every kind of part.
   await page.click("details.reasoning summary");
@@ -161,8 +166,8 @@ try {
   for (;;) {
     attempts += 1;
     await page.reload();
-    await page.waitForSelector("#thread-list button", { timeout: 10000 });
-    await page.click("#thread-list button");
+    await page.waitForSelector("#thread-list .thread-open", { timeout: 10000 });
+    await page.click("#thread-list .thread-open");
     await page.waitForSelector(".turn.user");
     if ((await page.locator(".turn.user").count()) >= 2 || attempts >= 10) break;
     await page.waitForTimeout(500);
@@ -170,7 +175,7 @@ try {
   report.steps.push({
     step: "reloaded",
     attempts,
-    threads: await page.locator("#thread-list button").allTextContents(),
+    threads: await threadTitles(page),
     userBubbles: await page.locator(".turn.user .bubble").allTextContents(),
     toolNames: await page.locator(".tool .tool-name").allTextContents(),
     lastTurn: await lastTurn(page),
@@ -210,14 +215,14 @@ try {
 
   // 6. Reload and reopen that thread: the attachment is listed and downloads.
   await page.reload();
-  await page.waitForSelector("#thread-list button", { timeout: 10000 });
-  await page.click("#thread-list button >> text=Please keep my notes with this chat.");
+  await page.waitForSelector("#thread-list .thread-open", { timeout: 10000 });
+  await page.click("#thread-list .thread-open >> text=Please keep my notes with this chat.");
   await page.waitForSelector(".turn.user .file-chip a", { timeout: 10000 });
   const link = page.locator(".turn.user .file-chip a").first();
   const href = await link.getAttribute("href");
   report.steps.push({
     step: "attachment-reloaded",
-    threads: await page.locator("#thread-list button").allTextContents(),
+    threads: await threadTitles(page),
     chips: await page.locator(".turn.user .file-chip").allTextContents(),
     href,
     downloadAttribute: await link.getAttribute("download"),
@@ -240,6 +245,163 @@ try {
     pendingChips: await page.locator("#pending .file-chip").count(),
     sendEnabled: await page.locator("#send").isEnabled(),
   });
+
+  // 8. Stop a run in a new chat: the drawer lists the new thread without a reload (the server
+  // saves a stopped run once it notices the disconnect; the page looks again shortly after).
+  await page.evaluate(() => {
+    window.notReloaded = true;
+  });
+  await page.click("#new-chat");
+  await page.fill("#prompt", "Tell me a long story about streaming.");
+  await page.click("#send");
+  await page.waitForFunction(
+    () => {
+      const bubbles = document.querySelectorAll(".turn.assistant:last-child .bubble.text");
+      return bubbles.length && bubbles[bubbles.length - 1].textContent.length > 40;
+    },
+    null,
+    { timeout: 20000 },
+  );
+  await page.click("#stop");
+  await page.waitForFunction(
+    () =>
+      Array.from(document.querySelectorAll("#thread-list .thread-title"), (n) => n.textContent).includes(
+        "Tell me a long story about streaming.",
+      ),
+    null,
+    { timeout: 10000 },
+  );
+  await page.screenshot({ path: sibling("stopped"), fullPage: false });
+  const current = page.locator('#thread-list .thread-open[aria-current="true"]');
+  report.steps.push({
+    step: "drawer-after-stop",
+    notReloaded: await page.evaluate(() => window.notReloaded === true),
+    threads: await threadTitles(page),
+    current: await current.locator(".thread-title").textContent(),
+    tooltip: await current.getAttribute("title"),
+    preview: await current.locator(".thread-preview").textContent(),
+    cutBubbles: await page.locator(".turn.assistant .bubble.text.cut").count(),
+    notices: (await lastTurn(page)).notices,
+  });
+
+  // 9. Rename it from the keyboard: a refused title is explained inline, then a good one sticks.
+  const story = page.locator(".thread", { hasText: "Tell me a long story about streaming." });
+  await story.locator(".thread-rename").focus();
+  await page.keyboard.press("Enter");
+  const titleInput = page.locator(".rename-form input");
+  await titleInput.waitFor();
+  const editingFocused = await titleInput.evaluate((node) => node === document.activeElement);
+  await titleInput.fill("x".repeat(201));
+  await page.keyboard.press("Enter");
+  await page.waitForSelector(".rename-error:not([hidden])", { timeout: 10000 });
+  const refusedRename = await page.locator(".rename-error").textContent();
+  await page.screenshot({ path: sibling("rename-error"), fullPage: false });
+  await titleInput.fill("  Streaming   story  ");
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(
+    () => Array.from(document.querySelectorAll("#thread-list .thread-title"), (n) => n.textContent).includes("Streaming story"),
+    null,
+    { timeout: 10000 },
+  );
+  const focusAfterRename = await page.evaluate(() => document.activeElement.getAttribute("aria-label"));
+  await page.reload();
+  await page.waitForSelector("#thread-list .thread-open", { timeout: 10000 });
+  await page.locator(".thread", { hasText: "Streaming story" }).hover();
+  await page.screenshot({ path: sibling("renamed"), fullPage: false });
+  report.steps.push({
+    step: "renamed",
+    editingFocused,
+    refusedRename,
+    focusAfterRename,
+    threadsAfterReload: await threadTitles(page),
+  });
+
+  // 10. Delete the open thread (after confirming): it leaves the drawer and the page starts
+  // a new chat; a reload agrees.
+  await page.click("#thread-list .thread-open >> text=Streaming story");
+  await page.waitForSelector(".turn.user");
+  const dialogs = [];
+  page.once("dialog", (dialog) => {
+    dialogs.push(dialog.message());
+    dialog.accept();
+  });
+  await page.locator(".thread", { hasText: "Streaming story" }).locator(".thread-delete").click();
+  await page.waitForFunction(
+    () => !Array.from(document.querySelectorAll("#thread-list .thread-title"), (n) => n.textContent).includes("Streaming story"),
+    null,
+    { timeout: 10000 },
+  );
+  const afterDelete = {
+    dialogs,
+    threads: await threadTitles(page),
+    turns: await page.locator(".turn").count(),
+    emptyShown: await page.locator("#empty").isVisible(),
+  };
+  await page.reload();
+  await page.waitForSelector("#thread-list .thread-open", { timeout: 10000 });
+  report.steps.push({ step: "deleted", ...afterDelete, threadsAfterReload: await threadTitles(page) });
+
+  // 11. A phone-sized screen: the drawer hides behind a toggle, the composer is one row.
+  await page.setViewportSize({ width: 375, height: 740 });
+  const toggle = page.locator("#drawer-toggle");
+  const narrow = {
+    drawerVisible: await page.locator("#threads").isVisible(),
+    toggleVisible: await toggle.isVisible(),
+    expanded: await toggle.getAttribute("aria-expanded"),
+    controls: await toggle.getAttribute("aria-controls"),
+  };
+  await toggle.click();
+  await page.waitForSelector("#threads .thread-open", { state: "visible" });
+  const opened = {
+    expanded: await toggle.getAttribute("aria-expanded"),
+    threads: await threadTitles(page),
+    focusInDrawer: await page.evaluate(() => document.getElementById("threads").contains(document.activeElement)),
+  };
+  await page.screenshot({ path: sibling("mobile-drawer"), fullPage: false });
+  await page.keyboard.press("Escape");
+  const afterEscape = {
+    expanded: await toggle.getAttribute("aria-expanded"),
+    drawerVisible: await page.locator("#threads").isVisible(),
+  };
+  await toggle.click();
+  await page.click("#thread-list .thread-open >> text=What is 12 * (3 + 4)?");
+  await page.waitForSelector(".tool");
+  const picked = {
+    expanded: await toggle.getAttribute("aria-expanded"),
+    drawerVisible: await page.locator("#threads").isVisible(),
+    userBubbles: await page.locator(".turn.user .bubble").allTextContents(),
+  };
+  const composer = await page.evaluate(() => {
+    const box = (id) => {
+      const node = document.getElementById(id);
+      const rect = node.getBoundingClientRect();
+      const shown = getComputedStyle(node).display !== "none";
+      return shown ? { top: rect.top, bottom: rect.bottom, left: rect.left, right: rect.right } : null;
+    };
+    const args = document.querySelector(".tool dd.args pre");
+    return {
+      viewport: window.innerWidth,
+      pageScrollWidth: document.documentElement.scrollWidth,
+      form: box("composer"),
+      attach: box("attach"),
+      prompt: box("prompt"),
+      send: box("send"),
+      stop: box("stop"),
+      argsScrollable: args.scrollWidth > args.clientWidth,
+    };
+  });
+  await page.screenshot({ path: sibling("mobile"), fullPage: false });
+  // While an answer streams, Stop takes Send's place; Stop, and Send is back.
+  await page.fill("#prompt", "Tell me a long story about streaming.");
+  await page.keyboard.press("Enter");
+  await page.waitForSelector("#stop:not([disabled])", { state: "visible", timeout: 15000 });
+  const whileRunning = { send: await page.locator("#send").isVisible(), stop: await page.locator("#stop").isVisible() };
+  await page.waitForSelector(".turn.assistant:last-child .bubble.text", { timeout: 15000 });
+  await page.screenshot({ path: sibling("mobile-running"), fullPage: false });
+  await page.click("#stop");
+  await page.waitForFunction(() => document.querySelector("#status").textContent === "Stopped");
+  const afterStop = { send: await page.locator("#send").isVisible(), stop: await page.locator("#stop").isVisible() };
+  report.steps.push({ step: "narrow", ...narrow, opened, afterEscape, picked, composer, whileRunning, afterStop });
 } catch (error) {
   report.error = String(error && error.stack ? error.stack : error);
 } finally {

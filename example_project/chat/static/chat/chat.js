@@ -7,6 +7,8 @@
 // Files are uploaded to <agent>/attachments/ as soon as they are chosen and go with the next
 // user message as its `attachments` list of {id, name, mime, size} refs, which the server
 // stores with the message (and links to the thread, so they live as long as it does).
+// The thread drawer (when the server persists conversations) lists, opens, renames (PATCH) and
+// deletes (DELETE) the user's threads; on narrow screens it is an overlay behind a toggle.
 // Everything untrusted is written with textContent, never innerHTML.
 "use strict";
 
@@ -23,6 +25,10 @@
   const statusLine = document.getElementById("status");
   const threadsPanel = document.getElementById("threads");
   const threadList = document.getElementById("thread-list");
+  const threadError = document.getElementById("thread-error");
+  const drawerToggle = document.getElementById("drawer-toggle");
+  const drawerBackdrop = document.getElementById("drawer-backdrop");
+  const narrowScreen = window.matchMedia("(max-width: 760px)");
   const uploadUrl = app.dataset.uploadUrl || null; // unset when uploads are not mounted
   const uploadMaxBytes = Number(app.dataset.uploadMaxBytes || 0);
   const uploadAccept = (app.dataset.uploadAccept || "").split(",").filter(Boolean);
@@ -36,6 +42,9 @@
   let running = null; // {controller, runId, turn} while a run streams
   let threadsAvailable = false;
   let pending = []; // {ref, chip} or {file, chip, uploading: true}: files for the next message
+  let threadsRequest = 0; // the latest drawer refresh; older answers are dropped
+  let threadsStale = false; // a refresh was skipped while a title was being edited
+  let listedIds = []; // the thread ids the drawer shows
 
   // ---------------------------------------------------------------- helpers
 
@@ -56,6 +65,35 @@
     if (text !== undefined) node.textContent = text;
     return node;
   }
+
+  function sleep(ms) {
+    return new Promise((resolve) => setTimeout(resolve, ms));
+  }
+
+  // A 20px line icon; `paths` are constant SVG path data, never user input.
+  function icon(...paths) {
+    const ns = "http://www.w3.org/2000/svg";
+    const svg = document.createElementNS(ns, "svg");
+    svg.setAttribute("viewBox", "0 0 24 24");
+    svg.setAttribute("width", "18");
+    svg.setAttribute("height", "18");
+    svg.setAttribute("aria-hidden", "true");
+    svg.setAttribute("focusable", "false");
+    for (const d of paths) {
+      const path = document.createElementNS(ns, "path");
+      path.setAttribute("d", d);
+      path.setAttribute("fill", "none");
+      path.setAttribute("stroke", "currentColor");
+      path.setAttribute("stroke-width", "2");
+      path.setAttribute("stroke-linecap", "round");
+      path.setAttribute("stroke-linejoin", "round");
+      svg.append(path);
+    }
+    return svg;
+  }
+
+  const PENCIL = ["M12 20h9", "M16.5 3.5a2.1 2.1 0 0 1 3 3L7 19l-4 1 1-4z"];
+  const TRASH = ["M3 6h18", "M8 6V4h8v2", "M19 6l-1 14H6L5 6", "M10 11v6", "M14 11v6"];
 
   function prettyJson(text) {
     if (!text) return "{}";
@@ -242,9 +280,16 @@
       const head = el("div", "tool-head");
       head.append(el("span", "badge", "tool"), el("span", "tool-name", name));
       const list = el("dl");
-      const args = el("dd", "", "");
+      // JSON keeps its lines: a long one scrolls sideways instead of wrapping mid-token.
+      const argsValue = el("dd", "args");
+      const args = el("code", "", "");
+      const pre = el("pre");
+      pre.tabIndex = 0; // a scrolling region must be reachable by keyboard
+      pre.setAttribute("aria-label", `Arguments of ${name}`);
+      pre.append(args);
+      argsValue.append(pre);
       const result = el("dd", "pending", "running…");
-      list.append(el("dt", "", "arguments"), args, el("dt", "", "result"), result);
+      list.append(el("dt", "", "arguments"), argsValue, el("dt", "", "result"), result);
       card.append(head, list);
       card.dataset.toolCallId = toolCallId;
       this.el.append(card);
@@ -343,8 +388,21 @@
     }
 
     notice(text, isError = false) {
-      this.el.append(el("div", isError ? "notice error" : "notice", text));
+      const node = el("div", isError ? "notice error" : "notice", text);
+      this.el.append(node);
       scrollDown();
+      return node;
+    }
+
+    // Stop cut the answer short: mark the text that was still streaming, and say so.
+    stopped() {
+      const note = this.notice("Stopped.");
+      note.id = `stopped-${newId()}`;
+      for (const bubble of this.texts.values()) {
+        if (!bubble.classList.contains("streaming")) continue;
+        bubble.classList.add("cut");
+        bubble.setAttribute("aria-describedby", note.id);
+      }
     }
 
     // Close what the stream left open (after Stop or a dropped connection).
@@ -394,7 +452,8 @@
       if (message.role === "reasoning") {
         const block = turn.reasoningBlock(message.id);
         block.body.textContent = message.content || "";
-        block.summary.textContent = "Reasoning";
+        // How long it took is not stored; the label still reads like the live one.
+        block.summary.textContent = "Thought process";
         block.details.open = false;
       } else if (message.role === "assistant") {
         if (message.content) {
@@ -428,6 +487,7 @@
     log.setAttribute("aria-busy", String(isRunning));
     sendButton.disabled = isRunning || pending.some((entry) => entry.uploading);
     stopButton.disabled = !isRunning;
+    form.classList.toggle("running", isRunning); // narrow screens show Stop in place of Send
     prompt.readOnly = isRunning;
   }
 
@@ -441,6 +501,7 @@
     const turn = new AssistantTurn();
     const controller = new AbortController();
     const runId = newId();
+    const runThreadId = threadId; // "New chat" may move on before the run has ended
     running = { controller, runId, turn };
     setRunning(true);
     setStatus("Waiting for the agent…", true);
@@ -454,7 +515,7 @@
       context: [],
       forwardedProps: {},
     };
-    let outcome = null; // "finished" or "error", from the run's terminal event
+    let outcome = null; // "finished" or "error", from the run's terminal event; or "stopped"
     try {
       const response = await fetch(agentUrl, {
         method: "POST",
@@ -468,6 +529,7 @@
         restorePending(sent);
         turn.notice(`The server refused the run: ${await errorText(response)}`, true);
         setStatus("Error");
+        outcome = "refused";
         return;
       }
       for await (const event of sseEvents(response)) {
@@ -486,8 +548,9 @@
       }
     } catch (error) {
       if (error.name === "AbortError") {
-        turn.notice("Stopped.");
+        turn.stopped();
         setStatus("Stopped");
+        outcome = "stopped";
       } else {
         turn.notice(`Something went wrong: ${error.message}`, true);
         setStatus("Error");
@@ -498,7 +561,7 @@
       running = null;
       setRunning(false);
       prompt.focus();
-      if (threadsAvailable) loadThreads();
+      refreshAfterRun(runThreadId, outcome);
     }
   }
 
@@ -515,6 +578,7 @@
     if (empty) empty.hidden = false;
     setStatus("");
     markCurrentThread();
+    closeDrawer();
     prompt.focus();
   }
 
@@ -664,49 +728,134 @@
     return [];
   }
 
+  function showThreadError(text) {
+    threadError.textContent = text;
+    threadError.hidden = !text;
+  }
+
   function markCurrentThread() {
-    threadList.querySelectorAll("button").forEach((button) => {
+    threadList.querySelectorAll(".thread-open").forEach((button) => {
       button.setAttribute("aria-current", String(button.dataset.threadId === threadId));
     });
   }
 
+  function setThreadsAvailable(available) {
+    threadsAvailable = available;
+    threadsPanel.hidden = !available;
+    drawerToggle.hidden = !available;
+    app.classList.toggle("has-threads", available);
+    if (!available) closeDrawer();
+  }
+
+  // The item's own button for `id` (after a re-render the old node is gone).
+  function threadButton(id, className) {
+    return Array.from(threadList.querySelectorAll(`.${className}`)).find((b) => b.dataset.threadId === id);
+  }
+
+  function threadItem(item, index) {
+    const id = item.threadId || item.id || item.thread_id;
+    const title = item.title || "Untitled conversation";
+    const li = el("li", "thread");
+    li.dataset.threadId = id;
+
+    // The title may be cut to fit: the tooltip has all of it; the preview is a second line.
+    const open = el("button", "thread-open");
+    open.type = "button";
+    open.dataset.threadId = id;
+    open.title = title;
+    open.append(el("span", "thread-title", title));
+    if (item.preview) {
+      const preview = el("span", "thread-preview", item.preview);
+      preview.id = `thread-preview-${index}`;
+      preview.setAttribute("aria-hidden", "true");
+      open.append(preview);
+      open.setAttribute("aria-describedby", preview.id);
+    }
+    open.addEventListener("click", () => openThread(id));
+
+    const actions = el("div", "thread-actions");
+    const rename = el("button", "icon-button thread-rename");
+    rename.type = "button";
+    rename.dataset.threadId = id;
+    rename.title = "Rename";
+    rename.setAttribute("aria-label", `Rename “${title}”`);
+    rename.append(icon(...PENCIL));
+    rename.addEventListener("click", () => startRename(li, id, title));
+    const remove = el("button", "icon-button thread-delete");
+    remove.type = "button";
+    remove.dataset.threadId = id;
+    remove.title = "Delete";
+    remove.setAttribute("aria-label", `Delete “${title}”`);
+    remove.append(icon(...TRASH));
+    remove.addEventListener("click", () => deleteThread(id, title));
+    actions.append(rename, remove);
+
+    li.append(open, actions);
+    return li;
+  }
+
   async function loadThreads() {
+    // An open title editor would be lost: refresh once it has closed.
+    if (threadList.querySelector(".rename-form")) {
+      threadsStale = true;
+      return false;
+    }
+    const request = ++threadsRequest;
     let response;
+    let items;
     try {
       response = await fetch(`${agentUrl}threads/?limit=50`, {
         headers: { Accept: "application/json" },
         credentials: "same-origin",
       });
+      items = response.ok ? threadItems(await response.json()) : null;
     } catch {
-      return;
+      return false;
     }
-    if (!response.ok) {
-      threadsAvailable = false;
-      threadsPanel.hidden = true;
-      app.classList.remove("has-threads");
-      return;
+    if (request !== threadsRequest) return false; // a newer refresh has the last word
+    if (!items) {
+      setThreadsAvailable(false);
+      return false;
     }
-    threadsAvailable = true;
-    threadsPanel.hidden = false;
-    app.classList.add("has-threads");
-    const items = threadItems(await response.json());
+    if (threadList.querySelector(".rename-form")) {
+      threadsStale = true;
+      return false;
+    }
+    setThreadsAvailable(true);
+    threadsStale = false;
+    const active = document.activeElement;
+    const focusedId = threadList.contains(active) ? active.dataset.threadId : null;
+    const focusedClass = ["thread-open", "thread-rename", "thread-delete"].find((name) => active.classList.contains(name));
+    listedIds = items.map((item) => item.threadId || item.id || item.thread_id);
     threadList.replaceChildren();
     if (!items.length) {
       threadList.append(el("li", "none", "No conversations yet."));
+    }
+    items.forEach((item, index) => threadList.append(threadItem(item, index)));
+    markCurrentThread();
+    // A refresh must not throw keyboard focus back to the top of the page.
+    if (focusedId && focusedClass) {
+      const again = threadButton(focusedId, focusedClass);
+      if (again) again.focus();
+    }
+    return true;
+  }
+
+  // Refresh the drawer once a run has ended. A finished run is saved by the time its stream
+  // ends; a stopped (or broken) one only once the server has noticed the disconnect, normally
+  // within milliseconds: look again a few times until the thread is listed.
+  async function refreshAfterRun(id, outcome) {
+    if (!threadsAvailable) return;
+    if (outcome === "refused") {
+      await loadThreads();
       return;
     }
-    for (const item of items) {
-      const id = item.id || item.threadId || item.thread_id;
-      const li = el("li");
-      const button = el("button", "", item.title || "Untitled conversation");
-      button.type = "button";
-      button.dataset.threadId = id;
-      if (item.preview) button.title = item.preview;
-      button.addEventListener("click", () => openThread(id));
-      li.append(button);
-      threadList.append(li);
+    const delays = outcome === "finished" ? [0, 400, 1000] : [300, 700, 1500, 3000];
+    for (const delay of delays) {
+      if (delay) await sleep(delay);
+      await loadThreads();
+      if (listedIds.includes(id)) return;
     }
-    markCurrentThread();
   }
 
   async function openThread(id) {
@@ -725,6 +874,143 @@
     renderTranscript(transcript);
     setStatus("");
     markCurrentThread();
+    if (isDrawerOpen()) {
+      closeDrawer();
+      prompt.focus();
+    }
+  }
+
+  // Rename in place: a small form replaces the item until it is saved or cancelled.
+  function startRename(li, id, title) {
+    const other = threadList.querySelector(".rename-form");
+    if (other) other.cancel();
+    showThreadError("");
+    const form = el("form", "rename-form");
+    form.noValidate = true; // the server's own 400 message is shown instead
+    const input = el("input");
+    input.type = "text";
+    input.value = title;
+    input.setAttribute("aria-label", "New title");
+    const error = el("p", "rename-error");
+    error.id = `rename-error-${newId()}`;
+    error.setAttribute("role", "alert");
+    error.hidden = true;
+    input.setAttribute("aria-describedby", error.id);
+    const save = el("button", "button primary small", "Save");
+    save.type = "submit";
+    const cancel = el("button", "button ghost small", "Cancel");
+    cancel.type = "button";
+    const buttons = el("div", "rename-buttons");
+    buttons.append(save, cancel);
+    form.append(input, buttons, error);
+    li.classList.add("editing");
+    li.append(form);
+    input.focus();
+    input.select();
+
+    const close = async (renamed) => {
+      form.remove();
+      li.classList.remove("editing");
+      if (renamed || threadsStale) await loadThreads();
+      const back = threadButton(id, "thread-rename");
+      if (back) back.focus();
+    };
+    form.cancel = () => close(false);
+    cancel.addEventListener("click", () => close(false));
+    input.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") {
+        event.preventDefault();
+        event.stopPropagation(); // Escape cancels the edit, not the whole drawer
+        close(false);
+      }
+    });
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const showError = (text) => {
+        error.textContent = text;
+        error.hidden = false;
+        input.setAttribute("aria-invalid", "true");
+        input.focus();
+      };
+      if (!input.value.trim()) {
+        showError("Type a title, or press Cancel.");
+        return;
+      }
+      save.disabled = true;
+      try {
+        const response = await fetch(`${agentUrl}threads/${encodeURIComponent(id)}/`, {
+          method: "PATCH",
+          headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrfToken },
+          body: JSON.stringify({ title: input.value }),
+          credentials: "same-origin",
+        });
+        if (response.ok) {
+          await close(true);
+          return;
+        }
+        showError(`Could not rename: ${await errorText(response)}`);
+      } catch (caught) {
+        showError(`Could not rename: ${caught.message}`);
+      } finally {
+        save.disabled = false;
+      }
+    });
+  }
+
+  async function deleteThread(id, title) {
+    showThreadError("");
+    if (running && id === threadId) {
+      showThreadError("Stop the answer before deleting this conversation.");
+      return;
+    }
+    if (!window.confirm(`Delete “${title}”? This cannot be undone.`)) return;
+    const index = listedIds.indexOf(id);
+    let response;
+    try {
+      response = await fetch(`${agentUrl}threads/${encodeURIComponent(id)}/`, {
+        method: "DELETE",
+        headers: { "X-CSRFToken": csrfToken },
+        credentials: "same-origin",
+      });
+    } catch (caught) {
+      showThreadError(`Could not delete “${title}”: ${caught.message}`);
+      return;
+    }
+    if (!response.ok) {
+      showThreadError(`Could not delete “${title}”: ${await errorText(response)}`);
+      return;
+    }
+    const wasOpen = id === threadId;
+    if (wasOpen) newChat();
+    await loadThreads();
+    if (!wasOpen) {
+      // Keep the keyboard where it was: on the next conversation, else the previous one.
+      const next = listedIds[Math.min(index, listedIds.length - 1)];
+      const target = next ? threadButton(next, "thread-open") : document.getElementById("new-chat");
+      if (target) target.focus();
+    }
+  }
+
+  // ---------------------------------------------------------------- drawer (narrow screens)
+
+  function isDrawerOpen() {
+    return app.classList.contains("drawer-open");
+  }
+
+  function openDrawer() {
+    app.classList.add("drawer-open");
+    drawerToggle.setAttribute("aria-expanded", "true");
+    drawerBackdrop.hidden = false;
+    const current = threadList.querySelector('.thread-open[aria-current="true"]') || threadList.querySelector(".thread-open");
+    (current || document.getElementById("reload-threads")).focus();
+  }
+
+  function closeDrawer() {
+    if (!isDrawerOpen()) return;
+    app.classList.remove("drawer-open");
+    drawerToggle.setAttribute("aria-expanded", "false");
+    drawerBackdrop.hidden = true;
+    if (threadsPanel.contains(document.activeElement)) drawerToggle.focus();
   }
 
   // ---------------------------------------------------------------- wiring
@@ -752,7 +1038,21 @@
 
   stopButton.addEventListener("click", stop);
   document.getElementById("new-chat").addEventListener("click", newChat);
-  document.getElementById("reload-threads").addEventListener("click", loadThreads);
+  document.getElementById("reload-threads").addEventListener("click", () => {
+    showThreadError("");
+    loadThreads();
+  });
+  drawerToggle.addEventListener("click", () => (isDrawerOpen() ? closeDrawer() : openDrawer()));
+  drawerBackdrop.addEventListener("click", closeDrawer);
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && isDrawerOpen()) {
+      closeDrawer();
+      drawerToggle.focus();
+    }
+  });
+  narrowScreen.addEventListener("change", () => {
+    if (!narrowScreen.matches) closeDrawer();
+  });
   document.querySelectorAll(".chip").forEach((chip) => {
     chip.addEventListener("click", () => send(chip.dataset.prompt));
   });
