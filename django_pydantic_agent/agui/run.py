@@ -131,15 +131,17 @@ def parse_run_input(body: bytes) -> RunAgentInput:
     not an object, the failing fields and error kinds, a ``threadId``/``runId`` outside the id
     alphabet of ``ids.py``, no messages) and never echoing the payload.
     """
-    payload = _load_json(body)
-    if not isinstance(payload, dict):
-        raise RunInputError(
-            f"The request body is a JSON {type(payload).__name__}, not an object; send a "
-            "RunAgentInput object with threadId, runId and messages."
-        )
     try:
         run_input = AGUIAdapter.build_run_input(body)
     except ValidationError as exc:
+        # The body is parsed a second time only to word the refusal: pydantic rejects every
+        # body that json.loads rejects, so the common, valid case is parsed once.
+        payload = _load_json(body)
+        if not isinstance(payload, dict):
+            raise RunInputError(
+                f"The request body is a JSON {type(payload).__name__}, not an object; send a "
+                "RunAgentInput object with threadId, runId and messages."
+            ) from exc
         raise RunInputError(
             f"The request body is not a valid RunAgentInput: {_describe_validation_error(exc)}."
         ) from exc
