@@ -58,6 +58,7 @@ __all__ = [
     "is_json_request",
     "not_json_response",
     "parse_run_input",
+    "read_json_body",
     "with_heartbeat",
     "without_reasoning",
 ]
@@ -105,6 +106,22 @@ def not_json_response() -> HttpResponseBase:
     return error_response(
         415, "Send the body as JSON, with the header Content-Type: application/json."
     )
+
+
+def read_json_body(request: HttpRequest, *, too_big: str) -> bytes | HttpResponseBase:
+    """The body of an ``application/json`` request, or the response refusing it.
+
+    415 when the body is not declared as JSON; 413 when it exceeds
+    ``DATA_UPLOAD_MAX_MEMORY_SIZE``, with ``too_big`` telling the caller what to send instead.
+    """
+    if not is_json_request(request):
+        return not_json_response()
+    try:
+        return request.body
+    except RequestDataTooBig:
+        return error_response(
+            413, f"The request body exceeds DATA_UPLOAD_MAX_MEMORY_SIZE; {too_big}"
+        )
 
 
 #: The 400 message for a JSON body nested deeper than the parser's recursion limit.
@@ -352,16 +369,9 @@ class RunEndpoint:
         refusal = await server.access.check_throttle(request)
         if refusal is not None:
             return refusal
-        if not is_json_request(request):
-            return not_json_response()
-        try:
-            body = request.body
-        except RequestDataTooBig:
-            return error_response(
-                413,
-                "The request body exceeds DATA_UPLOAD_MAX_MEMORY_SIZE; send a shorter "
-                "history or raise that setting.",
-            )
+        body = read_json_body(request, too_big="send a shorter history or raise that setting.")
+        if not isinstance(body, bytes):
+            return body
         try:
             run_input = parse_run_input(body)
         except RunInputError as exc:

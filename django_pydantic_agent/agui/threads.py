@@ -12,15 +12,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
 from django_pydantic_agent.agui.access import error_response, store_refusal
-from django_pydantic_agent.agui.run import (
-    NESTED_TOO_DEEPLY,
-    is_json_request,
-    not_json_response,
-)
+from django_pydantic_agent.agui.run import NESTED_TOO_DEEPLY, read_json_body
 from django_pydantic_agent.persistence import ConversationMeta, StoreError
 
 if TYPE_CHECKING:
@@ -100,14 +95,9 @@ class ThreadEndpoints:
         (413). Whitespace in the title is collapsed; it must then be a non-empty string of at
         most ``MAX_TITLE_LENGTH`` printable characters (400).
         """
-        if not is_json_request(request):
-            return not_json_response()
-        try:
-            body = request.body
-        except RequestDataTooBig:
-            return error_response(
-                413, "The request body exceeds DATA_UPLOAD_MAX_MEMORY_SIZE; send only the title."
-            )
+        body = read_json_body(request, too_big="send only the title.")
+        if not isinstance(body, bytes):
+            return body
         try:
             payload = json.loads(body)
         except RecursionError:
