@@ -36,7 +36,7 @@ from django_pydantic_agent.persistence import (
     resolve_owner_id,
 )
 
-__version__ = "0.1.0.dev0"
+__version__ = "1.0.0.dev0"
 
 __all__ = [
     "AnonymousOperationError",
