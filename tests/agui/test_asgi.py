@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from django_pydantic_agent.agui import UploadLimitMiddleware
-from django_pydantic_agent.agui.asgi import _size, _upload_limit
+from django_pydantic_agent.agui.asgi import _upload_limit
+from django_pydantic_agent.agui.http import binary_size
 from django_pydantic_agent.agui.attachments import MULTIPART_OVERHEAD_BYTES
 from tests.agui.conftest import asgi_app, run_body
 from tests.agui.urls import UPLOAD_CAP
@@ -145,7 +146,7 @@ def test_limit_lookup_ignores_non_uploads() -> None:
     ],
 )
 def test_limits_are_named_in_binary_units(limit: int, text: str) -> None:
-    assert _size(limit) == text
+    assert binary_size(limit) == text
 
 
 async def test_a_limit_under_a_kibibyte_is_named_once() -> None:

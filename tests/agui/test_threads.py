@@ -648,16 +648,11 @@ async def test_a_forged_session_cookie_reads_nothing_and_creates_nothing() -> No
     assert await sync_to_async(session_rows)() == before
 
 
-async def test_message_text_with_nul_never_breaks_the_stream(alice: Any) -> None:
-    # SQLite keeps a NUL; PostgreSQL cannot, and the store refuses it (StoreDataError).
+async def test_message_text_with_nul_is_refused_before_anything_is_stored(alice: Any) -> None:
+    # PostgreSQL text cannot hold a NUL: refused up front on every database, never half-saved.
     async with await logged_in(alice) as http:
         response = await http.post("/stored/", json=run_body(text="hi\x00there"))
         listing = await http.get("/stored/threads/")
-    assert response.status_code == 200
-    events = sse_events(response.text)
-    assert_valid_agui(events)
-    last = events[-1]
-    assert last["type"] == "RUN_FINISHED" or (
-        last["type"] == "RUN_ERROR" and last["code"] == "STORE_REFUSED"
-    )
-    assert listing.status_code == 200
+    assert response.status_code == 400
+    assert "messages.0 (id 'user-run-1') content contains a NUL" in response.json()["error"]
+    assert listing.json() == {"threads": []}
