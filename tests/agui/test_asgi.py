@@ -11,8 +11,8 @@ import pytest
 
 from django_pydantic_agent.agui import UploadLimitMiddleware
 from django_pydantic_agent.agui.asgi import _upload_limit
-from django_pydantic_agent.agui.http import binary_size
 from django_pydantic_agent.agui.attachments import MULTIPART_OVERHEAD_BYTES
+from django_pydantic_agent.agui.http import binary_size
 from tests.agui.conftest import asgi_app, run_body
 from tests.agui.urls import UPLOAD_CAP
 
