@@ -505,3 +505,24 @@ async def test_cookieless_attachment_reads_create_no_session(client: httpx.Async
     assert nul.json() == {"error": "No such attachment."}
     assert deleted.status_code == 204
     assert await sync_to_async(Session.objects.count)() == before
+
+
+async def test_attachment_delete_csrf_enforced(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        http.cookies.set("csrftoken", CSRF_SECRET)
+        token = {"X-CSRFToken": CSRF_SECRET}
+        created = await upload(http, "/stored-csrf/", headers=token)
+        attachment_id = created.json()["id"]
+        http.cookies.delete("csrftoken")
+        refused = await http.delete(f"/stored-csrf/attachments/{attachment_id}/")
+        kept = await http.get(f"/stored-csrf/attachments/{attachment_id}/")
+        http.cookies.set("csrftoken", CSRF_SECRET)
+        deleted = await http.delete(f"/stored-csrf/attachments/{attachment_id}/", headers=token)
+        gone = await http.get(f"/stored-csrf/attachments/{attachment_id}/")
+    assert created.status_code == 201
+    assert refused.status_code == 403
+    assert refused.json()["error"].startswith("CSRF verification failed")
+    assert kept.status_code == 200
+    assert kept.content == b"hello world"
+    assert deleted.status_code == 204
+    assert gone.status_code == 404
