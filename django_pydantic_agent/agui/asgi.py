@@ -46,25 +46,16 @@ def _resolved_view(scope: Scope) -> Any:
         return None
 
 
-def _upload_limit(scope: Scope) -> int | None:
-    """The file limit (``attachment_max_bytes``) of the AG-UI upload route ``scope`` targets,
-    or ``None`` if it is not one."""
-    if scope["type"] != "http" or scope.get("method") != "POST":
-        return None
-    cap = getattr(_resolved_view(scope), "agui_upload_max_bytes", None)
-    return None if cap is None else int(cap)
-
-
 def _route_limit(scope: Scope, default: int | None) -> tuple[int, bool] | None:
     """``(cap, is_upload)`` for the request ``scope``: the body bytes its route accepts.
 
-    An AG-UI upload route's cap is its file limit (the envelope allowance is added by the
-    caller); any view declaring ``agui_max_body_bytes`` (every other AG-UI route) has that cap;
-    anything else gets ``default``. ``None`` when the request is not capped at all.
+    An AG-UI upload route's cap is its file limit, whatever the method (the envelope allowance
+    is added by the caller); any view declaring ``agui_max_body_bytes`` (every other AG-UI
+    route) has that cap; anything else gets ``default``. ``None`` when the request is uncapped.
     """
     view = _resolved_view(scope)
     upload = getattr(view, "agui_upload_max_bytes", None)
-    if upload is not None and scope.get("method") == "POST":
+    if upload is not None:
         return int(upload), True
     cap = getattr(view, "agui_max_body_bytes", None)
     if cap is None:
