@@ -128,15 +128,13 @@ def not_json_response() -> HttpResponseBase:
 def read_json_body(request: HttpRequest, *, limit: int, too_big: str) -> bytes | HttpResponseBase:
     """The body of an ``application/json`` request, or the response refusing it.
 
-    415 when the body is not declared as JSON; 413 when it is over ``limit`` bytes, judged from
-    ``Content-Length`` before anything is read, and otherwise (a chunked body) by reading at most
-    one byte more than the limit. ``too_big`` tells the caller what to send instead.
+    415 when the body is not declared as JSON; 413 when it is over ``limit`` bytes, found by
+    reading at most one byte more than the limit (so a chunked body is capped too; a declared
+    ``Content-Length`` over it was already refused by the view, unread). ``too_big`` tells the
+    caller what to send instead.
     """
     if not is_json_request(request):
         return not_json_response()
-    declared = declared_length(request)
-    if declared is not None and declared > limit:
-        return body_too_big_response(limit, too_big)
     body = request.read(limit + 1)
     if len(body) > limit:
         return body_too_big_response(limit, too_big)

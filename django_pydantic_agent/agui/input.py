@@ -106,8 +106,8 @@ def unstorable_problem(body: bytes) -> str | None:
 
     try:
         payload = json.loads(body, parse_constant=non_finite)
-    except (ValueError, RecursionError):
-        return None
+    except (ValueError, RecursionError):  # pragma: no cover - callers pass bodies pydantic or
+        return None  # json.loads already parsed; this only keeps the helper total
     for path, value in _walk(payload):
         problem = None
         if value is _NON_FINITE:
@@ -153,19 +153,17 @@ def history_problem(run_input: RunAgentInput) -> str | None:
     return None
 
 
-def _tool_names(toolset: Any, seen: set[int]) -> Iterator[str]:
-    """The tool names a toolset declares up front (function tools), looking through wrappers."""
-    if id(toolset) in seen:  # pragma: no cover - toolsets do not nest themselves
-        return
-    seen.add(id(toolset))
+def _tool_names(toolset: Any) -> Iterator[str]:
+    """The tool names a toolset declares up front: function tools, also inside combinations.
+
+    Wrappers (prefixed, renamed, filtered) are not looked into, since they change the names;
+    pydantic-ai still refuses a clash with them when the run starts.
+    """
     tools = getattr(toolset, "tools", None)
     if isinstance(tools, dict):
-        yield from (name for name in tools if isinstance(name, str))
+        yield from tools
     for inner in getattr(toolset, "toolsets", None) or ():
-        yield from _tool_names(inner, seen)
-    wrapped = getattr(toolset, "wrapped", None)
-    if wrapped is not None:
-        yield from _tool_names(wrapped, seen)
+        yield from _tool_names(inner)
 
 
 def clashing_tool_problem(agent: AbstractAgent[Any, Any], run_input: RunAgentInput) -> str | None:
@@ -175,9 +173,8 @@ def clashing_tool_problem(agent: AbstractAgent[Any, Any], run_input: RunAgentInp
     is still refused by pydantic-ai, as a ``RUN_ERROR``.
     """
     server_tools: set[str] = set()
-    seen: set[int] = set()
     for toolset in agent.toolsets:
-        server_tools.update(_tool_names(toolset, seen))
+        server_tools.update(_tool_names(toolset))
     for index, tool in enumerate(run_input.tools or ()):
         if tool.name in server_tools:
             return (

@@ -190,3 +190,46 @@ async def test_usable_input_still_runs(body: bytes, alice: Any) -> None:
         )
     assert response.status_code == 200
     assert event_types(response.text)[-1] in {"RUN_FINISHED"}
+
+
+def _client_tools(*names: str) -> Any:
+    from ag_ui.core import RunAgentInput
+
+    body = json.loads(with_messages(USER, tools=[{**CLIENT_ADD, "name": n} for n in names]))
+    return RunAgentInput.model_validate(body)
+
+
+def test_tools_inside_combined_toolsets_clash_but_renamed_ones_do_not() -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.toolsets import CombinedToolset, FunctionToolset
+
+    from django_pydantic_agent.agui.input import clashing_tool_problem
+
+    def lookup(city: str) -> str:
+        return city
+
+    combined = Agent(TestModel(), toolsets=[CombinedToolset([FunctionToolset([lookup])])])
+    prefixed = Agent(TestModel(), toolsets=[FunctionToolset([lookup]).prefixed("geo")])
+    assert clashing_tool_problem(combined, _client_tools("other", "lookup")) == (
+        "tools.1 is named 'lookup', like one of the agent's own tools; rename the client tool."
+    )
+    # The prefixed toolset offers "geo_lookup": a client "lookup" does not clash.
+    assert clashing_tool_problem(prefixed, _client_tools("lookup")) is None
+
+
+async def test_long_message_ids_are_shortened_in_the_refusal(alice: Any) -> None:
+    body = with_messages({"id": "m" * 300, "role": "user", "content": []})
+    no_id = raw('[{"role": "user", "content": "a\\u0000"}]')
+    async with await logged_in(alice) as http:
+        response = await http.post(
+            "/stored/", content=body, headers={"Content-Type": "application/json"}
+        )
+        missing = await http.post(
+            "/stored/", content=no_id, headers={"Content-Type": "application/json"}
+        )
+    assert response.status_code == 400
+    assert f"(id '{'m' * 40}...')" in response.json()["error"]
+    assert "m" * 41 not in response.json()["error"]
+    assert missing.status_code == 400
+    assert missing.json()["error"].startswith("messages.0 content contains a NUL")
