@@ -431,7 +431,7 @@ async def test_asgi_uploads_without_the_wrapper_log_a_warning_once(alice: Any, c
         first = await upload(http)
         second = await upload(http)
     assert first.status_code == second.status_code == 201
-    warned = [r for r in caplog.records if "without UploadLimitMiddleware" in r.getMessage()]
+    warned = [r for r in caplog.records if "without BodyLimitMiddleware" in r.getMessage()]
     assert len(warned) == 1
 
 
@@ -445,7 +445,7 @@ async def test_asgi_uploads_behind_the_wrapper_do_not_warn(alice: Any, caplog: A
         http.cookies.set("sessionid", await session_cookie(alice))
         created = await upload(http)
     assert created.status_code == 201
-    assert not [r for r in caplog.records if "UploadLimitMiddleware" in r.getMessage()]
+    assert not [r for r in caplog.records if "BodyLimitMiddleware" in r.getMessage()]
     attachments._unprotected_warned.clear()
 
 
