@@ -141,6 +141,12 @@ def read_json_body(request: HttpRequest, *, limit: int, too_big: str) -> bytes |
     return body
 
 
+def _logged_path(request: HttpRequest) -> str:
+    """``request.path`` for a log line: as is when printable, else its ``repr`` (no newlines)."""
+    path = request.path
+    return path if path.isprintable() else repr(path)
+
+
 def refuse_input(request: HttpRequest, message: str) -> JsonResponse:
     """Answer 400 ``{"error": message}`` and log it as exactly one ``WARNING`` line.
 
@@ -148,7 +154,7 @@ def refuse_input(request: HttpRequest, message: str) -> JsonResponse:
     told the response is already logged, so a client sending bad input fills the log with one
     line per request, never a traceback.
     """
-    logger.warning("Refused %s %s with 400: %s", request.method, request.path, message)
+    logger.warning("Refused %s %s with 400: %s", request.method, _logged_path(request), message)
     response = error_response(400, message)
     response._has_been_logged = True  # type: ignore[attr-defined]
     return response
@@ -182,7 +188,7 @@ def database_error_response(request: HttpRequest, exc: DatabaseError) -> JsonRes
         logging.WARNING if transient else logging.ERROR,
         "%s %s failed with a database error%s.",
         request.method,
-        request.path,
+        _logged_path(request),
         "; answered 503 so the client retries" if transient else "",
         exc_info=exc,
     )

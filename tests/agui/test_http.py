@@ -40,14 +40,14 @@ def _store_tables() -> list[str]:
 
 
 @contextmanager
-def store_tables_locked() -> Iterator[None]:
+def store_tables_locked(*also: str) -> Iterator[None]:
     """Hold a real write lock on every contrib.store table from a second connection.
 
     SQLite (the shared-cache test database): a write transaction that touched each table, so
     readers get "database table is locked". PostgreSQL: ``LOCK TABLE ... ACCESS EXCLUSIVE``,
     and every statement waiting on it is cancelled, as a lock or statement timeout would.
     """
-    tables = _store_tables()
+    tables = [*_store_tables(), *also]
     if connection.vendor == "sqlite":
         name = connection.settings_dict["NAME"]
         if not str(name).startswith("file:"):  # pragma: no cover - the test db is in memory
@@ -156,8 +156,21 @@ async def test_any_other_database_error_is_a_json_500_without_detail(
     assert "retry-after" not in response.headers
     [record] = problem_records(caplog)
     assert record.levelno == logging.ERROR
+    assert record.getMessage().startswith("GET /broken-db/threads/ failed")
     assert record.exc_info is not None
     assert "no_such_table_s3cr3t" in str(record.exc_info[1])
+
+
+async def test_a_path_with_a_newline_cannot_forge_a_log_line(alice: Any, caplog: Any) -> None:
+    caplog.set_level(logging.WARNING)
+    async with await logged_in(alice) as http:
+        # The session table too: authentication fails before the id is even looked at.
+        with store_tables_locked("django_session"):
+            response = await http.delete("/stored/threads/t%0AERROR%20forged/")
+    assert response.status_code == 503
+    [record] = problem_records(caplog)
+    assert "\n" not in record.getMessage()
+    assert "'/stored/threads/t\\nERROR forged/'" in record.getMessage()
 
 
 def test_transient_errors_are_recognised_by_message_or_sqlstate() -> None:
