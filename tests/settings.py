@@ -63,6 +63,9 @@ else:
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(BASE_DIR / "test.sqlite3"),
             "TEST": {"NAME": None},  # in-memory for the test run
+            # As docs/stores.md recommends: writers queue (up to 20 s) instead of failing
+            # with "database is locked" when a transaction that read first tries to write.
+            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
         }
     }
 
