@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 import pytest
@@ -487,10 +488,9 @@ def test_two_tabs_appending_to_an_existing_thread_serialise() -> None:
     class Tab(DefaultConversationStore):
         def _diff(self, row: Any, messages: list[Any]) -> Any:
             diff = super()._diff(row, messages)
-            try:
+            # A broken barrier means the other tab is waiting for the lock: go on.
+            with suppress(BrokenBarrierError):
                 barrier.wait(timeout=1)
-            except BrokenBarrierError:  # the other tab is waiting for the lock: go on
-                pass
             return diff
 
     history = [user_msg(0), bot_msg(1)]
