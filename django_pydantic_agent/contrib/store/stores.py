@@ -85,6 +85,10 @@ def _check_quota(name: str, value: int | None, what: str) -> int | None:
     return value
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _lock_owner(scope: str, owner_id: str) -> None:
     """Serialise quota checks of one owner until the end of the current transaction.
 
@@ -202,7 +206,7 @@ class DefaultConversationStore(ModelConversationStore):
             return
         if StoredConversation.objects.filter(owner_id=owner_id).count() >= limit:
             raise StoreLimitError(
-                f"This conversation store keeps at most {limit} threads per owner "
+                f"This conversation store keeps at most {_count(limit, 'thread')} per owner "
                 f"(max_threads_per_owner={limit}), and that many are stored already: delete a "
                 "thread to start a new one."
             )
@@ -444,7 +448,7 @@ class DefaultAttachmentStore(ModelAttachmentStore):
         files_limit = self.max_files_per_owner
         if files_limit is not None and rows.count() >= files_limit:
             raise StoreLimitError(
-                f"This attachment store keeps at most {files_limit} files per owner "
+                f"This attachment store keeps at most {_count(files_limit, 'file')} per owner "
                 f"(max_files_per_owner={files_limit}), and that many are stored already: "
                 "delete an attachment to upload another."
             )

@@ -16,7 +16,7 @@ from django.core.files.storage import InMemoryStorage, default_storage, storages
 from django.core.files.storage.handler import InvalidStorageError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connections
 from django.http import HttpRequest
 from django.test import override_settings
 from django.utils import timezone
@@ -332,8 +332,6 @@ def test_a_dedup_upload_and_a_prune_in_parallel_keep_the_bytes(
     store: DefaultAttachmentStore, upload: Upload
 ) -> None:
     """Regression, with real concurrency: the lookup's row lock makes the prune wait."""
-    if connection.vendor == "sqlite":
-        pytest.skip("Needs a database with concurrent writers (CI runs it on PostgreSQL).")
     from concurrent.futures import ThreadPoolExecutor
     from threading import Event
 
@@ -390,11 +388,19 @@ def test_bad_quotas_are_refused_at_construction(name: str, bad: Any) -> None:
         DefaultAttachmentStore(**{name: bad})
 
 
+def _refusal(store: DefaultAttachmentStore) -> str:
+    store._save(SimpleUploadedFile("a.txt", b"a"), "refusal")
+    with pytest.raises(StoreLimitError) as refused:
+        store._save(SimpleUploadedFile("b.txt", b"b"), "refusal")
+    return str(refused.value)
+
+
 def test_the_files_quota_refuses_the_next_upload_and_writes_nothing(upload: Upload) -> None:
+    assert "at most 1 file per owner" in _refusal(DefaultAttachmentStore(max_files_per_owner=1))
     store = DefaultAttachmentStore(max_files_per_owner=2)
     store._save(upload(b"one"), "1")
     store._save(upload(b"two"), "1")
-    blobs = set(StoredAttachment.objects.values_list("file", flat=True))
+    blobs = set(StoredAttachment.objects.filter(owner_id="1").values_list("file", flat=True))
 
     with pytest.raises(StoreLimitError) as refused:
         store._save(upload(b"three"), "1")
@@ -405,8 +411,10 @@ def test_the_files_quota_refuses_the_next_upload_and_writes_nothing(upload: Uplo
         "This attachment store keeps at most 2 files per owner (max_files_per_owner=2), and "
         "that many are stored already: delete an attachment to upload another."
     )
-    assert StoredAttachment.objects.count() == 2
-    assert set(StoredAttachment.objects.values_list("file", flat=True)) == blobs
+    assert StoredAttachment.objects.filter(owner_id="1").count() == 2
+    assert (
+        set(StoredAttachment.objects.filter(owner_id="1").values_list("file", flat=True)) == blobs
+    )
     storage = resolve_attachment_storage()
     assert all(storage.exists(name) for name in blobs)
     store._save(upload(b"three"), "2")  # the quota is per owner

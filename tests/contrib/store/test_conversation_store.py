@@ -514,3 +514,22 @@ def test_two_tabs_appending_to_an_existing_thread_serialise() -> None:
     assert loaded is not None
     assert loaded.messages in (tabs["a"], tabs["b"])
     assert StoredMessage.objects.count() == len(loaded.messages)
+
+
+@pytest.mark.urls("tests.contrib.store.urls")
+@pytest.mark.django_db(transaction=True)
+async def test_a_run_on_a_thread_over_the_quota_ends_with_store_limit(alice: User) -> None:
+    from tests.agui.conftest import logged_in, run_body, sse_events
+
+    async with await logged_in(alice) as http:
+        first = await http.post("/quota/", json=run_body(thread_id="a", run_id="r1"))
+        again = await http.post("/quota/", json=run_body(thread_id="a", run_id="r2"))
+        second = await http.post("/quota/", json=run_body(thread_id="b", run_id="r3"))
+        listing = (await http.get("/quota/threads/")).json()["threads"]
+    assert sse_events(first.text)[-1]["type"] == "RUN_FINISHED"
+    assert sse_events(again.text)[-1]["type"] == "RUN_FINISHED"  # an existing thread grows
+    refused = sse_events(second.text)[-1]
+    assert refused["type"] == "RUN_ERROR"
+    assert refused["code"] == "STORE_LIMIT"
+    assert "at most 1 thread per owner (max_threads_per_owner=1)" in refused["message"]
+    assert [thread["threadId"] for thread in listing] == ["a"]
