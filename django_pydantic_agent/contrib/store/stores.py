@@ -197,13 +197,10 @@ class DefaultConversationStore(ModelConversationStore):
             "max_threads_per_owner", max_threads_per_owner, "threads"
         )
 
-    def _refuse_new_thread(self, owner_id: str) -> None:
-        """Raise ``StoreLimitError`` if the owner already keeps ``max_threads_per_owner``."""
+    def _refuse_new_thread(self, owner_id: str, limit: int) -> None:
+        """Raise ``StoreLimitError`` if the owner already keeps ``limit`` threads."""
         from django_pydantic_agent.contrib.store.models import StoredConversation
 
-        limit = self.max_threads_per_owner
-        if limit is None:
-            return
         if StoredConversation.objects.filter(owner_id=owner_id).count() >= limit:
             raise StoreLimitError(
                 f"This conversation store keeps at most {_count(limit, 'thread')} per owner "
@@ -306,13 +303,14 @@ class DefaultConversationStore(ModelConversationStore):
         messages = list(conversation.messages)
         with transaction.atomic():
             row = self._locked_row(conversation.thread_id, owner_id)
-            if row is None and self.max_threads_per_owner is not None:
+            limit = self.max_threads_per_owner
+            if row is None and limit is not None:
                 _lock_owner("threads", owner_id)
                 # Looked up again under the owner lock: a concurrent first save of this very
                 # thread may have committed meanwhile, and saving it then creates nothing.
                 row = self._locked_row(conversation.thread_id, owner_id)
                 if row is None:
-                    self._refuse_new_thread(owner_id)
+                    self._refuse_new_thread(owner_id, limit)
             to_create, to_update, shrunk = self._diff(row, messages)
             if row is None:
                 row, created = self._create(conversation.thread_id, owner_id, messages)
