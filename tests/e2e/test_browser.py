@@ -10,13 +10,25 @@ listed without a reload (``-stopped.png``), renamed (a refused title first) and 
 (``-rename-error.png``, ``-renamed.png``); and at 375px the drawer opens from its toggle
 (``-mobile-drawer.png``) and the composer fits on one row, Stop in Send's place while an answer
 streams (``-mobile.png``, ``-mobile-running.png``).
+
+``test_thread_links_statuses_and_reattach_in_chromium`` (``browser_runs.mjs links``): the thread
+in the URL with Back/Forward, links, Stop's cancel POST, a reload mid-run; then, with the
+server's answers replaced in the page, the stopped/failed badges, a failed tool call and both
+ways of reattaching. ``test_durable_runs_in_chromium`` runs the same against a server that
+mounts ``runs/<thread>/<run>/`` and its ``cancel/`` route, and skips until it does.
+
+Screenshots and the JSON reports go to ``$E2E_ARTIFACTS`` (a fresh temporary directory when
+unset), for CI to keep.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.nodejs import run_node
@@ -28,12 +40,10 @@ pytestmark = pytest.mark.e2e
 USERNAME = "chromium"
 PASSWORD = "chromium-password"
 
-SCREENSHOT = Path("/tmp/example-chat.png")
-REPORT = Path("/tmp/example-chat-report.json")
-SCREENSHOTS = [
-    SCREENSHOT,
+SCREENSHOT_NAMES = [
+    "example-chat.png",
     *(
-        Path(f"/tmp/example-chat-{name}.png")
+        f"example-chat-{name}.png"
         for name in (
             "attached",
             "upload-error",
@@ -47,15 +57,40 @@ SCREENSHOTS = [
     ),
 ]
 NOTES = "Shopping list\n- coffee\n- more coffee\n"
+LONG = "Tell me a long story about streaming."
+LONG_ANSWER_START = "Since you asked for a long answer"
 
 #: Chromium logs each deliberately refused request as a console error; nothing else may appear.
 EXPECTED_CONSOLE_ERRORS = ("status of 400", "status of 404", "status of 413", "status of 415")
 
 
+@pytest.fixture(scope="session")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where screenshots and reports go: ``$E2E_ARTIFACTS``, else a fresh temporary directory."""
+    configured = os.environ.get("E2E_ARTIFACTS", "").strip()
+    directory = Path(configured) if configured else tmp_path_factory.mktemp("e2e-artifacts")
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def _keep_report(artifacts: Path, name: str, report: dict[str, Any]) -> None:
+    """Keep what the page showed at each step, for a look after a failure."""
+    (artifacts / name).write_text(json.dumps(report, indent=2, ensure_ascii=False))
+
+
+def _unexpected_console_errors(report: dict[str, Any]) -> list[str]:
+    return [
+        message
+        for message in report["consoleErrors"]
+        if not any(expected in message for expected in EXPECTED_CONSOLE_ERRORS)
+    ]
+
+
 def test_chat_page_in_chromium(
-    example_server: RunningServer, node_scripts: Path, chromium: str
+    example_server: RunningServer, node_scripts: Path, chromium: str, artifacts: Path
 ) -> None:
-    for screenshot in SCREENSHOTS:
+    screenshots = [artifacts / name for name in SCREENSHOT_NAMES]
+    for screenshot in screenshots:
         screenshot.unlink(missing_ok=True)
     example_server.add_user(USERNAME, PASSWORD)
 
@@ -65,12 +100,11 @@ def test_chat_page_in_chromium(
         example_server.url,
         USERNAME,
         PASSWORD,
-        str(SCREENSHOT),
+        str(screenshots[0]),
         env={"CHROMIUM": chromium},
     )
 
-    # Kept for a look after a failure: what the page showed at each step.
-    REPORT.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    _keep_report(artifacts, "example-chat-report.json", report)
     assert "error" not in report, report.get("error")
     steps = {step["step"]: step for step in report["steps"]}
 
@@ -200,11 +234,164 @@ def test_chat_page_in_chromium(
     assert narrow["afterStop"] == {"send": True, "stop": False}
 
     assert report["pageErrors"] == []
-    unexpected = [
-        message
-        for message in report["consoleErrors"]
-        if not any(expected in message for expected in EXPECTED_CONSOLE_ERRORS)
-    ]
-    assert unexpected == []
-    for screenshot in SCREENSHOTS:
+    assert _unexpected_console_errors(report) == []
+    for screenshot in screenshots:
         assert screenshot.stat().st_size > 10_000, screenshot
+
+
+def _runs_routes_mounted(server: RunningServer, client: httpx.Client) -> bool:
+    """Whether the server mounts the run routes: ``GET`` on a cancel route is then a 405."""
+    response = client.get(f"{server.url}/agent/runs/probe-thread/probe-run/cancel/")
+    return response.status_code == 405
+
+
+def test_thread_links_statuses_and_reattach_in_chromium(
+    example_server: RunningServer,
+    node_scripts: Path,
+    chromium: str,
+    artifacts: Path,
+    demo_client: httpx.Client,
+) -> None:
+    example_server.add_user("chromium-links", "chromium-links-password")
+    durable = _runs_routes_mounted(example_server, demo_client)
+
+    report = run_node(
+        node_scripts,
+        "browser_runs.mjs",
+        example_server.url,
+        "chromium-links",
+        "chromium-links-password",
+        str(artifacts),
+        "links",
+        env={"CHROMIUM": chromium},
+    )
+
+    _keep_report(artifacts, "runs-links-report.json", report)
+    assert "error" not in report, report.get("error")
+    steps = {step["step"]: step for step in report["steps"]}
+
+    history = steps["history"]
+    first, second = history["first"], history["second"]
+    assert history["blank"] is None, "a new chat names no thread"
+    assert first
+    assert second != first
+    assert history["lengthAfter"] == history["lengthBefore"], "the first message adds no entry"
+    assert history["afterNewChat"] is None
+    assert history["opened"] == {"url": first, "bubbles": ["What is 2 + 2?"]}
+    assert history["back"]["url"] == second
+    assert history["back"]["bubbles"] == ["What time is it on the server?"]
+    assert history["back"]["current"] == "What time is it on the server?"
+    assert history["backAgain"] == {"url": first, "bubbles": ["What is 2 + 2?"]}
+    assert history["forward"] == {"url": second, "bubbles": ["What time is it on the server?"]}
+
+    linked = steps["linked"]
+    assert linked["bubbles"] == ["What is 2 + 2?"]
+    assert linked["answer"] == "I asked the calculator, and 2 + 2 = 4."
+    assert linked["current"] == "What is 2 + 2?"
+    assert linked["unknown"]["status"].startswith("Could not open the conversation:")
+    assert linked["unknown"]["turns"] == 0
+
+    stop = steps["stop"]
+    assert stop["method"] == "POST"
+    assert stop["path"].startswith(f"/agent/runs/{stop['thread']}/")
+    assert stop["path"].endswith("/cancel/")
+    assert stop["csrf"] is True
+    assert stop["turn"]["badge"] == "stopped"
+    assert "Stopped." in stop["turn"]["notices"]
+    if not durable:
+        assert stop["answer"] == 404, "today's server has no cancel route: the page aborts"
+
+    reloaded = steps["reload-mid-run"]
+    assert reloaded["remembered"]["threadId"] == first
+    run_id = reloaded["remembered"]["runId"]
+    assert reloaded["reattach"].startswith(f"/agent/runs/{first}/{run_id}/")
+    assert reloaded["reattach"].endswith("?after=0")
+    assert reloaded["urlThread"] == first
+    assert reloaded["bubbles"][0] == "What is 2 + 2?"
+    if not durable:
+        assert reloaded["reattachStatus"] == 404
+        assert reloaded["forgotten"] is None, "a run the server does not know is forgotten"
+        assert reloaded["sendEnabled"] is True
+        assert reloaded["stopEnabled"] is False
+
+    assert steps["stored-statuses"]["badges"] == ["stopped", "failed", None]
+    assert steps["stored-statuses"]["tool"] == {
+        "failed": True,
+        "badge": "failed",
+        "result": "'1 / 0' divides by zero.",
+    }
+
+    failed = steps["run-error-in-tool"]["turn"]
+    assert failed["badge"] == "failed"
+    assert failed["notices"] == ["The tool crashed."]
+    assert failed["tools"] == [
+        {
+            "name": "server_time",
+            "args": "{}",
+            "result": "failed: the run ended with an error",
+            "failed": True,
+            "badge": "failed",
+        }
+    ]
+
+    active = steps["reattach-active-run"]
+    assert active["after"] == "0"
+    assert active["bubbles"] == ["Keep going"]
+    assert (active["turn"]["text"], active["turn"]["bubbles"]) == ("Hello, again", 1)
+    assert active["turn"]["badge"] is None
+
+    remembered = steps["reattach-remembered"]
+    assert remembered["bubbles"] == ["Two parts"]
+    assert remembered["turn"]["text"] == "Part one and part two"
+    assert remembered["turn"]["badge"] == "stopped"
+    assert remembered["forgotten"] is None
+
+    assert report["pageErrors"] == []
+    assert _unexpected_console_errors(report) == []
+    for name in ("reloaded", "statuses", "tool-failed", "reattached"):
+        assert (artifacts / f"runs-{name}.png").stat().st_size > 10_000, name
+
+
+def test_durable_runs_in_chromium(
+    example_server: RunningServer,
+    node_scripts: Path,
+    chromium: str,
+    artifacts: Path,
+    demo_client: httpx.Client,
+) -> None:
+    if not _runs_routes_mounted(example_server, demo_client):
+        pytest.skip("the server does not mount runs/<thread>/<run>/cancel/ yet")
+    example_server.add_user("chromium-runs", "chromium-runs-password")
+
+    report = run_node(
+        node_scripts,
+        "browser_runs.mjs",
+        example_server.url,
+        "chromium-runs",
+        "chromium-runs-password",
+        str(artifacts),
+        "durable",
+        env={"CHROMIUM": chromium},
+    )
+
+    _keep_report(artifacts, "runs-durable-report.json", report)
+    assert "error" not in report, report.get("error")
+    steps = {step["step"]: step for step in report["steps"]}
+
+    cancelled = steps["cancelled"]
+    assert 200 <= cancelled["answer"] < 300
+    assert cancelled["turn"]["badge"] == "stopped"
+    assert len(cancelled["turn"]["text"]) < 400, "the cancelled answer ran to its end"
+    assert cancelled["reloaded"]["badge"] == "stopped", "the stored answer keeps its status"
+    assert cancelled["reloaded"]["text"], "the stopped answer was stored as far as it streamed"
+
+    reattached = steps["reattached"]
+    text = reattached["turn"]["text"]
+    assert text.startswith(reattached["before"])
+    assert len(text) > 400, "the answer did not stream on after the reload"
+    assert text.count(LONG_ANSWER_START) == 1, "the reattached stream doubled the answer"
+    assert reattached["turn"]["badge"] is None
+    assert reattached["threads"][0] == LONG
+
+    assert report["pageErrors"] == []
+    assert _unexpected_console_errors(report) == []

@@ -307,17 +307,19 @@ async function openThread(id, { history = "push" } = {}) {
     setStatus(`Could not open the conversation: ${error.message}`);
     return;
   }
-  if (!response.ok) {
+  const remembered = liveRun.load();
+  const rememberedHere = remembered && remembered.threadId === id ? remembered : null;
+  // A thread this tab has a run for may not be stored yet: reattach to the run all the same.
+  if (!response.ok && !(response.status === 404 && rememberedHere)) {
     setStatus(`Could not open the conversation: ${await errorText(response)}`);
     return;
   }
   if (state.running) return; // a run started while the thread loaded
-  const payload = await response.json();
+  const payload = response.ok ? await response.json() : {};
   state.threadId = id;
   state.transcript = Array.isArray(payload.messages) ? payload.messages : [];
   // The server's word on a run in progress; else the one this tab remembers for the thread.
-  const remembered = liveRun.load();
-  const active = activeRunOf(payload) || (remembered && remembered.threadId === id ? remembered : null);
+  const active = activeRunOf(payload) || rememberedHere;
   const lastTurn = renderTranscript(state.transcript, { open: Boolean(active) });
   setStatus("");
   if (history !== "none") showThreadInUrl(id, { replace: history === "replace" });
