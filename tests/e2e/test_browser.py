@@ -23,8 +23,10 @@ unset), for CI to keep.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,7 @@ import httpx
 import pytest
 
 from tests.e2e.nodejs import run_node
-from tests.example_project.support import RunningServer
+from tests.example_project.support import RunningServer, login, serve_example
 
 pytestmark = pytest.mark.e2e
 
@@ -245,6 +247,40 @@ def _runs_routes_mounted(server: RunningServer, client: httpx.Client) -> bool:
     return response.status_code == 405
 
 
+@pytest.fixture(scope="module")
+def memory_service_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """The example under uvicorn with ``AGENT_STORE=memory-service`` (the in-project emulator)."""
+    try:
+        importlib.import_module("django_pydantic_agent.persistence.memory_service")
+    except ImportError:
+        pytest.skip("this django-pydantic-agent has no persistence.memory_service stores yet")
+    with serve_example(
+        tmp_path_factory.mktemp("example-memory-service"),
+        AGENT_STORE="memory-service",
+        DEMO_WORD_DELAY="0.03",
+        AGENT_HEARTBEAT_SECONDS="0.01",
+    ) as server:
+        yield server
+
+
+def _run_links(
+    server: RunningServer, node_scripts: Path, chromium: str, artifacts: Path
+) -> dict[str, Any]:
+    server.add_user("chromium-links", "chromium-links-password")
+    report: dict[str, Any] = run_node(
+        node_scripts,
+        "browser_runs.mjs",
+        server.url,
+        "chromium-links",
+        "chromium-links-password",
+        str(artifacts),
+        "links",
+        env={"CHROMIUM": chromium},
+    )
+    _keep_report(artifacts, "runs-links-report.json", report)
+    return report
+
+
 def test_thread_links_statuses_and_reattach_in_chromium(
     example_server: RunningServer,
     node_scripts: Path,
@@ -252,21 +288,30 @@ def test_thread_links_statuses_and_reattach_in_chromium(
     artifacts: Path,
     demo_client: httpx.Client,
 ) -> None:
-    example_server.add_user("chromium-links", "chromium-links-password")
     durable = _runs_routes_mounted(example_server, demo_client)
 
-    report = run_node(
-        node_scripts,
-        "browser_runs.mjs",
-        example_server.url,
-        "chromium-links",
-        "chromium-links-password",
-        str(artifacts),
-        "links",
-        env={"CHROMIUM": chromium},
-    )
+    report = _run_links(example_server, node_scripts, chromium, artifacts)
 
-    _keep_report(artifacts, "runs-links-report.json", report)
+    _assert_links(report, artifacts, durable=durable)
+
+
+def test_thread_links_on_the_memory_service_in_chromium(
+    memory_service_server: RunningServer, node_scripts: Path, chromium: str, artifacts: Path
+) -> None:
+    """The same flows with every thread on the Memory Service (the emulator, in process)."""
+    with httpx.Client(base_url=memory_service_server.url, timeout=30) as client:
+        login(client)
+        durable = _runs_routes_mounted(memory_service_server, client)
+    memory = artifacts / "memory-service"
+    memory.mkdir(exist_ok=True)
+
+    report = _run_links(memory_service_server, node_scripts, chromium, memory)
+
+    _assert_links(report, memory, durable=durable)
+    assert "Traceback" not in memory_service_server.log.read_text()
+
+
+def _assert_links(report: dict[str, Any], artifacts: Path, *, durable: bool) -> None:
     assert "error" not in report, report.get("error")
     steps = {step["step"]: step for step in report["steps"]}
 
