@@ -385,6 +385,12 @@ def _assert_links(report: dict[str, Any], artifacts: Path, *, durable: bool) -> 
     assert (active["turn"]["text"], active["turn"]["bubbles"]) == ("Hello, again", 1)
     assert active["turn"]["badge"] is None
 
+    accepted = steps["cancel-accepted"]
+    assert accepted["cancels"] == 1
+    assert accepted["status"] == "Done", "an accepted cancel aborted the stream"
+    assert LONG_ANSWER_START in accepted["turn"]["text"], "the answer was cut off"
+    assert accepted["turn"]["badge"] is None
+
     remembered = steps["reattach-remembered"]
     assert remembered["bubbles"] == ["Two parts"]
     assert remembered["turn"]["text"] == "Part one and part two"

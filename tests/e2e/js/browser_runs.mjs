@@ -9,7 +9,8 @@
 // stored. Then, with the server's answers replaced by page.route: stored "interrupted" and
 // "errored" messages show "stopped" / "failed" badges, a tool result with an error and a
 // RUN_ERROR during a tool call look failed, and a reload reattaches to a run named by the
-// thread's active_run (replayed events) or by sessionStorage (a MESSAGES_SNAPSHOT first).
+// thread's active_run (replayed events) or by sessionStorage (a MESSAGES_SNAPSHOT first), and
+// a cancel the server accepts leaves the stream to end on its own terminal event.
 //
 // durable (a server with runs/<thread>/<run>/ and its cancel/ route): Stop ends the stream with
 // the server's cancelled outcome and the stopped answer keeps its badge after a reload; a
@@ -295,6 +296,25 @@ async function mocked(page) {
     forgotten: await page.evaluate(() => sessionStorage.getItem("django-pydantic-agent.chat.live-run")),
   });
   await shot(page, "reattached");
+
+  // A server that accepts the cancel (202): the page reads on to the run's own terminal event
+  // instead of aborting. Today's server then runs the answer to its end; a durable one would
+  // end it with outcome cancelled.
+  let cancels = 0;
+  await page.route("**/agent/runs/*/*/cancel/", (route) => {
+    cancels += 1;
+    return route.fulfill({ status: 202, contentType: "application/json", body: "{}" });
+  });
+  await page.click("#new-chat");
+  await page.fill("#prompt", LONG);
+  await page.click("#send");
+  await waitForText(page, 40);
+  await page.click("#stop");
+  await page.waitForFunction(() => document.querySelector("#status").textContent !== "Stopping…", null, {
+    timeout: 30000,
+  });
+  const statusAfterAccept = await status(page);
+  report.steps.push({ step: "cancel-accepted", cancels, status: statusAfterAccept, turn: await lastTurn(page) });
   await page.unrouteAll({ behavior: "ignoreErrors" });
 }
 

@@ -47,7 +47,10 @@ setupRendering({
   log,
   empty: document.getElementById("empty"),
   attachmentUrl: (id) => transport.attachmentUrl(id),
-  onActivity: setStatus,
+  // "Writing…" and friends, except while a Stop is on its way: that says "Stopping…".
+  onActivity: (text, isRunning) => {
+    if (!(state.running && state.running.stopping)) setStatus(text, isRunning);
+  },
 });
 
 const composer = createComposer({
