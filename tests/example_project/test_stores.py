@@ -212,3 +212,13 @@ def test_the_demo_runs_on_the_emulator_mounted_in_the_project(tmp_path: Path) ->
     log = server.log.read_text()
     assert "Traceback" not in log
     assert "HTTP Request:" not in log, "one log line per Memory Service request is noise"
+
+
+@pytest.mark.usefixtures("example_urls")
+def test_the_urlconf_mounts_the_server_on_the_stores_of_agent_store() -> None:
+    from django.urls import resolve, reverse
+
+    server = resolve(reverse("agent:threads")).func.agui_server  # type: ignore[attr-defined]
+
+    assert isinstance(server.conversation_store, DefaultConversationStore)
+    assert isinstance(server.attachment_store, DefaultAttachmentStore)
