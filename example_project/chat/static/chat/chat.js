@@ -178,7 +178,8 @@ async function follow(run, first, { replay = false, refused = null } = {}) {
 function endRun(run, outcome) {
   // A run that ended (or was given up) is forgotten; one whose stream merely dropped may still
   // be going on the server, and a reload will try to reattach to it.
-  if (outcome !== null || !run.resumable) liveRun.clear(run.runId);
+  // A page being unloaded (a reload) keeps it whatever its stream says on the way out.
+  if (!run.unloading && (outcome !== null || !run.resumable)) liveRun.clear(run.runId);
   if (run.detached) {
     drawer.refreshAfterRun(run.threadId, outcome || "stopped");
     return;
@@ -351,6 +352,11 @@ onHistoryMove((id) => {
   if (state.running) leaveRun({ cancel: false });
   if (id) openThread(id, { history: "none" });
   else newChat({ history: "none" });
+});
+
+// A reload or a closed tab ends the request, not the run: the next page may reattach.
+window.addEventListener("pagehide", () => {
+  if (state.running) state.running.unloading = true;
 });
 
 composer.stopButton.addEventListener("click", stop);
