@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from django.core.files.uploadedfile import UploadedFile
     from django.http import HttpRequest
 
+    from django_pydantic_agent.chat_history import ChatRepositoryLike, MessageRepositoryLike
+
 __all__ = [
     "AttachmentRef",
     "AttachmentStore",
@@ -235,14 +237,16 @@ class WrapsStore(Protocol):
 class ProvidesRepositories(Protocol):
     """Optional: a store that persists runs incrementally hands out chat-history repositories.
 
-    ``repositories(request=...)`` returns ``(chat_repository, message_repository)``, objects
-    satisfying ``chat_history.ChatRepositoryLike`` and ``chat_history.MessageRepositoryLike``,
-    scoped to the request's owner exactly like the store's other methods (it raises
+    ``repositories(request=...)`` returns ``(chat_repository, message_repository)``, a
+    ``chat_history.ChatRepositoryLike`` and a ``chat_history.MessageRepositoryLike``, scoped
+    to the request's owner exactly like the store's other methods (it raises
     ``AnonymousOperationError`` where they would). Without it, a transport persists a run
     through the store's whole-conversation ``save``. Read it with ``store_repositories``.
     """
 
-    async def repositories(self, *, request: HttpRequest) -> tuple[Any, Any]:
+    async def repositories(
+        self, *, request: HttpRequest
+    ) -> tuple[ChatRepositoryLike, MessageRepositoryLike]:
         """Return the ``(ChatRepositoryLike, MessageRepositoryLike)`` pair for ``request``."""
         ...
 
@@ -282,7 +286,9 @@ def serves_anonymous(store: object) -> bool:
     return True
 
 
-async def store_repositories(store: object, *, request: HttpRequest) -> tuple[Any, Any] | None:
+async def store_repositories(
+    store: object, *, request: HttpRequest
+) -> tuple[ChatRepositoryLike, MessageRepositoryLike] | None:
     """Return ``store``'s ``(chat, message)`` repositories for ``request``, or ``None``.
 
     ``None`` means the store offers no ``repositories`` (the transport then falls back to the

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from django_pydantic_agent.chat_history import InMemoryChatRepository, InMemoryMessageRepository
 from django_pydantic_agent.persistence import (
     AttachmentRef,
     AttachmentStore,
@@ -105,10 +106,14 @@ class _Flags:
         self.persistent = persistent
         self.allow_anonymous = allow_anonymous
         self.calls: list[object] = []
+        self.chats = InMemoryChatRepository()
+        self.messages = InMemoryMessageRepository(self.chats)
 
-    async def repositories(self, *, request: object) -> tuple[str, str]:
+    async def repositories(
+        self, *, request: object
+    ) -> tuple[InMemoryChatRepository, InMemoryMessageRepository]:
         self.calls.append(request)
-        return ("chats", "messages")
+        return self.chats, self.messages
 
 
 class _Wrapper:
@@ -161,6 +166,7 @@ def test_serves_anonymous_reads_the_outermost_declared_flag() -> None:
 async def test_store_repositories_asks_a_capable_store_and_is_none_otherwise() -> None:
     store = _Flags()
     request = object()
-    assert await store_repositories(store, request=request) == ("chats", "messages")  # type: ignore[arg-type]
+    pair = await store_repositories(store, request=request)  # type: ignore[arg-type]
+    assert pair == (store.chats, store.messages)
     assert store.calls == [request]
     assert await store_repositories(NullConversationStore(), request=request) is None  # type: ignore[arg-type]
