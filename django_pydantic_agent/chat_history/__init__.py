@@ -43,6 +43,8 @@ from django_pydantic_agent.chat_history.records import (
 )
 from django_pydantic_agent.chat_history.repositories import (
     ChatRepositoryLike,
+    InMemoryChatRepository,
+    InMemoryMessageRepository,
     MessageRepositoryLike,
 )
 
@@ -65,6 +67,8 @@ __all__ = [
     "ChatRepositoryLike",
     "ChatSessionRegistry",
     "ErrorCodes",
+    "InMemoryChatRepository",
+    "InMemoryMessageRepository",
     "InvalidInputError",
     "LocatorIndex",
     "Message",
