@@ -637,7 +637,8 @@ class MessageRepository:
         state = await self._registry.state(chat_uuid)
         if state is None:
             return []
-        refresh = state.listed
+        refresh = state.listed and not state.current
+        state.current = False
         state = await self._state(chat_uuid, refresh=refresh)
         return [] if state is None else self._view(state)
 

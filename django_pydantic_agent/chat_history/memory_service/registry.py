@@ -169,6 +169,8 @@ class ChatState:
     seqs: list[int] = field(default_factory=list)
     max_seq: int = 0
     max_token: str = ""
+    current: bool = False
+    """The cache was just built (a listing, or a chat created here): skip one check."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def ordered(self) -> list[Message]:
@@ -271,7 +273,7 @@ class ChatSessionRegistry:
         self.register(chat.chat_uuid, chat.id)
         state = self._states.get(chat.chat_uuid)
         if state is None or state.chat.id != chat.id:
-            state = ChatState(chat=chat, listed=fresh)
+            state = ChatState(chat=chat, listed=fresh, current=fresh)
             self._states.put(chat.chat_uuid, state)
         else:
             state.chat = chat
