@@ -173,7 +173,8 @@ async def test_s42_two_users_on_one_thread_are_separate(service: Service) -> Non
     await messages.create_message(_text(mine, "mine"))
     assert await messages.get_chat_messages(theirs.chat_uuid) == []
     found = await chats.get_chat_by_thread_id(OTHER_USER, "t1")
-    assert found is not None and found.chat_uuid == theirs.chat_uuid
+    assert found is not None
+    assert found.chat_uuid == theirs.chat_uuid
     assert [c.chat_uuid for c in await chats.get_all_chats(USER)] == [mine.chat_uuid]
     assert len(await chats.get_all_chats(None)) == 2
 
@@ -183,7 +184,8 @@ async def test_thread_lookup_is_exact_despite_a_case_blind_filter(service: Servi
     upper = await _chat(chats, thread="T1")
     assert await chats.get_chat_by_thread_id(USER, "t1") is None
     found = await chats.get_chat_by_thread_id(USER, "T1")
-    assert found is not None and found.chat_uuid == upper.chat_uuid
+    assert found is not None
+    assert found.chat_uuid == upper.chat_uuid
 
 
 async def test_s41_not_found_and_value_errors(service: Service) -> None:
@@ -229,7 +231,8 @@ async def test_messages_tool_calls_and_reasoning_round_trip(service: Service) ->
         assert [(c.uuid, c.arguments) for c in reply.tool_calls] == [(call.uuid, '{"a":1}')]
         assert [(r.uuid, r.content) for r in reply.reasonings] == [(step.uuid, "think")]
         tool = await repo.get_tool_call_by_agui_id(answer.message_uuid, "c1")
-        assert tool is not None and tool.uuid == call.uuid
+        assert tool is not None
+        assert tool.uuid == call.uuid
 
 
 # Request budget ----------------------------------------------------------------------------------
@@ -256,7 +259,9 @@ async def _turn(
                 _text(chat, user_text, agui_id=f"u{turn}", status="complete", in_progress=False)
             )
     async with messages.transaction():  # TextMessageStart
-        answer = await messages.create_message(_text(chat, "", role="assistant", agui_id=f"m{turn}"))
+        answer = await messages.create_message(
+            _text(chat, "", role="assistant", agui_id=f"m{turn}")
+        )
     text = "".join(f"word{i} " for i in range(deltas))
     async with messages.transaction():  # TextMessageEnd: the buffered deltas, then completion
         await messages.update_message(
@@ -338,11 +343,15 @@ async def test_a_failed_transaction_block_sends_nothing(service: Service) -> Non
     chat = await _chat(chats)
     kept = await messages.create_message(_text(chat, "kept"))
     service.reset()
-    with pytest.raises(RuntimeError):
+
+    async def failing_block() -> None:
         async with messages.transaction():
             await messages.create_message(_text(chat, "dropped"))
             await messages.update_message(kept.message_uuid, MessageUpdate(content="changed"))
             raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await failing_block()
     assert service.requests == 0
     assert [m.content for m in await messages.get_chat_messages(chat.chat_uuid)] == ["kept"]
 
@@ -353,7 +362,8 @@ async def test_an_update_that_changes_nothing_costs_nothing(service: Service) ->
     message = await messages.create_message(_text(chat, "x", status="complete"))
     service.reset()
     again = await messages.update_message(message.message_uuid, MessageUpdate(status="complete"))
-    assert again is not None and again.status == "complete"
+    assert again is not None
+    assert again.status == "complete"
     assert await messages.update_message(message.message_uuid, MessageUpdate()) is not None
     assert service.requests == 0
 
@@ -377,12 +387,14 @@ async def test_a_cold_replica_resolves_uuids_with_one_lookup(service: Service) -
         service.reset()
         if lookup == "message":
             found = await cold.get_message(answer.message_uuid)
-            assert found is not None and found.message_uuid == answer.message_uuid
+            assert found is not None
+            assert found.message_uuid == answer.message_uuid
         else:
             updated = await cold.update_message_tool_call(
                 call.uuid, MessageToolCallUpdate(status="complete")
             )
-            assert updated is not None and updated.status == "complete"
+            assert updated is not None
+            assert updated.status == "complete"
         # the chat's description lookup, then the chat's one listing page (then the PATCH)
         assert request_counter.count(method="GET", route="session-list") == 1
         assert request_counter.count(method="GET", route="event-list") == 1
@@ -432,16 +444,19 @@ async def test_reference_written_data_is_read_and_extended(service: Service) -> 
     chats, messages, registry = service.repositories()
     assert await registry.resolve(ref_chat.chat_uuid) == ref_chat.id
     found = await messages.get_message(ref_message.message_uuid)
-    assert found is not None and found.content == "from the reference"
+    assert found is not None
+    assert found.content == "from the reference"
     by_thread = await chats.get_chat_by_thread_id(USER, "ref-thread")
-    assert by_thread is not None and by_thread.chat_uuid == ref_chat.chat_uuid
+    assert by_thread is not None
+    assert by_thread.chat_uuid == ref_chat.chat_uuid
     # a message appended to a reference chat gets a reference-style locator
     added = await messages.create_message(_text(by_thread, "ours", role="assistant"))
     locator = await EntityLocator.get(service.space, locator_key=f"message:{added.message_uuid}")
     assert (locator.session_id, locator.chat_uuid) == (ref_chat.id, ref_chat.chat_uuid)
     _, cold, _ = service.repositories()
     located = await cold.get_message(added.message_uuid)
-    assert located is not None and located.content == "ours"
+    assert located is not None
+    assert located.content == "ours"
 
 
 async def test_the_reference_can_read_what_we_write(service: Service) -> None:
@@ -458,3 +473,198 @@ async def test_the_reference_can_read_what_we_write(service: Service) -> None:
         "u1",
         chat.chat_uuid,
     )
+
+
+# Failures: retries, conflicts, lost responses ---------------------------------------------------
+
+
+async def _stored(service: Service, chat: Chat) -> list[tuple[str | None, str]]:
+    return [(m.agui_id, m.content) for m in await Message.list(chat, type="message")]
+
+
+@pytest.mark.parametrize(
+    ("fault", "sleeps"),
+    [
+        (Fault.rate_limited(retry_after=7, times=2, routes=["event-list"]), [7.0, 7.0]),
+        (Fault.rate_limited(times=1, routes=["event-list"]), None),
+        (Fault.unavailable(times=2, routes=["event-list"]), None),
+        (Fault.dropped_connection(times=1, routes=["event-list"]), None),
+        (
+            Fault.dropped_connection(after_processing=True, times=1, routes=["event-list"]),
+            None,
+        ),
+    ],
+    ids=["429-retry-after", "429-no-header", "503", "dropped", "dropped-after-processing"],
+)
+async def test_a_create_survives_transient_failures_exactly_once(
+    service: Service, fault: Fault, sleeps: list[float] | None
+) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    await messages.create_message(_text(chat, "before", agui_id="u0"))
+    with fault_injector.inject(fault):
+        created = await messages.create_message(_text(chat, "Hello", agui_id="u1"))
+    assert fault_injector.fired() >= 1
+    if sleeps is not None:
+        assert service.sleeps == sleeps  # Retry-After is honoured
+    else:
+        assert len(service.sleeps) == fault_injector.fired()
+    assert await _stored(service, chat) == [("u0", "before"), ("u1", "Hello")]
+    assert created.sequence_id == 2
+
+
+async def test_a_batch_create_whose_answer_is_lost_is_not_repeated(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    fault = Fault.dropped_connection(after_processing=True, times=1, routes=["event-batch"])
+    with fault_injector.inject(fault):
+        async with messages.transaction():
+            for i in range(3):
+                await messages.create_message(_text(chat, f"m{i}", agui_id=f"m{i}"))
+    assert fault_injector.fired() == 1
+    assert await _stored(service, chat) == [("m0", "m0"), ("m1", "m1"), ("m2", "m2")]
+    assert [m.sequence_id for m in await messages.get_chat_messages(chat.chat_uuid)] == [1, 2, 3]
+
+
+async def test_a_patch_whose_answer_is_lost_is_not_applied_twice(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    message = await messages.create_message(_text(chat, "Hel", role="assistant"))
+    fault = Fault.dropped_connection(after_processing=True, times=1, routes=["event-detail"])
+    with fault_injector.inject(fault):
+        updated = await messages.update_message(
+            message.message_uuid, MessageUpdate(content_delta="lo", content_offset=3)
+        )
+    assert fault_injector.fired() == 1
+    assert updated is not None
+    assert updated.content == "Hello"
+    assert await _stored(service, chat) == [(None, "Hello")]
+
+
+async def test_retries_are_bounded(service: Service) -> None:
+    chats, messages, _ = service.repositories(attempts=3)
+    chat = await _chat(chats)
+    with (
+        fault_injector.inject(Fault.unavailable(routes=["event-list"])),
+        pytest.raises(Exception, match="503"),
+    ):
+        await messages.create_message(_text(chat, "x"))
+    assert len(service.sleeps) == 2
+    _, messages_long, _ = service.repositories(total_seconds=5.0)
+    with (
+        fault_injector.inject(Fault.rate_limited(retry_after=60, routes=["event-list"])),
+        pytest.raises(Exception, match="429"),
+    ):
+        await messages_long.create_message(_text(chat, "x"))
+    assert service.sleeps == [service.sleeps[0], service.sleeps[1]]  # no 60 s wait was started
+    assert await _stored(service, chat) == []
+
+
+async def test_a_stale_token_rereads_that_event_and_reapplies(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    first = await messages.create_message(_text(chat, "q"))
+    answer = await messages.create_message(_text(chat, "", role="assistant"))
+    _, other, _ = service.repositories()
+    await other.update_message(answer.message_uuid, MessageUpdate(error="noted elsewhere"))
+    service.reset()
+    updated = await messages.update_message(
+        answer.message_uuid, MessageUpdate(content="Hi", status="complete")
+    )
+    assert updated is not None
+    assert (updated.content, updated.status, updated.error) == ("Hi", "complete", "noted elsewhere")
+    assert request_counter.count(method="PATCH") == 2  # the stale one, then the re-applied one
+    assert request_counter.count(method="GET") == 1  # one page from the event's offset
+    seen = await other.get_chat_messages(chat.chat_uuid)
+    assert first.message_uuid in {m.message_uuid for m in seen}
+
+
+async def test_a_warm_cache_sees_messages_written_by_another_replica(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    await messages.create_message(_text(chat, "one", agui_id="u1"))
+    _, other, _ = service.repositories()
+    await other.create_message(_text(chat, "two", agui_id="u2"))
+    service.reset()
+    seen = await messages.get_chat_messages(chat.chat_uuid)
+    assert [m.agui_id for m in seen] == ["u1", "u2"]
+    assert request_counter.count(method="GET", route="event-list") == 2  # lastN=1, then the tail
+    service.reset()
+    assert len(await messages.get_chat_messages(chat.chat_uuid)) == 2
+    assert service.requests == 1  # nothing new: the freshness check only
+
+
+async def test_rename_retries_a_version_conflict(service: Service) -> None:
+    chats, _, _ = service.repositories()
+    chat = await _chat(chats)
+    other, _, _ = service.repositories()
+    assert await other.update_chat_name(chat.chat_uuid, "Theirs") is not None
+    renamed = await chats.update_chat_name(chat.chat_uuid, "Mine")
+    assert renamed is not None
+    assert renamed.name == "Mine"
+    assert (await Chat.get(service.space, id=chat.id)).name == "Mine"
+
+
+async def test_rename_gives_up_after_three_conflicts(service: Service) -> None:
+    chats, _, _ = service.repositories()
+    chat = await _chat(chats)
+    rival = ChatRepository(service.space, ChatSessionRegistry(service.space))
+
+    async def bump(request: httpx.Request) -> None:
+        if request.method == "PATCH" and request.url.path.endswith(f"/sessions/{chat.id}/"):
+            await rival.update_chat_name(chat.chat_uuid, "rival")
+
+    async with httpx.AsyncClient(timeout=10.0, event_hooks={"request": [bump]}) as pool:
+        client = DRMemoryServiceClient(endpoint=service.endpoint, api_token="tok", http_client=pool)
+        space = await DRMemorySpace.get(client, service.space.id)
+        contested = ChatRepository(space, ChatSessionRegistry(space))
+        with pytest.raises(DRMemoryVersionConflictError):
+            await contested.update_chat_name(chat.chat_uuid, "mine")
+    assert (await Chat.get(service.space, id=chat.id)).name == "rival"
+
+
+async def test_s41_delete_chat(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    await messages.create_message(_text(chat, "x"))
+    _, elsewhere, _ = service.repositories()
+    assert len(await elsewhere.get_chat_messages(chat.chat_uuid)) == 1  # a warm replica
+    deleted = await chats.delete_chat(chat.chat_uuid)
+    assert deleted is not None
+    assert deleted.chat_uuid == chat.chat_uuid
+    assert await messages.get_chat_messages(chat.chat_uuid) == []
+    assert await elsewhere.get_chat_messages(chat.chat_uuid) == []  # its check saw the 404
+    assert await chats.update_chat_name(chat.chat_uuid, "x") is None
+    assert await chats.delete_chat(chat.chat_uuid) is None
+    assert await chats.get_chat_by_thread_id(USER, "t1") is None
+
+
+async def test_s41_get_last_messages(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    one, two, empty = [await _chat(chats, thread=t) for t in ("a", "b", "c")]
+    await messages.create_message(_text(one, "1a"))
+    await messages.create_message(_text(one, "1b"))
+    await messages.create_message(_text(two, "2a"))
+    service.reset()
+    last = await messages.get_last_messages([one.chat_uuid, two.chat_uuid, empty.chat_uuid])
+    assert {k: m.content for k, m in last.items()} == {one.chat_uuid: "1b", two.chat_uuid: "2a"}
+    assert service.requests == 3  # one lastN=1 per chat
+
+
+async def test_content_over_the_service_limit_is_capped_and_errored(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    message = await messages.create_message(_text(chat, "", role="assistant"))
+    long = "x" * 99_990
+    await messages.update_message(message.message_uuid, MessageUpdate(content=long))
+    await messages.update_message(
+        message.message_uuid, MessageUpdate(content_delta="y" * 50, content_offset=len(long))
+    )
+    await messages.update_message(
+        message.message_uuid,
+        MessageUpdate(content_delta="z" * 50, content_offset=len(long) + 50, status="complete"),
+    )
+    [stored] = await service.repositories()[1].get_chat_messages(chat.chat_uuid)
+    assert stored.content == long + "y" * 10  # the first 100 000 characters, no repeat
+    assert (stored.status, stored.in_progress) == ("errored", False)
+    assert "100,000-character limit" in (stored.error or "")

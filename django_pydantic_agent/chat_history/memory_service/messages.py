@@ -393,6 +393,7 @@ class MessageRepository:
         state = await self._registry.state(chat_uuid)
         if state is None:
             return None
+        state.current = False
         try:
             async with state.lock:
                 if not state.listed:
@@ -473,6 +474,7 @@ class MessageRepository:
                 f"Chat {chat_uuid} has no memory session (unknown or deleted); create the chat "
                 "before its messages."
             )
+        state.current = False
         cls = self.message_class
         values = {
             name: value
