@@ -15,6 +15,7 @@ are in ``docs/chat-history.md``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections import OrderedDict, deque
@@ -308,6 +309,12 @@ class StreamPersistenceManager(Generic[_P]):
       finished runs stay addressable by `get` and `run` (for reattach and idempotent retries).
     - ``observer`` and ``heartbeat_interval``: a `RunObserver` called on every event and on a
       heartbeat (cross-worker cancel, lease refresh, tail sharing). No observer, no heartbeat.
+    - ``context``: returns the `contextvars.Context` each producer task runs in; by default a
+      copy of the caller's. A producer outlives its request, so request-scoped variables can
+      go stale: under Django's ASGI handler the copy carries the request's asgiref
+      ``ThreadSensitiveContext``, and once the request ends each thread-sensitive
+      ``sync_to_async`` call of the run moves to a fresh, never-closed worker thread. Pass
+      ``context=contextvars.Context`` to run producers on the process-wide thread instead.
     """
 
     def __init__(
@@ -320,6 +327,7 @@ class StreamPersistenceManager(Generic[_P]):
         max_finished_runs: int = 256,
         observer: RunObserver | None = None,
         heartbeat_interval: float = 10.0,
+        context: Callable[[], contextvars.Context] | None = None,
     ) -> None:
         if cancel_event not in ("auto", "run_finished", "run_error"):
             raise ValueError(
@@ -341,6 +349,7 @@ class StreamPersistenceManager(Generic[_P]):
         self._max_finished = max_finished_runs
         self._observer = observer
         self._heartbeat_interval = heartbeat_interval
+        self._context = context
         self._runs: dict[_RunKey, RunHandle] = {}
         self._finished: OrderedDict[RunHandle, float] = OrderedDict()
         self._closed = False
@@ -381,6 +390,7 @@ class StreamPersistenceManager(Generic[_P]):
         task = asyncio.create_task(
             self._produce(handle, input, args, kwargs),
             name=f"agent run {input.thread_id}/{input.run_id}",
+            context=None if self._context is None else self._context(),
         )
         handle._task = task
         self._runs[key] = handle

@@ -7,8 +7,10 @@ tests pin the TARGET.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import logging
+import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -28,6 +30,7 @@ from ag_ui.core import (
     UserMessage,
 )
 from ag_ui.core.types import Interrupt
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 
 from django_pydantic_agent.chat_history.manager import (
     CANCELLED_MESSAGE,
@@ -179,6 +182,63 @@ async def test_the_factory_runs_inside_the_producer_task_with_the_run_arguments(
     assert [(name, user) for name, user, _ in seen] == [("assistant", 7)]
     assert seen[0][2] is not asyncio.current_task()
     assert seen[0][2] is handle._task
+
+
+REQUEST_SCOPED: contextvars.ContextVar[str] = contextvars.ContextVar("request_scoped")
+
+
+@pytest.mark.parametrize(("context", "seen"), [(None, "request 1"), (contextvars.Context, None)])
+async def test_producers_run_in_a_copy_of_the_callers_context_or_the_one_given(
+    context: Any, seen: str | None
+) -> None:
+    values: list[str | None] = []
+
+    def factory() -> ScriptedAgent:
+        values.append(REQUEST_SCOPED.get(None))
+        return ScriptedAgent(plain_answer())
+
+    token = REQUEST_SCOPED.set("request 1")
+    try:
+        async with StreamPersistenceManager(factory, context=context) as manager:
+            await (await manager.run(make_input())).wait()
+    finally:
+        REQUEST_SCOPED.reset(token)
+    assert values == [seen]
+
+
+def current_thread_name() -> str:
+    return threading.current_thread().name
+
+
+class ThreadRecordingAgent:
+    """Records the thread its two thread-sensitive calls ran on, one after the request."""
+
+    def __init__(self) -> None:
+        self.threads: list[str] = []
+        self.request_over = asyncio.Event()
+
+    async def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+        self.threads.append(await sync_to_async(current_thread_name)())
+        yield rs()
+        await self.request_over.wait()
+        self.threads.append(await sync_to_async(current_thread_name)())
+        yield rf()
+
+
+@pytest.mark.parametrize(("context", "same_thread"), [(None, False), (contextvars.Context, True)])
+async def test_with_a_fresh_context_a_run_keeps_its_db_thread_after_the_request_ended(
+    context: Any, same_thread: bool
+) -> None:
+    agent = ThreadRecordingAgent()
+    async with StreamPersistenceManager(lambda: agent, context=context) as manager:
+        async with ThreadSensitiveContext():  # what Django's ASGI handler wraps a request in
+            handle = await manager.run(make_input())
+            await settle()
+        agent.request_over.set()
+        await handle.wait()
+    assert len(agent.threads) == 2
+    # The inherited context moves the run to a new thread (a new DB connection) mid-run.
+    assert (agent.threads[0] == agent.threads[1]) is same_thread
 
 
 async def test_the_manager_holds_the_producer_when_nobody_else_does() -> None:
