@@ -126,11 +126,6 @@ _THINKING = {
 }
 
 
-def _type_name(event: BaseEvent) -> str:
-    kind = event.type
-    return str(getattr(kind, "value", kind))
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -552,7 +547,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             except Exception:
                 logger.exception(
                     "Storing %s of run %r failed; the event is forwarded but not stored.",
-                    _type_name(item),
+                    type(item).__name__,
                     state.run_id,
                 )
             if state.flush_now:
