@@ -22,6 +22,7 @@ from django_pydantic_agent.chat_history import (
     MessageToolCallCreate,
     MessageToolCallUpdate,
     MessageUpdate,
+    ToolCall,
     chat_deduplication_key,
     participant_id,
 )
@@ -668,3 +669,17 @@ async def test_content_over_the_service_limit_is_capped_and_errored(service: Ser
     assert stored.content == long + "y" * 10  # the first 100 000 characters, no repeat
     assert (stored.status, stored.in_progress) == ("errored", False)
     assert "100,000-character limit" in (stored.error or "")
+
+
+async def test_returned_records_are_detached_from_the_cache(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    message = await messages.create_message(_text(chat, "kept"))
+    message.content = "changed by the caller"
+    [listed] = await messages.get_chat_messages(chat.chat_uuid)
+    listed.tool_calls.append(listed.tool_calls[0] if listed.tool_calls else ToolCall())
+    copied = listed.model_copy(deep=True)  # never copies the HTTP client behind the session
+    assert copied.content == "kept"
+    service.reset()
+    [again] = await messages.get_chat_messages(chat.chat_uuid)
+    assert (again.content, again.tool_calls) == ("kept", [])

@@ -98,6 +98,13 @@ def _clone(message: Message) -> Message:
     return copy
 
 
+def _export(message: Message) -> Message:
+    """A detached copy for callers: changing it never touches the cache (nor the session)."""
+    copy = _clone(message)
+    copy._session = None
+    return copy
+
+
 def _diff(old: Message, new: Message) -> dict[str, Any]:
     """The body fields (and content) whose value differs between two copies of a message."""
     return {
@@ -498,7 +505,7 @@ class MessageRepository:
         batch = self._batch()
         if batch is not None:
             batch.pending(state)[message.message_uuid] = _Pending(base=None, work=message)
-            return message
+            return _export(message)
         try:
             async with state.lock:
                 if not state.listed:
@@ -510,7 +517,7 @@ class MessageRepository:
                 f"Chat {chat_uuid} was deleted; its messages cannot be written."
             ) from None
         await self._put_locators(state, message)
-        return state.messages[message.message_uuid]
+        return _export(state.messages[message.message_uuid])
 
     async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
         """Patch a message's own fields (set, non-``None`` ones), or ``None`` if it is unknown."""
@@ -521,9 +528,9 @@ class MessageRepository:
             return None
         state, message = located
         if not update_fields(update):
-            return message
+            return _export(message)
         _apply_quietly(_clone(message), update)  # a bad delta raises ValueError now
-        return await self._mutate(state, message, lambda m: _apply_quietly(m, update))
+        return _export(await self._mutate(state, message, lambda m: _apply_quietly(m, update)))
 
     async def _append(
         self,
@@ -554,7 +561,8 @@ class MessageRepository:
         if self._batch() is None:
             await self._put_child_locator(state, kind, record.uuid, parent_uuid)
         self._registry.remember_entity(record.uuid, state.chat.chat_uuid)
-        return next((r for r in getattr(updated, attribute) if r.uuid == record.uuid), record)
+        stored = next((r for r in getattr(updated, attribute) if r.uuid == record.uuid), record)
+        return stored.model_copy(deep=True)
 
     async def _update_child(
         self,
@@ -572,7 +580,7 @@ class MessageRepository:
         state, message = located
         current = next(r for r in getattr(message, attribute) if r.uuid == uuid)
         if not update_fields(update):
-            return current
+            return current.model_copy(deep=True)
         apply_update(current.model_copy(deep=True), update)  # a bad delta raises now
 
         def change(target: Message) -> None:
@@ -581,7 +589,8 @@ class MessageRepository:
                     apply_update(record, update)
 
         updated = await self._mutate(state, message, change)
-        return next((r for r in getattr(updated, attribute) if r.uuid == uuid), None)
+        stored = next((r for r in getattr(updated, attribute) if r.uuid == uuid), None)
+        return None if stored is None else stored.model_copy(deep=True)
 
     async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
         """Append a tool call to its parent message (``ValueError`` if the parent is missing)."""
@@ -614,14 +623,15 @@ class MessageRepository:
         located = await self._locate(
             message_uuid, "message", lambda m: m.message_uuid == message_uuid
         )
-        return None if located is None else located[1]
+        return None if located is None else _export(located[1])
 
     async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
         """Return the first message (sequence order) with this AG-UI id in a chat, or ``None``."""
         state = await self._state(chat_uuid)
         if state is None:
             return None
-        return self._find(state, lambda m: m.agui_id == agui_id)
+        found = self._find(state, lambda m: m.agui_id == agui_id)
+        return None if found is None else _export(found)
 
     async def get_tool_call_by_agui_id(self, message_uuid: UUID, agui_id: str) -> ToolCall | None:
         """Return a tool call by its AG-UI id within a message, or ``None``."""
@@ -642,7 +652,7 @@ class MessageRepository:
         refresh = state.listed and not state.current
         state.current = False
         state = await self._state(chat_uuid, refresh=refresh)
-        return [] if state is None else self._view(state)
+        return [] if state is None else [_export(m) for m in self._view(state)]
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         """The newest message of each chat that has one: one ``lastN`` request per chat."""
@@ -654,7 +664,7 @@ class MessageRepository:
 
         found = await asyncio.gather(*(last(chat_uuid) for chat_uuid in chat_uuids))
         return {
-            chat_uuid: message
+            chat_uuid: _export(message)
             for chat_uuid, message in zip(chat_uuids, found, strict=True)
             if message is not None
         }
