@@ -93,9 +93,7 @@ def test_nested_codec_applies_to_json_dumps_and_wire_validation_only() -> None:
     back = ToolCall.model_validate(dumped, context=WIRE_CONTEXT)
     assert (back.arguments, back.content) == ("", PLACEHOLDER)
     step = Reasoning(content="")
-    assert (
-        Reasoning.model_validate(step.model_dump(mode="json"), context=WIRE_CONTEXT).content == ""
-    )
+    assert Reasoning.model_validate(step.model_dump(mode="json"), context=WIRE_CONTEXT).content == ""
     assert ToolCall.model_validate({"content": None}).content == ""
 
 
