@@ -59,6 +59,8 @@ from ag_ui.core import (
 )
 from ag_ui.core import Message as AGUIMessage
 
+from django_pydantic_agent.chat_history._flushing import Flusher
+from django_pydantic_agent.chat_history._fold import EventFold
 from django_pydantic_agent.chat_history._inbound import (
     derive_chat_name,
     dump_parts,
@@ -67,11 +69,6 @@ from django_pydantic_agent.chat_history._inbound import (
 )
 from django_pydantic_agent.chat_history._tracking import (
     StorageState,
-    TrackedMessage,
-    TrackedReasoning,
-    TrackedRecord,
-    TrackedToolCall,
-    apply_json_patch,
 )
 from django_pydantic_agent.chat_history.errors import ErrorCodes, InvalidInputError
 from django_pydantic_agent.chat_history.records import (
@@ -80,7 +77,6 @@ from django_pydantic_agent.chat_history.records import (
     Message,
     MessageCreate,
     MessageReasoningCreate,
-    MessageReasoningUpdate,
     MessageStatus,
     MessageToolCallCreate,
     MessageToolCallUpdate,
@@ -130,11 +126,6 @@ _THINKING = {
 }
 
 
-def _type_name(event: BaseEvent) -> str:
-    kind = event.type
-    return str(getattr(kind, "value", kind))
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -149,7 +140,7 @@ class AGUIAgent(ABC):
         """Yield the agent's AG-UI ``BaseEvent`` stream for one run."""
 
 
-class AGUIStorageAgent(AGUIAgent):
+class AGUIStorageAgent(EventFold, AGUIAgent):
     """Wrap an inner AG-UI agent, persisting its event stream as chat history.
 
     Args:
@@ -556,7 +547,7 @@ class AGUIStorageAgent(AGUIAgent):
             except Exception:
                 logger.exception(
                     "Storing %s of run %r failed; the event is forwarded but not stored.",
-                    _type_name(item),
+                    type(item).__name__,
                     state.run_id,
                 )
             if state.flush_now:
@@ -580,592 +571,23 @@ class AGUIStorageAgent(AGUIAgent):
         except (OverflowError, OSError, ValueError):
             return datetime.now(UTC)
 
-    def _append(self, state: StorageState, record: TrackedRecord, delta: str | None) -> None:
-        if not delta:
-            return
-        record.text.value += delta
-        if record.text.pending >= self.minimal_chunk_to_persist:
-            state.flush_now = True
-
-    # Resolution helpers -----------------------------------------------------------------------
-
-    def _close(self, state: StorageState, record: TrackedRecord, event: BaseEvent | None) -> None:
-        """Complete a record of this run that is still active."""
-        if record.is_active:
-            record.status = COMPLETE
-            if isinstance(record, TrackedMessage) and event is not None:
-                record.changes.update(self.message_update_fields(state, event))
-
-    def ensure_message(
-        self, state: StorageState, chat: Chat, agui_id: str | None, role: str | None = None
-    ) -> TrackedMessage:
-        """Return the message events fold onto, starting (or adopting an id for) one.
-
-        With an id: the active message if it has it; an anonymous active message of this run
-        adopts it; another message of this run with it becomes active; otherwise a new one
-        starts (the previous active message is completed). Without an id: the active message,
-        or a new anonymous one. Messages of earlier runs are never reused (S38).
-        """
-        active = state.active_message
-        if agui_id is None:
-            if active is None:
-                active = self._start_message(state, chat, None, role)
-            return active
-        if active is not None and active.agui_id == agui_id:
-            return active
-        if (
-            active is not None
-            and active.agui_id is None
-            and not any(m.agui_id == agui_id for m in state.messages)
-        ):
-            active.agui_id = agui_id
-            if active.uuid is not None:
-                active.changes["agui_id"] = agui_id
-            else:
-                active.dto = active.dto.model_copy(update={"agui_id": agui_id})
-            return active
-        for message in state.messages:
-            if message.agui_id == agui_id:
-                state.active_message = message
-                return message
-        return self._start_message(state, chat, agui_id, role)
-
-    def _start_message(
-        self, state: StorageState, chat: Chat, agui_id: str | None, role: str | None
-    ) -> TrackedMessage:
-        previous = state.active_message
-        if previous is not None:
-            self._close(state, previous, None)
-        dto = self.build_message_create(state, chat, agui_id, role)
-        message = TrackedMessage(dto=dto, agui_id=agui_id, role=dto.role)
-        state.messages.append(message)
-        state.active_message = message
-        state.active_reasoning = None
-        return message
-
-    def _message_for_reasoning(self, state: StorageState, chat: Chat) -> TrackedMessage:
-        # Reasoning comes before the answer in live order: once the active message has text or
-        # tool calls (or ended), a new reasoning block belongs to the next message.
-        active = state.active_message
-        if active is None or not active.is_active or active.text.value or active.tool_calls:
-            return self._start_message(state, chat, None, None)
-        return active
-
-    def ensure_tool_call(
-        self, state: StorageState, chat: Chat, tool_call_id: str, name: str | None
-    ) -> TrackedToolCall:
-        """Return this run's tool call with ``tool_call_id``, starting it on the active message."""
-        call = state.tool_calls.get(tool_call_id)
-        if call is None:
-            parent = self.ensure_message(state, chat, None)
-            dto = self.build_tool_call_create(state, tool_call_id, name)
-            call = TrackedToolCall(dto=dto, tool_call_id=tool_call_id, parent=parent)
-            parent.tool_calls.append(call)
-            state.tool_calls[tool_call_id] = call
-        elif name and call.dto.name == "UNKNOWN":
-            if call.uuid is None:
-                call.dto = call.dto.model_copy(update={"name": name})
-            else:
-                call.changes["name"] = name
-        state.active_tool_call = call
-        return call
-
-    def ensure_reasoning(
-        self, state: StorageState, chat: Chat, agui_id: str | None, *, new: bool = False
-    ) -> TrackedReasoning:
-        """Return the active reasoning step (or the one with ``agui_id``), starting one."""
-        active = state.active_reasoning
-        if not new and active is not None and agui_id in (None, active.agui_id):
-            return active
-        if not new and agui_id is not None:
-            for message in state.messages:
-                for step in message.reasonings:
-                    if step.agui_id == agui_id:
-                        state.active_reasoning = step
-                        return step
-        if active is not None:
-            self._close(state, active, None)
-        parent = self._message_for_reasoning(state, chat)
-        if agui_id is not None:
-            state.active_reasoning_agui_id = agui_id
-        dto = self.build_reasoning_create(state, state.active_reasoning_title)
-        step = TrackedReasoning(dto=dto, agui_id=dto.agui_id, parent=parent)
-        parent.reasonings.append(step)
-        state.active_reasoning = step
-        return step
-
-    # Extension point 2: category handlers ------------------------------------------------------
-
-    async def handle_run_lifecycle(self, state: StorageState, chat: Chat, event: BaseEvent) -> None:
-        """``RUN_FINISHED`` / ``RUN_ERROR`` finalize this run's records and flush.
-
-        ``RUN_STARTED`` changes nothing (buffers are kept). The outcome, pending tool calls,
-        interrupts and usage are stored on the run's last message.
-        """
-        if isinstance(event, RunFinishedEvent):
-            outcome = event.outcome
-            kind = getattr(outcome, "type", "success")
-            stored: dict[str, Any] = {"type": kind}
-            pending = list(getattr(outcome, "pending_tool_call_ids", None) or [])
-            interrupts = list(getattr(outcome, "interrupts", None) or [])
-            if interrupts:
-                stored["interrupts"] = [
-                    i.model_dump(mode="json", by_alias=True, exclude_none=True) for i in interrupts
-                ]
-                pending += [i.tool_call_id for i in interrupts if i.tool_call_id]
-            if pending:
-                stored["pending_tool_call_ids"] = pending
-            if event.usage:
-                stored["usage"] = [
-                    u.model_dump(mode="json", by_alias=True, exclude_none=True) for u in event.usage
-                ]
-            status = INTERRUPTED if kind == "cancelled" else COMPLETE
-            self._terminate(state, status, None, event)
-            self._set_outcome(state, stored, force=kind != "success" or bool(pending))
-            state.terminal_seen = True
-            state.flush_now = True
-        elif isinstance(event, RunErrorEvent):
-            text = f"[{event.code}] {event.message}" if event.code else event.message
-            stored = {"type": "error", "message": event.message}
-            if event.code:
-                stored["code"] = event.code
-            if event.usage:
-                stored["usage"] = [
-                    u.model_dump(mode="json", by_alias=True, exclude_none=True) for u in event.usage
-                ]
-            self._terminate(state, ERRORED, text, event)
-            self._set_outcome(state, stored)
-            state.terminal_seen = True
-            state.flush_now = True
-
-    def _terminate(
-        self, state: StorageState, status: str, error: str | None, event: BaseEvent | None
-    ) -> None:
-        """Give every still-active record of this run a terminal status."""
-        for record in state.records():
-            if record.is_active:
-                record.status = status
-                if error is not None:
-                    record.error = error
-                if isinstance(record, TrackedMessage) and event is not None:
-                    record.changes.update(self.message_update_fields(state, event))
-        state.active_reasoning = None
-
-    def _set_outcome(
-        self, state: StorageState, outcome: dict[str, Any], *, force: bool = True
-    ) -> None:
-        outcome = {"run_id": state.run_id, **outcome}
-        state.outcome = outcome
-        carriers = [m for m in state.messages if m.role != "activity"]
-        if carriers:
-            carriers[-1].changes["run_outcome"] = outcome
-        elif force:
-            message = TrackedMessage(
-                dto=self.build_message_create(state, state.chat, None, None), status=COMPLETE
-            )
-            message.changes["run_outcome"] = outcome
-            state.messages.append(message)
-
-    async def handle_step(self, state: StorageState, chat: Chat, event: BaseEvent) -> None:
-        """Track the active step name across ``STEP_STARTED`` / ``STEP_FINISHED``."""
-        if isinstance(event, StepStartedEvent):
-            state.active_step = event.step_name
-        elif isinstance(event, StepFinishedEvent):
-            state.active_step = None
-
-    async def handle_text_message(self, state: StorageState, chat: Chat, event: BaseEvent) -> None:
-        """Fold text-message events onto a message of this run (chunks buffered like content)."""
-        if isinstance(event, TextMessageStartEvent):
-            self.ensure_message(state, chat, event.message_id, event.role)
-        elif isinstance(event, TextMessageContentEvent):
-            message = self.ensure_message(state, chat, event.message_id)
-            self._append(state, message, event.delta)
-        elif isinstance(event, TextMessageChunkEvent):
-            message = self.ensure_message(state, chat, event.message_id, event.role)
-            self._append(state, message, event.delta)
-        elif isinstance(event, TextMessageEndEvent):
-            message = self.ensure_message(state, chat, event.message_id)
-            self._close(state, message, event)
-
-    async def handle_tool_call(self, state: StorageState, chat: Chat, event: BaseEvent) -> None:
-        """Fold tool-call events onto per-call records (each with its own buffer and status)."""
-        if isinstance(event, ToolCallStartEvent):
-            if event.parent_message_id:
-                self.ensure_message(state, chat, event.parent_message_id)
-            self.ensure_tool_call(state, chat, event.tool_call_id, event.tool_call_name)
-        elif isinstance(event, ToolCallArgsEvent):
-            call = self.ensure_tool_call(state, chat, event.tool_call_id, None)
-            self._append(state, call, event.delta)
-        elif isinstance(event, ToolCallChunkEvent):
-            if event.parent_message_id:
-                self.ensure_message(state, chat, event.parent_message_id)
-            tool_call_id = event.tool_call_id or (
-                state.active_tool_call.tool_call_id if state.active_tool_call else ""
-            )
-            call = self.ensure_tool_call(state, chat, tool_call_id, event.tool_call_name)
-            self._append(state, call, event.delta)
-        elif isinstance(event, ToolCallEndEvent):
-            call = self.ensure_tool_call(state, chat, event.tool_call_id, None)
-            self._close(state, call, event)
-        elif isinstance(event, ToolCallResultEvent):
-            self._record_result(state, chat, event)
-
-    def _record_result(self, state: StorageState, chat: Chat, event: ToolCallResultEvent) -> None:
-        call = state.tool_calls.get(event.tool_call_id)
-        if call is None:
-            stored = state.stored_call(event.tool_call_id)
-            if stored is not None:
-                message, record = stored
-                call = next(
-                    (c for c in state.foreign if c.uuid == record.uuid),
-                    None,
-                )
-                if call is None:
-                    call = TrackedToolCall(
-                        dto=MessageToolCallCreate(message_uuid=message.message_uuid),
-                        tool_call_id=event.tool_call_id,
-                        uuid=record.uuid,
-                        status=record.status,
-                        stored_status=record.status,
-                        foreign=True,
-                        message_uuid=message.message_uuid,
-                    )
-                    call.text.value = record.arguments
-                    call.text.stored_len = len(record.arguments)
-                    state.foreign.append(call)
-            else:
-                call = self.ensure_tool_call(state, chat, event.tool_call_id, None)
-        call.changes.update(
-            {
-                "content": flatten_content(event.content),
-                "content_parts": dump_parts(event.content),
-                "result_message_id": event.message_id,
-                "has_result": True,
-            }
-        )
-
-    async def handle_reasoning(self, state: StorageState, chat: Chat, event: BaseEvent) -> None:
-        """Fold reasoning events onto reasoning steps of this run.
-
-        ``Reasoning*`` events are primary; the deprecated ``Thinking*`` events (ag-ui 0.1.x
-        only) map one-to-one and are recognised by their ``type``.
-        """
-        kind = _type_name(event)
-        if isinstance(event, ReasoningStartEvent):
-            state.active_reasoning_agui_id = event.message_id
-            state.active_reasoning_title = None
-        elif isinstance(event, ReasoningMessageStartEvent):
-            state.active_reasoning_agui_id = event.message_id
-            self.ensure_reasoning(state, chat, event.message_id, new=True)
-        elif isinstance(event, ReasoningMessageContentEvent | ReasoningMessageChunkEvent):
-            step = self.ensure_reasoning(state, chat, event.message_id)
-            self._append(state, step, event.delta)
-        elif isinstance(event, ReasoningMessageEndEvent):
-            if state.active_reasoning is not None:
-                self._close(state, state.active_reasoning, event)
-                state.active_reasoning = None
-        elif isinstance(event, ReasoningEndEvent):
-            if state.active_reasoning is not None:
-                self._close(state, state.active_reasoning, event)
-            state.active_reasoning = None
-            state.active_reasoning_agui_id = None
-            state.active_reasoning_title = None
-        elif isinstance(event, ReasoningEncryptedValueEvent):
-            self._record_encrypted(state, chat, event)
-        elif kind == "THINKING_START":
-            state.active_reasoning_title = getattr(event, "title", None)
-            state.active_reasoning_agui_id = None
-        elif kind == "THINKING_TEXT_MESSAGE_START":
-            self.ensure_reasoning(state, chat, None, new=True)
-        elif kind == "THINKING_TEXT_MESSAGE_CONTENT":
-            step = self.ensure_reasoning(state, chat, None)
-            self._append(state, step, getattr(event, "delta", None))
-        elif kind in ("THINKING_TEXT_MESSAGE_END", "THINKING_END"):
-            if state.active_reasoning is not None:
-                self._close(state, state.active_reasoning, event)
-            state.active_reasoning = None
-            if kind == "THINKING_END":
-                state.active_reasoning_title = None
-
-    def _record_encrypted(
-        self, state: StorageState, chat: Chat, event: ReasoningEncryptedValueEvent
-    ) -> None:
-        entity, value = event.entity_id, event.encrypted_value
-        if event.subtype == "tool-call":
-            call = state.tool_calls.get(entity)
-            if call is None:
-                call = self.ensure_tool_call(state, chat, entity, None)
-            call.changes["encrypted_value"] = value
-            return
-        for message in state.messages:
-            for step in message.reasonings:
-                if step.agui_id == entity:
-                    step.changes["encrypted_value"] = value
-                    return
-        for message in state.messages:
-            if message.agui_id == entity:
-                message.changes["encrypted_value"] = value
-                return
-        for call in [*state.tool_calls.values(), *state.foreign]:
-            result_id = call.changes.get("result_message_id")
-            if result_id == entity:
-                call.changes["result_encrypted_value"] = value
-                return
-        # An encrypted-only reasoning block (no text): a step of its own.
-        step = self.ensure_reasoning(state, chat, entity, new=True)
-        step.changes["encrypted_value"] = value
-        if state.active_reasoning_agui_id != entity:
-            self._close(state, step, event)
-
-    async def handle_activity(self, state: StorageState, chat: Chat, event: BaseEvent) -> None:
-        """Store ``ACTIVITY_SNAPSHOT`` / ``ACTIVITY_DELTA`` as an ``activity`` message."""
-        if not isinstance(event, ActivitySnapshotEvent | ActivityDeltaEvent):
-            return
-        message = next(
-            (m for m in state.messages if m.role == "activity" and m.agui_id == event.message_id),
-            None,
-        )
-        if message is None:
-            dto = self.build_message_create(state, chat, event.message_id, "activity")
-            message = TrackedMessage(
-                dto=dto, agui_id=event.message_id, role="activity", status=COMPLETE
-            )
-            state.messages.append(message)
-        if isinstance(event, ActivitySnapshotEvent):
-            if event.replace is False and message.activity_content:
-                return
-            content = dict(event.content)
-        else:
-            content = apply_json_patch(message.activity_content or {}, list(event.patch))
-        message.activity_content = content
-        message.changes["activity_content"] = content
-        message.changes["activity_type"] = event.activity_type
-
     # Flushing ------------------------------------------------------------------------------------
 
     async def flush_message_buffer(self, state: StorageState) -> None:
-        """Persist buffered changes of this run (messages first); kept for API parity."""
+        """Persist every buffered change of this run now (one transaction).
+
+        The three ``flush_*`` methods share one flush, so message text, tool-call arguments
+        and reasoning content keep their order and their completion writes.
+        """
         await self._flush(state)
 
     async def flush_tool_call_buffer(self, state: StorageState) -> None:
-        """Persist buffered changes of this run (tool-call arguments included)."""
+        """Persist every buffered change of this run now (see ``flush_message_buffer``)."""
         await self._flush(state)
 
     async def flush_reasoning_buffer(self, state: StorageState) -> None:
-        """Persist buffered changes of this run (reasoning content included)."""
+        """Persist every buffered change of this run now (see ``flush_message_buffer``)."""
         await self._flush(state)
 
     async def _flush(self, state: StorageState) -> bool:
-        """Write every pending change in one transaction; confirm it locally only on success."""
-        state.flush_now = False
-        if not state.dirty():
-            state.flush_due = None
-            return True
-        commits: list[Callable[[], None]] = []
-        try:
-            if state.needs_recovery:
-                await self._recover(state)
-            async with self.message_repo.transaction():
-                for message in state.messages:
-                    await self._write_message(state, message, commits)
-                for call in state.foreign:
-                    await self._write_tool_call(call, call.message_uuid, commits)
-        except Exception:
-            logger.warning(
-                "Persisting run %r failed; the changes are kept and retried.",
-                state.run_id,
-                exc_info=True,
-            )
-            state.needs_recovery = True
-            state.flush_due = asyncio.get_running_loop().time() + self.flush_interval
-            return False
-        for commit in commits:
-            commit()
-        state.needs_recovery = False
-        state.flush_due = None
-        return True
-
-    @staticmethod
-    def _confirmer(
-        record: TrackedRecord, uuid: UUID, sent_len: int, status: str, sent: dict[str, Any]
-    ) -> Callable[[], None]:
-        return lambda: record.confirm(uuid, sent_len, status, sent)
-
-    async def _write_message(
-        self,
-        state: StorageState,
-        message: TrackedMessage,
-        commits: list[Callable[[], None]],
-    ) -> None:
-        uuid = message.uuid
-        if message.lost:
-            return
-        sent = dict(message.changes)
-        sent_len = len(message.text.value)
-        if uuid is None:
-            update: dict[str, Any] = {
-                "content": message.text.value,
-                **message.status_fields(),
-                **sent,
-            }
-            if message.dto.chat_uuid is None:
-                update["chat_uuid"] = state.chat.chat_uuid
-            created = await self.message_repo.create_message(message.dto.model_copy(update=update))
-            uuid = created.message_uuid
-            commits.append(self._confirmer(message, uuid, sent_len, message.status, sent))
-        elif message.dirty:
-            fields = {**message.text.write_fields("content"), **sent}
-            if message.status != message.stored_status:
-                fields.update(message.status_fields())
-            result = await self.message_repo.update_message(uuid, MessageUpdate(**fields))
-            if result is None:
-                self._lost(message)
-                return
-            commits.append(self._confirmer(message, uuid, sent_len, message.status, sent))
-        for step in message.reasonings:
-            await self._write_reasoning(step, uuid, commits)
-        for call in message.tool_calls:
-            await self._write_tool_call(call, uuid, commits)
-
-    async def _write_tool_call(
-        self, call: TrackedToolCall, parent: UUID | None, commits: list[Callable[[], None]]
-    ) -> None:
-        if call.lost or not call.dirty or parent is None:
-            return
-        sent = dict(call.changes)
-        sent_len = len(call.text.value)
-        if call.uuid is None:
-            update = {
-                "message_uuid": parent,
-                "arguments": call.text.value,
-                **call.status_fields(),
-                **sent,
-            }
-            created = await self.message_repo.create_message_tool_call(
-                call.dto.model_copy(update=update)
-            )
-            commits.append(self._confirmer(call, created.uuid, sent_len, call.status, sent))
-            return
-        fields = {**call.text.write_fields("arguments"), **sent}
-        if call.status != call.stored_status:
-            fields.update(call.status_fields())
-        result = await self.message_repo.update_message_tool_call(
-            call.uuid, MessageToolCallUpdate(**fields)
-        )
-        if result is None:
-            self._lost(call)
-            return
-        commits.append(self._confirmer(call, call.uuid, sent_len, call.status, sent))
-
-    async def _write_reasoning(
-        self, step: TrackedReasoning, parent: UUID, commits: list[Callable[[], None]]
-    ) -> None:
-        if step.lost or not step.dirty:
-            return
-        sent = dict(step.changes)
-        sent_len = len(step.text.value)
-        if step.uuid is None:
-            update = {
-                "message_uuid": parent,
-                "content": step.text.value,
-                **step.status_fields(),
-                **sent,
-            }
-            if step.agui_id is not None:
-                update["agui_id"] = step.agui_id
-            created = await self.message_repo.create_message_reasoning(
-                step.dto.model_copy(update=update)
-            )
-            commits.append(self._confirmer(step, created.uuid, sent_len, step.status, sent))
-            return
-        fields = {**step.text.write_fields("content"), **sent}
-        if step.status != step.stored_status:
-            fields.update(step.status_fields())
-        result = await self.message_repo.update_message_reasoning(
-            step.uuid, MessageReasoningUpdate(**fields)
-        )
-        if result is None:
-            self._lost(step)
-            return
-        commits.append(self._confirmer(step, step.uuid, sent_len, step.status, sent))
-
-    @staticmethod
-    def _lost(record: TrackedRecord) -> None:
-        logger.warning(
-            "A record of this run (%s) is no longer in the store; its later changes are dropped.",
-            record.uuid,
-        )
-        record.lost = True
-
-    async def _recover(self, state: StorageState) -> None:
-        """After a failed flush, re-read what the store really holds for this run's records."""
-        chat_uuid = state.chat.chat_uuid
-        stored = [
-            m
-            for m in await self.message_repo.get_chat_messages(chat_uuid)
-            if m.run_id == state.run_id
-        ]
-        claimed: set[UUID] = set()
-        for message in state.messages:
-            match = next((m for m in stored if m.message_uuid == message.uuid), None)
-            if match is None:
-                match = next(
-                    (
-                        m
-                        for m in stored
-                        if m.message_uuid not in claimed
-                        and m.message_uuid not in {t.uuid for t in state.messages}
-                        and m.agui_id == message.agui_id
-                        and m.role == message.role
-                    ),
-                    None,
-                )
-            if match is None:
-                _reset(message)
-                for child in (*message.tool_calls, *message.reasonings):
-                    _reset(child)
-                continue
-            claimed.add(match.message_uuid)
-            _sync(message, match.content, match.status, match.message_uuid)
-            for call in message.tool_calls:
-                found = next(
-                    (
-                        c
-                        for c in match.tool_calls
-                        if c.uuid == call.uuid or c.tool_call_id == call.tool_call_id
-                    ),
-                    None,
-                )
-                if found is None:
-                    _reset(call)
-                else:
-                    _sync(call, found.arguments, found.status, found.uuid)
-            taken: set[UUID] = set()
-            for step in message.reasonings:
-                candidates = [r for r in match.reasonings if r.uuid not in taken]
-                found_step = next((r for r in candidates if r.uuid == step.uuid), None) or next(
-                    (r for r in candidates if step.agui_id and r.agui_id == step.agui_id), None
-                )
-                if found_step is None and step.agui_id is None:
-                    found_step = next((r for r in candidates if r.agui_id is None), None)
-                if found_step is None:
-                    _reset(step)
-                else:
-                    taken.add(found_step.uuid)
-                    _sync(step, found_step.content, found_step.status, found_step.uuid)
-        state.needs_recovery = False
-
-
-def _reset(record: TrackedRecord) -> None:
-    record.uuid = None
-    record.stored_status = None
-    record.text.stored_len = 0
-
-
-def _sync(record: TrackedRecord, stored_text: str, status: str, uuid: UUID) -> None:
-    record.uuid = uuid
-    record.stored_status = status
-    if record.text.value.startswith(stored_text):
-        record.text.stored_len = len(stored_text)
-    else:
-        record.text.stored_len = None
+        return await Flusher(self.message_repo, retry_after=self.flush_interval).flush(state)

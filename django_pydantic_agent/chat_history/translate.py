@@ -18,7 +18,9 @@ Rules:
   sees a dangling call and the model knows the call did not complete.
 - Assistant messages with neither text nor tool calls, and reasoning steps with neither text
   nor an encrypted value, carry nothing a model can use and are left out.
-- Bookkeeping (uuid, status, error, run id) goes in ``metadata["django_pydantic_agent"]``.
+- Bookkeeping (uuid, status, error, run id, and on a run's last message its stored
+  ``run_outcome``: outcome type, interrupts, pending tool calls, usage) goes in
+  ``metadata["django_pydantic_agent"]``; pydantic-ai ignores it, other consumers can read it.
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ def _bookkeeping(record: Message | ToolCall | Reasoning, uuid: str) -> dict[str,
         data["error"] = record.error
     if record.run_id is not None:
         data["run_id"] = record.run_id
+    outcome = getattr(record, "run_outcome", None)
+    if outcome:
+        data["run_outcome"] = outcome
     return {BOOKKEEPING_KEY: data}
 
 
