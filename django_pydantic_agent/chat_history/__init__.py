@@ -43,8 +43,16 @@ from django_pydantic_agent.chat_history.records import (
 )
 from django_pydantic_agent.chat_history.repositories import (
     ChatRepositoryLike,
+    InMemoryChatRepository,
+    InMemoryMessageRepository,
     MessageRepositoryLike,
 )
+from django_pydantic_agent.chat_history.storage_agent import (
+    AGUIAgent,
+    AGUIStorageAgent,
+    StorageState,
+)
+from django_pydantic_agent.chat_history.translate import translate_messages
 
 _LAZY = {
     "ChatRepository": "memory_service",
@@ -58,6 +66,8 @@ _LAZY = {
 __all__ = [
     "DEDUPLICATION_KEY_LENGTH",
     "PLACEHOLDER",
+    "AGUIAgent",
+    "AGUIStorageAgent",
     "Chat",
     "ChatCreate",
     "ChatHistoryError",
@@ -65,6 +75,8 @@ __all__ = [
     "ChatRepositoryLike",
     "ChatSessionRegistry",
     "ErrorCodes",
+    "InMemoryChatRepository",
+    "InMemoryMessageRepository",
     "InvalidInputError",
     "LocatorIndex",
     "Message",
@@ -81,6 +93,7 @@ __all__ = [
     "Reasoning",
     "Role",
     "RunHandle",
+    "StorageState",
     "StreamPersistenceManager",
     "ToolCall",
     "chat_deduplication_key",
@@ -90,6 +103,7 @@ __all__ = [
     "normalize_participant_id",
     "participant_id",
     "session_deduplication_key",
+    "translate_messages",
 ]
 
 

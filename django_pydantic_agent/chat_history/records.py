@@ -12,7 +12,7 @@ load unchanged):
   record. Finalizers and anonymous-message adoption only touch records of their own run.
 - ``encrypted_value`` on all three: the opaque ``REASONING_ENCRYPTED_VALUE`` payload (or an
   inbound message's ``encryptedValue``), replayed as ``encrypted_value`` so a provider can
-  resume its hidden reasoning.
+  resume its hidden reasoning. ``ToolCall.result_encrypted_value`` is the one of its result.
 - ``content_parts`` on ``Message`` and ``ToolCall``: the raw AG-UI content parts (camelCase
   dicts) of a multimodal user message or a list-valued tool result; ``content`` keeps the
   flattened text. Replay uses the parts when present, so nothing is lost.
@@ -24,6 +24,9 @@ load unchanged):
   ``interrupts`` (AG-UI ``Interrupt`` objects, camelCase), ``pending_tool_call_ids``, ``usage``
   (``TokenUsage`` objects) and, once a later run answered the interrupts, ``resolved``
   (interrupt id → ``ResumeEntry``).
+- ``activity_type`` / ``activity_content`` on ``Message`` (role ``activity``): an
+  ``ACTIVITY_SNAPSHOT`` (with its deltas applied), which AG-UI clients keep as an
+  ``ActivityMessage`` and echo back.
 
 Placeholder codec: the Memory Service refuses empty strings in some body fields, so values are
 encoded with U+200B ZERO WIDTH SPACE on the wire. The rule is lossless (a real ``"\\u200b"``
@@ -183,6 +186,8 @@ class ToolCall(_Nested):
     """The raw AG-UI content parts of a list-valued result."""
     encrypted_value: str | None = None
     """An opaque ``REASONING_ENCRYPTED_VALUE`` attached to this call (subtype ``tool-call``)."""
+    result_encrypted_value: str | None = None
+    """An opaque encrypted value of the result (subtype ``message`` naming the result id)."""
 
     @field_validator("arguments", "content", mode="before")
     @classmethod
@@ -284,6 +289,10 @@ class Message(DREvent, session=Chat):
     """The raw AG-UI content parts of a multimodal user message (``content`` is flattened)."""
     run_outcome: dict[str, Any] | None = None
     """How the run that wrote this message (its last one) ended; see the module docstring."""
+    activity_type: str | None = None
+    """For role ``activity`` (an ``ACTIVITY_SNAPSHOT`` the client turns into a message)."""
+    activity_content: dict[str, Any] | None = None
+    """The activity's structured content (snapshot, with later deltas applied)."""
 
     @field_validator("content", mode="before")
     @classmethod
@@ -382,6 +391,8 @@ class MessageCreate(_DTO):
     encrypted_value: str | None = None
     content_parts: list[dict[str, Any]] | None = None
     run_outcome: dict[str, Any] | None = None
+    activity_type: str | None = None
+    activity_content: dict[str, Any] | None = None
 
 
 class _Update(_DTO):
@@ -425,6 +436,7 @@ class MessageUpdate(_Update):
     encrypted_value: str | None = None
     content_parts: list[dict[str, Any]] | None = None
     run_outcome: dict[str, Any] | None = None
+    activity_content: dict[str, Any] | None = None
 
 
 class MessageToolCallCreate(_DTO):
@@ -446,6 +458,7 @@ class MessageToolCallCreate(_DTO):
     has_result: bool = False
     content_parts: list[dict[str, Any]] | None = None
     encrypted_value: str | None = None
+    result_encrypted_value: str | None = None
 
 
 class MessageToolCallUpdate(_Update):
@@ -463,6 +476,7 @@ class MessageToolCallUpdate(_Update):
     has_result: bool | None = None
     content_parts: list[dict[str, Any]] | None = None
     encrypted_value: str | None = None
+    result_encrypted_value: str | None = None
 
 
 class MessageReasoningCreate(_DTO):
