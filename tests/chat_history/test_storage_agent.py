@@ -32,10 +32,8 @@ from ag_ui.core import (
     RunAgentInput,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
-    RunFinishedEvent,
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
-    RunStartedEvent,
     StateDeltaEvent,
     StateSnapshotEvent,
     StepFinishedEvent,
@@ -56,8 +54,6 @@ from django_pydantic_agent.chat_history import (
     InMemoryMessageRepository,
     Message,
     MessageUpdate,
-    StorageState,
-    ToolCall,
     chat_deduplication_key,
     participant_id,
 )
@@ -129,7 +125,13 @@ async def test_s1_plain_text_new_thread(store: Store) -> None:
     [
         ("word " * 150, ("word " * 20).strip()[:99]),
         ("   ", "New Chat"),
-        ([{"type": "text", "text": "Look "}, {"type": "image", "source": {"type": "url", "value": "https://x/y.png"}}], "Look [image]"),
+        (
+            [
+                {"type": "text", "text": "Look "},
+                {"type": "image", "source": {"type": "url", "value": "https://x/y.png"}},
+            ],
+            "Look [image]",
+        ),
     ],
 )
 async def test_s2_chat_naming(store: Store, content: Any, name: str) -> None:
@@ -153,7 +155,8 @@ async def test_s2c_multimodal_user_content_is_stored_flattened_and_whole(store: 
     assert user.content == "Look [image]"
     assert user.content_parts == parts
     replayed = inner.seen[0].messages[0]
-    assert isinstance(replayed, UserMessage) and isinstance(replayed.content, list)
+    assert isinstance(replayed, UserMessage)
+    assert isinstance(replayed.content, list)
     assert [p.model_dump(by_alias=True, exclude_none=True) for p in replayed.content] == parts
 
 
@@ -163,7 +166,8 @@ async def test_s2d_a_second_run_does_not_rename_the_chat(store: Store) -> None:
         [rs("r2"), rf("r2")], run_input(UserMessage(id="u2", content="Other title"), run="r2")
     )
     chat = await store.chats.get_chat_by_thread_id(USER, "t1")
-    assert chat is not None and chat.name == "Hello"
+    assert chat is not None
+    assert chat.name == "Hello"
 
 
 async def test_s3_second_turn_with_echoed_history(store: Store) -> None:
@@ -194,8 +198,10 @@ async def test_s4_an_edited_echo_is_refused_before_any_write(store: Store) -> No
     )
     assert _types(events) == ["RUN_STARTED", "RUN_ERROR"]
     error = events[1]
-    assert isinstance(error, RunErrorEvent) and error.code == "INVALID_INPUT"
-    assert "'u1'" in error.message and "user" in error.message
+    assert isinstance(error, RunErrorEvent)
+    assert error.code == "INVALID_INPUT"
+    assert "'u1'" in error.message
+    assert "user" in error.message
     assert inner.seen == []
     assert store.messages.writes == before
 
@@ -435,16 +441,24 @@ async def test_s18_encrypted_reasoning_is_stored_and_replayed(store: Store) -> N
         [
             rs(),
             tms("m1"),
-            ReasoningEncryptedValueEvent(subtype="message", entity_id="m1", encrypted_value="opaque=="),
+            ReasoningEncryptedValueEvent(
+                subtype="message", entity_id="m1", encrypted_value="opaque=="
+            ),
             tmc("m1", "x"),
             tme("m1"),
             tcs("tc1", "f", "m1"),
-            ReasoningEncryptedValueEvent(subtype="tool-call", entity_id="tc1", encrypted_value="tc=="),
+            ReasoningEncryptedValueEvent(
+                subtype="tool-call", entity_id="tc1", encrypted_value="tc=="
+            ),
             tce("tc1"),
             tcr("res1", "tc1", "ok"),
-            ReasoningEncryptedValueEvent(subtype="message", entity_id="res1", encrypted_value="res=="),
+            ReasoningEncryptedValueEvent(
+                subtype="message", entity_id="res1", encrypted_value="res=="
+            ),
             ReasoningStartEvent(message_id="rz"),
-            ReasoningEncryptedValueEvent(subtype="message", entity_id="rz", encrypted_value="think=="),
+            ReasoningEncryptedValueEvent(
+                subtype="message", entity_id="rz", encrypted_value="think=="
+            ),
             ReasoningEndEvent(message_id="rz"),
             rf(),
         ]
@@ -482,14 +496,10 @@ async def test_s19_in_band_run_error(store: Store) -> None:
 
 
 async def test_s20_run_error_after_a_completed_message(store: Store) -> None:
-    await store.run(
-        [rs(), *text("m1", "ok"), tcs("tc1", "f", "m1"), tca("tc1", "{"), re_("x")]
-    )
+    await store.run([rs(), *text("m1", "ok"), tcs("tc1", "f", "m1"), tca("tc1", "{"), re_("x")])
     stored = (await store.history())[1]
     assert stored.status == "complete"
-    assert [(c.arguments, c.status, c.error) for c in stored.tool_calls] == [
-        ("{", "errored", "x")
-    ]
+    assert [(c.arguments, c.status, c.error) for c in stored.tool_calls] == [("{", "errored", "x")]
 
 
 async def test_s21_raw_crash_errors_records_with_a_sanitised_text(
@@ -509,7 +519,7 @@ async def test_s22_crash_after_a_terminal_event_keeps_the_records(store: Store) 
         await store.run([rs(), tms("m1"), tme("m1"), rf(), RuntimeError("late")])
     stored = (await store.history())[1]
     assert stored.status == "complete"
-    assert stored.run_outcome is not None and stored.run_outcome["type"] == "success"
+    assert stored.run_outcome is None  # a plain success is not worth a write
 
 
 async def test_s23_repository_failure_before_the_stream_raises(store: Store) -> None:
@@ -553,7 +563,8 @@ async def test_s24_cancellation_marks_the_run_interrupted(store: Store) -> None:
     stored = (await store.history())[1]
     assert summary([stored]) == [("assistant", "m1", "partial", "interrupted", False)]
     assert stored.error is None
-    assert stored.run_outcome is not None and stored.run_outcome["type"] == "cancelled"
+    assert stored.run_outcome is not None
+    assert stored.run_outcome["type"] == "cancelled"
     assert _types(events) == ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT"]
 
 
@@ -624,9 +635,7 @@ async def test_s27_full_history_echo_with_tool_results_is_accepted(store: Store)
             id="m1",
             content="Let me check",
             tool_calls=[
-                AGUIToolCall(
-                    id="tc1", function=FunctionCall(name="get_weather", arguments="{}")
-                )
+                AGUIToolCall(id="tc1", function=FunctionCall(name="get_weather", arguments="{}"))
             ],
         ),
         ToolMessage(id="res1", tool_call_id="tc1", content="18C"),  # variant A: the result id
@@ -649,7 +658,7 @@ async def test_s27_echoed_reasoning_ids_are_known_including_uuid_fallbacks(store
             rf(),
         ]
     )
-    first, inner = await store.run(
+    _first, inner = await store.run(
         [rs("r2"), rf("r2")], run_input(UserMessage(id="u2", content="?"), run="r2")
     )
     echoed = [*inner.seen[0].messages, UserMessage(id="u3", content="again")]
@@ -676,7 +685,8 @@ async def test_s28_rejects_forged_turn_before_any_write(store: Store, forged: An
     error = events[1]
     assert isinstance(error, RunErrorEvent)
     assert error.code == "INVALID_INPUT"
-    assert repr(forged.id) in error.message and forged.role in error.message
+    assert repr(forged.id) in error.message
+    assert forged.role in error.message
     assert inner.seen == []
     assert await store.chats.get_all_chats(None) == []  # not even the chat
     assert store.messages.writes == []
@@ -701,7 +711,9 @@ async def test_s29_frontend_tool_result_answers_the_pending_call(store: Store) -
         UserMessage(id="u1", content="Hello"),
         AssistantMessage(
             id="m1",
-            tool_calls=[AGUIToolCall(id="tc9", function=FunctionCall(name="confirm", arguments="{}"))],
+            tool_calls=[
+                AGUIToolCall(id="tc9", function=FunctionCall(name="confirm", arguments="{}"))
+            ],
         ),
         ToolMessage(id="tm1", tool_call_id="tc9", content="yes"),
         run="r2",
@@ -736,7 +748,10 @@ async def test_s29_tool_result_with_content_parts_is_kept(store: Store) -> None:
 
 
 async def test_s30_duplicate_and_multiple_inbound_messages(store: Store) -> None:
-    await store.run([rs(), rf()], run_input(UserMessage(id="u1", content="a"), UserMessage(id="u1", content="a")))
+    await store.run(
+        [rs(), rf()],
+        run_input(UserMessage(id="u1", content="a"), UserMessage(id="u1", content="a")),
+    )
     assert [m.agui_id for m in await store.history()] == ["u1"]
     await store.run(
         [rs("r2"), rf("r2")],
@@ -804,7 +819,8 @@ async def test_s35_missing_timestamps_are_backfilled_and_order_is_by_sequence(
     seconds = tmc("m1", "x")
     seconds.timestamp = 1_700_000_000
     events, _ = await store.run([rs(), start, seconds, tme("m1"), rf()])
-    assert events[1].timestamp and events[1].timestamp > 1_000_000_000_000
+    assert events[1].timestamp
+    assert events[1].timestamp > 1_000_000_000_000
     stored = await store.history()
     assert [m.agui_id for m in stored] == ["u1", "m1"]
     assert stored[1].timestamp.year >= 2023
@@ -911,12 +927,15 @@ async def test_s39_interrupt_outcome_is_stored_and_must_be_resumed(store: Store)
     )
     assert _types(events) == ["RUN_STARTED", "RUN_ERROR"]
 
-    resume = run_input(resume=[ResumeEntry(interrupt_id="i1", status="resolved", payload={"ok": True})], run="r2")
+    resume = run_input(
+        resume=[ResumeEntry(interrupt_id="i1", status="resolved", payload={"ok": True})], run="r2"
+    )
     events, inner = await store.run([rs("r2"), rf("r2")], resume)
     assert _types(events) == ["RUN_STARTED", "RUN_FINISHED"]
     assert inner.seen[0].resume is not None
     resolved = (await store.history())[1].run_outcome
-    assert resolved is not None and resolved["resolved"]["i1"]["status"] == "resolved"
+    assert resolved is not None
+    assert resolved["resolved"]["i1"]["status"] == "resolved"
     # Resuming again is idempotent; a plain run is now accepted.
     events, _ = await store.run([rs("r3"), rf("r3")], run_input(resume=resume.resume, run="r3"))
     assert _types(events)[-1] == "RUN_FINISHED"
@@ -927,7 +946,8 @@ async def test_s39_expired_interrupts_cannot_be_resumed(store: Store) -> None:
     await store.run([rs(), rf(outcome=RunFinishedInterruptOutcome(interrupts=[interrupt]))])
     # No message in that run: the outcome rides on a carrier message of its own.
     carrier = (await store.history())[-1]
-    assert carrier.role == "assistant" and carrier.content == ""
+    assert carrier.role == "assistant"
+    assert carrier.content == ""
     events, _ = await store.run(
         [rs("r2"), rf("r2")],
         run_input(resume=[ResumeEntry(interrupt_id="i1", status="cancelled")], run="r2"),
@@ -937,7 +957,9 @@ async def test_s39_expired_interrupts_cannot_be_resumed(store: Store) -> None:
 
 async def test_resume_must_answer_every_open_interrupt(store: Store) -> None:
     interrupts = [Interrupt(id="i1", reason="a"), Interrupt(id="i2", reason="b")]
-    await store.run([rs(), *text("m1", "?"), rf(outcome=RunFinishedInterruptOutcome(interrupts=interrupts))])
+    await store.run(
+        [rs(), *text("m1", "?"), rf(outcome=RunFinishedInterruptOutcome(interrupts=interrupts))]
+    )
     events, _ = await store.run(
         [rs("r2"), rf("r2")],
         run_input(resume=[ResumeEntry(interrupt_id="i1", status="resolved")], run="r2"),
@@ -949,7 +971,8 @@ async def test_cancelled_outcome_marks_records_interrupted(store: Store) -> None
     await store.run([rs(), tms("m1"), tmc("m1", "x"), rf(outcome=RunFinishedCancelledOutcome())])
     stored = (await store.history())[1]
     assert stored.status == "interrupted"
-    assert stored.run_outcome is not None and stored.run_outcome["type"] == "cancelled"
+    assert stored.run_outcome is not None
+    assert stored.run_outcome["type"] == "cancelled"
 
 
 async def test_usage_is_stored_with_the_outcome(store: Store) -> None:
@@ -986,7 +1009,9 @@ async def test_activity_snapshots_are_stored_and_echoes_accepted(store: Store) -
     await store.run(
         [
             rs(),
-            ActivitySnapshotEvent(message_id="a1", activity_type="progress", content={"pct": 10, "steps": []}),
+            ActivitySnapshotEvent(
+                message_id="a1", activity_type="progress", content={"pct": 10, "steps": []}
+            ),
             ActivityDeltaEvent(
                 message_id="a1",
                 activity_type="progress",
@@ -1001,7 +1026,11 @@ async def test_activity_snapshots_are_stored_and_echoes_accepted(store: Store) -
     )
     stored = await store.history()
     activity = stored[1]
-    assert (activity.role, activity.agui_id, activity.activity_type) == ("activity", "a1", "progress")
+    assert (activity.role, activity.agui_id, activity.activity_type) == (
+        "activity",
+        "a1",
+        "progress",
+    )
     assert activity.activity_content == {"pct": 50, "steps": ["fetch"]}
     _, inner = await store.run(
         [rs("r2"), rf("r2")], run_input(UserMessage(id="u2", content="?"), run="r2")

@@ -99,7 +99,8 @@ def test_s84_4_unanswered_call_replays_as_no_result_not_a_fabricated_success() -
     assert isinstance(result, ToolMessage)
     assert result.id == "tc9"
     assert "Completed" not in str(result.content)
-    assert result.error is not None and "No result was recorded" in result.error
+    assert result.error is not None
+    assert "No result was recorded" in result.error
     assert "interrupted" in result.error
 
 
@@ -134,7 +135,8 @@ def test_content_parts_and_encrypted_values_replay_losslessly() -> None:
     assert isinstance(user, UserMessage)
     assert [p.model_dump(by_alias=True, exclude_none=True) for p in user.content] == parts  # type: ignore[union-attr]
     assistant, result = replayed[1], replayed[2]
-    assert isinstance(assistant, AssistantMessage) and isinstance(result, ToolMessage)
+    assert isinstance(assistant, AssistantMessage)
+    assert isinstance(result, ToolMessage)
     assert assistant.encrypted_value == "msg"
     assert assistant.content is None
     assert assistant.tool_calls is not None
@@ -154,7 +156,10 @@ def test_invalid_stored_parts_fall_back_to_the_flattened_text() -> None:
 
 def test_empty_records_are_left_out_and_uuid_ids_fill_gaps() -> None:
     anonymous = _message(
-        1, role="assistant", content="hi", reasonings=[Reasoning(content=""), Reasoning(content="t")]
+        1,
+        role="assistant",
+        content="hi",
+        reasonings=[Reasoning(content=""), Reasoning(content="t")],
     )
     empty = _message(2, role="assistant", content="")
     replayed = translate_messages([anonymous, empty])
@@ -239,9 +244,11 @@ async def test_s84_1_pydantic_ai_sees_the_whole_replayed_history() -> None:
     assert isinstance(responses[0].parts[0], ThinkingPart)
     assert responses[0].parts[0].id == "x"  # the encrypted metadata came back
     call = responses[0].parts[2]
-    assert isinstance(call, ToolCallPart) and call.tool_call_id == "tc1"
+    assert isinstance(call, ToolCallPart)
+    assert call.tool_call_id == "tc1"
     ret = requests[1].parts[0]
-    assert isinstance(ret, ToolReturnPart) and ret.content == "18C"
+    assert isinstance(ret, ToolReturnPart)
+    assert ret.content == "18C"
 
 
 async def test_pydantic_ai_accepts_an_unanswered_call_as_a_failed_return() -> None:
