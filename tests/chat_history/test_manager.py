@@ -579,14 +579,26 @@ async def test_cancel_before_the_producer_started_still_opens_and_closes_the_str
         built.append(ScriptedAgent(plain_answer()))
         return built[-1]
 
-    async with StreamPersistenceManager(factory) as manager:
+    observer = RecordingObserver()
+    async with StreamPersistenceManager(factory, observer=observer) as manager:
         handle = await manager.run(make_input())
         assert handle.cancel() is True
+        assert handle.cancel() is False
         await handle.wait()
         events = await collect(handle)
     assert types(events) == [EventType.RUN_STARTED, EventType.RUN_FINISHED]
     assert built == []
     assert handle.status == "interrupted"
+    assert observer.done == [handle]  # the run's end is reported like any other
+
+
+async def test_a_producer_cancelled_from_outside_before_its_start_still_closes_its_log() -> None:
+    async with manager_for(ScriptedAgent(plain_answer())) as manager:
+        handle = await manager.run(make_input())
+        handle._task.cancel()  # e.g. the event loop shutting down
+        await handle.wait()
+        assert types(await collect(handle)) == [EventType.RUN_STARTED, EventType.RUN_FINISHED]
+        assert manager.get(T, R) is handle
 
 
 async def test_s25_a_second_cancel_cannot_abort_finalization() -> None:
