@@ -9,8 +9,11 @@ from uuid import UUID, uuid4
 
 import httpx
 import pytest
+from ag_ui.core import RunAgentInput, UserMessage
 
+from bench.chat_history_requests import _Script, measure, tool_call_answer
 from django_pydantic_agent.chat_history import (
+    AGUIStorageAgent,
     Chat,
     ChatCreate,
     ChatRepositoryLike,
@@ -22,6 +25,7 @@ from django_pydantic_agent.chat_history import (
     MessageToolCallCreate,
     MessageToolCallUpdate,
     MessageUpdate,
+    ToolCall,
     chat_deduplication_key,
     participant_id,
 )
@@ -668,3 +672,72 @@ async def test_content_over_the_service_limit_is_capped_and_errored(service: Ser
     assert stored.content == long + "y" * 10  # the first 100 000 characters, no repeat
     assert (stored.status, stored.in_progress) == ("errored", False)
     assert "100,000-character limit" in (stored.error or "")
+
+
+async def test_returned_records_are_detached_from_the_cache(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    message = await messages.create_message(_text(chat, "kept"))
+    message.content = "changed by the caller"
+    [listed] = await messages.get_chat_messages(chat.chat_uuid)
+    listed.tool_calls.append(listed.tool_calls[0] if listed.tool_calls else ToolCall())
+    copied = listed.model_copy(deep=True)  # never copies the HTTP client behind the session
+    assert copied.content == "kept"
+    service.reset()
+    [again] = await messages.get_chat_messages(chat.chat_uuid)
+    assert (again.content, again.tool_calls) == ("kept", [])
+
+
+# Through the real storage agent -----------------------------------------------------------------
+
+
+async def test_request_budget_through_the_storage_agent(live_server: Any) -> None:
+    rows = await measure(f"{live_server.url}/api/v2", turns=50)
+    by_name = {row.scenario.split(" (")[0]: row for row in rows}
+    for row in rows:
+        assert row.within_budget, row.row()
+    new_thread = by_name["new thread, one user message, a 50-delta answer"]
+    assert new_thread.requests <= 5
+    assert ("GET", "event-list") not in new_thread.by_route  # a new chat is never listed
+    assert by_name["one tool call and a 20-delta answer"].requests <= 7
+    assert by_name["a reasoning block and a 20-delta answer"].requests <= 5
+    turn_50 = by_name["turn 50 of a thread"]
+    assert turn_50.requests <= 6
+    assert turn_50.response_kb <= 32
+    assert turn_50.by_route[("GET", "event-list")] == 1  # the lastN=1 check, no listing
+    cold = by_name["turn 51 on a cold worker"]
+    assert cold.by_route[("GET", "event-list")] == 2  # 101 messages: two pages, once
+
+
+async def test_storage_agent_runs_are_stored_intact(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    agent = AGUIStorageAgent(
+        "assistant",
+        USER,
+        chats,
+        messages,
+        _Script(tool_call_answer("t1", "r1")),
+    )
+    inbound = RunAgentInput(
+        thread_id="t1",
+        run_id="r1",
+        messages=[UserMessage(id="u1", content="Weather?")],
+        tools=[],
+        context=[],
+        state={},
+        forwarded_props={},
+    )
+    async for _ in agent.run(inbound):
+        pass
+    chat = await chats.get_chat_by_thread_id(USER, "t1")
+    assert chat is not None
+    _, cold, _ = service.repositories()
+    stored = await cold.get_chat_messages(chat.chat_uuid)
+    assert [(m.role, m.agui_id, m.status) for m in stored] == [
+        ("user", "u1", "complete"),
+        ("assistant", "m1", "complete"),
+        ("assistant", "m2", "complete"),
+    ]
+    [call] = stored[1].tool_calls
+    assert (call.tool_call_id, call.arguments, call.content) == ("c1", '{"city": "Paris"}', "sunny")
+    assert stored[2].content == "".join(f"word{i} " for i in range(20))
