@@ -54,7 +54,8 @@ def test_record_defaults() -> None:
         "active",
         True,
     )
-    assert message.tool_calls == [] and message.reasonings == []
+    assert message.tool_calls == []
+    assert message.reasonings == []
     assert (message.run_id, message.run_outcome, message.content_parts) == (None, None, None)
     call = ToolCall()
     assert (call.role, call.name, call.arguments, call.content, call.has_result) == (
@@ -93,7 +94,9 @@ def test_nested_codec_applies_to_json_dumps_and_wire_validation_only() -> None:
     back = ToolCall.model_validate(dumped, context=WIRE_CONTEXT)
     assert (back.arguments, back.content) == ("", PLACEHOLDER)
     step = Reasoning(content="")
-    assert Reasoning.model_validate(step.model_dump(mode="json"), context=WIRE_CONTEXT).content == ""
+    assert (
+        Reasoning.model_validate(step.model_dump(mode="json"), context=WIRE_CONTEXT).content == ""
+    )
     assert ToolCall.model_validate({"content": None}).content == ""
 
 

@@ -169,7 +169,8 @@ async def test_nested_tool_calls_and_reasonings_round_trip(
         "opaque",
     )
     found = await message_repo.get_tool_call_by_agui_id(message.message_uuid, "tc1")
-    assert found is not None and found.uuid == call.uuid
+    assert found is not None
+    assert found.uuid == call.uuid
     assert (await message_repo.get_message_by_agui_id(chat.chat_uuid, "m1")) is not None
     assert await message_repo.get_message_by_agui_id(chat.chat_uuid, "nope") is None
 
@@ -183,7 +184,8 @@ async def test_returned_records_are_copies(
     )
     message.content = "changed locally"
     stored = await message_repo.get_message(message.message_uuid)
-    assert stored is not None and stored.content == "kept"
+    assert stored is not None
+    assert stored.content == "kept"
 
 
 async def test_an_empty_update_writes_nothing(
@@ -206,7 +208,8 @@ async def test_delta_update_is_idempotent_and_refuses_a_gap(
     delta = MessageUpdate(content_delta=" world", content_offset=5)
     await message_repo.update_message(message.message_uuid, delta)
     again = await message_repo.update_message(message.message_uuid, delta)
-    assert again is not None and again.content == "Hello world"
+    assert again is not None
+    assert again.content == "Hello world"
     with pytest.raises(ValueError, match="offset 50"):
         await message_repo.update_message(
             message.message_uuid, MessageUpdate(content_delta="!", content_offset=50)
@@ -220,18 +223,23 @@ async def test_transaction_applies_all_or_nothing(
     message = await message_repo.create_message(
         MessageCreate(chat_uuid=chat.chat_uuid, content="a")
     )
-    with pytest.raises(RuntimeError, match="boom"):
+
+    async def failing_batch() -> None:
         async with message_repo.transaction():
             await message_repo.update_message(message.message_uuid, MessageUpdate(content="b"))
             async with message_repo.transaction():  # nested blocks join the outer one
                 await message_repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
             raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await failing_batch()
     listed = await message_repo.get_chat_messages(chat.chat_uuid)
     assert [m.content for m in listed] == ["a"]
     async with message_repo.transaction():
         await message_repo.update_message(message.message_uuid, MessageUpdate(content="c"))
     stored = await message_repo.get_message(message.message_uuid)
-    assert stored is not None and stored.content == "c"
+    assert stored is not None
+    assert stored.content == "c"
 
 
 class TaggedToolCall(ToolCall):
@@ -251,7 +259,8 @@ async def test_subclass_fields_reach_storage_through_dto_extras(
     message = await repo.create_message(
         MessageCreate(chat_uuid=chat.chat_uuid, finished_at="early")  # type: ignore[call-arg]
     )
-    assert isinstance(message, TaggedMessage) and message.finished_at == "early"
+    assert isinstance(message, TaggedMessage)
+    assert message.finished_at == "early"
     await repo.update_message(
         message.message_uuid,
         MessageUpdate(finished_at="2026-12-01", undeclared="dropped"),  # type: ignore[call-arg]
@@ -263,4 +272,5 @@ async def test_subclass_fields_reach_storage_through_dto_extras(
     call = await repo.create_message_tool_call(
         MessageToolCallCreate(message_uuid=message.message_uuid, team="research")  # type: ignore[call-arg]
     )
-    assert isinstance(call, TaggedToolCall) and call.team == "research"
+    assert isinstance(call, TaggedToolCall)
+    assert call.team == "research"
