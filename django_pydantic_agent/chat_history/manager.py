@@ -35,6 +35,7 @@ from ag_ui.core import (
 )
 
 from django_pydantic_agent.chat_history.errors import ChatHistoryError, ErrorCodes
+from django_pydantic_agent.chat_history.storage_agent import CRASH_TEXT, INCOMPLETE_STREAM_TEXT
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +45,6 @@ _RunKey: TypeAlias = tuple[str, str]
 RunStatus: TypeAlias = Literal["running", "complete", "interrupt", "interrupted", "errored"]
 CancelEvent: TypeAlias = Literal["auto", "run_finished", "run_error"]
 
-INTERNAL_ERROR_MESSAGE = "The agent failed; the error was logged."
-INCOMPLETE_STREAM_MESSAGE = "The agent's stream ended without a terminal event."
 CANCELLED_MESSAGE = "The run was cancelled."
 CANCELLED_CODE = "CANCELLED"
 
@@ -473,7 +472,7 @@ class StreamPersistenceManager(Generic[_P]):
                 logger.exception(
                     "Agent run %r on thread %r failed.", handle.run_id, handle.thread_id
                 )
-                handle._close_errored(INTERNAL_ERROR_MESSAGE)
+                handle._close_errored(CRASH_TEXT)
             else:
                 logger.exception(
                     "Agent run %r on thread %r failed after its terminal event.",
@@ -487,7 +486,7 @@ class StreamPersistenceManager(Generic[_P]):
                     handle.run_id,
                     handle.thread_id,
                 )
-                handle._close_errored(INCOMPLETE_STREAM_MESSAGE)
+                handle._close_errored(INCOMPLETE_STREAM_TEXT)
         finally:
             if heartbeat is not None:
                 heartbeat.cancel()
