@@ -273,8 +273,10 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             run_id=state.run_id,
         )
 
-    def build_user_message_create(self, chat: Chat, message: UserMessage) -> MessageCreate:
-        """Build the DTO that stores an accepted inbound user message."""
+    def build_user_message_create(
+        self, chat: Chat, message: UserMessage, run_id: str
+    ) -> MessageCreate:
+        """Build the DTO that stores an accepted inbound user message of run ``run_id``."""
         return MessageCreate(
             agui_id=message.id,
             role=Role.USER.value,
@@ -286,6 +288,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             status=COMPLETE,
             timestamp=datetime.now(UTC),
             encrypted_value=message.encrypted_value,
+            run_id=run_id,
         )
 
     def build_tool_call_create(
@@ -455,7 +458,9 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                         updated_carrier.tool_calls = base.tool_calls
                     replaced[carrier.message_uuid] = updated_carrier
             created = [
-                await self.message_repo.create_message(self.build_user_message_create(chat, m))
+                await self.message_repo.create_message(
+                    self.build_user_message_create(chat, m, input.run_id)
+                )
                 for m in plan.users
             ]
         history = [replaced.get(m.message_uuid, m) for m in history] + created

@@ -115,6 +115,7 @@ async def test_s1_plain_text_new_thread(store: Store) -> None:
         "",
     )
     assert (stored[1].name, stored[1].step, stored[1].run_id) == ("assistant", None, "r1")
+    assert stored[0].run_id == "r1"  # the run the user message started
     assert [(m.role, m.id) for m in inner.seen[0].messages] == [("user", "u1")]
     # One write per message: the agent message is created complete, with its content.
     assert [op for op, _ in store.messages.writes] == ["create_message", "create_message"]
