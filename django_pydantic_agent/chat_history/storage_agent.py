@@ -114,6 +114,7 @@ ERRORED = MessageStatus.ERRORED.value
 
 _NIL = UUID(int=0)
 _STOP: Final = object()
+_YIELD_AT: Final = 64
 _THINKING = (  # ag-ui 0.1.x only; registered when the installed ag-ui still has them
     "ThinkingStartEvent",
     "ThinkingEndEvent",
@@ -364,6 +365,12 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                     elif isinstance(event, RunFinishedEvent | RunErrorEvent):
                         state.terminal_seen = True
                     self._enqueue(queue, state, event)
+                    # An inner agent that never awaits would starve the consumer: give it a
+                    # few loop turns (a store that is slow costs only these turns, never a wait).
+                    for _ in range(4):
+                        if queue.qsize() <= _YIELD_AT:
+                            break
+                        await asyncio.sleep(0)
                     yield event
             if not state.terminal_seen:
                 if not started:
@@ -558,7 +565,9 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                 )
             if state.flush_now:
                 await self._flush(state)
-            elif state.flush_due is None and state.dirty():
+            elif state.flush_due is None:
+                # Armed after any event; a flush with nothing to write costs no request, and
+                # checking for changes once per interval (not per event) keeps long runs linear.
                 state.flush_due = loop.time() + self.flush_interval
 
     def _event_time(self, event: BaseEvent) -> datetime:
