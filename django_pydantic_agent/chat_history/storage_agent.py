@@ -349,7 +349,11 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             return
         inner_input = input.model_copy(update={"messages": self.translate(history)})
         state = StorageState(
-            run_id=input.run_id, thread_id=input.thread_id, chat=chat, history=history
+            run_id=input.run_id,
+            thread_id=input.thread_id,
+            chat=chat,
+            history=history,
+            resumed=bool(input.resume),
         )
         queue: asyncio.Queue[Any] = asyncio.Queue()
         consumer = asyncio.create_task(self._consume(queue, state, chat))
@@ -525,11 +529,12 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         if cause in ("cancelled", "abandoned"):
             self._terminate(state, INTERRUPTED, None, None)
             if state.outcome is None:
-                self._set_outcome(state, {"type": "cancelled"}, force=False)
+                self._set_outcome(state, {"type": "cancelled"}, force=state.resumed)
         elif cause == "crashed":
             self._terminate(state, ERRORED, CRASH_TEXT, None)
             if state.outcome is None:
-                self._set_outcome(state, {"type": "error", "message": CRASH_TEXT}, force=False)
+                outcome = {"type": "error", "message": CRASH_TEXT}
+                self._set_outcome(state, outcome, force=state.resumed)
         elif state.dropped:
             self._terminate(state, ERRORED, DROPPED_TEXT, None)
         for attempt in range(3):
