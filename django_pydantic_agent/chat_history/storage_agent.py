@@ -425,6 +425,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         chat = await self.chat_repo.get_chat_by_thread_id(self.user_id, input.thread_id)
         history = list(await self.message_repo.get_chat_messages(chat.chat_uuid)) if chat else []
         plan = plan_inbound(input, history)
+        existed = chat is not None
         if chat is None:
             first = input.messages[0].content if input.messages else None
             chat = await self.chat_repo.create_chat(
@@ -469,13 +470,26 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                     if base is not None:
                         updated_carrier.tool_calls = base.tool_calls
                     replaced[carrier.message_uuid] = updated_carrier
-            created = [
-                await self.message_repo.create_message(
-                    self.build_user_message_create(chat, m, input.run_id)
+            created: list[Message] = []
+            for inbound in plan.users:
+                if existed:
+                    # Get-or-create: a double-submitted request validated against the same
+                    # history must not store the message twice (atomic on stores whose
+                    # transaction() serializes writers; a cheap cached read elsewhere).
+                    twin = await self.message_repo.get_message_by_agui_id(
+                        chat.chat_uuid, inbound.id
+                    )
+                    if twin is not None and twin.role == Role.USER.value:
+                        created.append(twin)
+                        continue
+                created.append(
+                    await self.message_repo.create_message(
+                        self.build_user_message_create(chat, inbound, input.run_id)
+                    )
                 )
-                for m in plan.users
-            ]
-        history = [replaced.get(m.message_uuid, m) for m in history] + created
+        known = {m.message_uuid for m in history}
+        fresh = [m for m in created if m.message_uuid not in known]
+        history = [replaced.get(m.message_uuid, m) for m in history] + fresh
         return chat, history
 
     async def _finish_shielded(
