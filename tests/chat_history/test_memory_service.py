@@ -960,3 +960,16 @@ async def test_a_write_after_someone_elses_is_not_mistaken_for_a_fresh_cache(
     await messages.create_message(_text(chat, "three"))  # its sequence id skips "two"
     seen = await messages.get_chat_messages(chat.chat_uuid)
     assert [m.content for m in seen] == ["one", "two", "three"]
+
+
+async def test_a_transaction_over_200_messages_sends_batches_of_200(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    service.reset()
+    async with messages.transaction():
+        for i in range(250):
+            await messages.create_message(_text(chat, f"m{i}"))
+    assert request_counter.snapshot() == {("POST", "event-batch"): 2}
+    stored = await service.repositories()[1].get_chat_messages(chat.chat_uuid)
+    assert [m.content for m in stored] == [f"m{i}" for i in range(250)]
+    assert [m.sequence_id for m in stored] == list(range(1, 251))
