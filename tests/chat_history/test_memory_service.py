@@ -836,9 +836,10 @@ async def test_reference_children_are_located_and_get_locators(service: Service)
     call = await messages.create_message_tool_call(
         MessageToolCallCreate(message_uuid=ref_message.message_uuid, tool_call_id="c1")
     )
-    step = await messages.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=ref_message.message_uuid)
-    )
+    async with messages.transaction():  # locators of a batch are written after it
+        step = await messages.create_message_reasoning(
+            MessageReasoningCreate(message_uuid=ref_message.message_uuid)
+        )
     for kind, uuid in (("tool_call", call.uuid), ("reasoning", step.uuid)):
         locator = await EntityLocator.get(service.space, locator_key=f"{kind}:{uuid}")
         assert (locator.chat_uuid, locator.message_uuid) == (

@@ -69,6 +69,7 @@ class _Pending:
 class _Batch:
     owner: MessageRepository
     chats: dict[UUID, tuple[ChatState, dict[UUID, _Pending]]] = field(default_factory=dict)
+    children: list[tuple[ChatState, LocatorKind, UUID, UUID]] = field(default_factory=list)
 
     def pending(self, state: ChatState) -> dict[UUID, _Pending]:
         entry = self.chats.get(state.chat.chat_uuid)
@@ -148,6 +149,8 @@ class MessageRepository:
                     await self._events.patch(state, changed)
             for message in created:
                 await self._put_locators(state, message)
+        for state, kind, uuid, parent in batch.children:
+            await self._put_child_locator(state, kind, uuid, parent)
 
     async def _put_locators(self, state: ChatState, message: Message) -> None:
         """Reference-style locators, only for a chat the reference created (uuid4 ids)."""
@@ -333,8 +336,11 @@ class MessageRepository:
                 records.append(record.model_copy(deep=True))
 
         updated = await self._mutate(state, message, append)
-        if self._batch() is None:
+        batch = self._batch()
+        if batch is None:
             await self._put_child_locator(state, kind, record.uuid, parent_uuid)
+        else:
+            batch.children.append((state, kind, record.uuid, parent_uuid))
         self._registry.remember_entity(record.uuid, state.chat.chat_uuid)
         stored = next((r for r in getattr(updated, attribute) if r.uuid == record.uuid), record)
         return stored.model_copy(deep=True)
