@@ -100,7 +100,7 @@ class MessageRepository:
         *,
         message_class: type[Message] = Message,
     ) -> None:
-        if registry.space is not space:
+        if registry.space.id != space.id:
             raise ValueError(
                 "MessageRepository got a registry of another memory space; pass the "
                 "ChatSessionRegistry built on the same DRMemorySpace."
@@ -117,10 +117,10 @@ class MessageRepository:
     async def transaction(self) -> AsyncIterator[None]:
         """Scope a batch of writes, sent when the block exits without an exception.
 
-        Reads inside see the pending writes. A nested call joins the open batch. If the block
-        raises, nothing is sent. Per chat the batch is one POST then one PATCH: both or
-        neither fail on validation, but a failure of the PATCH after a successful POST leaves
-        the new messages stored.
+        Reads inside see the pending writes; a nested call joins the open batch; if the block
+        raises, nothing is sent. Per chat the batch is one POST, then one PATCH, each atomic:
+        if the PATCH fails after the POST succeeded, the error is raised and the new messages
+        stay stored (a caller that retries re-reads the chat first).
         """
         current = _BATCH.get()
         if current is not None and current.owner is self:
