@@ -469,7 +469,8 @@ class MessageRepository:
             async with state.lock:
                 if newest.sequence_id == state.max_seq:
                     self._events.absorb(state, newest)
-        view = self._view(state) if self._batch() is not None else []
-        if view and (newest is None or view[-1].sequence_id < 0):
-            return view[-1]
+        batch = self._batch()
+        if batch is not None and state.chat.chat_uuid in batch.chats:
+            view = self._view(state)  # this task's pending writes win
+            return view[-1] if view else newest
         return newest
