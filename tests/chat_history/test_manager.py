@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
+from uuid import UUID
 
 import pytest
 from ag_ui.core import (
@@ -32,16 +33,29 @@ from ag_ui.core import (
 from ag_ui.core.types import Interrupt
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 
+from django_pydantic_agent.chat_history import (
+    AGUIStorageAgent,
+    Chat,
+    InMemoryChatRepository,
+    InMemoryMessageRepository,
+    Message,
+    MessageUpdate,
+)
 from django_pydantic_agent.chat_history.manager import (
     CANCELLED_MESSAGE,
-    INCOMPLETE_STREAM_MESSAGE,
-    INTERNAL_ERROR_MESSAGE,
     RunHandle,
     RunLogTruncatedError,
     RunObserver,
     SequencedEvent,
     StreamPersistenceManager,
 )
+from django_pydantic_agent.chat_history.storage_agent import (
+    CRASH_TEXT,
+    INCOMPLETE_STREAM_TEXT,
+    AGUIAgent,
+)
+from tests.chat_history import scripted
+from tests.chat_history.conftest import USER
 
 T, R = "t1", "r1"
 
@@ -410,7 +424,7 @@ async def test_s21_a_raw_crash_becomes_a_sanitised_internal_error(
     ]
     error = events[-1]
     assert isinstance(error, RunErrorEvent)
-    assert (error.code, error.message) == ("INTERNAL_ERROR", INTERNAL_ERROR_MESSAGE)
+    assert (error.code, error.message) == ("INTERNAL_ERROR", CRASH_TEXT)
     assert "kaput" not in error.model_dump_json()
     assert handle.status == "errored"
     assert agent.finalized == "errored"
@@ -432,7 +446,7 @@ async def test_a_failing_factory_still_gives_run_started_then_run_error() -> Non
     assert isinstance(started, RunStartedEvent)
     assert (started.thread_id, started.run_id) == (T, R)
     assert isinstance(events[1], RunErrorEvent)
-    assert events[1].message == INTERNAL_ERROR_MESSAGE
+    assert events[1].message == CRASH_TEXT
     assert all(event.timestamp for event in events)
 
 
@@ -455,7 +469,7 @@ async def test_a_stream_that_ends_without_a_terminal_event_gets_a_run_error() ->
         handle = await manager.run(make_input())
         events = await collect(handle)
     assert isinstance(events[-1], RunErrorEvent)
-    assert events[-1].message == INCOMPLETE_STREAM_MESSAGE
+    assert events[-1].message == INCOMPLETE_STREAM_TEXT
     assert events[-1].code == "INTERNAL_ERROR"
     assert handle.status == "errored"
 
@@ -565,14 +579,26 @@ async def test_cancel_before_the_producer_started_still_opens_and_closes_the_str
         built.append(ScriptedAgent(plain_answer()))
         return built[-1]
 
-    async with StreamPersistenceManager(factory) as manager:
+    observer = RecordingObserver()
+    async with StreamPersistenceManager(factory, observer=observer) as manager:
         handle = await manager.run(make_input())
         assert handle.cancel() is True
+        assert handle.cancel() is False
         await handle.wait()
         events = await collect(handle)
     assert types(events) == [EventType.RUN_STARTED, EventType.RUN_FINISHED]
     assert built == []
     assert handle.status == "interrupted"
+    assert observer.done == [handle]  # the run's end is reported like any other
+
+
+async def test_a_producer_cancelled_from_outside_before_its_start_still_closes_its_log() -> None:
+    async with manager_for(ScriptedAgent(plain_answer())) as manager:
+        handle = await manager.run(make_input())
+        handle._task.cancel()  # e.g. the event loop shutting down
+        await handle.wait()
+        assert types(await collect(handle)) == [EventType.RUN_STARTED, EventType.RUN_FINISHED]
+        assert manager.get(T, R) is handle
 
 
 async def test_s25_a_second_cancel_cannot_abort_finalization() -> None:
@@ -681,11 +707,11 @@ async def test_a_key_past_retention_starts_a_new_run_the_old_handle_cannot_distu
 
 
 async def test_finished_runs_are_forgotten_after_the_retention_window() -> None:
-    async with manager_for(ScriptedAgent(plain_answer()), finished_run_retention=0.02) as manager:
+    async with manager_for(ScriptedAgent(plain_answer()), finished_run_retention=0.5) as manager:
         handle = await manager.run(make_input())
         await handle.wait()
         assert manager.get(T, R) is handle
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(0.55)
         assert manager.get(T, R) is None
 
 
@@ -951,3 +977,233 @@ async def test_a_handle_describes_itself() -> None:
         assert repr(handle) == "<RunHandle thread_id='t1' run_id='r1' running>"
         assert handle.terminal_event is None
         handle.cancel()
+
+
+# -- with the real AGUIStorageAgent over the in-memory repositories ---------------------------
+
+
+class GatedRepository(InMemoryMessageRepository):
+    """Message writes wait for ``gate`` once ``armed`` (a store that stalls); ``delay`` slows
+    every write down."""
+
+    def __init__(self, chats: InMemoryChatRepository) -> None:
+        super().__init__(chats)
+        self.armed = False
+        self.gate = asyncio.Event()
+        self.blocked = asyncio.Event()
+        self.delay = 0.0
+
+    async def _stall(self) -> None:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.armed:
+            self.blocked.set()
+            await self.gate.wait()
+
+    async def create_message(self, message_data: Any) -> Message:
+        await self._stall()
+        return await super().create_message(message_data)
+
+    async def update_message(self, message_uuid: Any, update: MessageUpdate) -> Message | None:
+        await self._stall()
+        return await super().update_message(message_uuid, update)
+
+
+class StoredRuns:
+    """A storage agent per run over one in-memory store, run through a manager."""
+
+    def __init__(self, **agent_options: Any) -> None:
+        self.chats = InMemoryChatRepository()
+        self.messages = GatedRepository(self.chats)
+        self.agent_options = {"flush_interval": 30.0, **agent_options}
+        self.built = 0
+
+    def factory(self, inner: AGUIAgent) -> AGUIStorageAgent:
+        self.built += 1
+        return AGUIStorageAgent(
+            "assistant", USER, self.chats, self.messages, inner, **self.agent_options
+        )
+
+    def manager(self, **options: Any) -> StreamPersistenceManager[[AGUIAgent]]:
+        return StreamPersistenceManager(self.factory, **options)
+
+    async def history(self) -> list[tuple[Any, ...]]:
+        chat = await self.chats.get_chat_by_thread_id(USER, T)
+        assert chat is not None
+        return scripted.summary(await self.messages.get_chat_messages(chat.chat_uuid))
+
+
+def blocking(*events: BaseEvent) -> scripted.ScriptedAgent:
+    return scripted.ScriptedAgent([*events, lambda: asyncio.Event().wait()])
+
+
+PARTIAL = [scripted.rs(), scripted.tms("m1"), scripted.tmc("m1", "partial")]
+
+
+async def test_stored_s1_a_plain_run_ends_complete() -> None:
+    runs = StoredRuns()
+    script = [scripted.rs(), *scripted.text("m1", "Hi", " there"), scripted.rf()]
+    async with runs.manager() as manager:
+        handle = await manager.run(scripted.run_input(), scripted.ScriptedAgent(script))
+        assert await collect(handle) == script
+        await handle.wait()
+    assert await runs.history() == [
+        ("user", "u1", "Hello", "complete", False),
+        ("assistant", "m1", "Hi there", "complete", False),
+    ]
+
+
+async def test_stored_the_stream_closes_while_the_store_still_writes() -> None:
+    runs = StoredRuns()
+    script = [scripted.rs(), *scripted.text("m1", "Hi"), scripted.rf()]
+    async with runs.manager() as manager:
+        handle = await manager.run(scripted.run_input(), scripted.ScriptedAgent(script))
+        reader = handle.events()
+        assert (await anext(reader)).type == EventType.RUN_STARTED  # u1 is stored by now
+        runs.messages.armed = True  # from here on, the store stalls every write
+        rest = [event async for event in reader]
+        assert rest[-1].type == EventType.RUN_FINISHED  # the client's stream is closed...
+        await runs.messages.blocked.wait()
+        assert handle.finalizing  # ...while the answer is still being written
+        assert await runs.history() == [("user", "u1", "Hello", "complete", False)]
+        runs.messages.gate.set()
+        await handle.wait()
+    assert await runs.history() == [
+        ("user", "u1", "Hello", "complete", False),
+        ("assistant", "m1", "Hi", "complete", False),
+    ]
+
+
+async def test_stored_s21_a_raw_crash_ends_errored_with_a_sanitised_event(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runs = StoredRuns()
+    inner = scripted.ScriptedAgent([*PARTIAL, RuntimeError("kaput: secret")])
+    async with runs.manager() as manager:
+        handle = await manager.run(scripted.run_input(), inner)
+        events = await collect(handle)
+        await handle.wait()
+    assert types(events)[-1] == EventType.RUN_ERROR
+    assert isinstance(events[-1], RunErrorEvent)
+    assert (events[-1].code, events[-1].message) == ("INTERNAL_ERROR", CRASH_TEXT)
+    assert "secret" not in "".join(event.model_dump_json() for event in events)
+    stored = await runs.history()
+    assert stored[1] == ("assistant", "m1", "partial", "errored", False)
+    manager_logs = [r for r in caplog.records if r.name.endswith("chat_history.manager")]
+    assert len(manager_logs) == 1
+    assert manager_logs[0].exc_info is not None
+
+
+async def test_stored_s22_a_crash_after_the_terminal_event_keeps_the_records() -> None:
+    runs = StoredRuns()
+    script: list[Any] = [scripted.rs(), *scripted.text("m1", "ok"), scripted.rf()]
+    script.append(RuntimeError("late"))
+    async with runs.manager() as manager:
+        handle = await manager.run(scripted.run_input(), scripted.ScriptedAgent(script))
+        events = await collect(handle)
+        await handle.wait()
+    assert events == script[:-1]
+    assert (await runs.history())[1] == ("assistant", "m1", "ok", "complete", False)
+
+
+async def test_stored_s23_a_store_down_before_the_stream_gives_run_started_and_run_error() -> None:
+    class Down(InMemoryChatRepository):
+        async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
+            raise ConnectionError("store at 10.0.0.5 refused")
+
+    runs = StoredRuns()
+    runs.chats = Down()
+    async with runs.manager() as manager:
+        handle = await manager.run(scripted.run_input(), scripted.ScriptedAgent([]))
+        events = await collect(handle)
+    assert types(events) == [EventType.RUN_STARTED, EventType.RUN_ERROR]
+    assert "10.0.0.5" not in events[1].model_dump_json()
+
+
+async def test_stored_s24_cancel_ends_interrupted_with_run_finished_cancelled() -> None:
+    runs = StoredRuns()
+    async with runs.manager() as manager:
+        handle = await manager.run(scripted.run_input(protocol_version="1.0"), blocking(*PARTIAL))
+        reader = handle.events()
+        seen = [await anext(reader) for _ in range(3)]
+        assert manager.cancel(T, R) is True
+        seen += [event async for event in reader]
+        await handle.wait()
+        assert handle.cancel() is False
+    assert seen[:3] == PARTIAL
+    assert isinstance(seen[3], RunFinishedEvent)
+    assert isinstance(seen[3].outcome, RunFinishedCancelledOutcome)
+    assert len(seen) == 4
+    assert (await runs.history())[1] == ("assistant", "m1", "partial", "interrupted", False)
+
+
+async def test_stored_s25_a_second_cancel_during_finalization_still_ends_interrupted() -> None:
+    runs = StoredRuns()
+    async with runs.manager() as manager:
+        handle = await manager.run(scripted.run_input(), blocking(*PARTIAL))
+        reader = handle.events()
+        for _ in range(3):
+            await anext(reader)
+        runs.messages.armed = True
+        assert handle.cancel() is True
+        await runs.messages.blocked.wait()  # finalization is writing now
+        assert handle.cancel() is False
+        assert manager.cancel(T, R) is False
+        runs.messages.gate.set()
+        await handle.wait()
+        await reader.aclose()
+    assert (await runs.history())[1] == ("assistant", "m1", "partial", "interrupted", False)
+
+
+async def test_stored_s26_a_disconnected_client_leaves_the_run_to_complete() -> None:
+    runs = StoredRuns()
+    script = [scripted.rs(), *scripted.text("m1", "Hi", " there"), scripted.rf()]
+    async with runs.manager() as manager:
+        handle = await manager.run(scripted.run_input(), scripted.ScriptedAgent(script))
+        reader = handle.events()
+        await anext(reader)
+        await reader.aclose()
+        await handle.wait()
+    assert (await runs.history())[1] == ("assistant", "m1", "Hi there", "complete", False)
+
+
+async def test_stored_s36_a_backlog_overflow_forwards_everything_and_errors_the_records() -> None:
+    runs = StoredRuns(max_queue_size=2, minimal_chunk_to_persist=1)
+    script = [scripted.rs(), scripted.tms("m1")]
+    script += [scripted.tmc("m1", "x") for _ in range(30)]
+    script.append(scripted.rf())
+    async with runs.manager() as manager:
+        handle = await manager.run(scripted.run_input(), scripted.ScriptedAgent(script))
+        reader = handle.events()
+        await anext(reader)
+        runs.messages.armed = True  # the store stalls, so the persistence backlog fills up
+        rest = [event async for event in reader]
+        runs.messages.gate.set()
+        await handle.wait()
+    assert len(rest) == 32  # the forwarded stream is complete
+    assert (await runs.history())[1][3] == "errored"
+
+
+async def test_stored_s40_a_retried_post_attaches_and_stores_the_user_message_once() -> None:
+    runs = StoredRuns()
+    async with runs.manager() as manager:
+        first = await manager.run(scripted.run_input(), blocking(*PARTIAL))
+        await settle()
+        second = await manager.run(scripted.run_input(), blocking(*PARTIAL))
+        assert second is first
+        first.cancel()
+        await first.wait()
+    assert runs.built == 1
+    assert [row[:2] for row in await runs.history()] == [("user", "u1"), ("assistant", "m1")]
+
+
+async def test_stored_an_observer_cancel_ends_the_records_interrupted() -> None:
+    runs = StoredRuns()
+    observer = RecordingObserver(cancel_after=3)
+    async with runs.manager(observer=observer) as manager:
+        agui_1 = scripted.run_input(protocol_version="1.0")
+        handle = await manager.run(agui_1, blocking(*PARTIAL))
+        events = await collect(handle)
+        await handle.wait()
+    assert types(events)[-1] == EventType.RUN_FINISHED
+    assert (await runs.history())[1] == ("assistant", "m1", "partial", "interrupted", False)

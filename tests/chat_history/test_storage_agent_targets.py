@@ -558,3 +558,54 @@ async def test_s81_2_flushes_send_deltas_not_the_whole_text() -> None:
         (None, 0),  # TEXT_MESSAGE_END: the status alone
     ]
     assert messages.updates[-1].status == "complete"
+
+
+async def test_pydantic_ai_approval_interrupt_and_resume_round_trip() -> None:
+    from ag_ui.core import ResumeEntry
+    from pydantic_ai import DeferredToolRequests
+
+    store = Store()
+    deleted: list[str] = []
+
+    async def model(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        last = messages[-1]
+        if isinstance(last, ModelRequest) and isinstance(last.parts[-1], UserPromptPart):
+            yield {0: DeltaToolCall(name="delete_file", json_args='{"path": "a.txt"}')}
+        else:
+            yield "Deleted."
+
+    agent: Agent[None, Any] = Agent(
+        FunctionModel(stream_function=model), output_type=[str, DeferredToolRequests]
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(path: str) -> str:
+        deleted.append(path)
+        return f"{path} deleted"
+
+    inner = PydanticAIInner(agent)
+    events = await _collect(store.agent(inner), run_input(UserMessage(id="u1", content="rm a")))
+    finished = events[-1]
+    assert finished.type == "RUN_FINISHED"
+    interrupt = finished.outcome.interrupts[0]  # type: ignore[attr-defined]
+    stored = await store.history()
+    carrier = next(m for m in stored if m.run_outcome)
+    assert carrier.run_outcome is not None
+    assert carrier.run_outcome["type"] == "interrupt"
+    assert carrier.run_outcome["pending_tool_call_ids"] == [interrupt.tool_call_id]
+
+    # A run that ignores the interrupt is refused; the resume approves and the tool runs.
+    refused = await _collect(
+        store.agent(inner), run_input(UserMessage(id="u2", content="?"), run="r2")
+    )
+    assert [e.type.value for e in refused] == ["RUN_STARTED", "RUN_ERROR"]
+    resume = [ResumeEntry(interrupt_id=interrupt.id, status="resolved", payload={"approved": True})]
+    echo = UserMessage(id="u1", content="rm a")
+    events = await _collect(store.agent(inner), run_input(echo, resume=resume, run="r2"))
+    assert events[-1].type == "RUN_FINISHED", events[-1]
+    assert deleted == ["a.txt"]
+    calls = [c for m in await store.history() for c in m.tool_calls]
+    assert [(c.name, c.content, c.has_result) for c in calls] == [
+        ("delete_file", "a.txt deleted", True)
+    ]
+    assert (await store.history())[-1].content == "Deleted."
