@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -1014,3 +1015,22 @@ async def test_turns_under_random_faults_lose_and_duplicate_nothing(service: Ser
         (f"{kind}{n}", "complete") for n in range(1, 6) for kind in ("u", "m")
     ]
     assert {m.content for m in stored if m.role == "assistant"} == {expected_text}
+
+
+async def test_concurrent_tasks_on_one_repository_keep_every_write(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    target = await messages.create_message(_text(chat, "", role="assistant"))
+
+    async def writer(n: int) -> None:
+        async with messages.transaction():
+            await messages.create_message(_text(chat, f"task {n}", agui_id=f"t{n}"))
+            await messages.create_message_tool_call(
+                MessageToolCallCreate(message_uuid=target.message_uuid, tool_call_id=f"c{n}")
+            )
+
+    await asyncio.gather(*(writer(n) for n in range(4)))
+    _, cold, _ = service.repositories()
+    stored = await cold.get_chat_messages(chat.chat_uuid)
+    assert sorted(m.agui_id for m in stored[1:] if m.agui_id) == [f"t{n}" for n in range(4)]
+    assert sorted(c.tool_call_id for c in stored[0].tool_calls) == [f"c{n}" for n in range(4)]
