@@ -143,19 +143,11 @@ class MessageStatus(StrEnum):
     ERRORED = "errored"
 
 
-_TERMINAL = frozenset({MessageStatus.COMPLETE, MessageStatus.INTERRUPTED, MessageStatus.ERRORED})
-
-
 class _Nested(BaseModel):
     """Shared behaviour of the records nested in a message body."""
 
     # Unknown keys (written by a newer schema) are kept, so a whole-body rewrite keeps them too.
     model_config = ConfigDict(extra="allow")
-
-    @property
-    def is_terminal(self) -> bool:
-        """Whether the status is ``complete``, ``interrupted`` or ``errored``."""
-        return self.status in _TERMINAL  # type: ignore[attr-defined]
 
 
 class ToolCall(_Nested):
@@ -302,11 +294,6 @@ class Message(DREvent, session=Chat):
         if isinstance(value, str) and _is_wire(info):
             return decode_placeholder(value)
         return value
-
-    @property
-    def is_terminal(self) -> bool:
-        """Whether the status is ``complete``, ``interrupted`` or ``errored``."""
-        return self.status in _TERMINAL
 
     # The ORM path: encode on the way out, decode on the way in -----------------------------
 

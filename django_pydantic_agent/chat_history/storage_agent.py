@@ -126,11 +126,6 @@ _THINKING = {
 }
 
 
-def _type_name(event: BaseEvent) -> str:
-    kind = event.type
-    return str(getattr(kind, "value", kind))
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -442,11 +437,11 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                 )
                 if updated is not None:
                     owner = replaced.get(answer.message.message_uuid) or answer.message
-                    owner = owner.model_copy(deep=True)
-                    owner.tool_calls = [
-                        updated if c.uuid == updated.uuid else c for c in owner.tool_calls
-                    ]
-                    replaced[answer.message.message_uuid] = owner
+                    # Shallow: a stored record may hold its live session (and HTTP client).
+                    calls = [updated if c.uuid == updated.uuid else c for c in owner.tool_calls]
+                    replaced[answer.message.message_uuid] = owner.model_copy(
+                        update={"tool_calls": calls}
+                    )
             carrier = plan.resume_carrier
             if carrier is not None:
                 outcome = dict(carrier.run_outcome or {})
@@ -552,7 +547,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             except Exception:
                 logger.exception(
                     "Storing %s of run %r failed; the event is forwarded but not stored.",
-                    _type_name(item),
+                    type(item).__name__,
                     state.run_id,
                 )
             if state.flush_now:

@@ -8,12 +8,19 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 from uuid import UUID
 
-from pydantic import BaseModel
-
 from django_pydantic_agent.chat_history.keys import LocatorKind, emitter_for_role
+from django_pydantic_agent.chat_history.memory_service._events import (
+    MAX_CONTENT_LENGTH,
+    PAGE_SIZE,
+    EventStore,
+    Mutation,
+    apply_quietly,
+    clone,
+    export,
+)
 from django_pydantic_agent.chat_history.memory_service._ids import (
     is_own_chat_uuid,
     mint_child_uuid,
@@ -28,7 +35,6 @@ from django_pydantic_agent.chat_history.records import (
     MessageCreate,
     MessageReasoningCreate,
     MessageReasoningUpdate,
-    MessageStatus,
     MessageToolCallCreate,
     MessageToolCallUpdate,
     MessageUpdate,
@@ -40,29 +46,14 @@ from django_pydantic_agent.chat_history.records import (
 )
 from django_pydantic_agent.memory_service import (
     DRMemoryNotFoundError,
-    DRMemoryServiceError,
     DRMemorySpace,
-    DRMemoryVersionConflictError,
 )
 
 __all__ = ["MAX_CONTENT_LENGTH", "MessageRepository"]
 
 logger = logging.getLogger("django_pydantic_agent.chat_history")
 
-PAGE_SIZE: Final[int] = 100
-MAX_BATCH: Final[int] = 200
-PATCH_CONFLICT_ATTEMPTS: Final[int] = 3
-MAX_CONTENT_LENGTH: Final[int] = 100_000
-"""The Memory Service's limit on an event's ``content``, in characters."""
-CONTENT_LIMIT_ERROR: Final[str] = (
-    f"The message is longer than the Memory Service's {MAX_CONTENT_LENGTH:,}-character limit; "
-    f"only its first {MAX_CONTENT_LENGTH:,} characters are stored."
-)
 _CONCURRENT_TAILS: Final[int] = 8
-_EMITTER_FIELDS: Final[frozenset[str]] = frozenset({"emitter_type", "emitter_id"})
-
-R = TypeVar("R")
-Mutation = Callable[[Message], None]
 
 
 @dataclass(eq=False)
@@ -88,43 +79,6 @@ class _Batch:
 
 
 _BATCH: ContextVar[_Batch | None] = ContextVar("chat_history_memory_service_batch", default=None)
-
-
-def _clone(message: Message) -> Message:
-    """A copy whose nested records can be changed without touching ``message``."""
-    copy = message.model_copy()
-    copy.tool_calls = [call.model_copy(deep=True) for call in message.tool_calls]
-    copy.reasonings = [step.model_copy(deep=True) for step in message.reasonings]
-    return copy
-
-
-def _diff(old: Message, new: Message) -> dict[str, Any]:
-    """The body fields (and content) whose value differs between two copies of a message."""
-    return {
-        name: getattr(new, name)
-        for name in type(new).model_fields
-        if name not in _EMITTER_FIELDS and getattr(old, name) != getattr(new, name)
-    }
-
-
-def _cap(message: Message) -> None:
-    """Enforce the service's content limit: keep the first part and mark the record errored."""
-    if len(message.content) > MAX_CONTENT_LENGTH:
-        message.content = message.content[:MAX_CONTENT_LENGTH]
-        message.error = CONTENT_LIMIT_ERROR
-    if message.error == CONTENT_LIMIT_ERROR:
-        message.status = MessageStatus.ERRORED.value
-        message.in_progress = False
-
-
-def _body(message: Message) -> dict[str, Any]:
-    """``post`` keyword arguments recreating ``message``."""
-    values = {name: getattr(message, name) for name in type(message).model_fields}
-    return values
-
-
-def _chunks(items: Sequence[R], size: int) -> list[Sequence[R]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 class MessageRepository:
@@ -154,6 +108,7 @@ class MessageRepository:
         self._registry = registry
         self._retry = registry.retry
         self.message_class = message_class
+        self._events = EventStore(registry, message_class)
 
     # Transactions ------------------------------------------------------------------------------
 
@@ -188,184 +143,11 @@ class MessageRepository:
             changed = [(p.base, p.mutations) for p in pending.values() if p.base is not None]
             async with state.lock:
                 if created:
-                    await self._post(state, created)
+                    await self._events.post(state, created)
                 if changed:
-                    await self._patch(state, changed)
+                    await self._events.patch(state, changed)
             for message in created:
                 await self._put_locators(state, message)
-
-    # Wire operations (the caller holds ``state.lock``) ------------------------------------
-
-    def _absorb(self, state: ChatState, event: Message) -> None:
-        """Record a message-type event read from or written to the service."""
-        if event.sequence_id not in state.seqs:
-            state.seqs.append(event.sequence_id)
-            if len(state.seqs) > 1 and state.seqs[-2] > event.sequence_id:
-                state.seqs.sort()
-        state.saw(event)
-        if event.v != PAYLOAD_VERSION:
-            return
-        state.messages[event.message_uuid] = event
-        registry = self._registry
-        chat_uuid = state.chat.chat_uuid
-        registry.remember_entity(event.message_uuid, chat_uuid)
-        for call in event.tool_calls:
-            registry.remember_entity(call.uuid, chat_uuid)
-        for step in event.reasonings:
-            registry.remember_entity(step.uuid, chat_uuid)
-
-    async def _page(self, state: ChatState, offset: int) -> list[Message]:
-        chat = state.chat
-        return await self._retry.run(
-            lambda: self.message_class.list(chat, type="message", offset=offset, limit=PAGE_SIZE)
-        )
-
-    async def _list_all(self, state: ChatState) -> None:
-        """Read the whole chat (pages of 100) into the cache."""
-        events: list[Message] = []
-        while True:
-            page = await self._page(state, len(events))
-            events.extend(page)
-            if len(page) < PAGE_SIZE:
-                break
-        state.reset()
-        for event in events:
-            self._absorb(state, event)
-        state.listed = True
-
-    async def _refresh(self, state: ChatState) -> None:
-        """Bring a listed cache up to date: one ``lastN=1`` request when nothing changed."""
-        chat = state.chat
-        tail = await self._retry.run(lambda: self.message_class.last(chat, 1, type="message"))
-        if not tail:
-            if state.seqs:
-                await self._list_all(state)
-            return
-        last = tail[0]
-        if last.sequence_id == state.max_seq:
-            if last.created_at != state.max_token:
-                self._absorb(state, last)
-            return
-        if last.sequence_id < state.max_seq:
-            await self._list_all(state)
-            return
-        newer: list[Message] = []
-        while True:
-            page = await self._page(state, len(state.seqs) + len(newer))
-            newer.extend(page)
-            if len(page) < PAGE_SIZE:
-                break
-        if not newer or newer[0].sequence_id <= state.max_seq:
-            await self._list_all(state)  # events were deleted: offsets moved
-            return
-        for event in newer:
-            self._absorb(state, event)
-
-    async def _reread(self, state: ChatState, seqs: Sequence[int]) -> None:
-        """Re-read the events ``seqs`` (after a version conflict) from their offset on."""
-        first = min(seqs)
-        if first not in state.seqs:
-            await self._list_all(state)
-            return
-        offset = state.seqs.index(first)
-        events: list[Message] = []
-        while True:
-            page = await self._page(state, offset + len(events))
-            events.extend(page)
-            if len(page) < PAGE_SIZE:
-                break
-        if not events or events[0].sequence_id != first:
-            await self._list_all(state)
-            return
-        for event in events:
-            self._absorb(state, event)
-
-    async def _find_posted(self, state: ChatState, wanted: list[UUID]) -> list[Message] | None:
-        """After a create that may have been stored: the stored events, or ``None`` if not."""
-        chat = state.chat
-        tail = await self.message_class.last(chat, PAGE_SIZE, type="message")
-        found = {event.message_uuid: event for event in tail if event.message_uuid in wanted}
-        window_reaches_back = len(tail) < PAGE_SIZE or tail[0].sequence_id <= state.max_seq
-        if not found and not window_reaches_back:
-            offset = len(state.seqs)
-            while True:
-                page = await self.message_class.list(
-                    chat, type="message", offset=offset, limit=PAGE_SIZE
-                )
-                found.update((e.message_uuid, e) for e in page if e.message_uuid in wanted)
-                offset += len(page)
-                if len(page) < PAGE_SIZE:
-                    break
-        if not found:
-            return None
-        if len(found) != len(wanted):  # pragma: no cover - batch creates are atomic
-            raise DRMemoryServiceError(
-                f"Only {len(found)} of {len(wanted)} messages of an interrupted batch create "
-                f"are stored in chat {chat.chat_uuid}; re-read the chat before writing again."
-            )
-        return [found[uuid] for uuid in wanted]
-
-    async def _post(self, state: ChatState, messages: list[Message]) -> None:
-        """Create ``messages`` (batches of 200), never twice even when a response is lost."""
-        chat = state.chat
-        cls = self.message_class
-        for chunk in _chunks(messages, MAX_BATCH):
-            for message in chunk:
-                _cap(message)
-            wanted = [m.message_uuid for m in chunk]
-            items = [_body(m) for m in chunk]
-
-            async def operation(items: list[dict[str, Any]] = items) -> list[Message]:
-                if len(items) == 1:
-                    return [await cls.post(chat, **items[0])]
-                return await cls.post_batch(chat, items)
-
-            async def recheck(wanted: list[UUID] = wanted) -> list[Message] | None:
-                return await self._find_posted(state, wanted)
-
-            for event in await self._retry.run(operation, recheck=recheck):
-                self._absorb(state, event)
-
-    async def _patch(self, state: ChatState, changed: list[tuple[Message, list[Mutation]]]) -> None:
-        """Apply ``mutations`` to the committed messages: one PATCH (or batch) per attempt."""
-        chat = state.chat
-        cls = self.message_class
-        for attempt in range(PATCH_CONFLICT_ATTEMPTS):
-            updates: list[tuple[Message, dict[str, Any]]] = []
-            for base, mutations in changed:
-                work = _clone(base)
-                for mutation in mutations:
-                    mutation(work)
-                _cap(work)
-                changes = _diff(base, work)
-                if changes:
-                    changes.setdefault("content", work.content)
-                    updates.append((base, changes))
-            if not updates:
-                return
-            try:
-                for chunk in _chunks(updates, MAX_BATCH):
-
-                    async def send(chunk: Sequence[tuple[Message, dict[str, Any]]] = chunk) -> None:
-                        if len(chunk) == 1:
-                            event, changes = chunk[0]
-                            await event.patch(**changes)
-                        else:
-                            await cls.patch_batch(chat, chunk)
-
-                    await self._retry.run(send)
-                    for event, _ in chunk:
-                        state.saw(event)
-                return
-            except DRMemoryVersionConflictError:
-                if attempt == PATCH_CONFLICT_ATTEMPTS - 1:
-                    raise
-                await self._reread(state, [event.sequence_id for event, _ in updates])
-                changed = [
-                    (state.messages[base.message_uuid], mutations)
-                    for base, mutations in changed
-                    if base.message_uuid in state.messages
-                ]
 
     async def _put_locators(self, state: ChatState, message: Message) -> None:
         """Reference-style locators, only for a chat the reference created (uuid4 ids)."""
@@ -397,9 +179,9 @@ class MessageRepository:
         try:
             async with state.lock:
                 if not state.listed:
-                    await self._list_all(state)
+                    await self._events.list_all(state)
                 elif refresh:
-                    await self._refresh(state)
+                    await self._events.refresh(state)
         except DRMemoryNotFoundError:
             self._registry.unregister(chat_uuid)
             return None
@@ -445,7 +227,7 @@ class MessageRepository:
             entry = pending.get(message.message_uuid)
             if entry is None:
                 base = state.messages[message.message_uuid]
-                entry = _Pending(base=base, work=_clone(base))
+                entry = _Pending(base=base, work=clone(base))
                 pending[message.message_uuid] = entry
             mutation(entry.work)
             if entry.base is not None:
@@ -453,7 +235,7 @@ class MessageRepository:
             return entry.work
         base = state.messages[message.message_uuid]
         async with state.lock:
-            await self._patch(state, [(base, [mutation])])
+            await self._events.patch(state, [(base, [mutation])])
         return state.messages.get(message.message_uuid, base)
 
     async def create_message(self, message_data: MessageCreate) -> Message:
@@ -498,19 +280,19 @@ class MessageRepository:
         batch = self._batch()
         if batch is not None:
             batch.pending(state)[message.message_uuid] = _Pending(base=None, work=message)
-            return message
+            return export(message)
         try:
             async with state.lock:
                 if not state.listed:
-                    await self._list_all(state)
-                await self._post(state, [message])
+                    await self._events.list_all(state)
+                await self._events.post(state, [message])
         except DRMemoryNotFoundError:
             self._registry.unregister(chat_uuid)
             raise ValueError(
                 f"Chat {chat_uuid} was deleted; its messages cannot be written."
             ) from None
         await self._put_locators(state, message)
-        return state.messages[message.message_uuid]
+        return export(state.messages[message.message_uuid])
 
     async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
         """Patch a message's own fields (set, non-``None`` ones), or ``None`` if it is unknown."""
@@ -521,9 +303,9 @@ class MessageRepository:
             return None
         state, message = located
         if not update_fields(update):
-            return message
-        _apply_quietly(_clone(message), update)  # a bad delta raises ValueError now
-        return await self._mutate(state, message, lambda m: _apply_quietly(m, update))
+            return export(message)
+        apply_quietly(clone(message), update)  # a bad delta raises ValueError now
+        return export(await self._mutate(state, message, lambda m: apply_quietly(m, update)))
 
     async def _append(
         self,
@@ -554,7 +336,8 @@ class MessageRepository:
         if self._batch() is None:
             await self._put_child_locator(state, kind, record.uuid, parent_uuid)
         self._registry.remember_entity(record.uuid, state.chat.chat_uuid)
-        return next((r for r in getattr(updated, attribute) if r.uuid == record.uuid), record)
+        stored = next((r for r in getattr(updated, attribute) if r.uuid == record.uuid), record)
+        return stored.model_copy(deep=True)
 
     async def _update_child(
         self,
@@ -572,7 +355,7 @@ class MessageRepository:
         state, message = located
         current = next(r for r in getattr(message, attribute) if r.uuid == uuid)
         if not update_fields(update):
-            return current
+            return current.model_copy(deep=True)
         apply_update(current.model_copy(deep=True), update)  # a bad delta raises now
 
         def change(target: Message) -> None:
@@ -581,7 +364,8 @@ class MessageRepository:
                     apply_update(record, update)
 
         updated = await self._mutate(state, message, change)
-        return next((r for r in getattr(updated, attribute) if r.uuid == uuid), None)
+        stored = next((r for r in getattr(updated, attribute) if r.uuid == uuid), None)
+        return None if stored is None else stored.model_copy(deep=True)
 
     async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
         """Append a tool call to its parent message (``ValueError`` if the parent is missing)."""
@@ -614,14 +398,15 @@ class MessageRepository:
         located = await self._locate(
             message_uuid, "message", lambda m: m.message_uuid == message_uuid
         )
-        return None if located is None else located[1]
+        return None if located is None else export(located[1])
 
     async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
         """Return the first message (sequence order) with this AG-UI id in a chat, or ``None``."""
         state = await self._state(chat_uuid)
         if state is None:
             return None
-        return self._find(state, lambda m: m.agui_id == agui_id)
+        found = self._find(state, lambda m: m.agui_id == agui_id)
+        return None if found is None else export(found)
 
     async def get_tool_call_by_agui_id(self, message_uuid: UUID, agui_id: str) -> ToolCall | None:
         """Return a tool call by its AG-UI id within a message, or ``None``."""
@@ -642,7 +427,7 @@ class MessageRepository:
         refresh = state.listed and not state.current
         state.current = False
         state = await self._state(chat_uuid, refresh=refresh)
-        return [] if state is None else self._view(state)
+        return [] if state is None else [export(m) for m in self._view(state)]
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         """The newest message of each chat that has one: one ``lastN`` request per chat."""
@@ -654,7 +439,7 @@ class MessageRepository:
 
         found = await asyncio.gather(*(last(chat_uuid) for chat_uuid in chat_uuids))
         return {
-            chat_uuid: message
+            chat_uuid: export(message)
             for chat_uuid, message in zip(chat_uuids, found, strict=True)
             if message is not None
         }
@@ -677,23 +462,8 @@ class MessageRepository:
         if newest is not None and state.listed and newest.message_uuid in state.messages:
             async with state.lock:
                 if newest.sequence_id == state.max_seq:
-                    self._absorb(state, newest)
+                    self._events.absorb(state, newest)
         view = self._view(state) if self._batch() is not None else []
         if view and (newest is None or view[-1].sequence_id < 0):
             return view[-1]
         return newest
-
-
-def _apply_quietly(message: Message, update: BaseModel) -> None:
-    """Apply an update on replay; a delta that no longer fits (capped content) is dropped."""
-    try:
-        apply_update(message, update)
-    except ValueError:
-        if message.error != CONTENT_LIMIT_ERROR:
-            raise
-        trimmed = {
-            name: value
-            for name, value in update_fields(update).items()
-            if not name.startswith("content")
-        }
-        apply_update(message, type(update).model_validate(trimmed))
