@@ -94,8 +94,7 @@ class Flusher:
                 **message.status_fields(),
                 **sent,
             }
-            if message.dto.chat_uuid is None:
-                update["chat_uuid"] = state.chat.chat_uuid
+            update["chat_uuid"] = message.dto.chat_uuid or state.chat.chat_uuid
             created = await self.repo.create_message(message.dto.model_copy(update=update))
             uuid = created.message_uuid
             commits.append(self._confirmer(message, uuid, sent_len, message.status, sent))

@@ -62,14 +62,6 @@ COMPLETE = MessageStatus.COMPLETE.value
 INTERRUPTED = MessageStatus.INTERRUPTED.value
 ERRORED = MessageStatus.ERRORED.value
 
-_THINKING_TYPES = (
-    "THINKING_START",
-    "THINKING_END",
-    "THINKING_TEXT_MESSAGE_START",
-    "THINKING_TEXT_MESSAGE_CONTENT",
-    "THINKING_TEXT_MESSAGE_END",
-)
-
 
 def _type_name(event: BaseEvent) -> str:
     kind = event.type

@@ -153,10 +153,6 @@ class TrackedMessage(TrackedRecord):
     reasonings: list[TrackedReasoning] = field(default_factory=list)
     activity_content: dict[str, Any] | None = None
 
-    @property
-    def empty(self) -> bool:
-        return not self.text.value and not self.tool_calls and not self.reasonings
-
 
 @dataclass(eq=False, kw_only=True)
 class StorageState:

@@ -8,8 +8,7 @@ several readers can follow one run, and a reader can resume after any sequence n
 
 A reader's stream ends as soon as the run's terminal event (``RUN_FINISHED`` / ``RUN_ERROR``) is
 logged; the producer keeps going until the agent's own stream has ended, which for the storage
-agent means its final flush and finalization. `RunHandle.wait` waits for that. The design notes
-are in ``docs/chat-history.md``.
+agent means its final flush and finalization. `RunHandle.wait` waits for that.
 """
 
 from __future__ import annotations
@@ -137,6 +136,7 @@ class RunHandle:
         self._cancelled = False
         self._changed = asyncio.Event()
         self._wakeups = 0  # reader wake-ups, to prove readers await instead of polling
+        self._producing = False  # the producer task has taken its first step
 
     _task: asyncio.Task[None]  # the producer, set by the manager right after construction
 
@@ -197,7 +197,10 @@ class RunHandle:
         if self._terminal_seq is not None or self._task.done():
             return False
         self._close_cancelled()
-        self._task.cancel()
+        if self._producing:
+            self._task.cancel()
+        # else the producer sees the terminal event at its first step and skips the agent:
+        # a task cancelled before its first step would never run its own cleanup.
         return True
 
     async def wait(self) -> None:
@@ -447,6 +450,19 @@ class StreamPersistenceManager(Generic[_P]):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> None:
+        handle._producing = True
+        if handle._terminal_seq is None:  # else it was cancelled before this first step
+            await self._drive(handle, input, args, kwargs)
+        if self._observer is not None:
+            await self._call_hook(handle, "on_done", self._observer.on_done(handle))
+
+    async def _drive(
+        self,
+        handle: RunHandle,
+        input: RunAgentInput,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
         heartbeat = None
         if self._observer is not None:
             heartbeat = asyncio.create_task(
@@ -491,8 +507,6 @@ class StreamPersistenceManager(Generic[_P]):
             if heartbeat is not None:
                 heartbeat.cancel()
                 await asyncio.wait({heartbeat})
-        if self._observer is not None:
-            await self._call_hook(handle, "on_done", self._observer.on_done(handle))
 
     async def _observe(
         self,
@@ -548,7 +562,7 @@ class StreamPersistenceManager(Generic[_P]):
 
     def _retire(self, handle: RunHandle) -> None:
         """Done-callback of a producer: close a never-started run, start its retention."""
-        handle._close_cancelled()  # only a run cancelled before its first step lacks one
+        handle._close_cancelled()  # only a task cancelled from outside before its start lacks one
         self._finished[handle] = time.monotonic()
         self._prune()
 

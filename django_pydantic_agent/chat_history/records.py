@@ -9,7 +9,8 @@ Fields beyond the reference's (each optional with a safe default, so reference-w
 load unchanged):
 
 - ``run_id`` on ``Message`` / ``ToolCall`` / ``Reasoning``: the AG-UI run that created the
-  record. Finalizers and anonymous-message adoption only touch records of their own run.
+  record (for an inbound user message, the run it started). Finalizers and anonymous-message
+  adoption only touch records of their own run.
 - ``encrypted_value`` on all three: the opaque ``REASONING_ENCRYPTED_VALUE`` payload (or an
   inbound message's ``encryptedValue``), replayed as ``encrypted_value`` so a provider can
   resume its hidden reasoning. ``ToolCall.result_encrypted_value`` is the one of its result.
@@ -143,19 +144,11 @@ class MessageStatus(StrEnum):
     ERRORED = "errored"
 
 
-_TERMINAL = frozenset({MessageStatus.COMPLETE, MessageStatus.INTERRUPTED, MessageStatus.ERRORED})
-
-
 class _Nested(BaseModel):
     """Shared behaviour of the records nested in a message body."""
 
     # Unknown keys (written by a newer schema) are kept, so a whole-body rewrite keeps them too.
     model_config = ConfigDict(extra="allow")
-
-    @property
-    def is_terminal(self) -> bool:
-        """Whether the status is ``complete``, ``interrupted`` or ``errored``."""
-        return self.status in _TERMINAL  # type: ignore[attr-defined]
 
 
 class ToolCall(_Nested):
@@ -281,7 +274,7 @@ class Message(DREvent, session=Chat):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     reasonings: list[Reasoning] = Field(default_factory=list)
     run_id: str | None = None
-    """The run that created the message (``None`` for inbound user messages)."""
+    """The run that created the message (for an inbound user message: the run it started)."""
     encrypted_value: str | None = None
     """An opaque encrypted value for the message (``REASONING_ENCRYPTED_VALUE`` subtype
     ``message`` naming this message, or an inbound ``encryptedValue``)."""
@@ -302,11 +295,6 @@ class Message(DREvent, session=Chat):
         if isinstance(value, str) and _is_wire(info):
             return decode_placeholder(value)
         return value
-
-    @property
-    def is_terminal(self) -> bool:
-        """Whether the status is ``complete``, ``interrupted`` or ``errored``."""
-        return self.status in _TERMINAL
 
     # The ORM path: encode on the way out, decode on the way in -----------------------------
 

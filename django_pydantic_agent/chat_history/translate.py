@@ -15,10 +15,14 @@ Rules:
   stored.
 - A tool call with no recorded result replays as a ``ToolMessage`` whose ``content`` and
   ``error`` say that no result was recorded (never a fabricated success), so a provider never
-  sees a dangling call and the model knows the call did not complete.
+  sees a dangling call and the model knows the call did not complete. The exception: a call
+  named by an interrupt of the thread's latest run outcome (an approval the next run resumes)
+  is left without a result, so the resumed agent can still execute or deny it.
 - Assistant messages with neither text nor tool calls, and reasoning steps with neither text
   nor an encrypted value, carry nothing a model can use and are left out.
-- Bookkeeping (uuid, status, error, run id) goes in ``metadata["django_pydantic_agent"]``.
+- Bookkeeping (uuid, status, error, run id, and on a run's last message its stored
+  ``run_outcome``: outcome type, interrupts, pending tool calls, usage) goes in
+  ``metadata["django_pydantic_agent"]``; pydantic-ai ignores it, other consumers can read it.
 """
 
 from __future__ import annotations
@@ -90,6 +94,9 @@ def _bookkeeping(record: Message | ToolCall | Reasoning, uuid: str) -> dict[str,
         data["error"] = record.error
     if record.run_id is not None:
         data["run_id"] = record.run_id
+    outcome = getattr(record, "run_outcome", None)
+    if outcome:
+        data["run_outcome"] = outcome
     return {BOOKKEEPING_KEY: data}
 
 
@@ -136,7 +143,20 @@ def _tool_result(call: ToolCall) -> ToolMessage:
     )
 
 
-def _agent_messages(message: Message) -> Iterable[AGUIMessage]:
+def _awaiting(messages: Sequence[Message]) -> set[str]:
+    """Tool-call ids held by the interrupts of the latest run outcome."""
+    for message in reversed(messages):
+        outcome = message.run_outcome
+        if outcome:
+            if outcome.get("type") != "interrupt":
+                return set()
+            return {
+                str(i["toolCallId"]) for i in outcome.get("interrupts") or [] if i.get("toolCallId")
+            }
+    return set()
+
+
+def _agent_messages(message: Message, awaiting: set[str]) -> Iterable[AGUIMessage]:
     for step in message.reasonings:
         if step.content or step.encrypted_value:
             yield ReasoningMessage(
@@ -163,10 +183,11 @@ def _agent_messages(message: Message) -> Iterable[AGUIMessage]:
             metadata=_bookkeeping(message, str(message.message_uuid)),
         )
     for call in message.tool_calls:
-        yield _tool_result(call)
+        if call.answered or tool_call_agui_id(call) not in awaiting:
+            yield _tool_result(call)
 
 
-def _one(message: Message) -> Iterable[AGUIMessage]:
+def _one(message: Message, awaiting: set[str]) -> Iterable[AGUIMessage]:
     meta = _bookkeeping(message, str(message.message_uuid))
     role = message.role
     if role == "user":
@@ -190,14 +211,16 @@ def _one(message: Message) -> Iterable[AGUIMessage]:
             metadata=meta,
         )
     else:
-        yield from _agent_messages(message)
+        yield from _agent_messages(message, awaiting)
 
 
 def translate_messages(messages: Sequence[Message]) -> list[AGUIMessage]:
     """Return the AG-UI history for stored ``messages`` (see the module docstring)."""
+    ordered = _ordered(messages)
+    awaiting = _awaiting(ordered)
     result: list[AGUIMessage] = []
-    for message in _ordered(messages):
-        result.extend(_one(message))
+    for message in ordered:
+        result.extend(_one(message, awaiting))
     return result
 
 

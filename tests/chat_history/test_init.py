@@ -38,3 +38,9 @@ def test_every_public_name_is_importable() -> None:
 def test_unknown_attribute_raises_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         chat_history.Nope  # noqa: B018
+
+
+def test_lazy_names_resolve_from_their_modules() -> None:
+    from django_pydantic_agent.chat_history.manager import StreamPersistenceManager
+
+    assert chat_history.StreamPersistenceManager is StreamPersistenceManager

@@ -579,14 +579,26 @@ async def test_cancel_before_the_producer_started_still_opens_and_closes_the_str
         built.append(ScriptedAgent(plain_answer()))
         return built[-1]
 
-    async with StreamPersistenceManager(factory) as manager:
+    observer = RecordingObserver()
+    async with StreamPersistenceManager(factory, observer=observer) as manager:
         handle = await manager.run(make_input())
         assert handle.cancel() is True
+        assert handle.cancel() is False
         await handle.wait()
         events = await collect(handle)
     assert types(events) == [EventType.RUN_STARTED, EventType.RUN_FINISHED]
     assert built == []
     assert handle.status == "interrupted"
+    assert observer.done == [handle]  # the run's end is reported like any other
+
+
+async def test_a_producer_cancelled_from_outside_before_its_start_still_closes_its_log() -> None:
+    async with manager_for(ScriptedAgent(plain_answer())) as manager:
+        handle = await manager.run(make_input())
+        handle._task.cancel()  # e.g. the event loop shutting down
+        await handle.wait()
+        assert types(await collect(handle)) == [EventType.RUN_STARTED, EventType.RUN_FINISHED]
+        assert manager.get(T, R) is handle
 
 
 async def test_s25_a_second_cancel_cannot_abort_finalization() -> None:
@@ -695,11 +707,11 @@ async def test_a_key_past_retention_starts_a_new_run_the_old_handle_cannot_distu
 
 
 async def test_finished_runs_are_forgotten_after_the_retention_window() -> None:
-    async with manager_for(ScriptedAgent(plain_answer()), finished_run_retention=0.02) as manager:
+    async with manager_for(ScriptedAgent(plain_answer()), finished_run_retention=0.5) as manager:
         handle = await manager.run(make_input())
         await handle.wait()
         assert manager.get(T, R) is handle
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(0.55)
         assert manager.get(T, R) is None
 
 
@@ -1156,17 +1168,19 @@ async def test_stored_s26_a_disconnected_client_leaves_the_run_to_complete() -> 
 
 
 async def test_stored_s36_a_backlog_overflow_forwards_everything_and_errors_the_records() -> None:
-    runs = StoredRuns(max_queue_size=2, minimal_chunk_to_persist=1, flush_interval=0.25)
-    runs.messages.delay = 0.02
-    script: list[Any] = [scripted.rs(), scripted.tms("m1")]
-    for _ in range(30):
-        script += [scripted.tmc("m1", "x"), lambda: asyncio.sleep(0.001)]
+    runs = StoredRuns(max_queue_size=2, minimal_chunk_to_persist=1)
+    script = [scripted.rs(), scripted.tms("m1")]
+    script += [scripted.tmc("m1", "x") for _ in range(30)]
     script.append(scripted.rf())
     async with runs.manager() as manager:
         handle = await manager.run(scripted.run_input(), scripted.ScriptedAgent(script))
-        events = await collect(handle)
+        reader = handle.events()
+        await anext(reader)
+        runs.messages.armed = True  # the store stalls, so the persistence backlog fills up
+        rest = [event async for event in reader]
+        runs.messages.gate.set()
         await handle.wait()
-    assert len(events) == 33  # the forwarded stream is complete
+    assert len(rest) == 32  # the forwarded stream is complete
     assert (await runs.history())[1][3] == "errored"
 
 

@@ -741,3 +741,222 @@ async def test_storage_agent_runs_are_stored_intact(service: Service) -> None:
     [call] = stored[1].tool_calls
     assert (call.tool_call_id, call.arguments, call.content) == ("c1", '{"city": "Paris"}', "sunny")
     assert stored[2].content == "".join(f"word{i} " for i in range(20))
+
+
+# Edges ------------------------------------------------------------------------------------------
+
+
+async def test_events_of_another_body_version_are_hidden(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    await messages.create_message(_text(chat, "visible", agui_id="u1"))
+    await Message.post(chat, content="future schema", emitter_type="agent", v=2)
+    _, cold, _ = service.repositories()
+    assert [m.content for m in await cold.get_chat_messages(chat.chat_uuid)] == ["visible"]
+    last = await cold.get_last_messages([chat.chat_uuid])
+    assert last[chat.chat_uuid].content == "visible"
+
+
+async def test_the_freshness_check_follows_patches_and_deletions_elsewhere(
+    service: Service,
+) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    first = await messages.create_message(_text(chat, "one"))
+    second = await messages.create_message(_text(chat, "two"))
+    _, other, _ = service.repositories()
+    await other.update_message(second.message_uuid, MessageUpdate(content="two, edited"))
+    seen = await messages.get_chat_messages(chat.chat_uuid)
+    assert [m.content for m in seen] == ["one", "two, edited"]  # the newest event re-read
+    [event, _] = await Message.list(chat, type="message")
+    await Message.list(chat, type="message")
+    stored = await Message.last(chat, 1, type="message")
+    await stored[0].delete()  # another writer removes the newest event
+    assert [m.message_uuid for m in await messages.get_chat_messages(chat.chat_uuid)] == [
+        first.message_uuid
+    ]
+    await event.delete()
+    await other.create_message(_text(chat, "three"))  # offsets moved under our cache
+    assert [m.content for m in await messages.get_chat_messages(chat.chat_uuid)] == ["three"]
+
+
+async def test_a_miss_refreshes_once_before_saying_not_found(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    await messages.get_chat_messages(chat.chat_uuid)
+    _, other, _ = service.repositories()
+    added = await other.create_message(_text(chat, "from elsewhere", agui_id="x1"))
+    found = await messages.get_message(added.message_uuid)
+    assert found is not None
+    assert found.content == "from elsewhere"
+    assert await messages.get_message_by_agui_id(uuid4(), "x1") is None
+    assert await messages.get_tool_call_by_agui_id(uuid4(), "c1") is None
+
+
+async def test_a_lost_create_behind_a_long_foreign_tail_is_posted_once(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    await messages.get_chat_messages(chat.chat_uuid)
+    _, other, _ = service.repositories()
+    async with other.transaction():
+        for i in range(120):
+            await other.create_message(_text(chat, f"other {i}"))
+    with fault_injector.inject(Fault.dropped_connection(times=1, routes=["event-list"])):
+        await messages.create_message(_text(chat, "mine", agui_id="mine"))
+    stored = await Message.list(chat, type="message", offset=100, limit=100)
+    assert [m.agui_id for m in stored][-1] == "mine"
+    assert len(await messages.get_chat_messages(chat.chat_uuid)) == 121
+
+
+async def test_patch_conflicts_are_bounded(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    message = await messages.create_message(_text(chat, "x", role="assistant"))
+    rival = MessageRepository(service.space, ChatSessionRegistry(service.space))
+
+    async def bump(request: httpx.Request) -> None:
+        if request.method == "PATCH":
+            await rival.update_message(
+                message.message_uuid, MessageUpdate(error=f"rival {uuid4()}")
+            )
+
+    async with httpx.AsyncClient(timeout=10.0, event_hooks={"request": [bump]}) as pool:
+        client = DRMemoryServiceClient(endpoint=service.endpoint, api_token="tok", http_client=pool)
+        space = await DRMemorySpace.get(client, service.space.id)
+        contested = MessageRepository(space, ChatSessionRegistry(space))
+        with pytest.raises(DRMemoryVersionConflictError):
+            await contested.update_message(message.message_uuid, MessageUpdate(status="complete"))
+    [stored] = await Message.list(chat, type="message")
+    assert stored.status == "active"
+
+
+async def test_reference_children_are_located_and_get_locators(service: Service) -> None:
+    ref_chat, ref_message = await _reference_chat(service.space)
+    _, messages, _ = service.repositories()
+    call = await messages.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=ref_message.message_uuid, tool_call_id="c1")
+    )
+    step = await messages.create_message_reasoning(
+        MessageReasoningCreate(message_uuid=ref_message.message_uuid)
+    )
+    for kind, uuid in (("tool_call", call.uuid), ("reasoning", step.uuid)):
+        locator = await EntityLocator.get(service.space, locator_key=f"{kind}:{uuid}")
+        assert (locator.chat_uuid, locator.message_uuid) == (
+            ref_chat.chat_uuid,
+            ref_message.message_uuid,
+        )
+    _, cold, _ = service.repositories()
+    updated = await cold.update_message_reasoning(step.uuid, MessageReasoningUpdate(content="r"))
+    assert updated is not None
+    assert updated.content == "r"
+    unchanged = await cold.update_message_tool_call(call.uuid, MessageToolCallUpdate())
+    assert unchanged is not None
+    assert unchanged.tool_call_id == "c1"
+    assert await cold.update_message_reasoning(uuid4(), MessageReasoningUpdate(content="r")) is None
+
+
+async def test_a_failed_locator_write_does_not_fail_the_create(service: Service) -> None:
+    ref_chat, _ = await _reference_chat(service.space)
+    chats, messages, _ = service.repositories()
+    chat = await chats.get_chat_by_thread_id(USER, "ref-thread")
+    assert chat is not None
+    with fault_injector.inject(Fault.unavailable(methods=["POST"], routes=["session-list"])):
+        created = await messages.create_message(_text(chat, "stored anyway"))
+    assert created.content == "stored anyway"
+    assert [m.content for m in await Message.list(ref_chat, type="message")][-1] == (
+        "stored anyway"
+    )
+
+
+async def test_a_chat_deleted_elsewhere_reads_as_gone(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    await messages.get_chat_messages(chat.chat_uuid)
+    other_chats, _, _ = service.repositories()
+    assert await other_chats.delete_chat(chat.chat_uuid) is not None
+    with pytest.raises(ValueError, match="was deleted"):
+        await messages.create_message(_text(chat, "late"))
+    assert await chats.update_chat_name(chat.chat_uuid, "late") is None
+    again, _, _ = service.repositories()
+    stale = again  # a replica that resolved the chat before the delete
+    assert await stale.get_chat_by_thread_id(USER, "t1") is None
+    assert await messages.get_last_messages([chat.chat_uuid]) == {}
+
+
+async def test_deleting_a_chat_deleted_meanwhile_gives_none(service: Service) -> None:
+    chats, _, registry = service.repositories()
+    chat = await _chat(chats)
+    await Chat.get(service.space, id=chat.id)
+    await (await Chat.get(service.space, id=chat.id)).delete()
+    assert registry.get_session_id(chat.chat_uuid) == chat.id  # still cached here
+    assert await chats.delete_chat(chat.chat_uuid) is None
+    assert registry.get_session_id(chat.chat_uuid) is None
+
+
+async def test_nested_transactions_join_and_last_messages_see_pending(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    await messages.create_message(_text(chat, "stored"))
+    service.reset()
+    async with messages.transaction():
+        async with messages.transaction():
+            await messages.create_message(_text(chat, "pending"))
+        assert request_counter.count(method="POST") == 0
+        last = await messages.get_last_messages([chat.chat_uuid])
+        assert last[chat.chat_uuid].content == "pending"
+    assert request_counter.count(method="POST") == 1
+
+
+async def test_a_bad_delta_is_refused_before_anything_is_sent(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    message = await messages.create_message(_text(chat, "abc"))
+    service.reset()
+    with pytest.raises(ValueError, match="offset 9"):
+        await messages.update_message(
+            message.message_uuid, MessageUpdate(content_delta="x", content_offset=9)
+        )
+    assert service.requests == 0
+
+
+async def test_construction_refuses_mismatched_parts(service: Service) -> None:
+    other_space = await DRMemorySpace.post(service.space.client, deduplication_key="other")
+    registry = ChatSessionRegistry(other_space)
+    with pytest.raises(ValueError, match="another memory space"):
+        ChatRepository(service.space, registry)
+    with pytest.raises(ValueError, match="another memory space"):
+        MessageRepository(service.space, registry)
+    with pytest.raises(ValueError, match="attempts"):
+        RetryPolicy(attempts=0)
+    with pytest.raises(ValueError, match=">= 0"):
+        RetryPolicy(base_delay=-1)
+    with pytest.raises(ValueError, match="capacity"):
+        ChatSessionRegistry(service.space, max_entries=0)
+
+
+async def test_the_registry_is_bounded(service: Service) -> None:
+    chats, _, _ = service.repositories()
+    one, two = await _chat(chats, thread="a"), await _chat(chats, thread="b")
+    registry = ChatSessionRegistry(service.space, max_entries=1)
+    registry.register(one.chat_uuid, one.id)
+    registry.register(two.chat_uuid, two.id)
+    assert registry.get_session_id(one.chat_uuid) is None  # evicted
+    service.reset()
+    assert await registry.resolve(one.chat_uuid) == one.id  # one lookup brings it back
+    assert service.requests == 1
+    registry.unregister(one.chat_uuid)
+    assert registry.get_session_id(one.chat_uuid) is None
+    assert await registry.resolve(uuid4()) is None  # a uuid4: its chat: locator is missing
+
+
+async def test_a_write_after_someone_elses_is_not_mistaken_for_a_fresh_cache(
+    service: Service,
+) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    await messages.create_message(_text(chat, "one"))
+    _, other, _ = service.repositories()
+    await other.create_message(_text(chat, "two"))
+    await messages.create_message(_text(chat, "three"))  # its sequence id skips "two"
+    seen = await messages.get_chat_messages(chat.chat_uuid)
+    assert [m.content for m in seen] == ["one", "two", "three"]

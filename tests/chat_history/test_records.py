@@ -204,3 +204,35 @@ async def test_orm_round_trip_is_lossless_for_empty_and_zero_width_values(
     await listed[0].patch(content=PLACEHOLDER)
     assert json.loads(sent[-1].content)["body"]["content"] == PLACEHOLDER * 2
     assert (await Message.list(chat))[0].content == PLACEHOLDER
+
+
+def test_message_content_codec_on_wire_validation() -> None:
+    assert Message.model_validate({"content": None}).content == ""
+    wire = Message.model_validate({"content": PLACEHOLDER}, context=WIRE_CONTEXT)
+    assert wire.content == ""
+    assert Message.model_validate({"content": PLACEHOLDER}).content == PLACEHOLDER
+
+
+def test_apply_update_ignores_an_offset_without_a_delta_and_warns_on_unknown_keys(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    message = Message(content="abc")
+    applied = apply_update(message, MessageUpdate(content_offset=1, team="x"))  # type: ignore[call-arg]
+    assert applied == {}
+    assert message.content == "abc"
+    assert "has no field 'team'" in caplog.text
+
+
+def test_nested_record_class_falls_back_for_plain_annotations() -> None:
+    class Odd(Message):
+        tool_calls: list = []  # type: ignore[type-arg,assignment]
+
+    assert nested_record_class(Odd, "tool_calls") is ToolCall
+
+
+def test_patch_of_emitter_only_sends_no_body() -> None:
+    message = Message(content="x")
+    item = message._patch_item(None, "agent", None, {}, where="test")
+    assert "body" not in item
+    message._apply({"createdAt": "t"})  # no body: nothing to decode
+    assert message.content == "x"

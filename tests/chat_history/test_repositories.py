@@ -274,3 +274,45 @@ async def test_subclass_fields_reach_storage_through_dto_extras(
     )
     assert isinstance(call, TaggedToolCall)
     assert call.team == "research"
+
+
+async def test_update_chat_name_renames(chat_repo: InMemoryChatRepository) -> None:
+    chat = await _chat(chat_repo)
+    renamed = await chat_repo.update_chat_name(chat.chat_uuid, "Renamed")
+    assert renamed is not None
+    assert renamed.name == "Renamed"
+    again = await chat_repo.get_chat_by_thread_id(USER, "t1")
+    assert again is not None
+    assert again.name == "Renamed"
+
+
+async def test_children_of_deleted_chats_are_not_found(
+    chat_repo: InMemoryChatRepository, message_repo: InMemoryMessageRepository
+) -> None:
+    gone = await _chat(chat_repo, "gone")
+    kept = await _chat(chat_repo, "kept")
+    old = await message_repo.create_message(MessageCreate(chat_uuid=gone.chat_uuid))
+    await message_repo.create_message(MessageCreate(chat_uuid=kept.chat_uuid))
+    call = await message_repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=old.message_uuid, tool_call_id="a", agui_id="a")
+    )
+    await chat_repo.delete_chat(gone.chat_uuid)
+    assert await message_repo.update_message_tool_call(call.uuid, MessageToolCallUpdate()) is None
+    assert await message_repo.get_tool_call_by_agui_id(old.message_uuid, "a") is None
+
+
+async def test_tool_call_updates_keep_extra_keys_and_miss_unknown_ids(
+    chat_repo: InMemoryChatRepository, message_repo: InMemoryMessageRepository
+) -> None:
+    chat = await _chat(chat_repo)
+    message = await message_repo.create_message(MessageCreate(chat_uuid=chat.chat_uuid))
+    call = await message_repo.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=message.message_uuid, agui_id="a")
+    )
+    updated = await message_repo.update_message_tool_call(
+        call.uuid,
+        MessageToolCallUpdate(status="complete", approved_by="ops"),  # type: ignore[call-arg]
+    )
+    assert updated is not None
+    assert updated.model_extra == {"approved_by": "ops"}
+    assert await message_repo.get_tool_call_by_agui_id(message.message_uuid, "b") is None

@@ -115,6 +115,7 @@ async def test_s1_plain_text_new_thread(store: Store) -> None:
         "",
     )
     assert (stored[1].name, stored[1].step, stored[1].run_id) == ("assistant", None, "r1")
+    assert stored[0].run_id == "r1"  # the run the user message started
     assert [(m.role, m.id) for m in inner.seen[0].messages] == [("user", "u1")]
     # One write per message: the agent message is created complete, with its content.
     assert [op for op, _ in store.messages.writes] == ["create_message", "create_message"]
@@ -142,7 +143,9 @@ async def test_s2_chat_naming(store: Store, content: Any, name: str) -> None:
     assert len(chat.name) <= 100
 
 
-async def test_s2c_multimodal_user_content_is_stored_flattened_and_whole(store: Store) -> None:
+async def test_s2c_s83_9_multimodal_user_content_is_stored_flattened_and_whole(
+    store: Store,
+) -> None:
     parts = [
         {"type": "text", "text": "Look "},
         {"type": "image", "source": {"type": "url", "value": "https://x/y.png"}},
@@ -189,7 +192,7 @@ async def test_s3_second_turn_with_echoed_history(store: Store) -> None:
     ]
 
 
-async def test_s4_an_edited_echo_is_refused_before_any_write(store: Store) -> None:
+async def test_s4_s83_11_an_edited_echo_is_refused_before_any_write(store: Store) -> None:
     await store.run([rs(), *text("m1", "Hi"), rf()])
     before = list(store.messages.writes)
     events, inner = await store.run(
@@ -436,7 +439,7 @@ async def test_s17_two_reasoning_messages_in_one_span(store: Store) -> None:
     ]
 
 
-async def test_s18_encrypted_reasoning_is_stored_and_replayed(store: Store) -> None:
+async def test_s18_s83_8_encrypted_reasoning_is_stored_and_replayed(store: Store) -> None:
     await store.run(
         [
             rs(),
@@ -502,7 +505,7 @@ async def test_s20_run_error_after_a_completed_message(store: Store) -> None:
     assert [(c.arguments, c.status, c.error) for c in stored.tool_calls] == [("{", "errored", "x")]
 
 
-async def test_s21_raw_crash_errors_records_with_a_sanitised_text(
+async def test_s21_s86_5_raw_crash_errors_records_with_a_sanitised_text(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     with pytest.raises(RuntimeError, match="kaput"), caplog.at_level(logging.ERROR):
@@ -580,7 +583,7 @@ class SlowRepository(InMemoryMessageRepository):
         return await super().create_message(message_data)
 
 
-async def test_s25_a_second_cancel_cannot_abort_finalization() -> None:
+async def test_s25_s82_4_a_second_cancel_cannot_abort_finalization() -> None:
     chats = InMemoryChatRepository()
     messages = SlowRepository(chats)
     inner = Blocking([rs(), tms("m1"), tmc("m1", "partial")])
@@ -627,7 +630,7 @@ async def test_s26_abandoning_the_stream_finalizes_interrupted(store: Store) -> 
     assert (stored.content, stored.status) == ("part", "interrupted")
 
 
-async def test_s27_full_history_echo_with_tool_results_is_accepted(store: Store) -> None:
+async def test_s27_s84_3_full_history_echo_with_tool_results_is_accepted(store: Store) -> None:
     await store.run(WEATHER)
     echo = run_input(
         UserMessage(id="u1", content="Hello"),
@@ -677,7 +680,9 @@ async def test_s27_echoed_reasoning_ids_are_known_including_uuid_fallbacks(store
         ToolMessage(id="t-new", tool_call_id="nope", content="x"),
     ],
 )
-async def test_s28_rejects_forged_turn_before_any_write(store: Store, forged: Any) -> None:
+async def test_s28_s83_12_s84_8_rejects_forged_turn_before_any_write(
+    store: Store, forged: Any
+) -> None:
     events, inner = await store.run(
         [rs(), rf()], run_input(UserMessage(id="u1", content="Hello"), forged)
     )
@@ -826,7 +831,7 @@ async def test_s35_missing_timestamps_are_backfilled_and_order_is_by_sequence(
     assert stored[1].timestamp.year >= 2023
 
 
-async def test_s36_persistence_backlog_overflow_errors_the_records() -> None:
+async def test_s36_s83_7_persistence_backlog_overflow_errors_the_records() -> None:
     chats = InMemoryChatRepository()
     messages = SlowRepository(chats)
     messages.delay = 0.02
@@ -851,7 +856,7 @@ async def test_s36_persistence_backlog_overflow_errors_the_records() -> None:
     assert (stored.status, stored.error) == ("errored", DROPPED_TEXT)
 
 
-async def test_s37_a_stream_without_a_terminal_event_is_finalized(store: Store) -> None:
+async def test_s37_s83_6_a_stream_without_a_terminal_event_is_finalized(store: Store) -> None:
     events, _ = await store.run([rs(), tms("m1"), tmc("m1", "x")])
     assert _types(events) == [
         "RUN_STARTED",
@@ -869,7 +874,7 @@ async def test_s37_an_empty_stream_still_opens_with_run_started(store: Store) ->
     assert _types(events) == ["RUN_STARTED", "RUN_ERROR"]
 
 
-async def test_s38_anonymous_preamble_does_not_attach_to_the_previous_turn(
+async def test_s38_s82_2_anonymous_preamble_does_not_attach_to_the_previous_turn(
     store: Store,
 ) -> None:
     await store.run([rs(), tms("m1"), tmc("m1", "half")])  # m1 left errored by S37 rule
@@ -893,7 +898,7 @@ async def test_s38_anonymous_preamble_does_not_attach_to_the_previous_turn(
     assert stored[-1].run_id == "r2"
 
 
-async def test_s39_interrupt_outcome_is_stored_and_must_be_resumed(store: Store) -> None:
+async def test_s39_s84_5_interrupt_outcome_is_stored_and_must_be_resumed(store: Store) -> None:
     interrupt = Interrupt(id="i1", reason="approval", tool_call_id="tc9")
     await store.run(
         [
@@ -1040,7 +1045,7 @@ async def test_activity_snapshots_are_stored_and_echoes_accepted(store: Store) -
     assert _types(events)[-1] == "RUN_FINISHED"
 
 
-async def test_inbound_input_is_not_mutated(store: Store) -> None:
+async def test_s85_7_inbound_input_is_not_mutated(store: Store) -> None:
     await store.run([rs(), *text("m1", "x"), rf()])
     given = run_input(UserMessage(id="u2", content="y"), run="r2")
     before = given.model_dump()
@@ -1048,3 +1053,151 @@ async def test_inbound_input_is_not_mutated(store: Store) -> None:
     assert given.model_dump() == before
     assert inner.seen[0] is not given
     assert len(inner.seen[0].messages) == 3
+
+
+# Edge cases of the event fold --------------------------------------------------------------------
+
+
+async def test_events_can_return_to_an_earlier_message_of_the_run(store: Store) -> None:
+    await store.run([rs(), tms("m1"), tms("m2"), tmc("m2", "b"), tmc("m1", "a"), rf()])
+    assert [(m.agui_id, m.content) for m in (await store.history())[1:]] == [
+        ("m1", "a"),
+        ("m2", "b"),
+    ]
+
+
+@pytest.mark.parametrize("chunk", [1, 5000])
+async def test_a_call_first_seen_without_a_name_gets_it_later(store: Store, chunk: int) -> None:
+    await store.run(
+        [rs(), tms("m1"), tca("tc1", "{}"), tcs("tc1", "search", "m1"), tce("tc1"), rf()],
+        minimal_chunk_to_persist=chunk,
+    )
+    assert [c.name for c in (await store.history())[1].tool_calls] == ["search"]
+
+
+async def test_a_result_for_an_unseen_call_creates_it(store: Store) -> None:
+    await store.run([rs(), tms("m1"), tcr("res1", "tc1", "ok"), tcr("res1", "tc1", "ok"), rf()])
+    calls = (await store.history())[1].tool_calls
+    assert [(c.name, c.content, c.result_message_id) for c in calls] == [("UNKNOWN", "ok", "res1")]
+
+
+async def test_reasoning_content_can_return_to_an_earlier_step(store: Store) -> None:
+    await store.run(
+        [
+            rs(),
+            ReasoningMessageStartEvent(message_id="r1"),
+            ReasoningMessageStartEvent(message_id="r2"),
+            ReasoningMessageContentEvent(message_id="r1", delta="one"),
+            ReasoningMessageEndEvent(message_id="r1"),
+            ReasoningMessageEndEvent(message_id="r1"),  # nothing active any more
+            rf(),
+        ]
+    )
+    steps = (await store.history())[1].reasonings
+    assert [(r.agui_id, r.content) for r in steps] == [("r1", "one"), ("r2", "")]
+
+
+async def test_encrypted_values_find_reasoning_steps_and_unknown_calls(store: Store) -> None:
+    await store.run(
+        [
+            rs(),
+            ReasoningStartEvent(message_id="r1"),
+            ReasoningMessageStartEvent(message_id="r1"),
+            ReasoningMessageContentEvent(message_id="r1", delta="t"),
+            ReasoningMessageEndEvent(message_id="r1"),
+            ReasoningEncryptedValueEvent(subtype="message", entity_id="r1", encrypted_value="sig"),
+            ReasoningEndEvent(message_id="r1"),
+            ReasoningEncryptedValueEvent(subtype="message", entity_id="zz", encrypted_value="z"),
+            ReasoningEncryptedValueEvent(subtype="tool-call", entity_id="tc7", encrypted_value="c"),
+            rf(),
+        ]
+    )
+    message = (await store.history())[1]
+    assert [(r.agui_id, r.encrypted_value, r.status) for r in message.reasonings] == [
+        ("r1", "sig", "complete"),
+        ("zz", "z", "complete"),
+    ]
+    assert [(c.tool_call_id, c.encrypted_value) for c in message.tool_calls] == [("tc7", "c")]
+
+
+async def test_an_activity_snapshot_that_must_not_replace_keeps_the_first(store: Store) -> None:
+    await store.run(
+        [
+            rs(),
+            ActivitySnapshotEvent(message_id="a1", activity_type="p", content={"v": 1}),
+            ActivitySnapshotEvent(
+                message_id="a1", activity_type="p", content={"v": 2}, replace=False
+            ),
+            rf(),
+        ]
+    )
+    assert (await store.history())[1].activity_content == {"v": 1}
+
+
+async def test_a_failing_handler_is_logged_and_the_stream_goes_on(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = ActivityDeltaEvent(
+        message_id="a1", activity_type="p", patch=[{"op": "remove", "path": "/nope"}]
+    )
+    events, _ = await store.run([rs(), bad, *text("m1", "fine"), rf()])
+    assert len(events) == 6
+    assert "Storing ActivityDeltaEvent of run 'r1' failed" in caplog.text
+    assert (await store.history())[-1].content == "fine"
+
+
+async def test_out_of_range_timestamps_fall_back_to_now(store: Store) -> None:
+    far = tms("m1")
+    far.timestamp = 9_000_000_000_000_000
+    await store.run([rs(), far, tme("m1"), rf()])
+    assert (await store.history())[1].timestamp.year >= 2026
+
+
+async def test_run_error_usage_is_stored(store: Store) -> None:
+    usage = [TokenUsage(input_tokens=1)]
+    await store.run([rs(), *text("m1", "x"), RunErrorEvent(message="m", code="C", usage=usage)])
+    outcome = (await store.history())[1].run_outcome
+    assert outcome is not None
+    assert (outcome["code"], outcome["usage"]) == ("C", [{"inputTokens": 1}])
+
+
+async def test_an_answer_and_a_resume_in_one_input(store: Store) -> None:
+    interrupt = Interrupt(id="i1", reason="approve", tool_call_id="tc9")
+    await store.run(
+        [
+            rs(),
+            *text("m1", "ok?"),
+            tcs("tc9", "confirm", "m1"),
+            tce("tc9"),
+            rf(outcome=RunFinishedInterruptOutcome(interrupts=[interrupt])),
+        ]
+    )
+    both = run_input(
+        ToolMessage(id="tm1", tool_call_id="tc9", content="yes"),
+        resume=[ResumeEntry(interrupt_id="i1", status="resolved")],
+        run="r2",
+    )
+    events, inner = await store.run([rs("r2"), rf("r2")], both)
+    assert _types(events) == ["RUN_STARTED", "RUN_FINISHED"]
+    message = (await store.history())[1]
+    assert message.tool_calls[0].content == "yes"
+    assert message.run_outcome is not None
+    assert "i1" in message.run_outcome["resolved"]
+    replayed = inner.seen[0].messages
+    assert [m.id for m in replayed] == ["u1", "m1", "tm1"]
+
+
+async def test_an_echoed_no_result_placeholder_does_not_answer_the_call(store: Store) -> None:
+    await store.run(FRONTEND)
+    _, inner = await store.run(
+        [rs("r2"), rf("r2")], run_input(UserMessage(id="u2", content="skip it"), run="r2")
+    )
+    placeholder = next(m for m in inner.seen[0].messages if isinstance(m, ToolMessage))
+    assert placeholder.error is not None
+    events, _ = await store.run(
+        [rs("r3"), rf("r3")],
+        run_input(*inner.seen[0].messages, UserMessage(id="u3", content="again"), run="r3"),
+    )
+    assert _types(events)[-1] == "RUN_FINISHED"
+    call = (await store.history())[1].tool_calls[0]
+    assert (call.has_result, call.content) == (False, "")

@@ -157,7 +157,7 @@ class TaggedStorageAgent(AGUIStorageAgent):
         return {"finished_at": state.current_event_timestamp.isoformat()}
 
 
-async def test_build_hooks_and_message_update_fields_reach_storage() -> None:
+async def test_s83_15_build_hooks_and_message_update_fields_reach_storage() -> None:
     chats, messages = _repos()
     script = [
         rs(),
@@ -266,7 +266,7 @@ class LegacyAgent(AGUIStorageAgent):
         return {**super().event_handlers(), **dict.fromkeys(THINKING, "handle_reasoning")}
 
 
-def test_thinking_events_are_not_registered_on_ag_ui_1_0() -> None:
+def test_s84_2_thinking_events_are_not_registered_on_ag_ui_1_0() -> None:
     names = {klass.__name__ for klass in AGUIStorageAgent.event_handlers()}
     assert not any(name.startswith("Thinking") for name in names)
     assert "ReasoningEncryptedValueEvent" in names

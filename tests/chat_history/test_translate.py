@@ -274,3 +274,25 @@ async def test_pydantic_ai_accepts_an_unanswered_call_as_a_failed_return() -> No
     assert len(returns) == 1
     assert returns[0].outcome == "failed"
     assert "No result was recorded" in str(returns[0].content)
+
+
+def test_calls_held_by_an_open_interrupt_stay_without_a_result() -> None:
+    held = ToolCall(tool_call_id="tc1", name="delete")
+    stale = ToolCall(tool_call_id="tc0", name="old", status="interrupted")
+    outcome = {
+        "type": "interrupt",
+        "interrupts": [{"id": "i1", "reason": "tool_call", "toolCallId": "tc1"}],
+    }
+    stored = [
+        _message(1, role="assistant", agui_id="m0", tool_calls=[stale]),
+        _message(2, role="assistant", agui_id="m1", tool_calls=[held], run_outcome=outcome),
+    ]
+    assert [m.id for m in translate_messages(stored)] == ["m0", "tc0", "m1"]
+    stored.append(_message(3, role="assistant", content="x", run_outcome={"type": "success"}))
+    assert [m.id for m in translate_messages(stored)] == [
+        "m0",
+        "tc0",
+        "m1",
+        "tc1",
+        str(stored[2].message_uuid),
+    ]

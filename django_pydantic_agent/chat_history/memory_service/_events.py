@@ -250,7 +250,10 @@ class EventStore:
             async def recheck(wanted: list[UUID] = wanted) -> list[Message] | None:
                 return await self.find_posted(state, wanted)
 
-            for event in await self._retry.run(operation, recheck=recheck):
+            created = await self._retry.run(operation, recheck=recheck)
+            if created and created[0].sequence_id != state.max_seq + 1:
+                state.listed = False  # someone wrote in between: read the chat again when asked
+            for event in created:
                 self.absorb(state, event)
 
     async def patch(self, state: ChatState, changed: list[tuple[Message, list[Mutation]]]) -> None:

@@ -279,9 +279,6 @@ class ChatSessionRegistry:
             state.chat = chat
         return state
 
-    def cached_state(self, chat_uuid: UUID) -> ChatState | None:
-        return self._states.get(chat_uuid)
-
     def remember_entity(self, entity_uuid: UUID, chat_uuid: UUID) -> None:
         """Remember the chat of a uuid that does not name it (a reference-minted uuid4)."""
         if chat_uuid_of(entity_uuid) is None:
