@@ -67,9 +67,7 @@ from django_pydantic_agent.chat_history._inbound import (
     flatten_content,
     plan_inbound,
 )
-from django_pydantic_agent.chat_history._tracking import (
-    StorageState,
-)
+from django_pydantic_agent.chat_history._tracking import StorageState
 from django_pydantic_agent.chat_history.errors import ErrorCodes, InvalidInputError
 from django_pydantic_agent.chat_history.records import (
     Chat,
@@ -101,7 +99,7 @@ __all__ = [
 logger = logging.getLogger("django_pydantic_agent.chat_history")
 
 CRASH_TEXT: Final[str] = "The agent failed with an internal error; details are in the server log."
-"""Stored on records (and sent to clients) when the inner agent raised; never the raw text."""
+"""Stored on records when the inner agent raised; the raw text is only logged."""
 
 DROPPED_TEXT: Final[str] = (
     "Events were dropped because the persistence queue was full; this record may be incomplete."
@@ -110,20 +108,19 @@ INCOMPLETE_STREAM_TEXT: Final[str] = (
     "The agent's stream ended without RUN_FINISHED or RUN_ERROR; the run is incomplete."
 )
 
-ACTIVE = MessageStatus.ACTIVE.value
 COMPLETE = MessageStatus.COMPLETE.value
 INTERRUPTED = MessageStatus.INTERRUPTED.value
 ERRORED = MessageStatus.ERRORED.value
 
 _NIL = UUID(int=0)
 _STOP: Final = object()
-_THINKING = {
-    "ThinkingStartEvent": "THINKING_START",
-    "ThinkingEndEvent": "THINKING_END",
-    "ThinkingTextMessageStartEvent": "THINKING_TEXT_MESSAGE_START",
-    "ThinkingTextMessageContentEvent": "THINKING_TEXT_MESSAGE_CONTENT",
-    "ThinkingTextMessageEndEvent": "THINKING_TEXT_MESSAGE_END",
-}
+_THINKING = (  # ag-ui 0.1.x only; registered when the installed ag-ui still has them
+    "ThinkingStartEvent",
+    "ThinkingEndEvent",
+    "ThinkingTextMessageStartEvent",
+    "ThinkingTextMessageContentEvent",
+    "ThinkingTextMessageEndEvent",
+)
 
 
 def _now_ms() -> int:
@@ -273,8 +270,10 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             run_id=state.run_id,
         )
 
-    def build_user_message_create(self, chat: Chat, message: UserMessage) -> MessageCreate:
-        """Build the DTO that stores an accepted inbound user message."""
+    def build_user_message_create(
+        self, chat: Chat, message: UserMessage, run_id: str
+    ) -> MessageCreate:
+        """Build the DTO that stores an accepted inbound user message of run ``run_id``."""
         return MessageCreate(
             agui_id=message.id,
             role=Role.USER.value,
@@ -286,6 +285,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             status=COMPLETE,
             timestamp=datetime.now(UTC),
             encrypted_value=message.encrypted_value,
+            run_id=run_id,
         )
 
     def build_tool_call_create(
@@ -339,8 +339,12 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         try:
             chat, history = await self._prepare(input)
         except InvalidInputError as exc:
-            yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
-            yield RunErrorEvent(message=str(exc), code=ErrorCodes.INVALID_INPUT.value)
+            yield RunStartedEvent(
+                thread_id=input.thread_id, run_id=input.run_id, timestamp=_now_ms()
+            )
+            yield RunErrorEvent(
+                message=str(exc), code=ErrorCodes.INVALID_INPUT.value, timestamp=_now_ms()
+            )
             return
         inner_input = input.model_copy(update={"messages": self.translate(history)})
         state = StorageState(
@@ -455,7 +459,9 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                         updated_carrier.tool_calls = base.tool_calls
                     replaced[carrier.message_uuid] = updated_carrier
             created = [
-                await self.message_repo.create_message(self.build_user_message_create(chat, m))
+                await self.message_repo.create_message(
+                    self.build_user_message_create(chat, m, input.run_id)
+                )
                 for m in plan.users
             ]
         history = [replaced.get(m.message_uuid, m) for m in history] + created

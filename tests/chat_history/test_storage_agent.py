@@ -115,6 +115,7 @@ async def test_s1_plain_text_new_thread(store: Store) -> None:
         "",
     )
     assert (stored[1].name, stored[1].step, stored[1].run_id) == ("assistant", None, "r1")
+    assert stored[0].run_id == "r1"  # the run the user message started
     assert [(m.role, m.id) for m in inner.seen[0].messages] == [("user", "u1")]
     # One write per message: the agent message is created complete, with its content.
     assert [op for op, _ in store.messages.writes] == ["create_message", "create_message"]
@@ -1184,3 +1185,19 @@ async def test_an_answer_and_a_resume_in_one_input(store: Store) -> None:
     assert "i1" in message.run_outcome["resolved"]
     replayed = inner.seen[0].messages
     assert [m.id for m in replayed] == ["u1", "m1", "tm1"]
+
+
+async def test_an_echoed_no_result_placeholder_does_not_answer_the_call(store: Store) -> None:
+    await store.run(FRONTEND)
+    _, inner = await store.run(
+        [rs("r2"), rf("r2")], run_input(UserMessage(id="u2", content="skip it"), run="r2")
+    )
+    placeholder = next(m for m in inner.seen[0].messages if isinstance(m, ToolMessage))
+    assert placeholder.error is not None
+    events, _ = await store.run(
+        [rs("r3"), rf("r3")],
+        run_input(*inner.seen[0].messages, UserMessage(id="u3", content="again"), run="r3"),
+    )
+    assert _types(events)[-1] == "RUN_FINISHED"
+    call = (await store.history())[1].tool_calls[0]
+    assert (call.has_result, call.content) == (False, "")
