@@ -6,11 +6,13 @@ server (uvicorn, daphne, or gunicorn with uvicorn workers); under WSGI the respo
 
 from __future__ import annotations
 
-from django_pydantic_agent.agui.access import AGUIView
 from django_pydantic_agent.agui.asgi import BodyLimitMiddleware, UploadLimitMiddleware
 from django_pydantic_agent.agui.attachments import CappedUploadHandler, safe_filename
-from django_pydantic_agent.agui.run import REDACTED_RUN_ERROR, SSE_HEARTBEAT
-from django_pydantic_agent.agui.server import AgentDeps, AGUIServer, UnsafeCSRFExemptionWarning
+from django_pydantic_agent.agui.errors import REDACTED_RUN_ERROR
+from django_pydantic_agent.agui.inner import AgentDeps
+from django_pydantic_agent.agui.server import AGUIServer, UnsafeCSRFExemptionWarning
+from django_pydantic_agent.agui.sse import SSE_HEARTBEAT
+from django_pydantic_agent.agui.views import AGUIView
 
 __all__ = [
     "REDACTED_RUN_ERROR",

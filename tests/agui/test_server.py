@@ -172,7 +172,7 @@ def test_client_file_urls_are_refused_unless_allowed() -> None:
 
 
 def test_which_stores_serve_anonymous_callers() -> None:
-    from django_pydantic_agent.agui.server import serves_anonymous
+    from django_pydantic_agent.agui.owners import serves_anonymous
     from django_pydantic_agent.persistence import (
         DjangoSessionConversationStore,
         ScopedConversationStore,
