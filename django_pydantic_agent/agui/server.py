@@ -76,6 +76,10 @@ class AGUIServer:
 
     Raises ``TypeError``/``ValueError`` at construction for a wrong argument, and warns with
     ``UnsafeCSRFExemptionWarning`` when CSRF is left unstated with cookie authentication.
+
+    What the handlers were built with is readable, frozen: ``access`` (``AccessPolicy``),
+    ``run_options`` (``RunOptions``), ``attachment_options`` (``AttachmentOptions``) and
+    ``body_limit`` (``BodyLimit``); the individual arguments read back as properties.
     """
 
     def __init__(
