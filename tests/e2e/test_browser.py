@@ -242,9 +242,15 @@ def test_chat_page_in_chromium(
 
 
 def _runs_routes_mounted(server: RunningServer, client: httpx.Client) -> bool:
-    """Whether the server mounts the run routes: ``GET`` on a cancel route is then a 405."""
-    response = client.get(f"{server.url}/agent/runs/probe-thread/probe-run/cancel/")
-    return response.status_code == 405
+    """Whether the server mounts the run routes.
+
+    A mounted cancel route answers ``GET`` with 405, and a mounted run route answers an unknown
+    run with a JSON 404; without them, Django's own (HTML) 404 page comes back for both.
+    """
+    cancel = client.get(f"{server.url}/agent/runs/probe-thread/probe-run/cancel/")
+    run = client.get(f"{server.url}/agent/runs/probe-thread/probe-run/")
+    json_answer = run.headers.get("content-type", "").startswith("application/json")
+    return cancel.status_code == 405 or (run.status_code == 404 and json_answer)
 
 
 @pytest.fixture(scope="module")
