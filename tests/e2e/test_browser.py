@@ -1,11 +1,11 @@
 """(c) The chat page in Debian's headless Chromium, driven by playwright-core from Node.
 
 The script logs in, asks a question, watches reasoning, a tool call and the streamed answer
-arrive, takes a screenshot (``/tmp/example-chat.png``), stops a long answer mid-stream, then
+arrive, takes a screenshot (``example-chat.png``), stops a long answer mid-stream, then
 reloads the page and reopens the thread from the drawer, partial answer included. Then it
-attaches files (``/tmp/example-chat-attached.png``), sends one, reloads and downloads it, and
+attaches files (``example-chat-attached.png``), sends one, reloads and downloads it, and
 has an oversized file and a refused type turned down inline
-(``/tmp/example-chat-upload-error.png``). Then the thread drawer: a run stopped in a new chat is
+(``example-chat-upload-error.png``). Then the thread drawer: a run stopped in a new chat is
 listed without a reload (``-stopped.png``), renamed (a refused title first) and deleted
 (``-rename-error.png``, ``-renamed.png``); and at 375px the drawer opens from its toggle
 (``-mobile-drawer.png``) and the composer fits on one row, Stop in Send's place while an answer
@@ -14,8 +14,10 @@ streams (``-mobile.png``, ``-mobile-running.png``).
 ``test_thread_links_statuses_and_reattach_in_chromium`` (``browser_runs.mjs links``): the thread
 in the URL with Back/Forward, links, Stop's cancel POST, a reload mid-run; then, with the
 server's answers replaced in the page, the stopped/failed badges, a failed tool call and both
-ways of reattaching. ``test_durable_runs_in_chromium`` runs the same against a server that
-mounts ``runs/<thread>/<run>/`` and its ``cancel/`` route, and skips until it does.
+ways of reattaching; ``test_thread_links_on_the_memory_service_in_chromium`` repeats it with
+``AGENT_STORE=memory-service``. ``test_durable_runs_in_chromium`` (``browser_runs.mjs
+durable``) needs a server that mounts ``runs/<thread>/<run>/`` and its ``cancel/`` route, and
+skips until it does.
 
 Screenshots and the JSON reports go to ``$E2E_ARTIFACTS`` (a fresh temporary directory when
 unset), for CI to keep.
