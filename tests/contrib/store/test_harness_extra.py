@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from django_pydantic_agent.contrib.store._harness_extra import harness_missing
 
@@ -72,6 +74,12 @@ def test_a_module_the_harness_itself_needs_is_reported_as_itself() -> None:
     exc = ModuleNotFoundError("No module named 'json_repair'", name="json_repair")
 
     assert harness_missing(exc, "DefaultMemoryStore") is exc
+
+
+@pytest.mark.usefixtures("no_harness")
+def test_the_purge_command_without_the_extra_says_how_to_install_it() -> None:
+    with pytest.raises(CommandError, match=r"DefaultMemoryStore needs .*harness\]"):
+        call_command("agent_store_purge_memory", "42")
 
 
 _PURGE_WITHOUT_HARNESS = """
