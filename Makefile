@@ -75,8 +75,10 @@ test-harness: tox
 test-postgres: tox
 	$(TOX) run -e postgres
 
+# Django 6 needs Python >= 3.12: Debian 12 has 3.11 only, the machine image's pyenv has 3.13.
+PY313_DIR ?= $(dir $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13)))
 test-django6: tox
-	$(TOX) run -e py313-django6
+	$(if $(PY313_DIR),PATH="$(PY313_DIR):$$PATH") $(TOX) run -e py313-django6
 
 # Slow end-to-end tests: Chromium, @ag-ui/client under Node, uvicorn, the official SDK.
 test-e2e: tox $(SDK_VENV)/.installed
