@@ -80,8 +80,12 @@ PY313_DIR ?= $(dir $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/pyth
 test-django6: tox
 	$(if $(PY313_DIR),PATH="$(PY313_DIR):$$PATH") $(TOX) run -e py313-django6
 
+# The npm packages of tests/e2e/js, again whenever its package-lock.json changes.
+tests/e2e/js/node_modules/.package-lock.json: tests/e2e/js/package-lock.json
+	cd tests/e2e/js && npm ci --no-audit --no-fund --silent
+
 # Slow end-to-end tests: Chromium, @ag-ui/client under Node, uvicorn, the official SDK.
-test-e2e: tox $(SDK_VENV)/.installed
+test-e2e: tox $(SDK_VENV)/.installed tests/e2e/js/node_modules/.package-lock.json
 	DATAROBOT_SDK_PYTHON=$(DATAROBOT_SDK_PYTHON) $(TOX) run -e e2e
 
 bench: $(VENV)/.installed-test
