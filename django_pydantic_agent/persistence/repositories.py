@@ -99,6 +99,7 @@ class _Thread:
     chat: Chat
     messages: list[Message] = field(default_factory=list)
     extras: dict[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
+    originals: dict[uuid.UUID, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
 
     def find(self, message_uuid: uuid.UUID) -> Message | None:
         for message in self.messages:
@@ -162,7 +163,9 @@ class _Conversations:
             participant=self.participant,
             salt=thread_id,
         )
-        thread = _Thread(chat=chat, messages=read.messages, extras=read.extras)
+        thread = _Thread(
+            chat=chat, messages=read.messages, extras=read.extras, originals=read.originals
+        )
         self.threads[chat.chat_uuid] = thread
         return thread
 
@@ -217,7 +220,7 @@ class _Conversations:
         await self.save(thread)
 
     async def save(self, thread: _Thread) -> None:
-        messages = records_to_wire(thread.messages, thread.extras)
+        messages = records_to_wire(thread.messages, thread.extras, thread.originals)
         conversation = Conversation(thread_id=thread.chat.thread_id, messages=messages)
         await self.store.save(conversation, request=self.request)
 

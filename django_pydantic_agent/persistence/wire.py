@@ -22,12 +22,18 @@ Bookkeeping travels in extra keys, which AG-UI clients ignore and the thread rou
 
 Messages without ``chatHistory`` (written by a client-posted save, another transport or an
 older version) are read too: each becomes a complete record with a deterministic uuid, and a
-tool message answers the call with its ``toolCallId``. Unknown keys of a message are returned
-by ``wire_to_records`` per record, so a rewrite can put them back.
+tool message answers the call with its ``toolCallId``.
+
+Nothing is rewritten that did not change: ``wire_to_records`` returns, per record, the stored
+messages it was read from and a fingerprint of the record as read; ``records_to_wire`` writes
+those messages back verbatim while the record's fingerprint is unchanged, and converts it
+(keeping its unmanaged keys, such as ``attachments``) once a run has changed it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +54,7 @@ __all__ = [
     "BOOKKEEPING_KEY",
     "MANAGED_KEYS",
     "WireRecords",
+    "record_fingerprint",
     "records_to_wire",
     "wire_to_records",
 ]
@@ -114,6 +121,30 @@ def _id_field(book: Mapping[str, Any], key: str, wire_id: str) -> str | None:
 def _put_id(book: dict[str, Any], key: str, value: str | None, wire_id: str) -> None:
     if value != wire_id:
         book[key] = value if value is not None else _NO_ID
+
+
+_VOLATILE: Final[dict[str, Any]] = {
+    "message_uuid": True,
+    "chat_uuid": True,
+    "v": True,
+    "emitter_type": True,
+    "emitter_id": True,
+    "wire": True,
+    "wire_fingerprint": True,
+    "tool_calls": {"__all__": {"uuid"}},
+    "reasonings": {"__all__": {"uuid"}},
+}
+
+
+def record_fingerprint(message: Message) -> str:
+    """A digest of what ``message`` holds, ignoring its uuids and where it is stored.
+
+    Equal for a record and its copy written to any backend and read back, so it tells whether
+    a run changed the record since it was read.
+    """
+    dumped = message.model_dump(mode="json", exclude=_VOLATILE)  # type: ignore[arg-type]
+    raw = json.dumps(dumped, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
 def _common(record: Message | ToolCall | Reasoning) -> dict[str, Any]:
@@ -258,16 +289,25 @@ def _message_wire(message: Message, extra: Mapping[str, Any]) -> list[dict[str, 
 
 
 def records_to_wire(
-    messages: Sequence[Message], extras: Mapping[uuid.UUID, Mapping[str, Any]] | None = None
+    messages: Sequence[Message],
+    extras: Mapping[uuid.UUID, Mapping[str, Any]] | None = None,
+    originals: Mapping[uuid.UUID, tuple[str, Sequence[Mapping[str, Any]]]] | None = None,
 ) -> list[dict[str, Any]]:
     """Return the wire messages of ``messages`` (in their order), JSON-ready.
 
     ``extras`` maps a record's uuid to keys of its stored message that this module does not
-    manage (``attachments``, ``metadata``...); they are written back unchanged.
+    manage (``attachments``, ``metadata``...); they are written back unchanged. ``originals``
+    maps a record's uuid to ``(fingerprint, stored messages)`` as ``wire_to_records`` read
+    them: while ``record_fingerprint`` of the record still matches, those are written instead.
     """
     extras = extras or {}
+    originals = originals or {}
     wire: list[dict[str, Any]] = []
     for message in messages:
+        original = originals.get(message.message_uuid)
+        if original is not None and original[0] == record_fingerprint(message):
+            wire.extend(dict(item) for item in original[1])
+            continue
         wire.extend(_message_wire(message, extras.get(message.message_uuid, {})))
     return wire
 
@@ -277,10 +317,12 @@ def records_to_wire(
 
 @dataclass(kw_only=True)
 class WireRecords:
-    """What ``wire_to_records`` read: the records in order and each one's unmanaged keys."""
+    """What ``wire_to_records`` read: the records in order, each one's unmanaged keys, and
+    per record ``(fingerprint, the stored messages it was read from)``."""
 
     messages: list[Message] = field(default_factory=list)
     extras: dict[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
+    originals: dict[uuid.UUID, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
 
 
 def _book(wire: Mapping[str, Any]) -> dict[str, Any]:
@@ -314,13 +356,22 @@ class _Reader:
         self.salt = salt
         self.result = WireRecords()
         self.pending_steps: list[Reasoning] = []
+        self.pending_wire: list[dict[str, Any]] = []
         self.calls: dict[str, ToolCall] = {}
+        self.call_owner: dict[str, uuid.UUID] = {}
+        self.sources: dict[uuid.UUID, list[dict[str, Any]]] = {}
 
     def fallback_uuid(self, index: int, wire: Mapping[str, Any]) -> uuid.UUID:
         key = f"{self.salt}\0{index}\0{wire.get('id')}\0{wire.get('role')}"
         return uuid.uuid5(_WIRE_UUID_NAMESPACE, key)
 
     def add(self, message: Message, wire: Mapping[str, Any]) -> None:
+        sources: list[dict[str, Any]] = []
+        if message.reasonings:  # the steps read before it are its own
+            sources, self.pending_wire = self.pending_wire, []
+        if wire:
+            sources.append(dict(wire))
+        self.sources[message.message_uuid] = sources
         message._sequence_id = len(self.result.messages) + 1
         emitter_type, emitter_id = emitter_for_role(message.role, self.participant)
         message.emitter_type = emitter_type
@@ -334,6 +385,7 @@ class _Reader:
         book = _book(wire)
         wire_id = str(wire.get("id") or "")
         content = wire.get("content")
+        self.pending_wire.append(dict(wire))
         self.pending_steps.append(
             Reasoning(
                 uuid=_uuid(book.get("uuid"), self.fallback_uuid(index, wire)),
@@ -402,6 +454,7 @@ class _Reader:
                 call = self.call(index, position, entry, call_book)
                 calls.append(call)
                 self.calls[_call_id(call)] = call
+                self.call_owner[_call_id(call)] = message_uuid
             steps, self.pending_steps = self.pending_steps, []
         message = Message(
             message_uuid=message_uuid,
@@ -428,9 +481,15 @@ class _Reader:
         self.add(message, wire)
 
     def result_of(self, wire: Mapping[str, Any]) -> None:
-        call = self.calls.get(str(wire.get("toolCallId") or ""))
+        call_id = str(wire.get("toolCallId") or "")
+        call = self.calls.get(call_id)
         if call is None:
-            return  # a result for no known call carries nothing a record can hold
+            # A result for no known call: no record can hold it, but it is written back
+            # verbatim with the record before it while that record is unchanged.
+            if self.result.messages:
+                self.sources[self.result.messages[-1].message_uuid].append(dict(wire))
+            return
+        self.sources[self.call_owner[call_id]].append(dict(wire))
         book = _book(wire)
         wire_id = str(wire.get("id") or "")
         text, parts = _text_and_parts(wire.get("content"), book)
@@ -454,6 +513,11 @@ class _Reader:
             )
             self.pending_steps = []
             self.add(message, {})
+        for message in self.result.messages:
+            self.result.originals[message.message_uuid] = (
+                record_fingerprint(message),
+                self.sources[message.message_uuid],
+            )
         return self.result
 
 
