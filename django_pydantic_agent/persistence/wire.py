@@ -91,14 +91,18 @@ def _iso(value: datetime) -> str:
     return value.isoformat()
 
 
+_UNKNOWN_TIME: Final[datetime] = datetime(1970, 1, 1, tzinfo=UTC)
+"""The time of a record whose stored message has none: fixed, so every reader agrees."""
+
+
 def _when(value: Any) -> datetime:
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value)
         except ValueError:
-            return datetime.now(UTC)
+            return _UNKNOWN_TIME
         return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    return datetime.now(UTC)
+    return _UNKNOWN_TIME
 
 
 def _uuid(value: Any, fallback: uuid.UUID) -> uuid.UUID:
