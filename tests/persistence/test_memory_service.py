@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from uuid import uuid4
@@ -28,6 +28,7 @@ from django_pydantic_agent.persistence.memory_service import (
     MemoryServiceAttachmentStore,
     MemoryServiceConversationStore,
 )
+from django_pydantic_agent.persistence.scoped import _ScopedChats
 from django_pydantic_agent.testing import (
     AttachmentStoreContract,
     ConversationStoreContract,
@@ -35,6 +36,7 @@ from django_pydantic_agent.testing import (
     StoreActors,
     sample_messages,
 )
+from django_pydantic_agent.testing.agui_script import RF, RS, TMC, TME, TMS
 from django_pydantic_agent.testing.chat_history import (
     OTHER_USER,
     USER,
@@ -122,8 +124,8 @@ class TestStoreRepositoriesContract(ChatHistoryContract):
     pytestmark: ClassVar[list[pytest.MarkDecorator]] = _MARKS
     max_content_chars = 100_000
 
-    def wrap(self, store: MemoryServiceConversationStore) -> Any:
-        return store
+    def wrap(self, pair: Any) -> Any:
+        return pair
 
     @pytest.fixture
     def open_repositories(self, memory_space: DRMemorySpace) -> OpenRepositories:
@@ -131,12 +133,55 @@ class TestStoreRepositoriesContract(ChatHistoryContract):
             store = MemoryServiceConversationStore(memory_space.client, memory_space)
             return routed_pairs(
                 {
-                    USER: store.bind_repositories(USER),
-                    OTHER_USER: store.bind_repositories(OTHER_USER),
+                    USER: self.wrap(store.bind_repositories(USER)),
+                    OTHER_USER: self.wrap(store.bind_repositories(OTHER_USER)),
                 }
             )
 
         return open_pair
+
+
+class TestScopedStoreRepositoriesContract(TestStoreRepositoriesContract):
+    """``ScopedConversationStore.repositories()`` over the store's own: the prefix both ways."""
+
+    def wrap(self, pair: Any) -> Any:
+        chats, messages = pair
+        return _ScopedChats(chats, "admin:"), messages
+
+    async def test_s01_plain_text_on_a_new_thread(
+        self, open_repositories: OpenRepositories
+    ) -> None:
+        # The one difference: the deduplication key is the storage key's, prefix included.
+        from django_pydantic_agent.chat_history import chat_deduplication_key
+
+        await self.play(open_repositories, RS(), TMS("m1"), TMC("m1", "Hi"), TME("m1"), RF())
+        chat, messages = await self.stored(open_repositories)
+        assert chat is not None
+        assert (chat.thread_id, chat.user_uuid) == ("t1", USER)
+        assert chat.dedup_key == chat_deduplication_key(USER, "admin:t1")
+        assert [m.content for m in messages] == ["Hello", "Hi"]
+
+
+async def test_scoped_repositories_prefix_thread_ids_in_storage_only(
+    service: Service, actors: StoreActors
+) -> None:
+    from django_pydantic_agent.chat_history import ChatCreate
+
+    inner = MemoryServiceConversationStore(service.client, service.key)
+    admin = ScopedConversationStore(inner, scope="admin")
+    other = ScopedConversationStore(inner, scope="administrators")
+    owner = owner_user_uuid(str(actors.user("alice").pk))
+    chats, _ = await admin.repositories(request=actors.request("alice"))
+    chat = await chats.create_chat(ChatCreate(thread_id="t1", user_uuid=owner))
+    assert chat.thread_id == "t1"
+    stored = [row.thread_id for row in await inner.list(request=actors.request("alice"))]
+    assert stored == ["admin:t1"]
+    sibling, _ = await other.repositories(request=actors.request("alice"))
+    assert await sibling.get_chat_by_thread_id(owner, "t1") is None
+    assert await sibling.get_all_chats(owner) == []
+    assert await sibling.update_chat_name(chat.chat_uuid, "x") is None
+    assert await sibling.delete_chat(chat.chat_uuid) is None
+    assert [c.thread_id for c in await chats.get_all_chats(owner)] == ["t1"]
 
 
 # -- what differs from other stores ------------------------------------------------------------
