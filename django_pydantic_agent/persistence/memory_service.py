@@ -299,7 +299,7 @@ class MemoryServiceConversationStore:
             for m in messages
             if isinstance(m, StoredWireMessage) and m.wire is not None and m.wire_fingerprint
         }
-        return records_to_wire(messages, originals=originals)  # type: ignore[arg-type]
+        return records_to_wire(messages, originals=originals)
 
     async def load(self, thread_id: str, *, request: HttpRequest) -> Conversation | None:
         """The owner's thread as wire messages, or ``None`` (missing or another owner's)."""

@@ -342,9 +342,9 @@ class ConversationMessageRepository:
             else:
                 dirty, state.dirty = state.dirty, None
                 for chat_uuid in dirty:
-                    thread = state.threads.get(chat_uuid)
-                    if thread is not None:
-                        await state.save(thread)
+                    changed = state.threads.get(chat_uuid)
+                    if changed is not None:
+                        await state.save(changed)
             finally:
                 state.owner_task, state.dirty = None, None
 

@@ -146,7 +146,7 @@ def record_fingerprint(message: Message) -> str:
     Equal for a record and its copy written to any backend and read back, so it tells whether
     a run changed the record since it was read.
     """
-    dumped = message.model_dump(mode="json", exclude=_VOLATILE)  # type: ignore[arg-type]
+    dumped = message.model_dump(mode="json", exclude=_VOLATILE)
     raw = json.dumps(dumped, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
