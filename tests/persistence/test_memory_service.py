@@ -192,7 +192,7 @@ def actors(transactional_db: None) -> StoreActors:
     return StoreActors.create(prefix="ms")
 
 
-pytestmark = _MARKS
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 async def test_a_run_through_repositories_loads_with_its_statuses(
@@ -385,8 +385,9 @@ async def test_a_damaged_attachment_opens_as_missing(service: Service, actors: S
     assert await store.open("a/b", request=actors.request("alice")) is None
 
 
-def test_constructor_refusals() -> None:
+async def test_constructor_refusals() -> None:
     client = DRMemoryServiceClient(endpoint="http://127.0.0.1:1/api/v2", api_token="t")
+    await client.aclose()
     with pytest.raises(ValueError, match="space=''"):
         MemoryServiceConversationStore(client, "")
     with pytest.raises(TypeError, match="DRMemoryServiceClient"):
