@@ -7,7 +7,7 @@ server (uvicorn, daphne, or gunicorn with uvicorn workers); under WSGI the respo
 from __future__ import annotations
 
 from django_pydantic_agent.agui.access import AGUIView
-from django_pydantic_agent.agui.asgi import UploadLimitMiddleware
+from django_pydantic_agent.agui.asgi import BodyLimitMiddleware, UploadLimitMiddleware
 from django_pydantic_agent.agui.attachments import CappedUploadHandler, safe_filename
 from django_pydantic_agent.agui.run import REDACTED_RUN_ERROR, SSE_HEARTBEAT
 from django_pydantic_agent.agui.server import AgentDeps, AGUIServer, UnsafeCSRFExemptionWarning
@@ -18,6 +18,7 @@ __all__ = [
     "AGUIServer",
     "AGUIView",
     "AgentDeps",
+    "BodyLimitMiddleware",
     "CappedUploadHandler",
     "UnsafeCSRFExemptionWarning",
     "UploadLimitMiddleware",

@@ -16,9 +16,22 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from asgiref.sync import markcoroutinefunction, sync_to_async
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.db import DatabaseError
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.middleware.csrf import CsrfViewMiddleware
 
+from django_pydantic_agent.agui.http import (
+    body_too_big_response,
+    database_error_response,
+    declared_length,
+    error_response,
+)
 from django_pydantic_agent.agui.ids import is_valid_id
 from django_pydantic_agent.persistence import AnonymousOperationError, StoreError, StoreLimitError
 
@@ -44,14 +57,6 @@ AuthorizeHook: TypeAlias = Callable[[HttpRequest], "bool | Awaitable[bool]"]
 ThrottleHook: TypeAlias = Callable[[HttpRequest], "float | Awaitable[float | None] | None"]
 
 _UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
-
-def error_response(status: int, message: str, **headers: str) -> JsonResponse:
-    """Return the JSON error body every AG-UI route uses: ``{"error": message}``."""
-    response = JsonResponse({"error": message}, status=status)
-    for name, value in headers.items():
-        response[name.replace("_", "-")] = value
-    return response
 
 
 def store_refusal(exc: StoreError, *, store: str) -> JsonResponse:
@@ -189,10 +194,16 @@ class AGUIView:
     checks can find the stores a project mounts by walking the URL resolver. ``csrf_exempt`` is
     always true for Django's middleware: the policy runs the same CSRF check itself, after
     authentication, when the server enforces it (``agui_csrf_enforced``).
+
+    ``max_body_bytes`` (called per request) caps the body of a JSON route: a declared
+    ``Content-Length`` over it is a 413 before anything reads the body. The upload route leaves
+    it unset and checks its own cap. A ``DatabaseError`` raised before a response exists is a
+    JSON 503 (lock or timeout, with ``Retry-After``) or 500, logged once. Every answer that is not
+    a stream and sets no ``Cache-Control`` gets ``private, no-store``: it is one caller's data.
     """
 
     csrf_exempt = True
-    #: Set on the upload route: the byte cap ``UploadLimitMiddleware`` enforces for it.
+    #: Set on the upload route: the file cap ``BodyLimitMiddleware`` enforces for it.
     agui_upload_max_bytes: int | None = None
 
     def __init__(
@@ -203,6 +214,8 @@ class AGUIView:
         handlers: Mapping[str, Handler],
         check_csrf: bool = True,
         not_found: str = "Not found.",
+        max_body_bytes: Callable[[], int] | None = None,
+        too_big: str = "send a smaller body.",
     ) -> None:
         self.agui_server = server
         self.agui_csrf_enforced = not policy.csrf_exempt
@@ -210,6 +223,8 @@ class AGUIView:
         self._handlers = dict(handlers)
         self._check_csrf = check_csrf
         self._not_found = not_found
+        self._max_body_bytes = max_body_bytes
+        self._too_big = too_big
         self._allow = ", ".join(sorted(self._handlers))
         markcoroutinefunction(self)
 
@@ -218,12 +233,28 @@ class AGUIView:
         """The HTTP methods this route answers, sorted."""
         return tuple(sorted(self._handlers))
 
+    @property
+    def agui_max_body_bytes(self) -> int | None:
+        """The body cap of this JSON route now, or ``None`` (the upload route checks its own)."""
+        return None if self._max_body_bytes is None else self._max_body_bytes()
+
     async def __call__(self, request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
-        """Authenticate, then dispatch on the method: 401, 403, 405, CSRF 403, or the handler.
+        """Authenticate, then dispatch on the method: 401, 403, 405, 413, CSRF 403, or the handler.
 
         An id in the URL (``thread_id``, ``attachment_id``) outside the id alphabet of
         ``ids.py`` names nothing that can exist: 404, before the handler or a store sees it.
         """
+        try:
+            response = await self._dispatch(request, **kwargs)
+        except DatabaseError as exc:
+            response = database_error_response(request, exc)
+        if not isinstance(response, StreamingHttpResponse) and not response.has_header(
+            "Cache-Control"
+        ):
+            response["Cache-Control"] = "private, no-store"
+        return response
+
+    async def _dispatch(self, request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
         refusal = await self._policy.authenticate(request)
         if refusal is not None:
             return refusal
@@ -234,6 +265,10 @@ class AGUIView:
                 f"The method {request.method!r} is not allowed on this route; use {self._allow}.",
                 Allow=self._allow,
             )
+        limit = self.agui_max_body_bytes
+        declared = declared_length(request)
+        if limit is not None and declared is not None and declared > limit:
+            return body_too_big_response(limit, self._too_big)
         if self._check_csrf and not self._policy.csrf_exempt and request.method in _UNSAFE_METHODS:
             csrf_refusal = await sync_to_async(self._policy.csrf_failure)(request)
             if csrf_refusal is not None:

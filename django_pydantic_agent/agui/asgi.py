@@ -1,13 +1,17 @@
-"""``UploadLimitMiddleware``: refuse oversized uploads before Django's ASGI handler reads them.
+"""``BodyLimitMiddleware``: refuse oversized request bodies before Django's ASGI handler reads them.
 
 Django's ``ASGIHandler`` reads the *whole* request body into a temporary file before any
-middleware or view runs, so under ASGI an upload handler can only stop the multipart parser;
-the bytes have already been received and spooled. This ASGI wrapper sits in front of Django:
-for a ``POST`` to an ``AGUIServer`` upload route it refuses a ``Content-Length`` over the cap
-at once, and cuts off a chunked body as soon as it passes the cap, answering ``413`` either way.
+middleware or view runs, so under ASGI a view can only refuse a body that has already been
+received and spooled. This ASGI wrapper sits in front of Django. For a request to an
+``AGUIServer`` route (any method) it looks up that route's cap: the upload route's
+``attachment_max_bytes`` plus the multipart envelope, every other route the server's JSON body
+cap (``max_body_bytes``, by default ``DATA_UPLOAD_MAX_MEMORY_SIZE``). Requests to other routes get
+the wrapper's own ``max_body_bytes``, if set. A ``Content-Length`` over the cap is refused at once,
+and a chunked body is cut off as soon as it passes the cap, answering ``413`` either way.
+``UploadLimitMiddleware`` is the same class under its first name.
 
 It runs before authentication (there is no user yet), so the only thing it tells a stranger is
-that an upload route exists at a path they already sent an oversized body to.
+that a route exists at a path they already sent an oversized body to.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from typing import Any
 from django.urls import Resolver404, resolve
 
 from django_pydantic_agent.agui.attachments import MULTIPART_OVERHEAD_BYTES, UPLOAD_LIMIT_SCOPE_KEY
+from django_pydantic_agent.agui.http import describe_size
 
-__all__ = ["UploadLimitMiddleware"]
+__all__ = ["BodyLimitMiddleware", "UploadLimitMiddleware"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -29,29 +34,33 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def _upload_limit(scope: Scope) -> int | None:
-    """The file limit (``attachment_max_bytes``) of the AG-UI upload route ``scope`` targets,
-    or ``None`` if it is not one."""
-    if scope["type"] != "http" or scope.get("method") != "POST":
-        return None
+def _resolved_view(scope: Scope) -> Any:
+    """The view ``scope``'s path resolves to in ``ROOT_URLCONF``, or ``None``."""
     path: str = scope.get("path", "")
     root: str = scope.get("root_path", "")
     if root and path.startswith(root):
         path = path[len(root) :]
     try:
-        match = resolve(path or "/")
+        return resolve(path or "/").func
     except Resolver404:
         return None
-    cap = getattr(match.func, "agui_upload_max_bytes", None)
-    return None if cap is None else int(cap)
 
 
-def _size(limit: int) -> str:
-    """``limit`` in the largest binary unit it reaches, for people: ``"5 MiB"``, ``"1.5 KiB"``."""
-    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if limit >= factor:
-            return f"{limit / factor:.1f}".removesuffix(".0") + f" {unit}"
-    return f"{limit} bytes"
+def _route_limit(scope: Scope, default: int | None) -> tuple[int, bool] | None:
+    """``(cap, is_upload)`` for the request ``scope``: the body bytes its route accepts.
+
+    An AG-UI upload route's cap is its file limit, whatever the method (the envelope allowance
+    is added by the caller); any view declaring ``agui_max_body_bytes`` (every other AG-UI
+    route) has that cap; anything else gets ``default``. ``None`` when the request is uncapped.
+    """
+    view = _resolved_view(scope)
+    upload = getattr(view, "agui_upload_max_bytes", None)
+    if upload is not None:
+        return int(upload), True
+    cap = getattr(view, "agui_max_body_bytes", None)
+    if cap is None:
+        cap = default
+    return None if cap is None else (int(cap), False)
 
 
 def _declared_length(scope: Scope) -> int | None:
@@ -64,11 +73,12 @@ def _declared_length(scope: Scope) -> int | None:
     return None
 
 
-async def _send_413(send: Send, limit: int) -> None:
-    """Answer 413 naming the configured file ``limit`` (not the cap with its envelope allowance)."""
-    limit_text = f"{limit} bytes ({_size(limit)})" if limit >= 1 << 10 else _size(limit)
+async def _send_413(send: Send, limit: int, *, upload: bool = True) -> None:
+    """Answer 413 naming the configured ``limit`` (for uploads: not the envelope allowance)."""
+    limit_text = describe_size(limit)
+    what = "Uploads are" if upload else "Request bodies on this route are"
     body = json.dumps(
-        {"error": f"Uploads are limited to {limit_text}; this request is larger."}
+        {"error": f"{what} limited to {limit_text}; this request is larger."}
     ).encode()
     await send(
         {
@@ -84,31 +94,46 @@ async def _send_413(send: Send, limit: int) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-class UploadLimitMiddleware:
-    """Wrap a Django ASGI application so AG-UI uploads over their cap are never read.
+class BodyLimitMiddleware:
+    """Wrap a Django ASGI application so request bodies over their route's cap are never read.
 
-    ``application = UploadLimitMiddleware(get_asgi_application())``. The cap of each upload
-    route is its server's ``attachment_max_bytes`` plus ``MULTIPART_OVERHEAD_BYTES``; the route
-    is found with Django's URL resolver (``ROOT_URLCONF``). Every other request passes through
-    untouched.
+    ``application = BodyLimitMiddleware(get_asgi_application())``. Each route's cap is looked
+    up with Django's URL resolver (``ROOT_URLCONF``): an AG-UI upload route takes its server's
+    ``attachment_max_bytes`` plus ``MULTIPART_OVERHEAD_BYTES``, and any view with an
+    ``agui_max_body_bytes`` attribute (every other AG-UI route, and any view of yours you give
+    one) takes that many bytes. ``max_body_bytes`` caps every other request; the default
+    ``None`` passes them through untouched. A refusal is a JSON 413 with ``Connection: close``.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int | None = None) -> None:
+        if max_body_bytes is not None and (
+            isinstance(max_body_bytes, bool)
+            or not isinstance(max_body_bytes, int)
+            or max_body_bytes < 0
+        ):
+            raise ValueError(
+                f"max_body_bytes={max_body_bytes!r} is not a byte count; pass a non-negative "
+                "integer, or None to cap only the AG-UI routes."
+            )
         self.app = app
+        self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve ``scope``, refusing an oversized upload with a JSON 413."""
-        if scope["type"] == "http":
-            scope = {**scope, UPLOAD_LIMIT_SCOPE_KEY: True}
-        limit = _upload_limit(scope)
-        if limit is None:
+        """Serve ``scope``, refusing an oversized body with a JSON 413."""
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope = {**scope, UPLOAD_LIMIT_SCOPE_KEY: True}
+        route = _route_limit(scope, self.max_body_bytes)
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        limit, upload = route
         # The multipart envelope (boundaries, part headers) rides on top of the file itself.
-        cap = limit + MULTIPART_OVERHEAD_BYTES
+        cap = limit + MULTIPART_OVERHEAD_BYTES if upload else limit
         declared = _declared_length(scope)
         if declared is not None and declared > cap:
-            await _send_413(send, limit)
+            await _send_413(send, limit, upload=upload)
             return
         received = 0
         refused = False
@@ -122,9 +147,13 @@ class UploadLimitMiddleware:
                 received += len(message.get("body", b""))
                 if received > cap:
                     refused = True
-                    await _send_413(send, limit)
+                    await _send_413(send, limit, upload=upload)
                     # Django sees a disconnect and serves nothing; the 413 is already out.
                     return {"type": "http.disconnect"}
             return message
 
         await self.app(scope, limited_receive, send)
+
+
+#: The first name of ``BodyLimitMiddleware``, from when it capped only uploads.
+UploadLimitMiddleware = BodyLimitMiddleware

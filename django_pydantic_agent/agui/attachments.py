@@ -4,7 +4,7 @@ Mounted only when the server's attachment store persists. An upload must declare
 ``Content-Length`` (411 otherwise: Django reads no body without one); a length over the cap is
 refused before any parsing, and ``CappedUploadHandler`` stops the multipart parser the moment the
 file passes the cap. Under WSGI the rest is then never read. Under ASGI, Django reads the whole
-request body before any view runs; only ``UploadLimitMiddleware`` (see
+request body before any view runs; only ``BodyLimitMiddleware`` (see
 ``django_pydantic_agent.agui.asgi``) closes that gap, and the upload view logs a warning once when
 it runs under ASGI without it. Downloads are forced (``Content-Disposition: attachment``) and
 never sniffed.
@@ -59,7 +59,7 @@ _MAX_FILENAME_LENGTH = 200
 _UNSAFE_FILENAME_CHARS = re.compile(r'[\x00-\x1f\x7f"\\/;%]')
 # RFC 6838 ``type/subtype`` with restricted-name characters only; no parameters.
 _MIME_TYPE = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
-#: The scope key ``UploadLimitMiddleware`` sets, so the upload view knows it is protected.
+#: The scope key ``BodyLimitMiddleware`` sets, so the upload view knows it is protected.
 UPLOAD_LIMIT_SCOPE_KEY = "django_pydantic_agent.upload_limit"
 #: The 404 message of the attachment routes.
 ATTACHMENT_NOT_FOUND = "No such attachment."
@@ -180,9 +180,9 @@ def _warn_unprotected_once(request: HttpRequest) -> None:
         return
     _unprotected_warned.append(True)
     logger.warning(
-        "AG-UI uploads are served under ASGI without UploadLimitMiddleware, so Django reads "
+        "AG-UI uploads are served under ASGI without BodyLimitMiddleware, so Django reads "
         "and spools every upload body in full before the size cap can refuse it. Wrap the "
-        "application: UploadLimitMiddleware(get_asgi_application())."
+        "application: BodyLimitMiddleware(get_asgi_application())."
     )
 
 

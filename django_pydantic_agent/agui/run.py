@@ -24,13 +24,24 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent, RunStartedEvent
 from ag_ui.encoder import EventEncoder
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 from pydantic import ValidationError
 from pydantic_ai.ui.ag_ui import AGUIAdapter, AGUIEventStream
 
-from django_pydantic_agent.agui.access import error_response, store_refusal
+from django_pydantic_agent.agui.access import store_refusal
+from django_pydantic_agent.agui.http import (
+    is_json_request,
+    not_json_response,
+    read_json_body,
+    refuse_input,
+)
 from django_pydantic_agent.agui.ids import ID_RULE, is_valid_id
+from django_pydantic_agent.agui.input import (
+    clashing_tool_problem,
+    history_problem,
+    may_hold_unstorable_values,
+    unstorable_problem,
+)
 from django_pydantic_agent.agui.transcript import Transcript, wire_message
 from django_pydantic_agent.persistence import (
     AnonymousOperationError,
@@ -50,6 +61,7 @@ __all__ = [
     "NESTED_TOO_DEEPLY",
     "REDACTED_RUN_ERROR",
     "REDACTED_SAVE_ERROR",
+    "RUN_TOO_BIG",
     "SSE_HEARTBEAT",
     "STORE_FAILED_CODE",
     "STORE_LIMIT_CODE",
@@ -70,6 +82,9 @@ REDACTED_RUN_ERROR = "The agent run failed. The error has been logged on the ser
 #: The SSE comment written after ``heartbeat_seconds`` of silence; AG-UI clients ignore it.
 SSE_HEARTBEAT = ": ping\n\n"
 
+#: What the 413 of the run endpoint asks the caller to send instead.
+RUN_TOO_BIG = "send a shorter history, or raise the limit."
+
 _MAX_REPORTED_PROBLEMS = 5
 _TERMINAL_EVENTS = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
 _T = TypeVar("_T")
@@ -88,40 +103,6 @@ def _describe_validation_error(exc: ValidationError) -> str:
     more = exc.error_count() - len(problems)
     suffix = f" and {more} more" if more > 0 else ""
     return "; ".join(problems) + suffix
-
-
-def is_json_request(request: HttpRequest) -> bool:
-    """Whether ``request`` declares ``Content-Type: application/json`` (parameters allowed).
-
-    A cross-site page can send ``text/plain``, form and multipart bodies with the visitor's
-    cookies and no preflight, but not ``application/json``; requiring it keeps such requests
-    away from the agent even when CSRF checks are off.
-    """
-    declared = str(request.META.get("CONTENT_TYPE") or "").split(";", 1)[0].strip().lower()
-    return declared == "application/json"
-
-
-def not_json_response() -> HttpResponseBase:
-    """The 415 every JSON route answers to a body that is not declared as JSON."""
-    return error_response(
-        415, "Send the body as JSON, with the header Content-Type: application/json."
-    )
-
-
-def read_json_body(request: HttpRequest, *, too_big: str) -> bytes | HttpResponseBase:
-    """The body of an ``application/json`` request, or the response refusing it.
-
-    415 when the body is not declared as JSON; 413 when it exceeds
-    ``DATA_UPLOAD_MAX_MEMORY_SIZE``, with ``too_big`` telling the caller what to send instead.
-    """
-    if not is_json_request(request):
-        return not_json_response()
-    try:
-        return request.body
-    except RequestDataTooBig:
-        return error_response(
-            413, f"The request body exceeds DATA_UPLOAD_MAX_MEMORY_SIZE; {too_big}"
-        )
 
 
 #: The 400 message for a JSON body nested deeper than the parser's recursion limit.
@@ -145,8 +126,9 @@ def parse_run_input(body: bytes) -> RunAgentInput:
     """Parse a request body into a ``RunAgentInput`` (camelCase JSON).
 
     Raises ``RunInputError`` with a message naming what is wrong (not JSON, nested too deeply,
-    not an object, the failing fields and error kinds, a ``threadId``/``runId`` outside the id
-    alphabet of ``ids.py``, no messages) and never echoing the payload.
+    not an object, NaN, NUL or an unpaired surrogate anywhere, the failing fields and error
+    kinds, a ``threadId``/``runId`` outside the id alphabet of ``ids.py``, no messages) and
+    never echoing the payload.
     """
     try:
         run_input = AGUIAdapter.build_run_input(body)
@@ -154,6 +136,10 @@ def parse_run_input(body: bytes) -> RunAgentInput:
         # The body is parsed a second time only to word the refusal: pydantic rejects every
         # body that json.loads rejects, so the common, valid case is parsed once.
         payload = _load_json(body)
+        # pydantic's parser refuses an unpaired surrogate as mere "invalid JSON"; name it.
+        unstorable = unstorable_problem(body) if isinstance(payload, dict) else None
+        if unstorable is not None:
+            raise RunInputError(unstorable) from exc
         if not isinstance(payload, dict):
             raise RunInputError(
                 f"The request body is a JSON {type(payload).__name__}, not an object; send a "
@@ -169,6 +155,10 @@ def parse_run_input(body: bytes) -> RunAgentInput:
         raise RunInputError(
             "messages is empty: send at least one message (the user's turn) to run the agent."
         )
+    # Only a body that could hold such a value is parsed a second time, to find it.
+    unstorable = unstorable_problem(body) if may_hold_unstorable_values(body) else None
+    if unstorable is not None:
+        raise RunInputError(unstorable)
     return run_input
 
 
@@ -287,6 +277,9 @@ class _RunRecord:
 
     transcript: Transcript
     new_messages: list[ModelMessage] | None = None
+    #: Whether the thread was stored when the run started: if it is gone by the end, a DELETE
+    #: arrived meanwhile, and saving would bring it back.
+    thread_existed: bool = False
     #: Set once a save has started, so a run is saved exactly once however it ends.
     saving: bool = False
 
@@ -360,8 +353,9 @@ class RunEndpoint:
         """Validate the run, prepare per-request parts, and return the SSE response.
 
         Every refusal happens before streaming starts and is a JSON error: 429 (throttle),
-        415 (not ``application/json``), 413 (body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``), 400
-        (invalid ``RunAgentInput`` or history) and 403 (a persisting store refuses this
+        415 (not ``application/json``), 413 (body over the server's ``json_body_limit()``),
+        400 (invalid ``RunAgentInput`` or history, or a client tool shadowing a server tool,
+        each logged as one ``WARNING`` line) and 403 (a persisting store refuses this
         caller). Afterwards, failures are ``RUN_ERROR``, and every stream ends with
         ``RUN_FINISHED`` or ``RUN_ERROR``.
         """
@@ -369,13 +363,16 @@ class RunEndpoint:
         refusal = await server.access.check_throttle(request)
         if refusal is not None:
             return refusal
-        body = read_json_body(request, too_big="send a shorter history or raise that setting.")
+        body = read_json_body(request, limit=server.json_body_limit(), too_big=RUN_TOO_BIG)
         if not isinstance(body, bytes):
             return body
         try:
             run_input = parse_run_input(body)
         except RunInputError as exc:
-            return error_response(400, str(exc))
+            return refuse_input(request, str(exc))
+        problem = history_problem(run_input) or clashing_tool_problem(server.agent, run_input)
+        if problem is not None:
+            return refuse_input(request, problem)
         adapter = _ServerAGUIAdapter(
             agent=server.agent,
             run_input=run_input,
@@ -386,8 +383,9 @@ class RunEndpoint:
         try:
             adapter.messages  # noqa: B018 - converts (and caches) the history, or raises
         except (ValueError, TypeError):
-            return error_response(400, _history_problem(run_input))
+            return refuse_input(request, _history_problem(run_input))
         persisting = server.persists_conversations
+        thread_existed = False
         if persisting:
             store = server.conversation_store
             # The session cookie must go out with the response headers, so an anonymous
@@ -395,14 +393,16 @@ class RunEndpoint:
             await server.ensure_anonymous_session(request, store)
             try:
                 # Fail before streaming if the store refuses this caller.
-                await store.exists(run_input.thread_id, request=request)
+                thread_existed = await store.exists(run_input.thread_id, request=request)
             except StoreError as exc:
                 return store_refusal(exc, store="conversation")
         if getattr(request, "scope", None) is None:
             _warn_wsgi_once()
         deps = await server.build_deps(request)
         response = StreamingHttpResponse(
-            self._stream(request, adapter, deps, persisting=persisting),
+            self._stream(
+                request, adapter, deps, persisting=persisting, thread_existed=thread_existed
+            ),
             content_type=EventEncoder().get_content_type(),
         )
         response["Cache-Control"] = "no-cache"
@@ -418,10 +418,13 @@ class RunEndpoint:
         deps: Any,
         *,
         persisting: bool,
+        thread_existed: bool,
     ) -> AsyncIterator[str]:
         server = self._server
         run_input = adapter.run_input
-        record = _RunRecord(Transcript(include_reasoning=server.forward_reasoning))
+        record = _RunRecord(
+            Transcript(include_reasoning=server.forward_reasoning), thread_existed=thread_existed
+        )
 
         async def agent_events() -> AsyncIterator[BaseEvent]:
             # Inside the generator, so an exception raised while starting the run is caught
@@ -525,13 +528,25 @@ class RunEndpoint:
     ) -> RunErrorEvent | None:
         """Save posted + run messages; return ``None``, or the ``RUN_ERROR`` for a failure.
 
-        Never raises: a failure is logged, and described by the returned event.
+        A thread that existed when the run started and is gone now was deleted meanwhile: the
+        save is skipped (logged at ``INFO``), so the run does not bring it back. Never raises: a
+        failure is logged, and described by the returned event.
         """
+        store = self._server.conversation_store
         try:
+            if record.thread_existed and not await store.exists(
+                run_input.thread_id, request=request
+            ):
+                logger.info(
+                    "Thread %r was deleted while run %r streamed; the run is not saved.",
+                    run_input.thread_id,
+                    run_input.run_id,
+                )
+                return None
             messages = [wire_message(message) for message in run_input.messages]
             messages.extend(record.saved_messages())
             conversation = Conversation(thread_id=run_input.thread_id, messages=messages)
-            await self._server.conversation_store.save(conversation, request=request)
+            await store.save(conversation, request=request)
         except Exception as exc:
             logger.error(
                 "Saving thread %r after run %r failed; the run was not persisted.",

@@ -18,9 +18,10 @@ from pydantic_ai.agent import AbstractAgent
 
 from django_pydantic_agent.agui.access import AccessPolicy, AGUIView, call_hook
 from django_pydantic_agent.agui.attachments import ATTACHMENT_NOT_FOUND, AttachmentEndpoints
-from django_pydantic_agent.agui.run import RunEndpoint
+from django_pydantic_agent.agui.http import json_body_limit
+from django_pydantic_agent.agui.run import RUN_TOO_BIG, RunEndpoint
 from django_pydantic_agent.agui.threads import NOT_FOUND as THREAD_NOT_FOUND
-from django_pydantic_agent.agui.threads import ThreadEndpoints
+from django_pydantic_agent.agui.threads import TITLE_TOO_BIG, ThreadEndpoints
 from django_pydantic_agent.persistence import (
     AttachmentStore,
     ConversationStore,
@@ -114,6 +115,7 @@ class AGUIServer:
         expose_error_messages: bool = False,
         thread_list_limit: int = DEFAULT_THREAD_LIST_LIMIT,
         allowed_file_url_schemes: Collection[str] = (),
+        max_body_bytes: int | None = None,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise TypeError(
@@ -150,6 +152,8 @@ class AGUIServer:
         _positive("heartbeat_seconds", heartbeat_seconds, allow_zero=True)
         _positive("attachment_max_bytes", attachment_max_bytes)
         _positive("thread_list_limit", thread_list_limit)
+        if max_body_bytes is not None:
+            _positive("max_body_bytes", max_body_bytes)
         if isinstance(attachment_allowed_types, str):
             raise TypeError(
                 f"attachment_allowed_types={attachment_allowed_types!r} is a string; pass a "
@@ -190,6 +194,7 @@ class AGUIServer:
         self.namespace = namespace
         self.expose_error_messages = expose_error_messages
         self.thread_list_limit = int(thread_list_limit)
+        self.max_body_bytes = None if max_body_bytes is None else int(max_body_bytes)
         self.allowed_file_url_schemes = frozenset(
             scheme.lower() for scheme in allowed_file_url_schemes
         )
@@ -203,13 +208,16 @@ class AGUIServer:
 
         threads = ThreadEndpoints(self)
         attachments = AttachmentEndpoints(self)
-        self.run_view = self._view({"POST": RunEndpoint(self)})
+        self.run_view = self._view({"POST": RunEndpoint(self)}, too_big=RUN_TOO_BIG)
         self.threads_view = self._view({"GET": threads.index})
         self.thread_view = self._view(
             {"GET": threads.get, "PATCH": threads.rename, "DELETE": threads.delete},
             not_found=THREAD_NOT_FOUND,
+            too_big=TITLE_TOO_BIG,
         )
-        self.attachments_view = self._view({"POST": attachments.upload}, check_csrf=False)
+        self.attachments_view = self._view(
+            {"POST": attachments.upload}, check_csrf=False, capped=False
+        )
         self.attachments_view.agui_upload_max_bytes = self.attachment_max_bytes
         self.attachment_view = self._view(
             {"GET": attachments.download, "DELETE": attachments.delete},
@@ -217,7 +225,13 @@ class AGUIServer:
         )
 
     def _view(
-        self, handlers: dict[str, Any], *, check_csrf: bool = True, not_found: str = "Not found."
+        self,
+        handlers: dict[str, Any],
+        *,
+        check_csrf: bool = True,
+        not_found: str = "Not found.",
+        capped: bool = True,
+        too_big: str = "send a smaller body.",
     ) -> AGUIView:
         return AGUIView(
             server=self,
@@ -225,7 +239,19 @@ class AGUIServer:
             handlers=handlers,
             check_csrf=check_csrf,
             not_found=not_found,
+            max_body_bytes=self.json_body_limit if capped else None,
+            too_big=too_big,
         )
+
+    def json_body_limit(self) -> int:
+        """The body cap of this server's JSON routes now, in bytes.
+
+        ``max_body_bytes``, or ``DATA_UPLOAD_MAX_MEMORY_SIZE`` read at request time when that is
+        ``None``. Every route except the upload route refuses a longer body with 413 before
+        reading it; ``BodyLimitMiddleware`` enforces the same cap before Django's ASGI handler
+        spools the body.
+        """
+        return json_body_limit(self.max_body_bytes)
 
     def __repr__(self) -> str:
         return (

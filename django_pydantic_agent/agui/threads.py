@@ -15,19 +15,22 @@ from typing import TYPE_CHECKING, Any
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
 from django_pydantic_agent.agui.access import error_response, store_refusal
-from django_pydantic_agent.agui.run import NESTED_TOO_DEEPLY, read_json_body
+from django_pydantic_agent.agui.http import read_json_body, refuse_input
+from django_pydantic_agent.agui.run import NESTED_TOO_DEEPLY
 from django_pydantic_agent.persistence import ConversationMeta, StoreError
 
 if TYPE_CHECKING:
     from django_pydantic_agent.agui.server import AGUIServer
 
-__all__ = ["MAX_TITLE_LENGTH", "NOT_FOUND", "ThreadEndpoints"]
+__all__ = ["MAX_TITLE_LENGTH", "NOT_FOUND", "TITLE_TOO_BIG", "ThreadEndpoints"]
 
 #: The longest title ``PATCH threads/<id>/`` accepts, in characters.
 MAX_TITLE_LENGTH = 200
 
 #: The 404 message of every thread route.
 NOT_FOUND = "No such thread."
+#: What the 413 of ``PATCH threads/<id>/`` asks the caller to send instead.
+TITLE_TOO_BIG = "send only the title."
 
 
 def _meta_json(meta: ConversationMeta) -> dict[str, Any]:
@@ -64,8 +67,9 @@ class ThreadEndpoints:
             except ValueError:
                 limit = 0
             if limit < 1:
-                return error_response(
-                    400, f"limit must be a positive integer (at most {cap}); omit it for {cap}."
+                return refuse_input(
+                    request,
+                    f"limit must be a positive integer (at most {cap}); omit it for {cap}.",
                 )
             limit = min(limit, cap)
         if await self._owns_nothing(request):
@@ -95,29 +99,30 @@ class ThreadEndpoints:
         (413). Whitespace in the title is collapsed; it must then be a non-empty string of at
         most ``MAX_TITLE_LENGTH`` printable characters (400).
         """
-        body = read_json_body(request, too_big="send only the title.")
+        body = read_json_body(request, limit=self._server.json_body_limit(), too_big=TITLE_TOO_BIG)
         if not isinstance(body, bytes):
             return body
         try:
             payload = json.loads(body)
         except RecursionError:
-            return error_response(400, NESTED_TOO_DEEPLY)
+            return refuse_input(request, NESTED_TOO_DEEPLY)
         except (ValueError, UnicodeDecodeError):
             payload = None
         title = payload.get("title") if isinstance(payload, dict) else None
         if not isinstance(title, str) or not title.strip():
-            return error_response(
-                400, 'Send a JSON object with a non-empty string "title", e.g. {"title": "Plans"}.'
+            return refuse_input(
+                request,
+                'Send a JSON object with a non-empty string "title", e.g. {"title": "Plans"}.',
             )
         title = " ".join(title.split())
         if len(title) > MAX_TITLE_LENGTH:
-            return error_response(
-                400,
+            return refuse_input(
+                request,
                 f"The title is {len(title)} characters long; the limit is {MAX_TITLE_LENGTH}.",
             )
         if not title.isprintable():
-            return error_response(
-                400,
+            return refuse_input(
+                request,
                 "The title contains control characters, unpaired surrogates or other "
                 "non-printable characters; send plain text.",
             )

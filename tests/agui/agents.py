@@ -178,3 +178,30 @@ async def _describe_prompt(messages: list[ModelMessage], info: AgentInfo) -> Asy
 def prompt_parts_agent() -> Agent[None, str]:
     """Answers with the kinds of user content the model received, e.g. ``parts=str,ImageUrl``."""
     return Agent(FunctionModel(stream_function=_describe_prompt))
+
+
+class Gate:
+    """Where ``gated_agent`` pauses: ``reached`` is set once it has streamed its first word, and
+    it goes on once ``released`` is set. ``reset()`` before each run (events bind to a loop)."""
+
+    reached: asyncio.Event
+    released: asyncio.Event
+
+    def reset(self) -> None:
+        self.reached = asyncio.Event()
+        self.released = asyncio.Event()
+
+
+GATE = Gate()
+
+
+async def _gated(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    yield "Working "
+    GATE.reached.set()
+    await asyncio.wait_for(GATE.released.wait(), timeout=10)
+    yield "done."
+
+
+def gated_agent() -> Agent[None, str]:
+    """Streams one word, then waits for ``GATE.released`` before it finishes."""
+    return Agent(FunctionModel(stream_function=_gated))

@@ -1,4 +1,4 @@
-"""``UploadLimitMiddleware``: oversized uploads are refused before Django reads the body."""
+"""``BodyLimitMiddleware``: oversized bodies are refused before Django reads them."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from django_pydantic_agent.agui import UploadLimitMiddleware
-from django_pydantic_agent.agui.asgi import _size, _upload_limit
+from django_pydantic_agent.agui import BodyLimitMiddleware, UploadLimitMiddleware
+from django_pydantic_agent.agui.asgi import _route_limit
 from django_pydantic_agent.agui.attachments import MULTIPART_OVERHEAD_BYTES
+from django_pydantic_agent.agui.http import binary_size
 from tests.agui.conftest import asgi_app, run_body
 from tests.agui.urls import UPLOAD_CAP
 
@@ -127,12 +128,15 @@ async def test_small_upload_reaches_the_view() -> None:
     assert exchange.status == 401  # the view ran: it authenticates first
 
 
-def test_limit_lookup_ignores_non_uploads() -> None:
-    assert _upload_limit({"type": "lifespan"}) is None
-    assert _upload_limit(scope("/stored/attachments/", method="GET")) is None
-    assert _upload_limit(scope("/no/such/route/")) is None
-    assert _upload_limit(scope("/stored/")) is None
-    assert _upload_limit(scope("/stored/attachments/")) == UPLOAD_CAP
+def test_each_route_has_its_own_cap(settings: Any) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 5000
+    assert _route_limit(scope("/stored/attachments/"), None) == (UPLOAD_CAP, True)
+    assert _route_limit(scope("/stored/attachments/", method="GET"), None) == (UPLOAD_CAP, True)
+    assert _route_limit(scope("/stored/"), None) == (5000, False)
+    assert _route_limit(scope("/stored/threads/t/", method="PATCH"), None) == (5000, False)
+    assert _route_limit(scope("/small-body/"), None) == (300, False)
+    assert _route_limit(scope("/no/such/route/"), None) is None
+    assert _route_limit(scope("/no/such/route/"), 7) == (7, False)
 
 
 @pytest.mark.parametrize(
@@ -145,7 +149,7 @@ def test_limit_lookup_ignores_non_uploads() -> None:
     ],
 )
 def test_limits_are_named_in_binary_units(limit: int, text: str) -> None:
-    assert _size(limit) == text
+    assert binary_size(limit) == text
 
 
 async def test_a_limit_under_a_kibibyte_is_named_once() -> None:
@@ -222,3 +226,110 @@ async def test_the_wrapper_marks_every_http_scope() -> None:
     assert seen[0][UPLOAD_LIMIT_SCOPE_KEY] is True
     assert UPLOAD_LIMIT_SCOPE_KEY not in original  # the server's scope is not mutated
     assert UPLOAD_LIMIT_SCOPE_KEY not in seen[1]
+
+
+class LazyExchange(Exchange):
+    """A client with ``total`` bytes to send in ``chunk``-sized pieces, made only when read."""
+
+    def __init__(self, total: int, chunk: int = 64 * 1024) -> None:
+        super().__init__([])
+        self.remaining = total
+        self.chunk = chunk
+
+    async def receive(self) -> dict[str, Any]:
+        size = min(self.chunk, self.remaining)
+        self.remaining -= size
+        self.pulled += size
+        return {"type": "http.request", "body": b" " * size, "more_body": self.remaining > 0}
+
+
+HUGE = 200 * 1024 * 1024
+JSON = (b"content-type", b"application/json")
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/stored/"),
+        ("POST", "/open/"),
+        ("PATCH", "/stored/threads/t1/"),
+        ("DELETE", "/stored/threads/t1/"),
+        ("GET", "/stored/attachments/"),
+    ],
+)
+@pytest.mark.parametrize("authenticated", [False, True])
+async def test_a_declared_200_mb_body_is_refused_on_every_route_unread(
+    method: str, path: str, authenticated: bool, alice: Any
+) -> None:
+    from tests.agui.conftest import session_cookie
+
+    headers = [JSON, (b"content-length", str(HUGE).encode())]
+    if authenticated:
+        headers.append((b"cookie", f"sessionid={await session_cookie(alice)}".encode()))
+    exchange = LazyExchange(HUGE)
+    await serve(exchange, scope(path, method=method, headers=headers))
+    assert exchange.status == 413
+    assert exchange.pulled == 0
+    assert "limited to" in json.loads(exchange.body)["error"]
+
+
+async def test_a_chunked_200_mb_run_body_is_cut_off_at_the_cap(settings: Any) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100_000
+    exchange = LazyExchange(HUGE)
+    await serve(exchange, scope("/stored/", headers=[JSON]))
+    assert exchange.status == 413
+    assert exchange.pulled <= 100_000 + exchange.chunk
+    assert json.loads(exchange.body)["error"] == (
+        "Request bodies on this route are limited to 100000 bytes (97.7 KiB); "
+        "this request is larger."
+    )
+
+
+async def test_the_json_cap_defaults_to_the_setting_and_follows_the_server(
+    settings: Any,
+) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    small = LazyExchange(1001)
+    await serve(small, scope("/small-body/", headers=[JSON, (b"content-length", b"301")]))
+    assert small.status == 413
+    assert "limited to 300 bytes;" in json.loads(small.body)["error"]
+    default = Exchange([b"{}"])
+    await serve(default, scope("/stored/", headers=[JSON, (b"content-length", b"1001")]))
+    assert default.status == 413
+    assert "limited to 1000 bytes;" in json.loads(default.body)["error"]
+
+
+async def test_other_routes_are_capped_only_when_asked() -> None:
+    reached: list[int] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append((await receive())["type"] == "http.request")
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    headers = [(b"content-length", b"11")]
+    passed = Exchange([b"x" * 11])
+    await BodyLimitMiddleware(app)(
+        scope("/elsewhere/", headers=headers), passed.receive, passed.send
+    )
+    refused = Exchange([b"x" * 11])
+    await BodyLimitMiddleware(app, max_body_bytes=10)(
+        scope("/elsewhere/", headers=headers), refused.receive, refused.send
+    )
+    assert passed.status == 204
+    assert reached == [True]
+    assert refused.status == 413
+    assert refused.pulled == 0
+    assert json.loads(refused.body)["error"] == (
+        "Request bodies on this route are limited to 10 bytes; this request is larger."
+    )
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, "10"])
+def test_a_bad_cap_is_refused_at_construction(value: Any) -> None:
+    with pytest.raises(ValueError, match="max_body_bytes="):
+        BodyLimitMiddleware(asgi_app(), max_body_bytes=value)
+
+
+def test_the_old_name_is_the_same_middleware() -> None:
+    assert UploadLimitMiddleware is BodyLimitMiddleware

@@ -431,7 +431,7 @@ async def test_asgi_uploads_without_the_wrapper_log_a_warning_once(alice: Any, c
         first = await upload(http)
         second = await upload(http)
     assert first.status_code == second.status_code == 201
-    warned = [r for r in caplog.records if "without UploadLimitMiddleware" in r.getMessage()]
+    warned = [r for r in caplog.records if "without BodyLimitMiddleware" in r.getMessage()]
     assert len(warned) == 1
 
 
@@ -445,7 +445,7 @@ async def test_asgi_uploads_behind_the_wrapper_do_not_warn(alice: Any, caplog: A
         http.cookies.set("sessionid", await session_cookie(alice))
         created = await upload(http)
     assert created.status_code == 201
-    assert not [r for r in caplog.records if "UploadLimitMiddleware" in r.getMessage()]
+    assert not [r for r in caplog.records if "BodyLimitMiddleware" in r.getMessage()]
     attachments._unprotected_warned.clear()
 
 
@@ -505,3 +505,24 @@ async def test_cookieless_attachment_reads_create_no_session(client: httpx.Async
     assert nul.json() == {"error": "No such attachment."}
     assert deleted.status_code == 204
     assert await sync_to_async(Session.objects.count)() == before
+
+
+async def test_attachment_delete_csrf_enforced(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        http.cookies.set("csrftoken", CSRF_SECRET)
+        token = {"X-CSRFToken": CSRF_SECRET}
+        created = await upload(http, "/stored-csrf/", headers=token)
+        attachment_id = created.json()["id"]
+        http.cookies.delete("csrftoken")
+        refused = await http.delete(f"/stored-csrf/attachments/{attachment_id}/")
+        kept = await http.get(f"/stored-csrf/attachments/{attachment_id}/")
+        http.cookies.set("csrftoken", CSRF_SECRET)
+        deleted = await http.delete(f"/stored-csrf/attachments/{attachment_id}/", headers=token)
+        gone = await http.get(f"/stored-csrf/attachments/{attachment_id}/")
+    assert created.status_code == 201
+    assert refused.status_code == 403
+    assert refused.json()["error"].startswith("CSRF verification failed")
+    assert kept.status_code == 200
+    assert kept.content == b"hello world"
+    assert deleted.status_code == 204
+    assert gone.status_code == 404

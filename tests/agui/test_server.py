@@ -58,6 +58,8 @@ def test_csrf_false_marks_views_enforced() -> None:
         ({"heartbeat_seconds": "15"}, TypeError, "heartbeat_seconds='15'"),
         ({"attachment_max_bytes": 0}, ValueError, "attachment_max_bytes=0"),
         ({"thread_list_limit": True}, TypeError, "thread_list_limit=True"),
+        ({"max_body_bytes": 0}, ValueError, "max_body_bytes=0"),
+        ({"max_body_bytes": "1MB"}, TypeError, "max_body_bytes='1MB'"),
         ({"attachment_allowed_types": "image/png"}, TypeError, "is a string"),
         ({"namespace": "a:b"}, ValueError, "namespace='a:b'"),
         ({"namespace": ""}, ValueError, "namespace=''"),

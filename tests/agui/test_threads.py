@@ -648,16 +648,82 @@ async def test_a_forged_session_cookie_reads_nothing_and_creates_nothing() -> No
     assert await sync_to_async(session_rows)() == before
 
 
-async def test_message_text_with_nul_never_breaks_the_stream(alice: Any) -> None:
-    # SQLite keeps a NUL; PostgreSQL cannot, and the store refuses it (StoreDataError).
+async def test_message_text_with_nul_is_refused_before_anything_is_stored(alice: Any) -> None:
+    # PostgreSQL text cannot hold a NUL: refused up front on every database, never half-saved.
     async with await logged_in(alice) as http:
         response = await http.post("/stored/", json=run_body(text="hi\x00there"))
         listing = await http.get("/stored/threads/")
-    assert response.status_code == 200
+    assert response.status_code == 400
+    assert "messages.0 (id 'user-run-1') content contains a NUL" in response.json()["error"]
+    assert listing.json() == {"threads": []}
+
+
+async def test_a_thread_deleted_while_a_run_streams_stays_deleted(alice: Any, caplog: Any) -> None:
+    from tests.agui.agents import GATE
+
+    caplog.set_level(logging.INFO, logger="django_pydantic_agent.agui")
+    async with await logged_in(alice) as http:
+        await run(http, thread_id="doomed", run_id="r1")
+        GATE.reset()
+        streaming = asyncio.ensure_future(
+            http.post("/gated/", json=run_body(thread_id="doomed", run_id="r2"))
+        )
+        await asyncio.wait_for(GATE.reached.wait(), timeout=10)
+        deleted = await http.delete("/stored/threads/doomed/")
+        GATE.released.set()
+        response = await streaming
+        after = await http.get("/stored/threads/doomed/")
+        listing = await http.get("/stored/threads/")
+    assert deleted.status_code == 204
     events = sse_events(response.text)
+    assert events[-1]["type"] == "RUN_FINISHED"
     assert_valid_agui(events)
-    last = events[-1]
-    assert last["type"] == "RUN_FINISHED" or (
-        last["type"] == "RUN_ERROR" and last["code"] == "STORE_REFUSED"
+    # The end-of-run save did not bring the thread back.
+    assert after.status_code == 404
+    assert listing.json() == {"threads": []}
+    [note] = [r for r in caplog.records if "deleted while run" in r.getMessage()]
+    assert note.levelno == logging.INFO
+    assert (
+        note.getMessage()
+        == "Thread 'doomed' was deleted while run 'r2' streamed; the run is not saved."
     )
-    assert listing.status_code == 200
+
+
+async def test_a_new_thread_streamed_by_a_gated_run_is_saved(alice: Any) -> None:
+    # The control for the test above: without the DELETE, the same run is saved.
+    from tests.agui.agents import GATE
+
+    GATE.reset()
+    async with await logged_in(alice) as http:
+        streaming = asyncio.ensure_future(http.post("/gated/", json=run_body(thread_id="kept")))
+        await asyncio.wait_for(GATE.reached.wait(), timeout=10)
+        GATE.released.set()
+        response = await streaming
+        after = await http.get("/stored/threads/kept/")
+    assert sse_events(response.text)[-1]["type"] == "RUN_FINISHED"
+    assert [m["content"] for m in after.json()["messages"]][-1] == "Working done."
+
+
+async def test_csrf_is_enforced_on_rename_and_delete(alice: Any) -> None:
+    from tests.agui.conftest import CSRF_SECRET
+
+    async with await logged_in(alice) as http:
+        # Create the thread on the exempt mount (same store), then attack the enforcing one.
+        await run(http, thread_id="guarded")
+        rename = await http.patch("/stored-csrf/threads/guarded/", json={"title": "Pwned"})
+        delete = await http.delete("/stored-csrf/threads/guarded/")
+        kept = await http.get("/stored-csrf/threads/")
+        http.cookies.set("csrftoken", CSRF_SECRET)
+        token = {"X-CSRFToken": CSRF_SECRET}
+        renamed = await http.patch(
+            "/stored-csrf/threads/guarded/", json={"title": "Mine"}, headers=token
+        )
+        removed = await http.delete("/stored-csrf/threads/guarded/", headers=token)
+    for refused in (rename, delete):
+        assert refused.status_code == 403
+        assert refused.json()["error"].startswith("CSRF verification failed")
+    [thread] = kept.json()["threads"]
+    assert thread["threadId"] == "guarded"
+    assert thread["title"] != "Pwned"
+    assert renamed.status_code == 200
+    assert removed.status_code == 204

@@ -55,3 +55,26 @@ def test_oversized_upload_is_refused_before_the_body_is_sent(base_url: str) -> N
     assert response.status_code == 413
     # The wrapper answered (the view's own 413 says "The file exceeds"): Django read nothing.
     assert response.json()["error"].startswith(f"Uploads are limited to {UPLOAD_CAP} bytes")
+
+
+def test_a_200_mb_run_body_is_refused_over_the_socket_without_being_sent(base_url: str) -> None:
+    # Declare 200 MB, send only the headers: the 413 arrives without waiting for the body.
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(base_url)
+    request = (
+        f"POST /stored/ HTTP/1.1\r\nHost: {url.hostname}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {200 * 1024 * 1024}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
+        sock.sendall(request + b"{")
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413")
+    assert b"Request bodies on this route are limited to" in body

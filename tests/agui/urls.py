@@ -16,6 +16,7 @@ from django_pydantic_agent.contrib.store.stores import (
 from django_pydantic_agent.persistence import DjangoSessionConversationStore
 from tests.agui.agents import (
     failing_agent,
+    gated_agent,
     hanging_agent,
     interrupted_agent,
     prompt_parts_agent,
@@ -43,7 +44,22 @@ async def always_wait(request: HttpRequest) -> float:
     return 7.2
 
 
-def stored(**kwargs: Any) -> AGUIServer:
+class BrokenQueryStore(DefaultConversationStore):
+    """Lists threads with a query that names a missing table: a real, non-transient DB error."""
+
+    async def list(self, *, request: HttpRequest, limit: int | None = None) -> Any:
+        from asgiref.sync import sync_to_async
+        from django.db import connection
+
+        def query() -> None:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT secret_column FROM no_such_table_s3cr3t")
+
+        await sync_to_async(query)()
+        raise AssertionError("the query above always fails")  # pragma: no cover
+
+
+def stored(agent: Any = None, **kwargs: Any) -> AGUIServer:
     options: dict[str, Any] = {
         "conversation_store": DefaultConversationStore(),
         "attachment_store": DefaultAttachmentStore(),
@@ -52,7 +68,7 @@ def stored(**kwargs: Any) -> AGUIServer:
         "csrf_exempt": True,
     }
     options.update(kwargs)
-    return AGUIServer(scripted_agent(), **options)
+    return AGUIServer(agent or scripted_agent(), **options)
 
 
 open_server = AGUIServer(text_agent(), require_authenticated=False, csrf_exempt=True)
@@ -169,6 +185,14 @@ urlpatterns = [
     path("one-thread/", one_thread.urls),
     path("urls-default/", urls_default.urls),
     path("urls-allowed/", urls_allowed.urls),
+    path("gated/", stored(gated_agent(), namespace="gated").urls),
+    path(
+        "broken-db/",
+        AGUIServer(
+            text_agent(), conversation_store=BrokenQueryStore(), csrf_exempt=True, namespace="bdb"
+        ).urls,
+    ),
+    path("small-body/", stored(max_body_bytes=300, namespace="small-body").urls),
     path("interrupted/", interrupted("hang").urls),
     path(
         "interrupted-session/",

@@ -1,0 +1,200 @@
+"""HTTP plumbing shared by the AG-UI routes: JSON bodies, body caps, refusals and database errors.
+
+Each route answers in JSON whatever goes wrong before a stream starts. Three helpers here make
+that uniform: ``read_json_body`` reads an ``application/json`` body without ever reading more than
+the route's cap, ``refuse_input`` answers a 400 and logs it as one ``WARNING`` line, and
+``database_error_response`` turns a ``DatabaseError`` into a 503 (lock or timeout, with
+``Retry-After``) or a 500, logged once with its detail and never shown to the client.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import DatabaseError, OperationalError
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
+
+__all__ = [
+    "DATABASE_BUSY",
+    "DATABASE_FAILED",
+    "DEFAULT_MAX_BODY_BYTES",
+    "RETRY_AFTER_SECONDS",
+    "binary_size",
+    "body_too_big_response",
+    "database_error_response",
+    "declared_length",
+    "describe_size",
+    "error_response",
+    "is_json_request",
+    "is_transient_database_error",
+    "json_body_limit",
+    "not_json_response",
+    "read_json_body",
+    "refuse_input",
+]
+
+logger = logging.getLogger("django_pydantic_agent.agui")
+
+#: The body cap of the JSON routes when ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is ``None``: Django's
+#: own default for that setting, 2.5 MiB.
+DEFAULT_MAX_BODY_BYTES = 2_621_440
+#: The ``Retry-After`` of a 503 answered for a locked or timed-out database.
+RETRY_AFTER_SECONDS = 1
+#: The 503 message for a database lock or timeout.
+DATABASE_BUSY = "The database is busy; retry in a moment."
+#: The 500 message for any other database error (the detail is logged, never sent).
+DATABASE_FAILED = "A database error stopped this request. The error has been logged on the server."
+
+# SQLSTATEs of PostgreSQL errors worth retrying: lock_not_available (lock_timeout),
+# query_canceled (statement_timeout), deadlock_detected, serialization_failure.
+_TRANSIENT_SQLSTATES = frozenset({"55P03", "57014", "40P01", "40001"})
+# SQLite's busy errors: the database (SQLITE_BUSY) or a shared-cache table (SQLITE_LOCKED).
+_TRANSIENT_MESSAGES = ("database is locked", "database table is locked")
+
+
+def error_response(status: int, message: str, **headers: str) -> JsonResponse:
+    """Return the JSON error body every AG-UI route uses: ``{"error": message}``.
+
+    Each keyword becomes a header, with ``_`` written as ``-`` (``Retry_After="8"``).
+    """
+    response = JsonResponse({"error": message}, status=status)
+    for name, value in headers.items():
+        response[name.replace("_", "-")] = value
+    return response
+
+
+def binary_size(limit: int) -> str:
+    """``limit`` in the largest binary unit it reaches: ``"5 MiB"``, ``"1.5 KiB"``."""
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if limit >= factor:
+            return f"{limit / factor:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{limit} bytes"
+
+
+def describe_size(limit: int) -> str:
+    """``limit`` for people, exact and rounded: ``"1024 bytes (1 KiB)"``, ``"100 bytes"``."""
+    return f"{limit} bytes ({binary_size(limit)})" if limit >= 1 << 10 else binary_size(limit)
+
+
+def json_body_limit(max_body_bytes: int | None) -> int:
+    """The body cap of a JSON route: ``max_body_bytes``, else ``DATA_UPLOAD_MAX_MEMORY_SIZE``.
+
+    Read at request time, so a changed setting applies at once; ``DEFAULT_MAX_BODY_BYTES`` when
+    both are ``None``.
+    """
+    if max_body_bytes is not None:
+        return max_body_bytes
+    configured = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return DEFAULT_MAX_BODY_BYTES if configured is None else int(configured)
+
+
+def declared_length(request: HttpRequest) -> int | None:
+    """The request's ``Content-Length``, or ``None`` when it is missing or not a number."""
+    raw = request.META.get("CONTENT_LENGTH")
+    try:
+        return int(raw) if raw else None
+    except ValueError:
+        return None
+
+
+def body_too_big_response(limit: int, hint: str) -> JsonResponse:
+    """The 413 for a body over ``limit`` bytes; ``hint`` tells the caller what to send instead."""
+    return error_response(
+        413,
+        f"The request body is larger than this route's limit of {describe_size(limit)} "
+        f"(AGUIServer max_body_bytes, by default DATA_UPLOAD_MAX_MEMORY_SIZE); {hint}",
+    )
+
+
+def is_json_request(request: HttpRequest) -> bool:
+    """Whether ``request`` declares ``Content-Type: application/json`` (parameters allowed).
+
+    A cross-site page can send ``text/plain``, form and multipart bodies with the visitor's
+    cookies and no preflight, but not ``application/json``; requiring it keeps such requests
+    away from the agent even when CSRF checks are off.
+    """
+    declared = str(request.META.get("CONTENT_TYPE") or "").split(";", 1)[0].strip().lower()
+    return declared == "application/json"
+
+
+def not_json_response() -> HttpResponseBase:
+    """The 415 every JSON route answers to a body that is not declared as JSON."""
+    return error_response(
+        415, "Send the body as JSON, with the header Content-Type: application/json."
+    )
+
+
+def read_json_body(request: HttpRequest, *, limit: int, too_big: str) -> bytes | HttpResponseBase:
+    """The body of an ``application/json`` request, or the response refusing it.
+
+    415 when the body is not declared as JSON; 413 when it is over ``limit`` bytes, found by
+    reading at most one byte more than the limit (so a chunked body is capped too; a declared
+    ``Content-Length`` over it was already refused by the view, unread). ``too_big`` tells the
+    caller what to send instead.
+    """
+    if not is_json_request(request):
+        return not_json_response()
+    body = request.read(limit + 1)
+    if len(body) > limit:
+        return body_too_big_response(limit, too_big)
+    return body
+
+
+def _logged_path(request: HttpRequest) -> str:
+    """``request.path`` for a log line: as is when printable, else its ``repr`` (no newlines)."""
+    path = request.path
+    return path if path.isprintable() else repr(path)
+
+
+def refuse_input(request: HttpRequest, message: str) -> JsonResponse:
+    """Answer 400 ``{"error": message}`` and log it as exactly one ``WARNING`` line.
+
+    ``message`` must name the problem without echoing the payload. Django's request logger is
+    told the response is already logged, so a client sending bad input fills the log with one
+    line per request, never a traceback.
+    """
+    logger.warning("Refused %s %s with 400: %s", request.method, _logged_path(request), message)
+    response = error_response(400, message)
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
+
+
+def is_transient_database_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a lock or timeout worth retrying, rather than a broken query.
+
+    SQLite's "database is locked" (and "database table is locked"), and PostgreSQL's lock and
+    statement timeouts, deadlocks and serialization failures, by SQLSTATE.
+    """
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__
+    code = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)
+    if code in _TRANSIENT_SQLSTATES:
+        return True
+    text = str(exc).lower()
+    return any(message in text for message in _TRANSIENT_MESSAGES)
+
+
+def database_error_response(request: HttpRequest, exc: DatabaseError) -> JsonResponse:
+    """The JSON answer to a database error raised while serving ``request``, logged once.
+
+    A lock or timeout (``is_transient_database_error``) is a 503 with ``Retry-After`` and a
+    ``WARNING``; any other database error is a 500 and an ``ERROR``. Both log the exception
+    with its traceback on the ``django_pydantic_agent.agui`` logger; the client sees neither.
+    """
+    transient = is_transient_database_error(exc)
+    logger.log(
+        logging.WARNING if transient else logging.ERROR,
+        "%s %s failed with a database error%s.",
+        request.method,
+        _logged_path(request),
+        "; answered 503 so the client retries" if transient else "",
+        exc_info=exc,
+    )
+    if transient:
+        response = error_response(503, DATABASE_BUSY, Retry_After=str(RETRY_AFTER_SECONDS))
+    else:
+        response = error_response(500, DATABASE_FAILED)
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response

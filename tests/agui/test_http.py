@@ -1,0 +1,381 @@
+"""Route-level HTTP behaviour: database errors as JSON, body caps before reading, no-store."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+from django.apps import apps
+from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
+from django.core.handlers.wsgi import WSGIHandler
+from django.db import OperationalError, connection
+from django.test import Client, RequestFactory
+
+from django_pydantic_agent.agui.http import (
+    DATABASE_BUSY,
+    DATABASE_FAILED,
+    DEFAULT_MAX_BODY_BYTES,
+    is_transient_database_error,
+    json_body_limit,
+)
+from tests.agui.conftest import event_types, logged_in, run_body
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.agui.urls")]
+
+
+def _store_tables() -> list[str]:
+    config = apps.get_containing_app_config("django_pydantic_agent.contrib.store.models")
+    assert config is not None
+    return [model._meta.db_table for model in config.get_models()]
+
+
+@contextmanager
+def store_tables_locked(*also: str) -> Iterator[None]:
+    """Hold a real write lock on every contrib.store table from a second connection.
+
+    SQLite (the shared-cache test database): a write transaction that touched each table, so
+    readers get "database table is locked". PostgreSQL: ``LOCK TABLE ... ACCESS EXCLUSIVE``,
+    and every statement waiting on it is cancelled, as a lock or statement timeout would.
+    """
+    tables = [*_store_tables(), *also]
+    if connection.vendor == "sqlite":
+        name = connection.settings_dict["NAME"]
+        if not str(name).startswith("file:"):  # pragma: no cover - the test db is in memory
+            pytest.skip("needs the shared-cache in-memory test database")
+        locker = sqlite3.connect(name, uri=True, isolation_level=None)
+        try:
+            locker.execute("BEGIN IMMEDIATE")
+            for table in tables:
+                locker.execute(f'DELETE FROM "{table}" WHERE 0')
+            yield
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+        return
+    yield from _postgres_tables_locked(tables)  # pragma: no cover - PostgreSQL leg
+
+
+def _postgres_tables_locked(tables: list[str]) -> Iterator[None]:  # pragma: no cover
+    """PostgreSQL: lock the tables, and cancel every statement that waits on the lock.
+
+    A cancelled statement fails with ``query_canceled`` (SQLSTATE 57014), exactly what a
+    ``statement_timeout`` or ``lock_timeout`` would raise, without touching Django's settings.
+    """
+    import psycopg
+
+    db = connection.settings_dict
+    params = {
+        "dbname": db["NAME"],
+        "user": db["USER"],
+        "password": db["PASSWORD"],
+        "host": db["HOST"],
+        "port": db["PORT"] or None,
+    }
+    stop = threading.Event()
+
+    def cancel_waiters() -> None:
+        with psycopg.connect(**params, autocommit=True) as watcher:
+            while not stop.wait(0.02):
+                watcher.execute(
+                    "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = "
+                    "current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                )
+
+    with psycopg.connect(**params) as locker:
+        locker.execute(
+            "LOCK TABLE " + ", ".join(f'"{t}"' for t in tables) + " IN ACCESS EXCLUSIVE MODE"
+        )
+        watchdog = threading.Thread(target=cancel_waiters)
+        watchdog.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watchdog.join()
+            locker.rollback()
+
+
+def problem_records(caplog: Any) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_locked_database_is_a_json_503_with_retry_after_logged_once(
+    alice: Any, caplog: Any
+) -> None:
+    async with await logged_in(alice) as http:
+        uploaded = await http.post(
+            "/stored/attachments/", files={"file": ("a.txt", b"abc", "text/plain")}
+        )
+        attachment_id = uploaded.json()["id"]
+        caplog.set_level(logging.WARNING)
+        with store_tables_locked():
+            caplog.clear()
+            listing = await http.get("/stored/threads/")
+            logged = problem_records(caplog)
+            caplog.clear()
+            rename = await http.patch("/stored/threads/t1/", json={"title": "x"})
+            delete = await http.delete("/stored/threads/t1/")
+            run = await http.post("/stored/", json=run_body())
+            attachment = await http.delete(f"/stored/attachments/{attachment_id}/")
+        after = await http.get("/stored/threads/")
+        kept = await http.get(f"/stored/attachments/{attachment_id}/")
+    assert kept.status_code == 200  # the refused DELETE deleted nothing
+    for response in (listing, rename, delete, run, attachment):
+        assert response.status_code == 503, response.content
+        assert response.headers["content-type"] == "application/json"
+        assert response.headers["retry-after"] == "1"
+        assert response.json() == {"error": DATABASE_BUSY}
+    [record] = logged  # once, by us; Django's request logger adds nothing
+    assert record.name == "django_pydantic_agent.agui"
+    assert record.levelno == logging.WARNING
+    assert "GET /stored/threads/ failed with a database error" in record.getMessage()
+    assert record.exc_info is not None
+    assert is_transient_database_error(record.exc_info[1])  # type: ignore[arg-type]
+    assert after.status_code == 200  # the lock is gone, the route works again
+
+
+async def test_any_other_database_error_is_a_json_500_without_detail(
+    alice: Any, caplog: Any
+) -> None:
+    caplog.set_level(logging.WARNING)
+    async with await logged_in(alice) as http:
+        response = await http.get("/broken-db/threads/")
+    assert response.status_code == 500
+    assert response.json() == {"error": DATABASE_FAILED}
+    assert "s3cr3t" not in response.text
+    assert "retry-after" not in response.headers
+    [record] = problem_records(caplog)
+    assert record.levelno == logging.ERROR
+    assert record.getMessage().startswith("GET /broken-db/threads/ failed")
+    assert record.exc_info is not None
+    assert "no_such_table_s3cr3t" in str(record.exc_info[1])
+
+
+async def test_a_path_with_a_newline_cannot_forge_a_log_line(alice: Any, caplog: Any) -> None:
+    caplog.set_level(logging.WARNING)
+    async with await logged_in(alice) as http:
+        # The session table too: authentication fails before the id is even looked at.
+        with store_tables_locked("django_session"):
+            response = await http.delete("/stored/threads/t%0AERROR%20forged/")
+    assert response.status_code == 503
+    [record] = problem_records(caplog)
+    assert "\n" not in record.getMessage()
+    assert "'/stored/threads/t\\nERROR forged/'" in record.getMessage()
+
+
+def test_transient_errors_are_recognised_by_message_or_sqlstate() -> None:
+    class PgError(Exception):
+        sqlstate = "57014"  # query_canceled: statement_timeout
+
+    timeout = OperationalError("canceling statement due to statement timeout")
+    timeout.__cause__ = PgError()
+    assert is_transient_database_error(timeout)
+    assert is_transient_database_error(OperationalError("database is locked"))
+    assert not is_transient_database_error(OperationalError("no such table: x"))
+    assert not is_transient_database_error(ValueError("database is locked"))
+
+
+def test_the_json_cap_follows_the_setting(settings: Any) -> None:
+    assert json_body_limit(10) == 10
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 123
+    assert json_body_limit(None) == 123
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = None
+    assert json_body_limit(None) == DEFAULT_MAX_BODY_BYTES
+
+
+# Body caps in the view: a declared length over the cap is refused before the body is read.
+
+
+class CountingInput(io.BytesIO):
+    """A WSGI ``wsgi.input`` that records how many bytes the application read from it."""
+
+    consumed = 0
+
+    def read(self, size: int | None = -1) -> bytes:
+        chunk = super().read(size)
+        self.consumed += len(chunk)
+        return chunk
+
+    def readline(self, size: int | None = -1) -> bytes:
+        line = super().readline(size)
+        self.consumed += len(line)
+        return line
+
+
+def wsgi_request(
+    method: str, path: str, body: bytes, *, declared: int | None, cookie: str = "", **extra: str
+) -> tuple[int, dict[str, Any], int]:
+    """Serve one request through Django's real WSGI handler: ``(status, json, bytes read)``."""
+    stream = CountingInput(body)
+    environ = RequestFactory()._base_environ(  # type: ignore[attr-defined]
+        PATH_INFO=path,
+        REQUEST_METHOD=method,
+        CONTENT_TYPE=extra.pop("CONTENT_TYPE", "application/json"),
+        HTTP_COOKIE=cookie,
+        **{"wsgi.input": stream},
+        **extra,
+    )
+    if declared is None:
+        environ.pop("CONTENT_LENGTH", None)
+    else:
+        environ["CONTENT_LENGTH"] = str(declared)
+    status: list[str] = []
+    chunks = WSGIHandler()(environ, lambda code, headers: status.append(code))
+    content = b"".join(chunks)
+    return int(status[0].split()[0]), json.loads(content) if content else {}, stream.consumed
+
+
+@pytest.fixture
+def alice_cookie() -> str:
+    user = get_user_model().objects.create_user("alice-wsgi", password="pw")
+    client = Client()
+    client.force_login(user)
+    name = django_settings.SESSION_COOKIE_NAME
+    return f"{name}={client.cookies[name].value}"
+
+
+HUGE = 200 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/stored/"), ("PATCH", "/stored/threads/t1/"), ("POST", "/small-body/")],
+)
+def test_a_declared_huge_body_is_413_before_a_byte_is_read(
+    method: str, path: str, alice_cookie: str
+) -> None:
+    body = json.dumps(run_body()).encode()
+    status, payload, consumed = wsgi_request(method, path, body, declared=HUGE, cookie=alice_cookie)
+    assert status == 413
+    assert "larger than this route's limit" in payload["error"]
+    assert consumed == 0
+
+
+def test_the_server_cap_replaces_the_setting(alice_cookie: str) -> None:
+    body = json.dumps(run_body(text="x" * 400)).encode()
+    status, payload, consumed = wsgi_request(
+        "POST", "/small-body/", body, declared=len(body), cookie=alice_cookie
+    )
+    assert status == 413
+    assert "limit of 300 bytes" in payload["error"]
+    assert consumed == 0
+
+
+def test_a_stranger_is_refused_without_reading_the_body() -> None:
+    status, _, consumed = wsgi_request("POST", "/stored/", b"{}" * 100, declared=HUGE)
+    assert status == 401
+    assert consumed == 0
+
+
+def test_the_upload_precheck_refuses_before_reading_the_body(alice_cookie: str) -> None:
+    from tests.agui.urls import UPLOAD_CAP
+
+    body = b"--x\r\n" + b"y" * (256 * 1024)
+    status, payload, consumed = wsgi_request(
+        "POST",
+        "/stored/attachments/",
+        body,
+        declared=len(body),
+        cookie=alice_cookie,
+        CONTENT_TYPE="multipart/form-data; boundary=x",
+    )
+    assert status == 413
+    assert f"{UPLOAD_CAP}-byte limit" in payload["error"]
+    assert consumed == 0  # not parsed, not even the first chunk
+
+
+async def test_a_chunked_json_body_over_the_cap_is_413_without_the_middleware(
+    alice: Any,
+) -> None:
+    # Plain get_asgi_application(): Django spools the body, the view still reads at most cap+1.
+    from tests.agui.conftest import asgi_app, session_cookie
+
+    cookie = f"{django_settings.SESSION_COOKIE_NAME}={await session_cookie(alice)}"
+    chunks = [b" " * 100] * 5
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if not chunks:
+            await asyncio.sleep(30)  # a client that has sent everything just waits
+        chunk = chunks.pop(0)
+        return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/small-body/",
+        "raw_path": b"/small-body/",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"testserver"),
+            (b"content-type", b"application/json"),
+            (b"cookie", cookie.encode()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    await asyncio.wait_for(asgi_app()(scope, receive, send), timeout=10)
+    [start] = [m for m in sent if m["type"] == "http.response.start"]
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    assert start["status"] == 413
+    assert "limit of 300 bytes" in json.loads(body)["error"]
+
+
+async def test_json_answers_are_private_and_never_stored(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        run = await http.post("/stored/", json=run_body())
+        responses = [
+            await http.get("/stored/threads/"),
+            await http.get("/stored/threads/thread-1/"),
+            await http.patch("/stored/threads/thread-1/", json={"title": "Sums"}),
+            await http.get("/stored/threads/missing/"),
+            await http.delete("/stored/threads/thread-1/"),
+            await http.post(
+                "/stored/attachments/", files={"file": ("a.txt", b"abc", "text/plain")}
+            ),
+            await http.get("/stored/attachments/missing/"),
+        ]
+    assert event_types(run.text)[-1] == "RUN_FINISHED"
+    assert run.headers["cache-control"] == "no-cache"  # the stream keeps its own header
+    for response in responses:
+        assert response.headers["cache-control"] == "private, no-store", response.request.url
+
+
+async def test_unauthenticated_answers_are_private_too(client: httpx.AsyncClient) -> None:
+    response = await client.get("/stored/threads/")
+    assert response.status_code == 401
+    assert response.headers["cache-control"] == "private, no-store"
+
+
+async def test_a_lock_after_streaming_started_is_a_run_error(alice: Any) -> None:
+    # Once the stream is open, the status is sent: a database error arrives as RUN_ERROR.
+    from tests.agui.agents import GATE
+
+    GATE.reset()
+    async with await logged_in(alice) as http:
+        task = asyncio.ensure_future(http.post("/gated/", json=run_body(thread_id="locked")))
+        await asyncio.wait_for(GATE.reached.wait(), timeout=10)
+        with store_tables_locked():
+            GATE.released.set()
+            response = await task
+    events = event_types(response.text)
+    assert response.status_code == 200
+    assert events[-1] == "RUN_ERROR"
+    assert "STORE_FAILED" in response.text
