@@ -11,6 +11,8 @@ import contextvars
 import gc
 import logging
 import threading
+import time
+import types as types_module
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from uuid import UUID
@@ -41,6 +43,7 @@ from django_pydantic_agent.chat_history import (
     Message,
     MessageUpdate,
 )
+from django_pydantic_agent.chat_history import manager as manager_module
 from django_pydantic_agent.chat_history.manager import (
     CANCELLED_MESSAGE,
     RunHandle,
@@ -728,12 +731,20 @@ async def test_a_key_past_retention_starts_a_new_run_the_old_handle_cannot_distu
     assert [agent.finalized for agent in built] == ["interrupted", "interrupted"]
 
 
-async def test_finished_runs_are_forgotten_after_the_retention_window() -> None:
+async def test_finished_runs_are_forgotten_after_the_retention_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The manager's own clock, so a loaded machine cannot stretch the window (the event loop
+    # keeps the real one).
+    now = [1000.0]
+    clock = types_module.SimpleNamespace(monotonic=lambda: now[0], time=time.time)
+    monkeypatch.setattr(manager_module, "time", clock)
     async with manager_for(ScriptedAgent(plain_answer()), finished_run_retention=0.5) as manager:
         handle = await manager.run(make_input())
         await handle.wait()
+        now[0] += 0.49
         assert manager.get(T, R) is handle
-        await asyncio.sleep(0.55)
+        now[0] += 0.02
         assert manager.get(T, R) is None
 
 
