@@ -1122,9 +1122,14 @@ async def test_stored_s21_a_raw_crash_ends_errored_with_a_sanitised_event(
     assert "secret" not in "".join(event.model_dump_json() for event in events)
     stored = await runs.history()
     assert stored[1] == ("assistant", "m1", "partial", "errored", False)
-    manager_logs = [r for r in caplog.records if r.name.endswith("chat_history.manager")]
-    assert len(manager_logs) == 1
-    assert manager_logs[0].exc_info is not None
+    # One ERROR record for the crash, the manager's, with the traceback: the storage agent
+    # only re-raises it.
+    [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.name == "django_pydantic_agent.chat_history.manager"
+    assert record.getMessage() == "Agent run 'r1' on thread 't1' failed."
+    assert record.exc_info is not None
+    assert str(record.exc_info[1]) == "kaput: secret"
+    assert "Traceback" in caplog.text
 
 
 async def test_stored_s22_a_crash_after_the_terminal_event_keeps_the_records() -> None:
