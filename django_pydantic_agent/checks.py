@@ -68,8 +68,11 @@ def _server_of(view: Any) -> Any:
 def mounted_stores() -> list[Any]:
     """Return every store the URLconf's AG-UI servers use, wrappers and wrapped alike.
 
-    Each store appears once, in URL order.
+    Each store appears once, in URL order. Without ``ROOT_URLCONF`` (a project that only
+    migrates, say) nothing is mounted: the list is empty, as Django's own URL checks skip.
     """
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return []
     stores: dict[int, Any] = {}
     servers: set[int] = set()
     for view in _callbacks(get_resolver().url_patterns):

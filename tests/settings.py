@@ -68,7 +68,13 @@ else:
             "TEST": {"NAME": str(Path(tempfile.gettempdir()) / f"dpa-tests-{os.getpid()}.sqlite3")},
             # As docs/stores.md recommends: writers queue (up to 20 s) instead of failing
             # with "database is locked" when a transaction that read first tries to write.
-            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+            # A throwaway database needs no fsync per commit: synchronous=OFF halves the time
+            # of the transactional tests (flushed after each) without changing locking.
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+                "init_command": "PRAGMA synchronous=OFF;",
+            },
         }
     }
 

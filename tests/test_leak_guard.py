@@ -28,7 +28,7 @@ def test_a_leaked_task_fails_the_test(pytester: pytest.Pytester) -> None:
             """
         )
     )
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         "-p",
         "no:cacheprovider",
         "-o",

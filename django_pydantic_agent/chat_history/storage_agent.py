@@ -11,7 +11,8 @@ How a run ends decides the terminal status of this run's records (never another 
 ``RUN_FINISHED`` → ``complete`` (outcome ``cancelled`` → ``interrupted``); ``RUN_ERROR`` →
 ``errored`` with ``"[code] message"``; cancellation → ``interrupted`` (finalization shielded,
 bounded by ``finalize_timeout``, then ``CancelledError`` re-raised); a raw exception →
-``errored`` with a generic sentence (details logged), then re-raised; a stream that ends with
+``errored`` with a generic sentence, then re-raised for the caller to log (the manager logs
+it once, with its traceback); a stream that ends with
 no terminal event → ``errored`` and a ``RUN_ERROR`` is emitted; a persistence backlog overflow →
 ``errored`` with a sentence saying events were dropped.
 """
@@ -396,12 +397,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             cause = "abandoned"
             raise
         except Exception:
-            logger.exception(
-                "The inner agent %r failed during run %r of thread %r.",
-                self.inner.name,
-                input.run_id,
-                input.thread_id,
-            )
+            # Not logged here: the caller logs what it catches (StreamPersistenceManager does,
+            # with the traceback), so one crash is one log record.
             cause = "crashed"
             raise
         finally:

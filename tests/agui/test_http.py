@@ -8,6 +8,7 @@ import json
 import logging
 import sqlite3
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -19,6 +20,8 @@ from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import OperationalError, connection
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
 from django.test import Client, RequestFactory
 
 from django_pydantic_agent.agui.http import (
@@ -39,25 +42,67 @@ def _store_tables() -> list[str]:
     return [model._meta.db_table for model in config.get_models()]
 
 
+# Every Django connection this module's tests open, in any thread: async views run their ORM
+# calls in a thread of their own (asgiref's per-request thread-sensitive executor), whose
+# connection the test cannot reach through ``django.db.connection``.
+_OPENED: weakref.WeakSet[BaseDatabaseWrapper] = weakref.WeakSet()
+
+
+def _track(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
+    _OPENED.add(connection)
+
+
+@pytest.fixture(autouse=True)
+def _track_connections() -> Iterator[None]:
+    connection_created.connect(_track)
+    yield
+    connection_created.disconnect(_track)
+
+
+# How long a view waits on the lock before SQLite says "database is locked"; the settings'
+# 20 s busy timeout would make every locked request wait that long first.
+_LOCKED_BUSY_TIMEOUT = 0.05
+
+
+@contextmanager
+def _sqlite_busy_timeout(seconds: float) -> Iterator[None]:
+    """Lower the busy timeout of every open SQLite connection and of those opened meanwhile."""
+    options = connection.settings_dict["OPTIONS"]  # shared by every thread's connection
+    saved = options.get("timeout", 5)
+
+    def set_all(value: float) -> None:
+        for wrapper in list(_OPENED):
+            if wrapper.connection is not None:  # check_same_thread=False: any thread may
+                wrapper.connection.execute(f"PRAGMA busy_timeout = {int(value * 1000)}")
+
+    options["timeout"] = seconds
+    set_all(seconds)
+    try:
+        yield
+    finally:
+        options["timeout"] = saved
+        set_all(saved)
+
+
 @contextmanager
 def store_tables_locked(*also: str) -> Iterator[None]:
     """Hold a real write lock on every contrib.store table from a second connection.
 
-    SQLite (the shared-cache test database): a write transaction that touched each table, so
-    readers get "database table is locked". PostgreSQL: ``LOCK TABLE ... ACCESS EXCLUSIVE``,
-    and every statement waiting on it is cancelled, as a lock or statement timeout would.
+    SQLite (a file database in rollback-journal mode): an ``EXCLUSIVE`` transaction, so every
+    other connection fails with "database is locked" after a busy timeout lowered for the
+    duration. PostgreSQL: ``LOCK TABLE ... ACCESS EXCLUSIVE``, and every statement waiting on
+    it is cancelled, as a lock or statement timeout would.
     """
     tables = [*_store_tables(), *also]
     if connection.vendor == "sqlite":
-        name = connection.settings_dict["NAME"]
-        if not str(name).startswith("file:"):  # pragma: no cover - the test db is in memory
-            pytest.skip("needs the shared-cache in-memory test database")
-        locker = sqlite3.connect(name, uri=True, isolation_level=None)
+        locker = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None)
+        assert locker.execute("PRAGMA journal_mode").fetchone() == ("delete",)
         try:
-            locker.execute("BEGIN IMMEDIATE")
-            for table in tables:
-                locker.execute(f'DELETE FROM "{table}" WHERE 0')
-            yield
+            locker.execute("BEGIN EXCLUSIVE")
+            for table in tables:  # the tables exist: the lock covers what the views use
+                locker.execute(f'SELECT 1 FROM "{table}" LIMIT 1')
+            with _sqlite_busy_timeout(_LOCKED_BUSY_TIMEOUT):
+                yield
         finally:
             locker.execute("ROLLBACK")
             locker.close()

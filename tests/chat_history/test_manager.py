@@ -11,6 +11,8 @@ import contextvars
 import gc
 import logging
 import threading
+import time
+import types as types_module
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from uuid import UUID
@@ -41,6 +43,7 @@ from django_pydantic_agent.chat_history import (
     Message,
     MessageUpdate,
 )
+from django_pydantic_agent.chat_history import manager as manager_module
 from django_pydantic_agent.chat_history.manager import (
     CANCELLED_MESSAGE,
     RunHandle,
@@ -728,12 +731,20 @@ async def test_a_key_past_retention_starts_a_new_run_the_old_handle_cannot_distu
     assert [agent.finalized for agent in built] == ["interrupted", "interrupted"]
 
 
-async def test_finished_runs_are_forgotten_after_the_retention_window() -> None:
+async def test_finished_runs_are_forgotten_after_the_retention_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The manager's own clock, so a loaded machine cannot stretch the window (the event loop
+    # keeps the real one).
+    now = [1000.0]
+    clock = types_module.SimpleNamespace(monotonic=lambda: now[0], time=time.time)
+    monkeypatch.setattr(manager_module, "time", clock)
     async with manager_for(ScriptedAgent(plain_answer()), finished_run_retention=0.5) as manager:
         handle = await manager.run(make_input())
         await handle.wait()
+        now[0] += 0.49
         assert manager.get(T, R) is handle
-        await asyncio.sleep(0.55)
+        now[0] += 0.02
         assert manager.get(T, R) is None
 
 
@@ -1111,9 +1122,14 @@ async def test_stored_s21_a_raw_crash_ends_errored_with_a_sanitised_event(
     assert "secret" not in "".join(event.model_dump_json() for event in events)
     stored = await runs.history()
     assert stored[1] == ("assistant", "m1", "partial", "errored", False)
-    manager_logs = [r for r in caplog.records if r.name.endswith("chat_history.manager")]
-    assert len(manager_logs) == 1
-    assert manager_logs[0].exc_info is not None
+    # One ERROR record for the crash, the manager's, with the traceback: the storage agent
+    # only re-raises it.
+    [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.name == "django_pydantic_agent.chat_history.manager"
+    assert record.getMessage() == "Agent run 'r1' on thread 't1' failed."
+    assert record.exc_info is not None
+    assert str(record.exc_info[1]) == "kaput: secret"
+    assert "Traceback" in caplog.text
 
 
 async def test_stored_s22_a_crash_after_the_terminal_event_keeps_the_records() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,8 @@ def test_prune_scenario_removes_only_orphans() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_main_prints_a_markdown_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--messages", "6", "--threads", "5", "--orphans", "4", "--samples", "2"]) == 0
+    argv = ["--messages", "6", "--threads", "5", "--orphans", "4", "--samples", "2", "--turns", "1"]
+    assert main(argv) == 0
     out = capsys.readouterr().out
     assert "| scenario | operation | median ms | p95 ms | queries | WAL KiB | samples |" in out
     assert "| 6-message thread | append one message |" in out
@@ -53,43 +55,85 @@ def test_main_rejects_non_positive_sizes(capsys: pytest.CaptureFixture[str]) -> 
     assert "--orphans=0 is not valid" in capsys.readouterr().err
 
 
-TOY = ["--messages", "4", "--threads", "3", "--orphans", "2", "--samples", "1"]
+# Toy sizes, and one chat-history turn: the full 50-turn request budget has its own tests
+# (tests/chat_history/test_memory_service.py).
+TOY = ["--messages", "4", "--threads", "3", "--orphans", "2", "--samples", "1", "--turns", "1"]
 
 
-def _bench(env_overrides: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def _start_bench(env_overrides: dict[str, str]) -> subprocess.Popen[str]:
     env = {
         k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")
     }
     env.pop("BENCH_DIR", None)
     env.update(env_overrides)
-    return subprocess.run(
-        [sys.executable, "-m", "bench", *args],
+    return subprocess.Popen(
+        [sys.executable, "-m", "bench", *TOY],
         cwd=ROOT,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
-        check=False,
     )
 
 
-def test_python_dash_m_bench_runs_from_the_repo_root(tmp_path: Path) -> None:
-    result = _bench({"BENCH_DIR": str(tmp_path)}, *TOY)
+@dataclass(frozen=True, kw_only=True)
+class BenchRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    directory: Path
+
+
+@pytest.fixture(scope="module")
+def bench_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, BenchRun]:
+    """``python -m bench`` three ways, started together: each run mostly waits on its disk."""
+    base = tmp_path_factory.mktemp("bench")
+    directories = {
+        "existing BENCH_DIR": base / "kept",
+        "missing BENCH_DIR": base / "not" / "yet",
+        "no BENCH_DIR": base / "tmp",
+    }
+    directories["existing BENCH_DIR"].mkdir()
+    directories["no BENCH_DIR"].mkdir()
+    started = {
+        "existing BENCH_DIR": _start_bench({"BENCH_DIR": str(directories["existing BENCH_DIR"])}),
+        "missing BENCH_DIR": _start_bench({"BENCH_DIR": str(directories["missing BENCH_DIR"])}),
+        "no BENCH_DIR": _start_bench({"TMPDIR": str(directories["no BENCH_DIR"])}),
+    }
+    runs = {}
+    try:
+        for name, process in started.items():
+            stdout, stderr = process.communicate(timeout=120)
+            runs[name] = BenchRun(
+                returncode=process.returncode,
+                stdout=stdout,
+                stderr=stderr,
+                directory=directories[name],
+            )
+    finally:
+        for process in started.values():
+            if process.poll() is None:  # pragma: no cover - only after a timeout
+                process.kill()
+                process.wait()
+    return runs
+
+
+def test_python_dash_m_bench_runs_from_the_repo_root(bench_runs: dict[str, BenchRun]) -> None:
+    result = bench_runs["existing BENCH_DIR"]
     assert result.returncode == 0, result.stderr
     assert "agent_store_prune_attachments" in result.stdout
-    assert (tmp_path / "bench.sqlite3").exists()
+    assert (result.directory / "bench.sqlite3").exists()
 
 
-def test_a_missing_bench_dir_is_created_and_kept(tmp_path: Path) -> None:
+def test_a_missing_bench_dir_is_created_and_kept(bench_runs: dict[str, BenchRun]) -> None:
     """Regression: a BENCH_DIR that did not exist yet crashed the run."""
-    bench_dir = tmp_path / "not" / "yet"
-    result = _bench({"BENCH_DIR": str(bench_dir)}, *TOY)
+    result = bench_runs["missing BENCH_DIR"]
     assert result.returncode == 0, result.stderr
-    assert (bench_dir / "bench.sqlite3").exists()
+    assert (result.directory / "bench.sqlite3").exists()
 
 
-def test_the_temporary_directory_is_removed_at_exit(tmp_path: Path) -> None:
+def test_the_temporary_directory_is_removed_at_exit(bench_runs: dict[str, BenchRun]) -> None:
     """Regression: without BENCH_DIR every run left a dpa-bench-* directory behind."""
-    result = _bench({"TMPDIR": str(tmp_path)}, *TOY)
+    result = bench_runs["no BENCH_DIR"]
     assert result.returncode == 0, result.stderr
-    assert list(tmp_path.iterdir()) == []
+    assert list(result.directory.iterdir()) == []

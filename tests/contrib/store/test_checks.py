@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import io
 import sys
 import types
 from collections.abc import Callable, Iterator
@@ -10,8 +11,10 @@ from typing import Any
 
 import pytest
 from django.apps import apps
+from django.conf import settings as django_settings
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.core import checks
+from django.core.management import call_command
 from django.http import HttpRequest, HttpResponse
 from django.test import override_settings
 from django.urls import include, path
@@ -171,6 +174,19 @@ def test_checks_are_registered_and_run_by_manage_check(mount: Mount, settings: A
         "django_pydantic_agent_attachments": {"BACKEND": "no.such.Storage"},
     }
     assert E002 in ids(checks.run_checks())
+
+
+def test_a_project_without_root_urlconf_has_no_mounted_servers_and_checks_pass() -> None:
+    # Django itself runs without ROOT_URLCONF (e.g. a worker that only migrates); our checks
+    # run on ``check`` and ``migrate`` and must not crash there.
+    out = io.StringIO()
+    with override_settings():
+        del django_settings.ROOT_URLCONF
+        assert not hasattr(django_settings, "ROOT_URLCONF")
+        assert mounted_stores() == []
+        assert check_mounted_stores() == []
+        call_command("check", stdout=out)
+    assert "System check identified no issues" in out.getvalue()
 
 
 _WITHOUT_THE_APP = """
