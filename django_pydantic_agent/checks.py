@@ -102,20 +102,23 @@ def _has_session_middleware() -> bool:
     return False
 
 
+def _needs_store_app(store: object) -> bool:
+    """Whether ``store`` is (or subclasses) a class of ``contrib.store``, hence needs its tables.
+
+    Read from the class hierarchy's module names: the base app imports nothing from
+    ``contrib`` (DESIGN §2), so it cannot ``isinstance`` against the ``Default*`` stores.
+    """
+    return any(klass.__module__.startswith(f"{_STORE_APP}.") for klass in type(store).__mro__)
+
+
 def check_mounted_stores(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E001 and E003: stores mounted in the URLconf whose requirements are not installed."""
-    from django_pydantic_agent.contrib.store.stores import (
-        DefaultAttachmentStore,
-        DefaultConversationStore,
-    )
     from django_pydantic_agent.persistence import DjangoSessionConversationStore
 
     errors: list[checks.CheckMessage] = []
     for store in mounted_stores():
         name = type(store).__name__
-        if isinstance(
-            store, DefaultConversationStore | DefaultAttachmentStore
-        ) and not apps.is_installed(_STORE_APP):
+        if _needs_store_app(store) and not apps.is_installed(_STORE_APP):
             errors.append(
                 checks.Error(
                     f"{name} is mounted, but {_STORE_APP!r} is not in INSTALLED_APPS, so its "

@@ -29,6 +29,7 @@ from django_pydantic_agent.persistence import (
     NullConversationStore,
     aensure_session_key,
     is_persistent,
+    serves_anonymous,
 )
 
 if TYPE_CHECKING:
@@ -68,22 +69,6 @@ class AgentDeps:
 
     user: Any
     request: HttpRequest
-
-
-def serves_anonymous(store: object) -> bool:
-    """Whether ``store`` may act for anonymous callers (keyed to their session).
-
-    Reads the ``allow_anonymous`` flag of model-backed stores, looks through wrappers that
-    expose ``inner`` (``ScopedConversationStore``), and assumes ``True`` for any other store
-    (``DjangoSessionConversationStore`` serves the session it lives in).
-    """
-    allow = getattr(store, "allow_anonymous", None)
-    if isinstance(allow, bool):
-        return allow
-    inner = getattr(store, "inner", None)
-    if inner is not None and inner is not store:
-        return serves_anonymous(inner)
-    return True
 
 
 def _positive(name: str, value: object, *, allow_zero: bool = False) -> None:

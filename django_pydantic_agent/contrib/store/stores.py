@@ -33,6 +33,7 @@ from django_pydantic_agent.persistence import (
     OpenedAttachment,
     StoreError,
     StoreLimitError,
+    UnstorableMessageError,
     derive_preview,
     derive_title,
 )
@@ -107,18 +108,6 @@ def _lock_owner(scope: str, owner_id: str) -> None:
 
 def _short(value: Any, limit: int) -> str:
     return value[:limit] if isinstance(value, str) else ""
-
-
-class UnstorableMessageError(StoreError, ValueError):
-    """A message the database cannot hold as posted; raised before anything is written.
-
-    ``index`` is the message's position in the conversation. Transports map it, like any
-    ``StoreError``, to a refusal (409) rather than a server error.
-    """
-
-    def __init__(self, message: str, *, index: int) -> None:
-        super().__init__(message)
-        self.index = index
 
 
 def _unstorable_reason(message: Any) -> str | None:
