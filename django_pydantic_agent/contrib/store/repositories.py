@@ -508,7 +508,7 @@ class OrmChatRepository:
         rows = self._plain().filter(chat_uuid=chat_uuid)
         if not rows.update(title=title):
             return None
-        row = rows.first()
+        row = self._rows().filter(chat_uuid=chat_uuid).first()
         return None if row is None else self._remember(row, row.top)
 
     async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
