@@ -225,8 +225,17 @@ def records_from_wire(
     pending_rows: list[int] = []
     calls: dict[str, tuple[ToolCall, Message]] = {}
 
-    def add(pk: int, position: int, fields: dict[str, Any]) -> Message:
-        base = uuid.uuid5(OWNER_NAMESPACE, f"{chat_uuid}:{pk}")
+    def derived(data: dict[str, Any], *key: object) -> UUID:
+        """The uuid ``load`` replayed for this record, else one derived from its row."""
+        try:
+            return UUID(str(_bookkeeping(data)["uuid"]))
+        except (KeyError, ValueError):
+            return uuid.uuid5(OWNER_NAMESPACE, ":".join(map(str, (chat_uuid, *key))))
+
+    def add(pk: int, position: int, fields: dict[str, Any], data: dict[str, Any]) -> Message:
+        base = derived(data, pk)
+        if base in owners:
+            base = uuid.uuid5(OWNER_NAMESPACE, f"{chat_uuid}:{pk}")
         message = message_class.model_validate({**fields, "message_uuid": base})
         message.chat_uuid = chat_uuid
         message._sequence_id = position + 1
@@ -252,6 +261,8 @@ def records_from_wire(
             if found is None or found[0].answered:
                 continue
             call, owner = found
+            if "uuid" in _bookkeeping(data):
+                call.uuid = derived(data)
             call.content = text
             call.content_parts = parts
             call.result_message_id = agui_id
@@ -276,7 +287,7 @@ def records_from_wire(
             book = _bookkeeping(data)
             if isinstance(book.get("run_outcome"), dict):
                 fields["run_outcome"] = book["run_outcome"]
-            message = add(pk, position, fields)
+            message = add(pk, position, fields, data)
             message.reasonings = pending
             owners[message.message_uuid].folded.extend(pending_rows)
             pending, pending_rows = [], []
@@ -286,6 +297,7 @@ def records_from_wire(
                 function = raw.get("function") if isinstance(raw.get("function"), dict) else {}
                 call = tool_class.model_validate(
                     {
+                        "uuid": uuid.uuid5(OWNER_NAMESPACE, f"{chat_uuid}:{pk}:{raw.get('id')}"),
                         "tool_call_id": raw.get("id"),
                         "name": str(function.get("name") or ""),
                         "arguments": str(function.get("arguments") or ""),
@@ -298,13 +310,13 @@ def records_from_wire(
                 calls[str(raw.get("id"))] = (call, message)
             continue
         if pending:
-            carrier = add(pending_rows[0], position, {"role": "assistant", **status})
+            carrier = add(pending_rows[0], position, {"role": "assistant", **status}, {})
             carrier.reasonings = pending
             owners[carrier.message_uuid].folded.extend(pending_rows[1:])
             pending, pending_rows = [], []
-        add(pk, position, fields)
+        add(pk, position, fields, data)
     if pending:
-        carrier = add(pending_rows[0], rows[-1][1], {"role": "assistant"})
+        carrier = add(pending_rows[0], rows[-1][1], {"role": "assistant"}, {})
         carrier.reasonings = pending
         owners[carrier.message_uuid].folded.extend(pending_rows[1:])
     return records
@@ -771,7 +783,11 @@ class OrmMessageRepository:
             values["content"] = record.content
         elif pending.content_offset is not None:
             tail = record.content[pending.content_offset :]
-            values["content"] = Concat(Left("content", pending.content_offset), Value(tail))
+            values["content"] = (
+                Value(tail)
+                if pending.content_offset == 0
+                else Concat(Left("content", pending.content_offset), Value(tail))
+            )
         for name in pending.fields:
             values[name] = fields[name]
         if values:

@@ -70,6 +70,17 @@ logger = logging.getLogger("django_pydantic_agent.contrib.store")
 DEFAULT_LIST_LIMIT = 100
 
 _MAX_KEY = 255
+# A row saved whole is a wire row: a record row it replaces loses its record columns.
+_WIRE_FIELDS = ("message_id", "role", "data", "digest")
+_RECORD_FIELDS = (
+    "message_uuid",
+    "content",
+    "record",
+    "tool_calls",
+    "reasonings",
+    "status",
+    "run_id",
+)
 _HASH_CHUNK = 64 * 1024
 _DEDUP_PROBES = 8
 
@@ -343,7 +354,7 @@ class DefaultConversationStore(ModelConversationStore):
                 row.message_rows.filter(position__gte=len(messages)).delete()
             if to_update:
                 StoredMessage.objects.bulk_update(
-                    to_update, ["message_id", "role", "data", "digest"], batch_size=500
+                    to_update, [*_WIRE_FIELDS, *_RECORD_FIELDS], batch_size=500
                 )
             for message_row in to_create:
                 message_row.conversation = row
