@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
@@ -252,7 +252,13 @@ def records_from_wire(
         status = _status_fields(data)
         if role == "reasoning":
             pending.append(
-                step_class.model_validate({"agui_id": agui_id, "content": text, **status})  # type: ignore[arg-type]
+                cast(
+                    Reasoning,
+                    step_class.model_validate(
+                        {"uuid": derived(data, pk, "r"), "agui_id": agui_id, "content": text}
+                        | status
+                    ),
+                )
             )
             pending_rows.append(pk)
             continue
@@ -294,8 +300,10 @@ def records_from_wire(
             for raw in data.get("toolCalls") or []:
                 if not isinstance(raw, dict):
                     continue
-                function = raw.get("function") if isinstance(raw.get("function"), dict) else {}
-                call = tool_class.model_validate(
+                function: dict[str, Any] = (
+                    raw["function"] if isinstance(raw.get("function"), dict) else {}
+                )
+                raw_call = tool_class.model_validate(
                     {
                         "uuid": uuid.uuid5(OWNER_NAMESPACE, f"{chat_uuid}:{pk}:{raw.get('id')}"),
                         "tool_call_id": raw.get("id"),
@@ -305,7 +313,8 @@ def records_from_wire(
                         "status": status["status"],
                         "in_progress": False,
                     }
-                )  # type: ignore[assignment]
+                )
+                call = cast(ToolCall, raw_call)
                 message.tool_calls.append(call)
                 calls[str(raw.get("id"))] = (call, message)
             continue

@@ -336,18 +336,17 @@ async def test_a_flush_of_many_changes_is_one_transaction_in_one_thread_hop() ->
     chats = OrmChatRepository(owner_id="owner-f")
     messages = OrmMessageRepository(chats)
     chat = await chats.create_chat(ChatCreate(thread_id="f", user_uuid=chats.user_uuid))
-    async with _Queries() as flush:
-        async with messages.transaction():
-            answer = await messages.create_message(
-                MessageCreate(chat_uuid=chat.chat_uuid, role="assistant", content="a")
-            )
-            await messages.create_message_tool_call(
-                MessageToolCallCreate(message_uuid=answer.message_uuid, tool_call_id="c1")
-            )
-            await messages.update_message(
-                answer.message_uuid, MessageUpdate(content_delta="b", content_offset=1)
-            )
-            await messages.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="u"))
+    async with _Queries() as flush, messages.transaction():
+        answer = await messages.create_message(
+            MessageCreate(chat_uuid=chat.chat_uuid, role="assistant", content="a")
+        )
+        await messages.create_message_tool_call(
+            MessageToolCallCreate(message_uuid=answer.message_uuid, tool_call_id="c1")
+        )
+        await messages.update_message(
+            answer.message_uuid, MessageUpdate(content_delta="b", content_offset=1)
+        )
+        await messages.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="u"))
     writes = [q for q in flush.sql if q.split()[0] in {"INSERT", "UPDATE", "SELECT"}]
     assert len([q for q in writes if q.startswith("INSERT")]) == 1  # one bulk INSERT
     assert len(flush.sql) <= 6
@@ -363,11 +362,15 @@ async def test_a_failed_flush_writes_nothing_and_keeps_the_cache_as_before() -> 
     messages = OrmMessageRepository(chats)
     chat = await chats.create_chat(ChatCreate(thread_id="r", user_uuid=chats.user_uuid))
     kept = await messages.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="kept"))
-    with pytest.raises(RuntimeError, match="inside"):
+
+    async def failing_flush() -> None:
         async with messages.transaction():
             await messages.update_message(kept.message_uuid, MessageUpdate(content="changed"))
             await messages.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="new"))
             raise RuntimeError("inside")
+
+    with pytest.raises(RuntimeError, match="inside"):
+        await failing_flush()
     assert [m.content for m in await messages.get_chat_messages(chat.chat_uuid)] == ["kept"]
     fresh = await messages.get_message(kept.message_uuid)
     assert fresh is not None

@@ -36,7 +36,7 @@ VICTIM = Path(__file__).with_name("run_victim.py")
 async def test_one_running_run_per_thread_and_its_life() -> None:
     store = DefaultRunStore()
     assert isinstance(store, RunStore)
-    first, started = await store.start(owner_id="o", thread_id="t", run_id="r1", worker_id="w")
+    _, started = await store.start(owner_id="o", thread_id="t", run_id="r1", worker_id="w")
     assert started
     active, started = await store.start(owner_id="o", thread_id="t", run_id="r2")
     assert (active.run_id, started) == ("r1", False)
@@ -178,5 +178,5 @@ def test_a_killed_workers_run_is_swept_and_nothing_stays_running(
 
 
 def test_the_command_refuses_a_lease_that_is_not_positive() -> None:
-    with pytest.raises(CommandError, match="--lease=0.0 is not valid"):
+    with pytest.raises(CommandError, match=r"--lease=0\.0 is not valid"):
         call_command("agent_store_sweep_runs", "--lease", "0")
