@@ -767,7 +767,8 @@ class OrmMessageRepository:
                 preview = derive_preview(
                     {"content": m.content} for m in touched if m.role != "activity"
                 )
-                values: dict[str, Any] = {"updated_at": now}
+                # The rows changed behind save()'s back: its next call compares every row.
+                values: dict[str, Any] = {"updated_at": now, "save_state": ""}
                 if preview:
                     values["preview"] = preview
                 StoredConversation.objects.filter(pk=state.pk).update(**values)

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import uuid
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
     from django_pydantic_agent.contrib.store.models import (
         StoredAttachment,
         StoredConversation,
-        StoredMessage,
     )
     from django_pydantic_agent.contrib.store.repositories import (
         OrmChatRepository,
@@ -240,21 +240,27 @@ class DefaultConversationStore(ModelConversationStore):
         )
         return chats, OrmMessageRepository(chats)
 
-    def _row(self, thread_id: str, owner_id: str) -> StoredConversation | None:
-        from django_pydantic_agent.contrib.store.models import StoredConversation
+    def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
+        from django.db.models import Exists, OuterRef
+
+        from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 
         if len(thread_id) > _MAX_KEY:
             return None
-        return StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id).first()
-
-    def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
-        row = self._row(thread_id, owner_id)
+        records = StoredMessage.objects.filter(
+            conversation=OuterRef("pk"), message_uuid__isnull=False
+        )
+        row = (
+            StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id)
+            .annotate(has_records=Exists(records))
+            .first()
+        )
         if row is None:
             return None
+        if row.has_records:  # written by runs: replayed from the records
+            return Conversation(thread_id=row.thread_id, messages=_replayed(row), owner_id=owner_id)
         # The rows' JSON as text, parsed in one pass: measurably faster than decoding each
         # row through JSONField on both SQLite and PostgreSQL (see docs/benchmarks.md).
-        if row.message_rows.filter(message_uuid__isnull=False).exists():
-            return Conversation(thread_id=row.thread_id, messages=_replayed(row), owner_id=owner_id)
         texts = row.message_rows.order_by("position").values_list(
             Cast("data", output_field=TextField()), flat=True
         )
@@ -289,43 +295,21 @@ class DefaultConversationStore(ModelConversationStore):
             .first()
         )
 
-    def _diff(
-        self, row: StoredConversation | None, messages: list[Any]
-    ) -> tuple[list[StoredMessage], list[StoredMessage], bool]:
-        """The rows to create and to update for ``messages``, and whether any go away.
+    def _plan(self, row: StoredConversation | None, messages: list[Any]) -> _Plan:
+        """What saving ``messages`` over ``row``'s messages writes (see ``_SaveState``).
 
+        Fast path: the thread's ``save_state`` proves the posted list starts with the
+        messages of the previous save (but its last one), so only the tail is compared and
+        no message row is read. Otherwise every stored row is read once and compared.
         Checks each new or changed message (``UnstorableMessageError``) before anything is
-        written; unchanged messages are compared by digest only.
+        written.
         """
-        from django_pydantic_agent.contrib.store.models import StoredMessage, message_digest
-
-        stored = (
-            {}
-            if row is None
-            else {
-                position: (pk, digest)
-                for pk, position, digest in row.message_rows.values_list("pk", "position", "digest")
-            }
-        )
-        to_create: list[StoredMessage] = []
-        to_update: list[StoredMessage] = []
-        for position, message in enumerate(messages):
-            digest = message_digest(message)
-            current = stored.get(position)
-            if current is not None and current[1] == digest:
-                continue
-            _check_message(position, message)
-            fields = {
-                "message_id": _short(_field(message, "id"), _MAX_KEY),
-                "role": _short(_field(message, "role"), 32),
-                "data": message,
-                "digest": digest,
-            }
-            if current is None:
-                to_create.append(StoredMessage(position=position, **fields))
-            else:
-                to_update.append(StoredMessage(pk=current[0], position=position, **fields))
-        return to_create, to_update, any(position >= len(messages) for position in stored)
+        plan = None if row is None else _fast_plan(row, messages)
+        if plan is None:
+            plan = _full_plan(row, messages)
+        for position in (*plan.create, *plan.update):
+            _check_message(position, messages[position])
+        return plan
 
     def _store(self, conversation: Conversation, owner_id: str) -> None:
         from django_pydantic_agent.contrib.store.lifecycle import (
@@ -345,23 +329,31 @@ class DefaultConversationStore(ModelConversationStore):
                 row = self._locked_row(conversation.thread_id, owner_id)
                 if row is None:
                     self._refuse_new_thread(owner_id, limit)
-            to_create, to_update, shrunk = self._diff(row, messages)
+            plan = self._plan(row, messages)
             if row is None:
                 row, created = self._create(conversation.thread_id, owner_id, messages)
-                if not created:  # a concurrent first save won: diff against its rows
-                    to_create, to_update, shrunk = self._diff(row, messages)
-            if shrunk:
-                row.message_rows.filter(position__gte=len(messages)).delete()
-            if to_update:
-                StoredMessage.objects.bulk_update(
-                    to_update, [*_WIRE_FIELDS, *_RECORD_FIELDS], batch_size=500
+                if not created:  # a concurrent first save won: compare with its rows
+                    plan = self._plan(row, messages)
+            if plan.delete_from is not None:
+                row.message_rows.filter(position__gte=plan.delete_from).delete()
+            for position, pk in plan.update.items():
+                message = messages[position]
+                target = (
+                    row.message_rows.filter(position=position)
+                    if pk is None
+                    else StoredMessage.objects.filter(pk=pk)
                 )
-            for message_row in to_create:
-                message_row.conversation = row
-            StoredMessage.objects.bulk_create(to_create, batch_size=500)
+                target.update(
+                    message_id=_short(_field(message, "id"), _MAX_KEY),
+                    role=_short(_field(message, "role"), 32),
+                    data=message,
+                    **_CLEARED,
+                )
+            _insert_messages(row.pk, [(p, messages[p], plan.texts.get(p)) for p in plan.create])
             row.preview = derive_preview(messages)
             row.updated_at = timezone.now()
-            row.save(update_fields=["preview", "updated_at"])
+            row.save_state = plan.state(messages)
+            row.save(update_fields=["preview", "updated_at", "save_state"])
             reconcile_conversation_attachments(row, messages)
 
     def _remove(self, thread_id: str, owner_id: str) -> None:
@@ -425,6 +417,177 @@ def _replayed(row: StoredConversation) -> list[Any]:
         m.model_dump(mode="json", by_alias=True, exclude_none=True)
         for m in translate_messages(records)
     ]
+
+
+# save(): what changed -------------------------------------------------------------------------
+#
+# ``StoredConversation.save_state`` is ``"<n>:<head>:<tail>"`` after a save of ``n`` messages:
+# ``head`` hashes the JSON of the first ``n - 1`` messages (one C-speed ``json.dumps`` of the
+# list), ``tail`` the JSON of the last one. A later save whose first ``n - 1`` messages hash to
+# ``head`` changed nothing there, so only its tail is compared and written: appending or
+# growing the last message reads no message row and digests nothing but the list's JSON. Any
+# other write to a thread's messages (a run through the ORM repositories, the strip command)
+# clears the state, and the next save compares every row (one read of the thread).
+
+_INSERT_BATCH = 500
+_CLEARED: dict[str, Any] = {
+    "digest": "",
+    "message_uuid": None,
+    "content": "",
+    "record": None,
+    "tool_calls": None,
+    "reasonings": None,
+    "status": "",
+    "run_id": "",
+}
+
+
+def _blake(text: str) -> Any:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
+
+
+def _head(messages: list[Any], count: int) -> Any:
+    """The hash state of the JSON list of ``messages[:count]`` without its closing ``]``."""
+    return _blake(json.dumps(messages[:count])[:-1])
+
+
+def _extend(state: Any, count: int, texts: list[str]) -> None:
+    for index, text in enumerate(texts):
+        state.update(((", " if count + index else "") + text).encode("utf-8", "surrogatepass"))
+
+
+def _closed(state: Any) -> str:
+    final = state.copy()
+    final.update(b"]")
+    return str(final.hexdigest())
+
+
+@dataclass
+class _Plan:
+    """The writes of one save: positions to insert and to update (``pk``), rows to drop."""
+
+    create: list[int] = field(default_factory=list)
+    update: dict[int, int | None] = field(default_factory=dict)
+    delete_from: int | None = None
+    texts: dict[int, str] = field(default_factory=dict)
+    head: Any = None
+    head_count: int = 0
+
+    def state(self, messages: list[Any]) -> str:
+        """The ``save_state`` after this save (``""`` when the messages are not plain JSON)."""
+        count = len(messages)
+        if count == 0:
+            return ""
+        try:
+            head = self.head
+            if head is None or self.head_count > count - 1:
+                head, self.head_count = _head(messages, count - 1), count - 1
+            _extend(
+                head,
+                self.head_count,
+                [self._text(messages, i) for i in range(self.head_count, count - 1)],
+            )
+            tail = _blake(self._text(messages, count - 1)).hexdigest()
+        except (TypeError, ValueError):
+            return ""
+        return f"{count}:{_closed(head)}:{tail}"
+
+    def _text(self, messages: list[Any], position: int) -> str:
+        text = self.texts.get(position)
+        if text is None:
+            text = self.texts[position] = json.dumps(messages[position])
+        return text
+
+
+def _fast_plan(row: StoredConversation, messages: list[Any]) -> _Plan | None:
+    parts = row.save_state.split(":")
+    if len(parts) != 3 or not parts[0].isdigit():
+        return None
+    stored, head_hash, tail_hash = int(parts[0]), parts[1], parts[2]
+    count = stored - 1
+    if count < 0 or len(messages) < count:
+        return None
+    try:
+        head = _head(messages, count)
+        if _closed(head) != head_hash:
+            return None
+        plan = _Plan(head=head, head_count=count)
+        if len(messages) > count and _blake(plan._text(messages, count)).hexdigest() != tail_hash:
+            plan.update[count] = None  # the row at that position
+    except (TypeError, ValueError):
+        return None
+    plan.create = list(range(stored, len(messages)))
+    if len(messages) < stored:
+        plan.delete_from = len(messages)
+    return plan
+
+
+def _full_plan(row: StoredConversation | None, messages: list[Any]) -> _Plan:
+    plan = _Plan()
+    stored: dict[int, tuple[int, str | None, Any]] = {}
+    if row is not None:
+        rows = row.message_rows.values_list(
+            "pk", "position", "message_uuid", Cast("data", output_field=TextField())
+        )
+        stored = {position: (pk, text, uuid_) for pk, position, uuid_, text in rows}
+    for position, message in enumerate(messages):
+        current = stored.get(position)
+        if current is None:
+            plan.create.append(position)
+        elif current[2] is not None or current[1] is None or json.loads(current[1]) != message:
+            plan.update[position] = current[0]
+    if any(position >= len(messages) for position in stored):
+        plan.delete_from = len(messages)
+    return plan
+
+
+def _insert_messages(conversation_pk: int, rows: list[tuple[int, Any, str | None]]) -> None:
+    """Insert wire rows ``(position, message, json text or None)`` in one statement.
+
+    On SQLite and PostgreSQL the rows go through plain multi-row ``INSERT`` statements of
+    ``_INSERT_BATCH`` rows (the JSON encoded once, no model instances); other databases use
+    ``bulk_create``.
+    """
+    from django_pydantic_agent.contrib.store.models import StoredMessage
+
+    if not rows:
+        return
+    if connection.vendor not in {"sqlite", "postgresql"}:
+        StoredMessage.objects.bulk_create(
+            [
+                StoredMessage(
+                    conversation_id=conversation_pk,
+                    position=position,
+                    message_id=_short(_field(message, "id"), _MAX_KEY),
+                    role=_short(_field(message, "role"), 32),
+                    data=message,
+                )
+                for position, message, _ in rows
+            ],
+            batch_size=500,
+        )
+        return
+    quote = connection.ops.quote_name
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    head = (
+        f"INSERT INTO {quote(StoredMessage._meta.db_table)} "
+        "(conversation_id, position, message_id, role, data, digest, content, status, run_id) "
+        "VALUES "
+    )
+    values = f"(%s, %s, %s, %s, %s{cast}, '', '', '', '')"
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), _INSERT_BATCH):
+            batch = rows[start : start + _INSERT_BATCH]
+            params: list[Any] = []
+            for position, message, text in batch:
+                params += (
+                    conversation_pk,
+                    position,
+                    _short(_field(message, "id"), _MAX_KEY),
+                    _short(_field(message, "role"), 32),
+                    json.dumps(message) if text is None else text,
+                )
+            cursor.execute(head + ", ".join([values] * len(batch)), params)
 
 
 def _field(message: Any, name: str) -> Any:

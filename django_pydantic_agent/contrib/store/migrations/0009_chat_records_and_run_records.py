@@ -58,6 +58,11 @@ class Migration(migrations.Migration):
             name="chat_uuid",
             field=models.UUIDField(editable=False, null=True),
         ),
+        migrations.AddField(
+            model_name="storedconversation",
+            name="save_state",
+            field=models.CharField(blank=True, default="", editable=False, max_length=80),
+        ),
         migrations.RunPython(fill_chat_uuids, migrations.RunPython.noop, elidable=True),
         migrations.AlterField(
             model_name="storedconversation",

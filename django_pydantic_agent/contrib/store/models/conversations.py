@@ -146,6 +146,8 @@ class StoredConversation(models.Model):
     """The ``chat_history.Chat.chat_uuid`` of the thread (the ORM repositories' handle)."""
     title = models.CharField(max_length=255, blank=True, default="")
     preview = models.TextField(blank=True, default="")
+    save_state = models.CharField(max_length=80, blank=True, default="", editable=False)
+    """What the last ``save`` stored (count and hashes; see ``stores._fast_plan``), or ``""``."""
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
     attachments: models.ManyToManyField[StoredAttachment, StoredConversationAttachment] = (
@@ -184,7 +186,8 @@ class StoredMessage(models.Model):
     - a **wire row** (``message_uuid`` is NULL), written by ``DefaultConversationStore.save``:
       ``data`` is the AG-UI wire JSON exactly as saved (camelCase keys, extra fields such as
       ``attachments`` kept); ``message_id`` and ``role`` copy its ``id`` and ``role`` for the
-      admin and for diffing, and ``digest`` is ``message_digest(data)``;
+      admin; ``digest`` (``message_digest(data)``) is written by older versions and by
+      ``agent_store_strip_inline_bytes`` only, ``save`` compares the JSON itself;
     - a **record row** (``message_uuid`` set), written by the ORM chat-history repositories
       during a run: one ``chat_history.Message`` record. ``content`` is its text (appended in
       place, O(delta)), ``record`` its other fields, ``tool_calls`` / ``reasonings`` its nested
