@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import marshal
 import math
 import uuid
 from dataclasses import dataclass, field
@@ -132,6 +133,16 @@ def _refuse_new_thread(owner_id: str, limit: int) -> None:
             f"(max_threads_per_owner={limit}), and that many are stored already: delete a "
             "thread to start a new one."
         )
+
+
+_FEW = 8
+
+
+def _json_or_none(values: list[Any]) -> str | None:
+    try:
+        return json.dumps(values)
+    except (TypeError, ValueError):
+        return None
 
 
 def _short(value: Any, limit: int) -> str:
@@ -307,8 +318,11 @@ class DefaultConversationStore(ModelConversationStore):
         plan = None if row is None else _fast_plan(row, messages)
         if plan is None:
             plan = _full_plan(row, messages)
-        for position in (*plan.create, *plan.update):
-            _check_message(position, messages[position])
+        changed = [*plan.create, *plan.update]
+        if len(changed) > _FEW:  # one encoding of them all proves most lists clean
+            _check_messages(messages, changed, _json_or_none([messages[p] for p in changed]))
+        else:
+            _check_messages(messages, changed, None)
         return plan
 
     def _store(self, conversation: Conversation, owner_id: str) -> None:
@@ -349,12 +363,13 @@ class DefaultConversationStore(ModelConversationStore):
                     data=message,
                     **_CLEARED,
                 )
-            _insert_messages(row.pk, [(p, messages[p], plan.texts.get(p)) for p in plan.create])
+            _insert_messages(row.pk, messages, plan.create)
             row.preview = derive_preview(messages)
             row.updated_at = timezone.now()
-            row.save_state = plan.state(messages)
+            row.save_state = plan.state
             row.save(update_fields=["preview", "updated_at", "save_state"])
-            reconcile_conversation_attachments(row, messages)
+            # Proven to quote no attachment: only stale links (if any) are dropped.
+            reconcile_conversation_attachments(row, messages if plan.quotes else [])
 
     def _remove(self, thread_id: str, owner_id: str) -> None:
         from django_pydantic_agent.contrib.store.lifecycle import delete_conversations
@@ -422,13 +437,18 @@ def _replayed(row: StoredConversation) -> list[Any]:
 # save(): what changed -------------------------------------------------------------------------
 #
 # ``StoredConversation.save_state`` is ``"<n>:<head>:<tail>"`` after a save of ``n`` messages:
-# ``head`` hashes the JSON of the first ``n - 1`` messages (one C-speed ``json.dumps`` of the
-# list), ``tail`` the JSON of the last one. A later save whose first ``n - 1`` messages hash to
-# ``head`` changed nothing there, so only its tail is compared and written: appending or
-# growing the last message reads no message row and digests nothing but the list's JSON. Any
-# other write to a thread's messages (a run through the ORM repositories, the strip command)
-# clears the state, and the next save compares every row (one read of the thread).
+# ``head`` hashes the first ``n - 1`` messages, ``tail`` the last one, each message as its
+# ``marshal`` (format 2: no back-references, so equal values give equal bytes). A later save
+# whose first ``n - 1`` messages hash to ``head`` changed nothing there, so only its tail is
+# compared and written: appending or growing the last message reads no message row, and the
+# whole list costs one C-speed ``marshal.dumps``. Marshal bytes of a list are its items' bytes
+# after a 5-byte header, so the next head extends the hash state instead of starting over. A
+# list marshal cannot encode, or a false mismatch (keys in another order), takes the full
+# comparison. Any other write to a thread's messages (a run through the ORM repositories, the
+# strip command) clears the state, and the next save compares every row (one read).
 
+_MARSHAL_VERSION = 2
+_LIST_HEADER = 5
 _INSERT_BATCH = 500
 _CLEARED: dict[str, Any] = {
     "digest": "",
@@ -442,24 +462,13 @@ _CLEARED: dict[str, Any] = {
 }
 
 
-def _blake(text: str) -> Any:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16)
+def _items(messages: list[Any]) -> bytes:
+    """The marshal bytes of the items of ``messages`` (``ValueError`` if one cannot be)."""
+    return marshal.dumps(messages, _MARSHAL_VERSION)[_LIST_HEADER:]
 
 
-def _head(messages: list[Any], count: int) -> Any:
-    """The hash state of the JSON list of ``messages[:count]`` without its closing ``]``."""
-    return _blake(json.dumps(messages[:count])[:-1])
-
-
-def _extend(state: Any, count: int, texts: list[str]) -> None:
-    for index, text in enumerate(texts):
-        state.update(((", " if count + index else "") + text).encode("utf-8", "surrogatepass"))
-
-
-def _closed(state: Any) -> str:
-    final = state.copy()
-    final.update(b"]")
-    return str(final.hexdigest())
+def _hash(data: bytes) -> Any:
+    return hashlib.blake2b(data, digest_size=16)
 
 
 @dataclass
@@ -469,56 +478,59 @@ class _Plan:
     create: list[int] = field(default_factory=list)
     update: dict[int, int | None] = field(default_factory=dict)
     delete_from: int | None = None
-    texts: dict[int, str] = field(default_factory=dict)
     head: Any = None
+    """The hash state of the first ``head_count`` messages, when the fast path computed it."""
     head_count: int = 0
+    prefix: bytes = b""
+    """The marshal bytes the head hash covers (searched for attachment refs)."""
+    quotes: bool = True
+    """Whether the messages may quote attachments (``False``: proven they quote none)."""
+    state: str = ""
 
-    def state(self, messages: list[Any]) -> str:
-        """The ``save_state`` after this save (``""`` when the messages are not plain JSON)."""
+    def finish(self, messages: list[Any]) -> None:
+        """Compute ``state`` and ``quotes`` for after this save."""
         count = len(messages)
-        if count == 0:
-            return ""
+        head_count = max(count - 1, 0)
         try:
-            head = self.head
-            if head is None or self.head_count > count - 1:
-                head, self.head_count = _head(messages, count - 1), count - 1
-            _extend(
-                head,
-                self.head_count,
-                [self._text(messages, i) for i in range(self.head_count, count - 1)],
-            )
-            tail = _blake(self._text(messages, count - 1)).hexdigest()
-        except (TypeError, ValueError):
-            return ""
-        return f"{count}:{_closed(head)}:{tail}"
-
-    def _text(self, messages: list[Any], position: int) -> str:
-        text = self.texts.get(position)
-        if text is None:
-            text = self.texts[position] = json.dumps(messages[position])
-        return text
+            if self.head is None or self.head_count > head_count:
+                self.prefix = _items(messages[:head_count])
+                self.head, self.head_count = _hash(self.prefix), head_count
+            rest = [marshal.dumps(m, _MARSHAL_VERSION) for m in messages[self.head_count :]]
+        except ValueError:
+            self.state = ""
+            return
+        for item in rest[:-1]:
+            self.head.update(item)
+        self.quotes = b"attachments" in self.prefix or any(b"attachments" in i for i in rest)
+        if rest:
+            tail = _hash(rest[-1]).hexdigest()
+            self.state = f"{count}:{self.head.hexdigest()}:{tail}"
 
 
 def _fast_plan(row: StoredConversation, messages: list[Any]) -> _Plan | None:
     parts = row.save_state.split(":")
-    if len(parts) != 3 or not parts[0].isdigit():
+    if len(parts) != 3 or not parts[0].isdigit() or int(parts[0]) < 1:
         return None
     stored, head_hash, tail_hash = int(parts[0]), parts[1], parts[2]
     count = stored - 1
-    if count < 0 or len(messages) < count:
+    if len(messages) < count:
         return None
     try:
-        head = _head(messages, count)
-        if _closed(head) != head_hash:
+        prefix = _items(messages[:count])
+        head = _hash(prefix)
+        if head.hexdigest() != head_hash:
             return None
-        plan = _Plan(head=head, head_count=count)
-        if len(messages) > count and _blake(plan._text(messages, count)).hexdigest() != tail_hash:
-            plan.update[count] = None  # the row at that position
-    except (TypeError, ValueError):
+        plan = _Plan(head=head, head_count=count, prefix=prefix)
+        if len(messages) > count:
+            last = marshal.dumps(messages[count], _MARSHAL_VERSION)
+            if _hash(last).hexdigest() != tail_hash:
+                plan.update[count] = None  # the row at that position
+    except ValueError:
         return None
     plan.create = list(range(stored, len(messages)))
     if len(messages) < stored:
         plan.delete_from = len(messages)
+    plan.finish(messages)
     return plan
 
 
@@ -538,56 +550,83 @@ def _full_plan(row: StoredConversation | None, messages: list[Any]) -> _Plan:
             plan.update[position] = current[0]
     if any(position >= len(messages) for position in stored):
         plan.delete_from = len(messages)
+    plan.finish(messages)
     return plan
 
 
-def _insert_messages(conversation_pk: int, rows: list[tuple[int, Any, str | None]]) -> None:
-    """Insert wire rows ``(position, message, json text or None)`` in one statement.
+def _check_messages(messages: list[Any], positions: list[int], text: str | None) -> None:
+    """``_check_message`` for each position; skipped when ``text`` (their JSON) proves it."""
+    clean = text is not None and not any(w in text for w in ("\\u0000", "NaN", "Infinity"))
+    if clean and not any(messages[p] is None for p in positions):
+        return
+    for position in positions:
+        _check_message(position, messages[position])
 
-    On SQLite and PostgreSQL the rows go through plain multi-row ``INSERT`` statements of
-    ``_INSERT_BATCH`` rows (the JSON encoded once, no model instances); other databases use
-    ``bulk_create``.
+
+def _insert_messages(conversation_pk: int, messages: list[Any], positions: list[int]) -> None:
+    """Insert ``messages[p]`` as the wire row at each position ``p``.
+
+    A contiguous run of JSON objects on SQLite or PostgreSQL is encoded once, as one JSON
+    array, and split into rows by the database (``json_each`` / ``jsonb_array_elements``):
+    no model instances, no per-row encoding. Anything else goes through ``bulk_create``.
     """
     from django_pydantic_agent.contrib.store.models import StoredMessage
 
-    if not rows:
+    if not positions:
         return
-    if connection.vendor not in {"sqlite", "postgresql"}:
-        StoredMessage.objects.bulk_create(
-            [
-                StoredMessage(
-                    conversation_id=conversation_pk,
-                    position=position,
-                    message_id=_short(_field(message, "id"), _MAX_KEY),
-                    role=_short(_field(message, "role"), 32),
-                    data=message,
-                )
-                for position, message, _ in rows
-            ],
-            batch_size=500,
-        )
+    contiguous = positions == list(range(positions[0], positions[0] + len(positions)))
+    batch = [messages[p] for p in positions]
+    if (
+        connection.vendor in {"sqlite", "postgresql"}
+        and contiguous
+        and all(type(m) is dict for m in batch)
+    ):
+        _insert_array(conversation_pk, positions[0], batch)
         return
-    quote = connection.ops.quote_name
-    cast = "::jsonb" if connection.vendor == "postgresql" else ""
-    head = (
-        f"INSERT INTO {quote(StoredMessage._meta.db_table)} "
-        "(conversation_id, position, message_id, role, data, digest, content, status, run_id) "
-        "VALUES "
+    StoredMessage.objects.bulk_create(
+        [
+            StoredMessage(
+                conversation_id=conversation_pk,
+                position=position,
+                message_id=_short(_field(messages[position], "id"), _MAX_KEY),
+                role=_short(_field(messages[position], "role"), 32),
+                data=messages[position],
+            )
+            for position in positions
+        ],
+        batch_size=_INSERT_BATCH,
     )
-    values = f"(%s, %s, %s, %s, %s{cast}, '', '', '', '')"
+
+
+_SQLITE_INSERT = (
+    "INSERT INTO {table} "
+    "(conversation_id, position, message_id, role, data, digest, content, status, run_id) "
+    "SELECT %s, %s + j.key, "
+    "CASE WHEN json_type(j.value, '$.id') = 'text' "
+    "THEN substr(json_extract(j.value, '$.id'), 1, 255) ELSE '' END, "
+    "CASE WHEN json_type(j.value, '$.role') = 'text' "
+    "THEN substr(json_extract(j.value, '$.role'), 1, 32) ELSE '' END, "
+    "j.value, '', '', '', '' FROM json_each(%s) AS j"
+)
+_POSTGRESQL_INSERT = (
+    "INSERT INTO {table} "
+    "(conversation_id, position, message_id, role, data, digest, content, status, run_id) "
+    "SELECT %s, %s + j.n - 1, "
+    "CASE WHEN jsonb_typeof(j.value -> 'id') = 'string' THEN left(j.value ->> 'id', 255) "
+    "ELSE '' END, "
+    "CASE WHEN jsonb_typeof(j.value -> 'role') = 'string' THEN left(j.value ->> 'role', 32) "
+    "ELSE '' END, "
+    "j.value, '', '', '', '' FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS j(value, n)"
+)
+
+
+def _insert_array(conversation_pk: int, first: int, batch: list[Any]) -> None:
+    from django_pydantic_agent.contrib.store.models import StoredMessage
+
+    template = _POSTGRESQL_INSERT if connection.vendor == "postgresql" else _SQLITE_INSERT
+    sql = template.format(table=connection.ops.quote_name(StoredMessage._meta.db_table))
     with connection.cursor() as cursor:
-        for start in range(0, len(rows), _INSERT_BATCH):
-            batch = rows[start : start + _INSERT_BATCH]
-            params: list[Any] = []
-            for position, message, text in batch:
-                params += (
-                    conversation_pk,
-                    position,
-                    _short(_field(message, "id"), _MAX_KEY),
-                    _short(_field(message, "role"), 32),
-                    json.dumps(message) if text is None else text,
-                )
-            cursor.execute(head + ", ".join([values] * len(batch)), params)
+        cursor.execute(sql, [conversation_pk, first, json.dumps(batch)])
 
 
 def _field(message: Any, name: str) -> Any:
