@@ -329,7 +329,7 @@ class DefaultConversationStore(ModelConversationStore):
         from django_pydantic_agent.contrib.store.lifecycle import (
             reconcile_conversation_attachments,
         )
-        from django_pydantic_agent.contrib.store.models import StoredMessage
+        from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 
         _check_key("thread_id", conversation.thread_id)
         messages = list(conversation.messages)
@@ -344,9 +344,10 @@ class DefaultConversationStore(ModelConversationStore):
                 if row is None:
                     self._refuse_new_thread(owner_id, limit)
             plan = self._plan(row, messages)
+            created_now = False
             if row is None:
-                row, created = self._create(conversation.thread_id, owner_id, messages)
-                if not created:  # a concurrent first save won: compare with its rows
+                row, created_now = self._create(conversation.thread_id, owner_id, messages)
+                if not created_now:  # a concurrent first save won: compare with its rows
                     plan = self._plan(row, messages)
             if plan.delete_from is not None:
                 row.message_rows.filter(position__gte=plan.delete_from).delete()
@@ -364,12 +365,20 @@ class DefaultConversationStore(ModelConversationStore):
                     **_CLEARED,
                 )
             _insert_messages(row.pk, messages, plan.create)
-            row.preview = derive_preview(messages)
-            row.updated_at = timezone.now()
-            row.save_state = plan.state
-            row.save(update_fields=["preview", "updated_at", "save_state"])
-            # Proven to quote no attachment: only stale links (if any) are dropped.
-            reconcile_conversation_attachments(row, messages if plan.quotes else [])
+            # Links exist only if the last save left some (its state ends ":1"; unknown
+            # state: maybe) or these messages may quote attachments.
+            if plan.quotes or (created_now is False and not row.save_state.endswith(":0")):
+                # Proven to quote no attachment: only stale links (if any) are dropped.
+                reconcile_conversation_attachments(row, messages if plan.quotes else [])
+            if plan.state:
+                row.save_state = f"{plan.state}:{int(plan.quotes)}"
+            else:
+                row.save_state = ""
+            StoredConversation.objects.filter(pk=row.pk).update(
+                preview=derive_preview(messages),
+                updated_at=timezone.now(),
+                save_state=row.save_state,
+            )
 
     def _remove(self, thread_id: str, owner_id: str) -> None:
         from django_pydantic_agent.contrib.store.lifecycle import delete_conversations
@@ -436,7 +445,9 @@ def _replayed(row: StoredConversation) -> list[Any]:
 
 # save(): what changed -------------------------------------------------------------------------
 #
-# ``StoredConversation.save_state`` is ``"<n>:<head>:<tail>"`` after a save of ``n`` messages:
+# ``StoredConversation.save_state`` is ``"<n>:<head>:<tail>:<links>"`` after a save of ``n``
+# messages (``<links>`` is ``0`` when that save proved the thread quotes no attachment, so it
+# has no attachment links and the next save skips reconciling them):
 # ``head`` hashes the first ``n - 1`` messages, ``tail`` the last one, each message as its
 # ``marshal`` (format 2: no back-references, so equal values give equal bytes). A later save
 # whose first ``n - 1`` messages hash to ``head`` changed nothing there, so only its tail is
@@ -509,7 +520,7 @@ class _Plan:
 
 def _fast_plan(row: StoredConversation, messages: list[Any]) -> _Plan | None:
     parts = row.save_state.split(":")
-    if len(parts) != 3 or not parts[0].isdigit() or int(parts[0]) < 1:
+    if len(parts) != 4 or not parts[0].isdigit() or int(parts[0]) < 1:
         return None
     stored, head_hash, tail_hash = int(parts[0]), parts[1], parts[2]
     count = stored - 1

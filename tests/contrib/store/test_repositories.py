@@ -18,8 +18,10 @@ from django_pydantic_agent.chat_history import (
     AGUIAgent,
     AGUIStorageAgent,
     ChatCreate,
+    ChatRepositoryLike,
     Message,
     MessageCreate,
+    MessageRepositoryLike,
     MessageToolCallCreate,
     MessageUpdate,
     StreamPersistenceManager,
@@ -30,7 +32,12 @@ from django_pydantic_agent.contrib.store.repositories import (
     OrmMessageRepository,
 )
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
-from django_pydantic_agent.persistence import Conversation, StoreLimitError
+from django_pydantic_agent.persistence import (
+    AnonymousOperationError,
+    Conversation,
+    StoreLimitError,
+    store_repositories,
+)
 from django_pydantic_agent.testing.agui_script import (
     RE,
     RF,
@@ -435,3 +442,16 @@ async def test_threads_saved_whole_are_read_as_records_and_upgraded_on_first_wri
     # Saving the loaded list back keeps it: record rows become wire rows again.
     await store.save(loaded, request=request)
     assert (await store.load("old", request=request)).messages == loaded.messages  # type: ignore[union-attr]
+
+
+async def test_the_store_offers_the_pair_and_refuses_anonymous_requests(
+    alice: User, request_as: Callable[[Any], HttpRequest]
+) -> None:
+    store = DefaultConversationStore()
+    pair = await store_repositories(store, request=request_as(alice))
+    assert pair is not None
+    chats, messages = pair
+    assert isinstance(chats, ChatRepositoryLike)
+    assert isinstance(messages, MessageRepositoryLike)
+    with pytest.raises(AnonymousOperationError):
+        await store.repositories(request=request_as(None))

@@ -77,7 +77,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="storedmessage",
             name="message_uuid",
-            field=models.UUIDField(blank=True, editable=False, null=True, unique=True),
+            field=models.UUIDField(blank=True, editable=False, null=True),
         ),
         migrations.AddField(
             model_name="storedmessage",
@@ -106,7 +106,19 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name="storedmessage",
-            index=models.Index(fields=["run_id", "status"], name="dpa_store_msg_run_status"),
+            index=models.Index(
+                condition=models.Q(("message_uuid__isnull", False)),
+                fields=["run_id", "status"],
+                name="dpa_store_msg_run_status",
+            ),
+        ),
+        migrations.AddConstraint(
+            model_name="storedmessage",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("message_uuid__isnull", False)),
+                fields=("message_uuid",),
+                name="dpa_store_message_uuid",
+            ),
         ),
         migrations.AddIndex(
             model_name="storedagentrun",

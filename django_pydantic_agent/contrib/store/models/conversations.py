@@ -203,7 +203,7 @@ class StoredMessage(models.Model):
     role = models.CharField(max_length=32, blank=True, default="")
     data = models.JSONField(default=dict)
     digest = models.CharField(max_length=64, blank=True, default="")
-    message_uuid = models.UUIDField(null=True, blank=True, unique=True, editable=False)
+    message_uuid = models.UUIDField(null=True, blank=True, editable=False)
     content = models.TextField(blank=True, default="")
     record = models.JSONField(null=True, blank=True)
     tool_calls = models.JSONField(null=True, blank=True)
@@ -218,9 +218,21 @@ class StoredMessage(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["conversation", "position"], name="dpa_store_message_position"
+            ),
+            # Partial: wire rows (NULL uuid) cost no index entry on insert.
+            models.UniqueConstraint(
+                fields=["message_uuid"],
+                condition=models.Q(message_uuid__isnull=False),
+                name="dpa_store_message_uuid",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["run_id", "status"],
+                condition=models.Q(message_uuid__isnull=False),
+                name="dpa_store_msg_run_status",
             )
         ]
-        indexes = [models.Index(fields=["run_id", "status"], name="dpa_store_msg_run_status")]
 
     def __str__(self) -> str:
         return f"{self.role or 'message'} #{self.position}"
