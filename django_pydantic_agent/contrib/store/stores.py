@@ -430,17 +430,18 @@ class DefaultConversationStore(ModelConversationStore):
 def _replayed(row: StoredConversation) -> list[Any]:
     """The AG-UI wire messages of a thread holding record rows (written during runs).
 
-    Records replay through ``translate_messages``, so each message carries its status, run
-    id and error in ``metadata.django_pydantic_agent``; wire rows are read as records first.
+    Written by ``persistence.wire.records_to_wire``, as the generic adapter writes them, so
+    every store shows a message's ``status``, ``runId`` and ``error`` the same way; records
+    read from wire rows and not changed since come back exactly as they were stored.
     """
-    from django_pydantic_agent.chat_history import Message, translate_messages
+    from django_pydantic_agent.chat_history import Message
     from django_pydantic_agent.contrib.store.repositories import thread_records
+    from django_pydantic_agent.persistence.wire import records_to_wire
 
-    records, _ = thread_records(Message, list(row.message_rows.order_by("position")), row.chat_uuid)
-    return [
-        m.model_dump(mode="json", by_alias=True, exclude_none=True)
-        for m in translate_messages(records)
-    ]
+    rows = list(row.message_rows.order_by("position"))
+    records, legacy = thread_records(Message, rows, row.chat_uuid, row.thread_id)
+    wire = legacy.wire
+    return records_to_wire(records, legacy.extras, None if wire is None else wire.originals)
 
 
 # save(): what changed -------------------------------------------------------------------------

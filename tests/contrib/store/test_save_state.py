@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
+from django_pydantic_agent.contrib.store.models import StoredConversation
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence import Conversation, UnstorableMessageError
 
@@ -17,7 +17,11 @@ pytestmark = pytest.mark.django_db
 
 
 def msg(i: int, text: str | None = None) -> dict[str, Any]:
-    return {"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant", "content": text or f"t{i}"}
+    return {
+        "id": f"m{i}",
+        "role": "user" if i % 2 == 0 else "assistant",
+        "content": text or f"t{i}",
+    }
 
 
 def save(messages: list[Any], thread: str = "t") -> list[str]:
@@ -96,4 +100,3 @@ def test_a_state_that_does_not_parse_or_a_list_that_is_not_json_falls_back() -> 
     assert load() == [*thread, msg(3)]
     with pytest.raises(UnstorableMessageError):
         save([*thread, msg(3), {"id": "n", "role": "user", "content": math.nan}])
-
