@@ -252,18 +252,26 @@ class DefaultConversationStore(ModelConversationStore):
         return chats, OrmMessageRepository(chats)
 
     def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
-        from django.db.models import Exists, OuterRef
+        from django.db.models import BooleanField, Case, Exists, OuterRef, Q, Value, When
 
         from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 
         if len(thread_id) > _MAX_KEY:
             return None
+        # A thread whose last write was a save holds wire rows only (``save_state`` is set by
+        # save and cleared by every flush of the ORM repositories): no need to look.
         records = StoredMessage.objects.filter(
             conversation=OuterRef("pk"), message_uuid__isnull=False
         )
         row = (
             StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id)
-            .annotate(has_records=Exists(records))
+            .annotate(
+                has_records=Case(
+                    When(~Q(save_state=""), then=Value(False)),
+                    default=Exists(records),
+                    output_field=BooleanField(),
+                )
+            )
             .first()
         )
         if row is None:
