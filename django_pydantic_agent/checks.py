@@ -26,6 +26,8 @@ from django.core import checks
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
+from django_pydantic_agent.persistence.base import wrapped_stores
+
 __all__ = [
     "E001",
     "E002",
@@ -63,14 +65,6 @@ def _server_of(view: Any) -> Any:
     return None
 
 
-def _unwrapped(store: Any) -> Iterator[Any]:
-    seen: set[int] = set()
-    while store is not None and id(store) not in seen:
-        seen.add(id(store))
-        yield store
-        store = getattr(store, "inner", None)
-
-
 def mounted_stores() -> list[Any]:
     """Return every store the URLconf's AG-UI servers use, wrappers and wrapped alike.
 
@@ -84,7 +78,7 @@ def mounted_stores() -> list[Any]:
             continue
         servers.add(id(server))
         for attribute in ("conversation_store", "attachment_store"):
-            for store in _unwrapped(getattr(server, attribute, None)):
+            for store in wrapped_stores(getattr(server, attribute, None)):
                 stores.setdefault(id(store), store)
     return list(stores.values())
 

@@ -324,3 +324,13 @@ def test_memory_service_loads_no_django_asgiref_or_ag_ui() -> None:
 def test_chat_history_loads_no_django_or_asgiref() -> None:
     loaded = _foreign_modules_after_importing(CHAT_HISTORY)
     assert [name for name in loaded if name.split(".")[0] in ("django", "asgiref")] == []
+
+
+def test_the_root_package_resolves_its_names_lazily_and_refuses_unknown_ones() -> None:
+    import django_pydantic_agent as root
+    from django_pydantic_agent import persistence
+
+    assert set(root.__all__) <= set(dir(root))
+    assert root.ScopedConversationStore is persistence.ScopedConversationStore
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchStore'"):
+        root.NoSuchStore  # noqa: B018

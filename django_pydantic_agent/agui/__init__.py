@@ -2,15 +2,37 @@
 
 Import ``AGUIServer`` from here and mount ``server.urls``. The streaming endpoint needs an ASGI
 server (uvicorn, daphne, or gunicorn with uvicorn workers); under WSGI the response is buffered.
+
+The modules, one concept each; configuration flows down from ``server`` and nothing imports it
+back (``tests/agui/test_layout.py`` holds that):
+
+- ``server``: ``AGUIServer`` checks its arguments, builds the options and composes the routes.
+- ``options``: the frozen options handed to handlers (``RunOptions``, ``AttachmentOptions``,
+  ``BodyLimit``) and the argument checks.
+- ``views``: ``AGUIView``, one mounted route: access policy, then a handler per method.
+- ``access``: ``AccessPolicy`` (authentication, authorization, CSRF, throttle) and hook calling.
+- ``owners``: anonymous owners: when a visitor gets a session, when they own nothing.
+- ``errors``: the store-refusal rule (403/413/409, or a ``RUN_ERROR`` code) and the one
+  ``RUN_ERROR`` redaction.
+- ``http``: JSON error bodies, body caps, 400 refusals, database errors as JSON.
+- ``ids``: the id alphabet of thread, run and attachment ids.
+- ``input``: ``RunAgentInput`` parsing and the checks that refuse it before the agent runs.
+- ``inner``: the pydantic-ai agent adapted to one run: adapter, deps, reasoning filter.
+- ``sse``: SSE frames (with an optional ``id:``), the heartbeat, the streaming response.
+- ``run``: the run endpoint (``POST``), and for now its end-of-run save through ``transcript``.
+- ``threads``, ``attachments``: the thread and attachment routes.
+- ``asgi``: ``BodyLimitMiddleware``, body caps before Django's ASGI handler reads the body.
 """
 
 from __future__ import annotations
 
-from django_pydantic_agent.agui.access import AGUIView
 from django_pydantic_agent.agui.asgi import BodyLimitMiddleware, UploadLimitMiddleware
 from django_pydantic_agent.agui.attachments import CappedUploadHandler, safe_filename
-from django_pydantic_agent.agui.run import REDACTED_RUN_ERROR, SSE_HEARTBEAT
-from django_pydantic_agent.agui.server import AgentDeps, AGUIServer, UnsafeCSRFExemptionWarning
+from django_pydantic_agent.agui.errors import REDACTED_RUN_ERROR
+from django_pydantic_agent.agui.inner import AgentDeps
+from django_pydantic_agent.agui.server import AGUIServer, UnsafeCSRFExemptionWarning
+from django_pydantic_agent.agui.sse import SSE_HEARTBEAT
+from django_pydantic_agent.agui.views import AGUIView
 
 __all__ = [
     "REDACTED_RUN_ERROR",

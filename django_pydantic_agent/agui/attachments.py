@@ -31,13 +31,15 @@ from django.http import (
 from django.http.multipartparser import MultiPartParserError
 from django.utils.http import content_disposition_header
 
-from django_pydantic_agent.agui.access import error_response, store_refusal
-from django_pydantic_agent.persistence import StoreError, is_persistent
+from django_pydantic_agent.agui.access import AccessPolicy
+from django_pydantic_agent.agui.errors import store_refusal
+from django_pydantic_agent.agui.http import error_response
+from django_pydantic_agent.agui.options import AttachmentOptions
+from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing
+from django_pydantic_agent.persistence import AttachmentStore, StoreError, is_persistent
 
 if TYPE_CHECKING:
     from django.core.files.uploadedfile import UploadedFile
-
-    from django_pydantic_agent.agui.server import AGUIServer
 
 __all__ = [
     "ATTACHMENT_NOT_FOUND",
@@ -187,10 +189,18 @@ def _warn_unprotected_once(request: HttpRequest) -> None:
 
 
 class AttachmentEndpoints:
-    """Handlers for ``attachments/`` and ``attachments/<id>/`` of one ``AGUIServer``."""
+    """Handlers for ``attachments/`` and ``attachments/<id>/`` over one attachment store.
 
-    def __init__(self, server: AGUIServer) -> None:
-        self._server = server
+    ``access`` supplies the throttle and the CSRF check the upload runs itself (after the cap is
+    installed); ``options`` the size cap and the accepted types.
+    """
+
+    def __init__(
+        self, store: AttachmentStore, *, access: AccessPolicy, options: AttachmentOptions
+    ) -> None:
+        self._store = store
+        self._access = access
+        self._options = options
 
     def _parse(
         self, request: HttpRequest
@@ -200,14 +210,14 @@ class AttachmentEndpoints:
         The cap must be in place before anything touches ``request.POST``, the CSRF check
         included, since that is what parses the body.
         """
-        server = self._server
-        cap = CappedUploadHandler(server.attachment_max_bytes, request)
+        max_bytes = self._options.max_bytes
+        cap = CappedUploadHandler(max_bytes, request)
         request.upload_handlers = [cap, *request.upload_handlers]
         one_file = error_response(
             400, 'Send multipart/form-data with exactly one file, in the "file" field.'
         )
         try:
-            refusal = server.access.csrf_failure(request)
+            refusal = self._access.csrf_failure(request)
             files = request.FILES
         except RequestDataTooBig:
             return None, error_response(
@@ -216,9 +226,7 @@ class AttachmentEndpoints:
         except (MultiPartParserError, TooManyFieldsSent, TooManyFilesSent):
             return None, one_file
         if cap.exceeded:
-            return None, error_response(
-                413, f"The file exceeds the {server.attachment_max_bytes}-byte limit."
-            )
+            return None, error_response(413, f"The file exceeds the {max_bytes}-byte limit.")
         if refusal is not None:
             return None, refusal
         uploads = [f for key in files for f in files.getlist(key)]
@@ -234,10 +242,12 @@ class AttachmentEndpoints:
         (not exactly one ``file``), 415 (a part type that is not a plain ``type/subtype``, or
         not in ``attachment_allowed_types``), 403 (anonymous callers refused).
         """
-        server = self._server
-        if not is_persistent(server.attachment_store):
+        store = self._store
+        max_bytes = self._options.max_bytes
+        allowed = self._options.allowed_types
+        if not is_persistent(store):
             return error_response(410, "Uploads are turned off on this agent endpoint.")
-        throttled = await server.access.check_throttle(request)
+        throttled = await self._access.check_throttle(request)
         if throttled is not None:
             return throttled
         _warn_unprotected_once(request)
@@ -251,10 +261,8 @@ class AttachmentEndpoints:
             declared = int(raw_length)
         except ValueError:
             declared = 0
-        if declared > server.attachment_max_bytes + MULTIPART_OVERHEAD_BYTES:
-            return error_response(
-                413, f"The file exceeds the {server.attachment_max_bytes}-byte limit."
-            )
+        if declared > max_bytes + MULTIPART_OVERHEAD_BYTES:
+            return error_response(413, f"The file exceeds the {max_bytes}-byte limit.")
         upload, refusal = await sync_to_async(self._parse)(request)
         if refusal is not None:
             return refusal
@@ -266,16 +274,16 @@ class AttachmentEndpoints:
                 "The file's content type is not a valid MIME type; declare one such as "
                 "'text/plain' or 'image/png'.",
             )
-        if not _type_allowed(content_type, server.attachment_allowed_types):
+        if not _type_allowed(content_type, allowed):
             return error_response(
                 415,
                 f"The content type {content_type!r} is not accepted here; allowed: "
-                f"{', '.join(server.attachment_allowed_types)}.",
+                f"{', '.join(allowed)}.",
             )
         upload.content_type = content_type
-        await server.ensure_anonymous_session(request, server.attachment_store)
+        await ensure_anonymous_session(request, store)
         try:
-            ref = await server.attachment_store.save(upload, request=request)
+            ref = await store.save(upload, request=request)
         except StoreError as exc:
             return store_refusal(exc, store="attachment")
         body: dict[str, Any] = {"id": ref.id, "name": ref.name, "mime": ref.mime, "size": ref.size}
@@ -290,8 +298,8 @@ class AttachmentEndpoints:
         WSGI it is a ``FileResponse``. Either way: ``Content-Disposition: attachment`` with a
         sanitised name, the stored type (or ``application/octet-stream``) and ``nosniff``.
         """
-        store = self._server.attachment_store
-        if await self._server.owns_nothing(request, store):
+        store = self._store
+        if await owns_nothing(request, store):
             return error_response(404, ATTACHMENT_NOT_FOUND)
         try:
             opened = await store.open(attachment_id, request=request)
@@ -316,8 +324,8 @@ class AttachmentEndpoints:
 
     async def delete(self, request: HttpRequest, attachment_id: str) -> HttpResponseBase:
         """``DELETE attachments/<id>/``: always 204, whether or not the file existed."""
-        store = self._server.attachment_store
-        if await self._server.owns_nothing(request, store):
+        store = self._store
+        if await owns_nothing(request, store):
             return HttpResponse(status=204)
         try:
             await store.delete(attachment_id, request=request)

@@ -1,6 +1,8 @@
-"""Checks on a parsed ``RunAgentInput`` that must refuse it before the agent runs.
+"""The run endpoint's input: parsing a body into a ``RunAgentInput``, and the checks that refuse it.
 
-pydantic validates the shape of the body; these checks refuse what validates but can never work:
+``parse_run_input`` turns the body into a ``RunAgentInput`` or raises ``RunInputError`` with a
+safe message. pydantic validates the shape of the body; the other checks refuse what validates but
+can never work:
 a value no store can keep (NUL, an unpaired surrogate, NaN or Infinity), a history the model
 cannot answer (it ends on an assistant message, holds only system or developer messages, or has a
 user message with no content), and a client tool that shadows one of the agent's own. Each
@@ -15,15 +17,30 @@ from collections.abc import Iterator
 from typing import Any
 
 from ag_ui.core import RunAgentInput
+from pydantic import ValidationError
 from pydantic_ai.agent import AbstractAgent
+from pydantic_ai.ui.ag_ui import AGUIAdapter
+
+from django_pydantic_agent.agui.ids import ID_RULE, is_valid_id
 
 __all__ = [
+    "NESTED_TOO_DEEPLY",
+    "RunInputError",
     "clashing_tool_problem",
     "history_problem",
     "may_hold_unstorable_values",
+    "parse_run_input",
+    "unconvertible_history_problem",
     "unstorable_problem",
 ]
 
+#: The 400 message for a JSON body nested deeper than the parser's recursion limit.
+NESTED_TOO_DEEPLY = (
+    "The request body is nested too deeply to parse; send at most a few hundred levels of "
+    "nested arrays and objects."
+)
+
+_MAX_REPORTED_PROBLEMS = 5
 _ID_SHOWN_CHARS = 40
 # Roles pydantic-ai keeps out of the model's history: the server owns the system prompt.
 _SYSTEM_ROLES = frozenset({"system", "developer"})
@@ -182,3 +199,89 @@ def clashing_tool_problem(agent: AbstractAgent[Any, Any], run_input: RunAgentInp
                 "tools; rename the client tool."
             )
     return None
+
+
+class RunInputError(ValueError):
+    """The request body is not a usable ``RunAgentInput``; the message is safe to return."""
+
+
+def _describe_validation_error(exc: ValidationError) -> str:
+    """Name the failing fields and error kinds, never the submitted values."""
+    problems = []
+    for error in exc.errors()[:_MAX_REPORTED_PROBLEMS]:
+        location = ".".join(str(part) for part in error["loc"]) or "(body)"
+        problems.append(f"{location} ({error['type']})")
+    more = exc.error_count() - len(problems)
+    suffix = f" and {more} more" if more > 0 else ""
+    return "; ".join(problems) + suffix
+
+
+def _load_json(body: bytes) -> Any:
+    """``json.loads(body)``, raising ``RunInputError`` with a safe message on any failure."""
+    try:
+        return json.loads(body)
+    except RecursionError as exc:
+        raise RunInputError(NESTED_TOO_DEEPLY) from exc
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RunInputError("The request body is not valid JSON; send a RunAgentInput.") from exc
+
+
+def parse_run_input(body: bytes) -> RunAgentInput:
+    """Parse a request body into a ``RunAgentInput`` (camelCase JSON).
+
+    Raises ``RunInputError`` with a message naming what is wrong (not JSON, nested too deeply,
+    not an object, NaN, NUL or an unpaired surrogate anywhere, the failing fields and error
+    kinds, a ``threadId``/``runId`` outside the id alphabet of ``ids.py``, no messages) and
+    never echoing the payload.
+    """
+    try:
+        run_input = AGUIAdapter.build_run_input(body)
+    except ValidationError as exc:
+        # The body is parsed a second time only to word the refusal: pydantic rejects every
+        # body that json.loads rejects, so the common, valid case is parsed once.
+        payload = _load_json(body)
+        # pydantic's parser refuses an unpaired surrogate as mere "invalid JSON"; name it.
+        unstorable = unstorable_problem(body) if isinstance(payload, dict) else None
+        if unstorable is not None:
+            raise RunInputError(unstorable) from exc
+        if not isinstance(payload, dict):
+            raise RunInputError(
+                f"The request body is a JSON {type(payload).__name__}, not an object; send a "
+                "RunAgentInput object with threadId, runId and messages."
+            ) from exc
+        raise RunInputError(
+            f"The request body is not a valid RunAgentInput: {_describe_validation_error(exc)}."
+        ) from exc
+    for name, value in (("threadId", run_input.thread_id), ("runId", run_input.run_id)):
+        if not is_valid_id(value):
+            raise RunInputError(f"{name} must be {ID_RULE}.")
+    if not run_input.messages:
+        raise RunInputError(
+            "messages is empty: send at least one message (the user's turn) to run the agent."
+        )
+    # Only a body that could hold such a value is parsed a second time, to find it.
+    unstorable = unstorable_problem(body) if may_hold_unstorable_values(body) else None
+    if unstorable is not None:
+        raise RunInputError(unstorable)
+    return run_input
+
+
+def unconvertible_history_problem(run_input: RunAgentInput) -> str:
+    """Word the refusal of posted messages pydantic-ai could not convert to a model history.
+
+    Names a tool message answering no earlier tool call when there is one; otherwise a general
+    sentence. Never echoes values.
+    """
+    called: set[str] = set()
+    for index, message in enumerate(run_input.messages):
+        for call in getattr(message, "tool_calls", None) or ():
+            called.add(call.id)
+        if message.role == "tool" and message.tool_call_id not in called:
+            return (
+                f"messages.{index} is a tool message whose toolCallId answers no tool call "
+                "of an earlier assistant message; send the history as it was streamed."
+            )
+    return (
+        "The messages are not a usable conversation history (for example a file part with "
+        "neither url nor data); send the history as it was streamed."
+    )

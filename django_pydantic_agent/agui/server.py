@@ -1,35 +1,46 @@
 """``AGUIServer``: one pydantic-ai agent served over AG-UI, mounted with ``path(..., server.urls)``.
 
-The server holds everything that is fixed per mount (the agent, the stores, the access policy,
-the limits) and builds the per-request parts (deps, instructions) for each run. Nothing about a
-request is ever stored on the agent, so one agent serves every caller concurrently.
+The server only composes. Its constructor checks every argument, builds the frozen options of
+``options.py``, and constructs each handler with just what it uses; the handlers never see the
+server. Nothing about a request is ever stored on the agent or the server, so one agent serves
+every caller concurrently.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
 from django.urls import URLPattern, path
 from pydantic_ai.agent import AbstractAgent
 
-from django_pydantic_agent.agui.access import AccessPolicy, AGUIView, call_hook
+from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.attachments import ATTACHMENT_NOT_FOUND, AttachmentEndpoints
-from django_pydantic_agent.agui.http import json_body_limit
+from django_pydantic_agent.agui.inner import AgentDeps, build_deps
+from django_pydantic_agent.agui.options import (
+    DEFAULT_ATTACHMENT_MAX_BYTES,
+    DEFAULT_THREAD_LIST_LIMIT,
+    AttachmentOptions,
+    BodyLimit,
+    RunOptions,
+    check_callable,
+    check_flag,
+    check_positive,
+    file_url_schemes,
+    mime_types,
+)
+from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing
 from django_pydantic_agent.agui.run import RUN_TOO_BIG, RunEndpoint
 from django_pydantic_agent.agui.threads import NOT_FOUND as THREAD_NOT_FOUND
 from django_pydantic_agent.agui.threads import TITLE_TOO_BIG, ThreadEndpoints
+from django_pydantic_agent.agui.views import AGUIView, Handler
 from django_pydantic_agent.persistence import (
     AttachmentStore,
     ConversationStore,
     NullAttachmentStore,
     NullConversationStore,
-    aensure_session_key,
     is_persistent,
-    serves_anonymous,
 )
 
 if TYPE_CHECKING:
@@ -38,11 +49,6 @@ if TYPE_CHECKING:
     from django_pydantic_agent.agui.access import AuthorizeHook, GetUserHook, ThrottleHook
 
 __all__ = ["AGUIServer", "AgentDeps", "UnsafeCSRFExemptionWarning"]
-
-#: Ten mebibytes, the default ``attachment_max_bytes``.
-DEFAULT_ATTACHMENT_MAX_BYTES = 10 * 1024 * 1024
-#: Default and maximum ``?limit=`` of the thread list.
-DEFAULT_THREAD_LIST_LIMIT = 50
 
 # Shared defaults: the Null stores hold no state.
 _NULL_CONVERSATIONS = NullConversationStore()
@@ -59,28 +65,6 @@ class UnsafeCSRFExemptionWarning(UserWarning):
     """
 
 
-@dataclass(frozen=True, kw_only=True)
-class AgentDeps:
-    """The default per-run deps: the authenticated user and the request.
-
-    Tools read ``ctx.deps.user`` (server-resolved, never client-chosen). Pass ``deps_factory``
-    to ``AGUIServer`` to supply your own deps type instead.
-    """
-
-    user: Any
-    request: HttpRequest
-
-
-def _positive(name: str, value: object, *, allow_zero: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name}={value!r} is not a number; pass a positive number.")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(
-            f"{name}={value!r} is not allowed; pass a positive number"
-            + (" (or 0 to turn it off)." if allow_zero else ".")
-        )
-
-
 class AGUIServer:
     """Serve a pydantic-ai agent over AG-UI, with optional thread and attachment routes.
 
@@ -92,6 +76,10 @@ class AGUIServer:
 
     Raises ``TypeError``/``ValueError`` at construction for a wrong argument, and warns with
     ``UnsafeCSRFExemptionWarning`` when CSRF is left unstated with cookie authentication.
+
+    What the handlers were built with is readable, frozen: ``access`` (``AccessPolicy``),
+    ``run_options`` (``RunOptions``), ``attachment_options`` (``AttachmentOptions``) and
+    ``body_limit`` (``BodyLimit``); the individual arguments read back as properties.
     """
 
     def __init__(
@@ -138,34 +126,22 @@ class AGUIServer:
             ("throttle", throttle),
             ("deps_factory", deps_factory),
         ):
-            if hook is not None and not callable(hook):
-                raise TypeError(f"{name}={hook!r} is not callable; pass a function or None.")
+            check_callable(name, hook)
         for name, flag in (
             ("require_authenticated", require_authenticated),
             ("forward_reasoning", forward_reasoning),
             ("expose_error_messages", expose_error_messages),
         ):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name}={flag!r} is not a bool; pass True or False.")
+            check_flag(name, flag)
         if csrf_exempt is not None and not isinstance(csrf_exempt, bool):
             raise TypeError(f"csrf_exempt={csrf_exempt!r} must be True, False or None (unstated).")
-        _positive("heartbeat_seconds", heartbeat_seconds, allow_zero=True)
-        _positive("attachment_max_bytes", attachment_max_bytes)
-        _positive("thread_list_limit", thread_list_limit)
+        check_positive("heartbeat_seconds", heartbeat_seconds, allow_zero=True)
+        check_positive("attachment_max_bytes", attachment_max_bytes)
+        check_positive("thread_list_limit", thread_list_limit)
         if max_body_bytes is not None:
-            _positive("max_body_bytes", max_body_bytes)
-        if isinstance(attachment_allowed_types, str):
-            raise TypeError(
-                f"attachment_allowed_types={attachment_allowed_types!r} is a string; pass a "
-                "sequence of MIME types such as ('image/png', 'application/pdf')."
-            )
-        if isinstance(allowed_file_url_schemes, str) or not all(
-            isinstance(scheme, str) and scheme for scheme in allowed_file_url_schemes
-        ):
-            raise TypeError(
-                f"allowed_file_url_schemes={allowed_file_url_schemes!r} is not a collection of "
-                "URL schemes; pass for example ('https',), or () to refuse client file URLs."
-            )
+            check_positive("max_body_bytes", max_body_bytes)
+        allowed_types = mime_types(attachment_allowed_types)
+        schemes = file_url_schemes(allowed_file_url_schemes)
         if not namespace or ":" in namespace:
             raise ValueError(
                 f"namespace={namespace!r} is not a usable URL namespace; pass a non-empty "
@@ -185,19 +161,8 @@ class AGUIServer:
         self.agent = agent
         self.conversation_store: ConversationStore = conversation_store
         self.attachment_store: AttachmentStore = attachment_store
-        self.heartbeat_seconds = float(heartbeat_seconds)
-        self.forward_reasoning = forward_reasoning
-        self.attachment_max_bytes = int(attachment_max_bytes)
-        self.attachment_allowed_types = tuple(t.lower() for t in attachment_allowed_types)
-        self.deps_factory = deps_factory
-        self.instructions = instructions
         self.namespace = namespace
-        self.expose_error_messages = expose_error_messages
         self.thread_list_limit = int(thread_list_limit)
-        self.max_body_bytes = None if max_body_bytes is None else int(max_body_bytes)
-        self.allowed_file_url_schemes = frozenset(
-            scheme.lower() for scheme in allowed_file_url_schemes
-        )
         self.access = AccessPolicy(
             require_authenticated=require_authenticated,
             get_user=get_user,
@@ -205,10 +170,35 @@ class AGUIServer:
             csrf_exempt=True if csrf_exempt is None else csrf_exempt,
             throttle=throttle,
         )
+        self.body_limit = BodyLimit(
+            max_body_bytes=None if max_body_bytes is None else int(max_body_bytes)
+        )
+        self.run_options = RunOptions(
+            heartbeat_seconds=float(heartbeat_seconds),
+            forward_reasoning=forward_reasoning,
+            expose_error_messages=expose_error_messages,
+            allowed_file_url_schemes=schemes,
+            instructions=instructions,
+            deps_factory=deps_factory,
+        )
+        self.attachment_options = AttachmentOptions(
+            max_bytes=int(attachment_max_bytes), allowed_types=allowed_types
+        )
 
-        threads = ThreadEndpoints(self)
-        attachments = AttachmentEndpoints(self)
-        self.run_view = self._view({"POST": RunEndpoint(self)}, too_big=RUN_TOO_BIG)
+        run = RunEndpoint(
+            agent,
+            conversation_store,
+            access=self.access,
+            body_limit=self.body_limit,
+            options=self.run_options,
+        )
+        threads = ThreadEndpoints(
+            conversation_store, list_limit=self.thread_list_limit, body_limit=self.body_limit
+        )
+        attachments = AttachmentEndpoints(
+            attachment_store, access=self.access, options=self.attachment_options
+        )
+        self.run_view = self._view({"POST": run}, too_big=RUN_TOO_BIG)
         self.threads_view = self._view({"GET": threads.index})
         self.thread_view = self._view(
             {"GET": threads.get, "PATCH": threads.rename, "DELETE": threads.delete},
@@ -218,7 +208,7 @@ class AGUIServer:
         self.attachments_view = self._view(
             {"POST": attachments.upload}, check_csrf=False, capped=False
         )
-        self.attachments_view.agui_upload_max_bytes = self.attachment_max_bytes
+        self.attachments_view.agui_upload_max_bytes = self.attachment_options.max_bytes
         self.attachment_view = self._view(
             {"GET": attachments.download, "DELETE": attachments.delete},
             not_found=ATTACHMENT_NOT_FOUND,
@@ -226,22 +216,72 @@ class AGUIServer:
 
     def _view(
         self,
-        handlers: dict[str, Any],
+        handlers: dict[str, Handler],
         *,
         check_csrf: bool = True,
         not_found: str = "Not found.",
         capped: bool = True,
         too_big: str = "send a smaller body.",
     ) -> AGUIView:
-        return AGUIView(
-            server=self,
+        view = AGUIView(
             policy=self.access,
             handlers=handlers,
             check_csrf=check_csrf,
             not_found=not_found,
-            max_body_bytes=self.json_body_limit if capped else None,
+            max_body_bytes=self.body_limit if capped else None,
             too_big=too_big,
         )
+        # A marker for discovery (system checks, pages stating the limits); the view never
+        # reads it.
+        view.agui_server = self
+        return view
+
+    # The arguments as given, read from the options the handlers were built with.
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        """Seconds of silence before an SSE heartbeat; ``0.0`` when turned off."""
+        return self.run_options.heartbeat_seconds
+
+    @property
+    def forward_reasoning(self) -> bool:
+        """Whether ``REASONING_*`` events reach the client."""
+        return self.run_options.forward_reasoning
+
+    @property
+    def expose_error_messages(self) -> bool:
+        """Whether ``RUN_ERROR`` carries the exception's text."""
+        return self.run_options.expose_error_messages
+
+    @property
+    def allowed_file_url_schemes(self) -> frozenset[str]:
+        """The lower-cased URL schemes a client may name in a file part."""
+        return self.run_options.allowed_file_url_schemes
+
+    @property
+    def instructions(self) -> Any:
+        """The extra instructions passed to every run."""
+        return self.run_options.instructions
+
+    @property
+    def deps_factory(self) -> Callable[[HttpRequest], Any] | None:
+        """The ``deps_factory`` hook, or ``None`` for ``AgentDeps``."""
+        return self.run_options.deps_factory
+
+    @property
+    def attachment_max_bytes(self) -> int:
+        """The largest upload accepted, in bytes."""
+        return self.attachment_options.max_bytes
+
+    @property
+    def attachment_allowed_types(self) -> tuple[str, ...]:
+        """The lower-cased MIME types accepted for uploads; ``()`` accepts any."""
+        return self.attachment_options.allowed_types
+
+    @property
+    def max_body_bytes(self) -> int | None:
+        """The JSON routes' body cap as given, or ``None`` for ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
+        return self.body_limit.max_body_bytes
 
     def json_body_limit(self) -> int:
         """The body cap of this server's JSON routes now, in bytes.
@@ -251,7 +291,7 @@ class AGUIServer:
         reading it; ``BodyLimitMiddleware`` enforces the same cap before Django's ASGI handler
         spools the body.
         """
-        return json_body_limit(self.max_body_bytes)
+        return self.body_limit()
 
     def __repr__(self) -> str:
         return (
@@ -293,45 +333,16 @@ class AGUIServer:
     async def ensure_anonymous_session(
         self, request: HttpRequest, store: object | None = None
     ) -> None:
-        """Give an anonymous caller a session before ``store`` writes something for them.
+        """Give an anonymous caller a session before ``store`` writes for them (``owners.py``).
 
-        Stores key anonymous visitors to their session and never create one themselves (a
-        cookie set after a stream started would never arrive). Called only before writes
-        that create data (a run, an upload), and only when ``store`` serves anonymous
-        callers, so refused or merely reading visitors never cost a session row. Without
-        ``SessionMiddleware`` this does nothing, and the store refuses the visitor (403).
         ``store`` defaults to the conversation store.
         """
-        if store is None:
-            store = self.conversation_store
-        if (
-            not request.user.is_authenticated
-            and hasattr(request, "session")
-            and serves_anonymous(store)
-        ):
-            await aensure_session_key(request)
+        await ensure_anonymous_session(request, self.conversation_store if store is None else store)
 
     async def owns_nothing(self, request: HttpRequest, store: object) -> bool:
-        """Whether ``request`` is an anonymous caller of ``store`` without a valid session.
-
-        Such a caller can own nothing in a store that serves visitors, so reads answer empty
-        (or 404) without asking the store, and without creating a session. For a store that
-        refuses visitors this is ``False``: the store is asked, and its refusal is a 403.
-        """
-        if request.user.is_authenticated or not serves_anonymous(store):
-            return False
-        session = getattr(request, "session", None)
-        if session is None or session.session_key is None:
-            return True
-        # Loading drops a cookie naming no stored session (forged or expired).
-        await sync_to_async(session.keys)()
-        return not session.session_key
+        """Whether ``request`` is an anonymous caller of ``store`` without a valid session."""
+        return await owns_nothing(request, store)
 
     async def build_deps(self, request: HttpRequest) -> Any:
-        """The deps for one run: ``deps_factory(request)`` (sync or async), else ``AgentDeps``.
-
-        A sync factory runs in a worker thread, so it may use the ORM.
-        """
-        if self.deps_factory is None:
-            return AgentDeps(user=request.user, request=request)
-        return await call_hook(self.deps_factory, request)
+        """The deps for one run: ``deps_factory(request)`` (sync or async), else ``AgentDeps``."""
+        return await build_deps(self.run_options.deps_factory, request)

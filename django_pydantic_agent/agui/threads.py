@@ -10,17 +10,16 @@ session owns nothing: reads answer empty, and no session is created for them.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
-from django_pydantic_agent.agui.access import error_response, store_refusal
-from django_pydantic_agent.agui.http import read_json_body, refuse_input
-from django_pydantic_agent.agui.run import NESTED_TOO_DEEPLY
-from django_pydantic_agent.persistence import ConversationMeta, StoreError
-
-if TYPE_CHECKING:
-    from django_pydantic_agent.agui.server import AGUIServer
+from django_pydantic_agent.agui.errors import store_refusal
+from django_pydantic_agent.agui.http import error_response, read_json_body, refuse_input
+from django_pydantic_agent.agui.input import NESTED_TOO_DEEPLY
+from django_pydantic_agent.agui.owners import owns_nothing
+from django_pydantic_agent.persistence import ConversationMeta, ConversationStore, StoreError
 
 __all__ = ["MAX_TITLE_LENGTH", "NOT_FOUND", "TITLE_TOO_BIG", "ThreadEndpoints"]
 
@@ -44,21 +43,29 @@ def _meta_json(meta: ConversationMeta) -> dict[str, Any]:
 
 
 class ThreadEndpoints:
-    """Handlers for ``threads/`` and ``threads/<thread_id>/`` of one ``AGUIServer``."""
+    """Handlers for ``threads/`` and ``threads/<thread_id>/`` over one conversation store.
 
-    def __init__(self, server: AGUIServer) -> None:
-        self._server = server
+    ``list_limit`` is the default and largest ``?limit=`` of the list; ``body_limit()`` the
+    byte cap of a rename's JSON body, read per request.
+    """
+
+    def __init__(
+        self, store: ConversationStore, *, list_limit: int, body_limit: Callable[[], int]
+    ) -> None:
+        self._store = store
+        self._list_limit = list_limit
+        self._body_limit = body_limit
 
     async def _owns_nothing(self, request: HttpRequest) -> bool:
-        return await self._server.owns_nothing(request, self._server.conversation_store)
+        return await owns_nothing(request, self._store)
 
     async def index(self, request: HttpRequest) -> HttpResponseBase:
         """``GET threads/?limit=N``: the caller's threads, most recent first.
 
-        ``limit`` defaults to, and is capped at, the server's ``thread_list_limit``; a value
-        that is not a positive integer is a 400.
+        ``limit`` defaults to, and is capped at, ``list_limit`` (the server's
+        ``thread_list_limit``); a value that is not a positive integer is a 400.
         """
-        cap = self._server.thread_list_limit
+        cap = self._list_limit
         raw = request.GET.get("limit")
         limit = cap
         if raw is not None:
@@ -75,7 +82,7 @@ class ThreadEndpoints:
         if await self._owns_nothing(request):
             return JsonResponse({"threads": []})
         try:
-            metas = await self._server.conversation_store.list(request=request, limit=limit)
+            metas = await self._store.list(request=request, limit=limit)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
         return JsonResponse({"threads": [_meta_json(meta) for meta in metas[:limit]]})
@@ -85,7 +92,7 @@ class ThreadEndpoints:
         if await self._owns_nothing(request):
             return error_response(404, NOT_FOUND)
         try:
-            conversation = await self._server.conversation_store.load(thread_id, request=request)
+            conversation = await self._store.load(thread_id, request=request)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
         if conversation is None:
@@ -99,7 +106,7 @@ class ThreadEndpoints:
         (413). Whitespace in the title is collapsed; it must then be a non-empty string of at
         most ``MAX_TITLE_LENGTH`` printable characters (400).
         """
-        body = read_json_body(request, limit=self._server.json_body_limit(), too_big=TITLE_TOO_BIG)
+        body = read_json_body(request, limit=self._body_limit(), too_big=TITLE_TOO_BIG)
         if not isinstance(body, bytes):
             return body
         try:
@@ -128,11 +135,10 @@ class ThreadEndpoints:
             )
         if await self._owns_nothing(request):
             return error_response(404, NOT_FOUND)
-        store = self._server.conversation_store
         try:
-            if not await store.exists(thread_id, request=request):
+            if not await self._store.exists(thread_id, request=request):
                 return error_response(404, NOT_FOUND)
-            await store.rename(thread_id, title, request=request)
+            await self._store.rename(thread_id, title, request=request)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
         return JsonResponse({"threadId": thread_id, "title": title})
@@ -142,7 +148,7 @@ class ThreadEndpoints:
         if await self._owns_nothing(request):
             return HttpResponse(status=204)
         try:
-            await self._server.conversation_store.delete(thread_id, request=request)
+            await self._store.delete(thread_id, request=request)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
         return HttpResponse(status=204)

@@ -29,7 +29,11 @@ from ag_ui.core import ResumeEntry, RunAgentInput, ToolMessage, UserMessage
 
 from django_pydantic_agent.chat_history.errors import InvalidInputError
 from django_pydantic_agent.chat_history.records import Message, ToolCall
-from django_pydantic_agent.chat_history.translate import replayed_ids, tool_call_agui_id
+from django_pydantic_agent.chat_history.translate import (
+    NO_RESULT_TEXT,
+    replayed_ids,
+    tool_call_agui_id,
+)
 
 __all__ = [
     "InboundPlan",
@@ -235,6 +239,10 @@ def plan_inbound(run_input: RunAgentInput, history: Sequence[Message]) -> Inboun
             continue
         if isinstance(inbound, ToolMessage):
             found = calls.get(inbound.tool_call_id)
+            if found is not None and inbound.content == NO_RESULT_TEXT.format(
+                status=found[1].status
+            ):
+                continue  # an echo of the "no result" placeholder the replay showed
             if found is not None and not found[1].answered and inbound.tool_call_id not in answered:
                 message, call = found
                 answered.add(inbound.tool_call_id)

@@ -39,7 +39,7 @@ from django_pydantic_agent.chat_history.storage_agent import CRASH_TEXT, INCOMPL
 logger = logging.getLogger(__name__)
 
 _P = ParamSpec("_P")
-_RunKey: TypeAlias = tuple[str, str]
+_RunKey: TypeAlias = tuple[str | None, str, str]  # (owner, thread_id, run_id)
 
 RunStatus: TypeAlias = Literal["running", "complete", "interrupt", "interrupted", "errored"]
 CancelEvent: TypeAlias = Literal["auto", "run_finished", "run_error"]
@@ -113,7 +113,8 @@ def _speaks_agui_1(input: RunAgentInput) -> bool:
 class RunHandle:
     """One run started by `StreamPersistenceManager`: its event log, cancellation and completion.
 
-    ``thread_id`` and ``run_id`` are the AG-UI ids of the run. Handles are shared: starting a
+    ``thread_id`` and ``run_id`` are the AG-UI ids of the run, ``owner`` the owner it was
+    started for (`StreamPersistenceManager.run_as`), or None. Handles are shared: starting a
     run whose key is live (or recently finished) returns the same handle.
     """
 
@@ -122,11 +123,13 @@ class RunHandle:
         thread_id: str,
         run_id: str,
         *,
+        owner: str | None,
         cancel_as_run_finished: bool,
         max_log_events: int,
     ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
+        self.owner = owner
         self.max_log_events = max_log_events
         self._cancel_as_run_finished = cancel_as_run_finished
         self._log: deque[BaseEvent] = deque(maxlen=max_log_events)
@@ -371,11 +374,21 @@ class StreamPersistenceManager(Generic[_P]):
         within the retention window, its handle is returned and nothing new starts (the factory
         is not called). Otherwise a producer task calls ``agent_factory(*args, **kwargs)`` and
         iterates the agent's ``run(input)``. Raises `RuntimeError` after `aclose`.
+
+        Both ids come from the client, so a server with several users should call `run_as`.
         """
+        return await self.run_as(None, input, *args, **kwargs)
+
+    async def run_as(
+        self, owner: str | None, input: RunAgentInput, /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> RunHandle:
+        """`run`, with ``owner`` as part of the key: a run is found again, attached to or
+        cancelled only under the owner it was started for, so a client that reuses another
+        owner's ``(thread_id, run_id)`` starts its own run instead of reading theirs."""
         if self._closed:
             raise RuntimeError("This StreamPersistenceManager is closed; it starts no new runs.")
         self._prune()
-        key = (input.thread_id, input.run_id)
+        key = (owner, input.thread_id, input.run_id)
         existing = self._runs.get(key)
         if existing is not None:
             return existing
@@ -386,6 +399,7 @@ class StreamPersistenceManager(Generic[_P]):
         handle = RunHandle(
             input.thread_id,
             input.run_id,
+            owner=owner,
             cancel_as_run_finished=as_run_finished,
             max_log_events=self._max_log_events,
         )
@@ -399,22 +413,27 @@ class StreamPersistenceManager(Generic[_P]):
         task.add_done_callback(lambda _task: self._retire(handle))
         return handle
 
-    def get(self, thread_id: str, run_id: str) -> RunHandle | None:
-        """The handle of a live or recently finished run, or None."""
+    def get(self, thread_id: str, run_id: str, *, owner: str | None = None) -> RunHandle | None:
+        """The handle of a live or recently finished run of ``owner``, or None."""
         self._prune()
-        return self._runs.get((thread_id, run_id))
+        return self._runs.get((owner, thread_id, run_id))
 
-    def runs(self, thread_id: str | None = None) -> list[RunHandle]:
-        """Registered handles (live and retained), optionally only those of one thread."""
+    def runs(self, thread_id: str | None = None, *, owner: str | None = None) -> list[RunHandle]:
+        """The registered handles (live and retained) of ``owner``, optionally of one thread,
+        oldest first."""
         self._prune()
-        return [h for h in self._runs.values() if thread_id is None or h.thread_id == thread_id]
+        return [
+            handle
+            for (run_owner, run_thread, _), handle in self._runs.items()
+            if run_owner == owner and thread_id in (None, run_thread)
+        ]
 
-    def cancel(self, thread_id: str, run_id: str) -> bool:
-        """Cancel the run keyed by ``(thread_id, run_id)``; see `RunHandle.cancel`.
+    def cancel(self, thread_id: str, run_id: str, *, owner: str | None = None) -> bool:
+        """Cancel the run keyed by ``(owner, thread_id, run_id)``; see `RunHandle.cancel`.
 
         Returns False when no such run is registered or it already emitted its terminal event.
         """
-        handle = self._runs.get((thread_id, run_id))
+        handle = self._runs.get((owner, thread_id, run_id))
         return handle is not None and handle.cancel()
 
     async def aclose(self, *, grace: float | None = 30.0) -> None:
@@ -425,11 +444,12 @@ class StreamPersistenceManager(Generic[_P]):
         cut short, which is logged) and awaited, so no task outlives this call.
         """
         self._closed = True
-        tasks = [h._task for h in self._runs.values() if not h.done()]
-        for handle in list(self._runs.values()):
+        live = [handle for handle in self._runs.values() if not handle.done()]
+        for handle in live:
             handle.cancel()
-        if not tasks:
+        if not live:
             return
+        tasks = [handle._task for handle in live]
         _, pending = await asyncio.wait(tasks, timeout=grace)
         if pending:
             logger.warning(
@@ -578,4 +598,4 @@ class StreamPersistenceManager(Generic[_P]):
             if now - finished_at < self._retention and len(self._finished) <= self._max_finished:
                 break
             del self._finished[handle]
-            del self._runs[handle.thread_id, handle.run_id]
+            del self._runs[handle.owner, handle.thread_id, handle.run_id]

@@ -9,7 +9,8 @@ Fields beyond the reference's (each optional with a safe default, so reference-w
 load unchanged):
 
 - ``run_id`` on ``Message`` / ``ToolCall`` / ``Reasoning``: the AG-UI run that created the
-  record. Finalizers and anonymous-message adoption only touch records of their own run.
+  record (for an inbound user message, the run it started). Finalizers and anonymous-message
+  adoption only touch records of their own run.
 - ``encrypted_value`` on all three: the opaque ``REASONING_ENCRYPTED_VALUE`` payload (or an
   inbound message's ``encryptedValue``), replayed as ``encrypted_value`` so a provider can
   resume its hidden reasoning. ``ToolCall.result_encrypted_value`` is the one of its result.
@@ -273,7 +274,7 @@ class Message(DREvent, session=Chat):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     reasonings: list[Reasoning] = Field(default_factory=list)
     run_id: str | None = None
-    """The run that created the message (``None`` for inbound user messages)."""
+    """The run that created the message (for an inbound user message: the run it started)."""
     encrypted_value: str | None = None
     """An opaque encrypted value for the message (``REASONING_ENCRYPTED_VALUE`` subtype
     ``message`` naming this message, or an inbound ``encryptedValue``)."""

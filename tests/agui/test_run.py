@@ -218,9 +218,9 @@ def test_wsgi_still_answers_but_warns_once_that_it_buffers(caplog: Any) -> None:
 
     from django.test import Client
 
-    from django_pydantic_agent.agui import run as run_module
+    from django_pydantic_agent.agui import sse
 
-    run_module._wsgi_warned.clear()
+    sse._wsgi_warned.clear()
     caplog.set_level(logging.WARNING, logger="django_pydantic_agent.agui")
     http = Client()
     with warnings.catch_warnings():
@@ -276,13 +276,13 @@ async def test_a_tool_message_answering_no_call_is_400_before_streaming(alice: A
 async def test_a_failure_at_the_start_of_the_stream_is_still_a_valid_run_error(
     alice: Any, caplog: Any, monkeypatch: Any
 ) -> None:
-    from django_pydantic_agent.agui import run as run_module
+    from django_pydantic_agent.agui.inner import RedactingAGUIAdapter
     from tests.agui.agents import SECRET_ERROR
 
     def explode(self: Any, **kwargs: Any) -> Any:
         raise RuntimeError(SECRET_ERROR)
 
-    monkeypatch.setattr(run_module._ServerAGUIAdapter, "run_stream", explode)
+    monkeypatch.setattr(RedactingAGUIAdapter, "run_stream", explode)
     caplog.set_level(logging.ERROR, logger="django_pydantic_agent.agui")
     async with await logged_in(alice) as http:
         response = await http.post("/agent/", json=run_body())

@@ -172,7 +172,7 @@ def test_client_file_urls_are_refused_unless_allowed() -> None:
 
 
 def test_which_stores_serve_anonymous_callers() -> None:
-    from django_pydantic_agent.agui.server import serves_anonymous
+    from django_pydantic_agent.agui.owners import serves_anonymous
     from django_pydantic_agent.persistence import (
         DjangoSessionConversationStore,
         ScopedConversationStore,
@@ -200,3 +200,49 @@ async def test_the_session_is_created_only_for_a_store_serving_visitors() -> Non
     assert request.session.session_key is None
     await urls.anonymous.ensure_anonymous_session(request)
     assert request.session.session_key
+
+
+def test_the_arguments_read_back_from_the_options_the_handlers_got() -> None:
+    def factory(request: Any) -> None:
+        return None
+
+    server = AGUIServer(
+        text_agent(),
+        csrf_exempt=True,
+        heartbeat_seconds=3,
+        forward_reasoning=False,
+        expose_error_messages=True,
+        instructions="Be brief.",
+        deps_factory=factory,
+        attachment_max_bytes=2048,
+        attachment_allowed_types=["Image/PNG"],
+        max_body_bytes=4096,
+        thread_list_limit=7,
+    )
+    assert server.heartbeat_seconds == 3.0
+    assert isinstance(server.heartbeat_seconds, float)
+    assert server.forward_reasoning is False
+    assert server.expose_error_messages is True
+    assert server.instructions == "Be brief."
+    assert server.deps_factory is factory
+    assert server.attachment_max_bytes == server.attachment_options.max_bytes == 2048
+    assert server.attachment_allowed_types == ("image/png",)
+    assert server.max_body_bytes == 4096
+    assert server.json_body_limit() == 4096
+    assert server.run_view.agui_max_body_bytes == 4096
+    assert server.thread_list_limit == 7
+    # Frozen: a handler's configuration cannot change under it.
+    with pytest.raises(AttributeError):
+        server.run_options.heartbeat_seconds = 0  # type: ignore[misc]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_anonymous_caller_without_a_session_owns_nothing() -> None:
+    from django.contrib.auth.models import AnonymousUser
+    from django.contrib.sessions.backends.db import SessionStore
+
+    request = RequestFactory().get("/")
+    request.user = AnonymousUser()
+    request.session = SessionStore()
+    assert await urls.anonymous.owns_nothing(request, urls.anonymous.conversation_store)
+    assert not await urls.refusing.owns_nothing(request, urls.refusing.conversation_store)

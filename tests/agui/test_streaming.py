@@ -12,7 +12,7 @@ import pytest
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 
 from django_pydantic_agent.agui import REDACTED_RUN_ERROR, SSE_HEARTBEAT
-from django_pydantic_agent.agui.run import with_heartbeat
+from django_pydantic_agent.agui.sse import with_heartbeat
 from tests.agui.agents import HANG_LOG, SECRET_ERROR
 from tests.agui.conftest import (
     asgi_app,

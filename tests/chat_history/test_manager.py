@@ -666,6 +666,28 @@ async def test_s40_reusing_a_live_key_attaches_to_the_running_run() -> None:
     assert [agent.finalized for agent in built] == ["interrupted", "interrupted"]
 
 
+async def test_the_same_ids_under_another_owner_start_a_separate_run() -> None:
+    built: list[ScriptedAgent] = []
+
+    def factory() -> ScriptedAgent:
+        built.append(ScriptedAgent([rs()], block=True))
+        return built[-1]
+
+    async with StreamPersistenceManager(factory) as manager:
+        alice = await manager.run_as("alice", make_input())
+        mallory = await manager.run_as("mallory", make_input())  # same thread and run ids
+        await settle()
+        assert mallory is not alice
+        assert len(built) == 2
+        assert manager.get(T, R) is None  # unowned lookups see neither
+        assert manager.cancel(T, R) is False
+        assert manager.cancel(T, R, owner="mallory") is True
+        assert alice.status == "running"
+        assert manager.get(T, R, owner="alice") is alice
+        assert manager.runs(T, owner="alice") == [alice]
+        assert alice.owner == "alice"
+
+
 async def test_a_recently_finished_key_returns_the_finished_run() -> None:
     built: list[ScriptedAgent] = []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,9 +10,9 @@ from uuid import UUID, uuid4
 
 import httpx
 import pytest
-from ag_ui.core import RunAgentInput, UserMessage
+from ag_ui.core import AssistantMessage, RunAgentInput, UserMessage
 
-from bench.chat_history_requests import _Script, measure, tool_call_answer
+from bench.chat_history_requests import _Script, measure, plain_answer, tool_call_answer
 from django_pydantic_agent.chat_history import (
     AGUIStorageAgent,
     Chat,
@@ -836,9 +837,10 @@ async def test_reference_children_are_located_and_get_locators(service: Service)
     call = await messages.create_message_tool_call(
         MessageToolCallCreate(message_uuid=ref_message.message_uuid, tool_call_id="c1")
     )
-    step = await messages.create_message_reasoning(
-        MessageReasoningCreate(message_uuid=ref_message.message_uuid)
-    )
+    async with messages.transaction():  # locators of a batch are written after it
+        step = await messages.create_message_reasoning(
+            MessageReasoningCreate(message_uuid=ref_message.message_uuid)
+        )
     for kind, uuid in (("tool_call", call.uuid), ("reasoning", step.uuid)):
         locator = await EntityLocator.get(service.space, locator_key=f"{kind}:{uuid}")
         assert (locator.chat_uuid, locator.message_uuid) == (
@@ -960,3 +962,75 @@ async def test_a_write_after_someone_elses_is_not_mistaken_for_a_fresh_cache(
     await messages.create_message(_text(chat, "three"))  # its sequence id skips "two"
     seen = await messages.get_chat_messages(chat.chat_uuid)
     assert [m.content for m in seen] == ["one", "two", "three"]
+
+
+async def test_a_transaction_over_200_messages_sends_batches_of_200(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    service.reset()
+    async with messages.transaction():
+        for i in range(250):
+            await messages.create_message(_text(chat, f"m{i}"))
+    assert request_counter.snapshot() == {("POST", "event-batch"): 2}
+    stored = await service.repositories()[1].get_chat_messages(chat.chat_uuid)
+    assert [m.content for m in stored] == [f"m{i}" for i in range(250)]
+    assert [m.sequence_id for m in stored] == list(range(1, 251))
+
+
+async def test_turns_under_random_faults_lose_and_duplicate_nothing(service: Service) -> None:
+    chats, messages, _ = service.repositories(attempts=8, base_delay=0.0)
+    fault_injector.seed(9)
+    faults = (
+        Fault.rate_limited(retry_after=0, rate=0.15),
+        Fault.rate_limited(rate=0.1),
+        Fault.unavailable(rate=0.1),
+        Fault.dropped_connection(rate=0.05),
+        Fault.dropped_connection(after_processing=True, rate=0.1),
+    )
+    echo: list[Any] = []
+    with fault_injector.inject(*faults):
+        for n in range(1, 6):
+            echo.append(UserMessage(id=f"u{n}", content=f"Question {n}"))
+            agent = AGUIStorageAgent(
+                "assistant", USER, chats, messages, _Script(plain_answer("t1", f"r{n}", f"m{n}", 8))
+            )
+            inbound = RunAgentInput(
+                thread_id="t1",
+                run_id=f"r{n}",
+                messages=list(echo),
+                tools=[],
+                context=[],
+                state={},
+                forwarded_props={},
+            )
+            async for _ in agent.run(inbound):
+                pass
+            echo.append(AssistantMessage(id=f"m{n}", content="answer"))
+    assert fault_injector.fired() > 5
+    chat = await chats.get_chat_by_thread_id(USER, "t1")
+    assert chat is not None
+    stored = await Message.list(chat, type="message")  # what the service really holds
+    expected_text = "".join(f"word{i} " for i in range(8))
+    assert [(m.agui_id, m.status) for m in stored] == [
+        (f"{kind}{n}", "complete") for n in range(1, 6) for kind in ("u", "m")
+    ]
+    assert {m.content for m in stored if m.role == "assistant"} == {expected_text}
+
+
+async def test_concurrent_tasks_on_one_repository_keep_every_write(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    chat = await _chat(chats)
+    target = await messages.create_message(_text(chat, "", role="assistant"))
+
+    async def writer(n: int) -> None:
+        async with messages.transaction():
+            await messages.create_message(_text(chat, f"task {n}", agui_id=f"t{n}"))
+            await messages.create_message_tool_call(
+                MessageToolCallCreate(message_uuid=target.message_uuid, tool_call_id=f"c{n}")
+            )
+
+    await asyncio.gather(*(writer(n) for n in range(4)))
+    _, cold, _ = service.repositories()
+    stored = await cold.get_chat_messages(chat.chat_uuid)
+    assert sorted(m.agui_id for m in stored[1:] if m.agui_id) == [f"t{n}" for n in range(4)]
+    assert sorted(c.tool_call_id for c in stored[0].tool_calls) == [f"c{n}" for n in range(4)]

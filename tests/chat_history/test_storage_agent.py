@@ -115,6 +115,7 @@ async def test_s1_plain_text_new_thread(store: Store) -> None:
         "",
     )
     assert (stored[1].name, stored[1].step, stored[1].run_id) == ("assistant", None, "r1")
+    assert stored[0].run_id == "r1"  # the run the user message started
     assert [(m.role, m.id) for m in inner.seen[0].messages] == [("user", "u1")]
     # One write per message: the agent message is created complete, with its content.
     assert [op for op, _ in store.messages.writes] == ["create_message", "create_message"]
@@ -1184,3 +1185,82 @@ async def test_an_answer_and_a_resume_in_one_input(store: Store) -> None:
     assert "i1" in message.run_outcome["resolved"]
     replayed = inner.seen[0].messages
     assert [m.id for m in replayed] == ["u1", "m1", "tm1"]
+
+
+async def test_an_echoed_no_result_placeholder_does_not_answer_the_call(store: Store) -> None:
+    await store.run(FRONTEND)
+    _, inner = await store.run(
+        [rs("r2"), rf("r2")], run_input(UserMessage(id="u2", content="skip it"), run="r2")
+    )
+    placeholder = next(m for m in inner.seen[0].messages if isinstance(m, ToolMessage))
+    assert placeholder.error is not None
+    events, _ = await store.run(
+        [rs("r3"), rf("r3")],
+        run_input(*inner.seen[0].messages, UserMessage(id="u3", content="again"), run="r3"),
+    )
+    assert _types(events)[-1] == "RUN_FINISHED"
+    call = (await store.history())[1].tool_calls[0]
+    assert (call.has_result, call.content) == (False, "")
+
+
+async def test_a_resumed_run_that_crashes_supersedes_the_interrupt_outcome(store: Store) -> None:
+    interrupt = Interrupt(id="i1", reason="approve", tool_call_id="tc9")
+    await store.run(
+        [
+            rs(),
+            tcs("tc9", "delete", "m1"),
+            tce("tc9"),
+            rf(outcome=RunFinishedInterruptOutcome(interrupts=[interrupt])),
+        ]
+    )
+    resume = run_input(resume=[ResumeEntry(interrupt_id="i1", status="resolved")], run="r2")
+    with pytest.raises(RuntimeError):
+        await store.run([RuntimeError("before any event")], resume)
+    carrier = (await store.history())[-1]
+    assert carrier.run_outcome is not None
+    assert (carrier.run_outcome["type"], carrier.run_outcome["run_id"]) == ("error", "r2")
+    # The unexecuted call now replays as "no result", so the next turn is not left dangling.
+    _, inner = await store.run(
+        [rs("r3"), rf("r3")], run_input(UserMessage(id="u3", content="?"), run="r3")
+    )
+    results = [m for m in inner.seen[0].messages if isinstance(m, ToolMessage)]
+    assert [(m.tool_call_id, m.error is not None) for m in results] == [("tc9", True)]
+
+
+async def test_s82_3_a_double_submitted_turn_stores_the_user_message_once() -> None:
+    chats = InMemoryChatRepository()
+
+    class SlowHistory(InMemoryMessageRepository):
+        async def get_chat_messages(self, chat_uuid: Any) -> Any:
+            listed = await super().get_chat_messages(chat_uuid)
+            await asyncio.sleep(0.01)  # both requests validate before either writes
+            return listed
+
+    messages = SlowHistory(chats)
+
+    def agent() -> AGUIStorageAgent:
+        script = [rs("r2"), rf("r2")]
+        return AGUIStorageAgent("assistant", USER, chats, messages, ScriptedAgent(script))
+
+    first = [rs(), *text("m1", "hi"), rf()]
+    [
+        e
+        async for e in AGUIStorageAgent(
+            "assistant", USER, chats, messages, ScriptedAgent(first)
+        ).run(run_input())
+    ]
+    turn = run_input(
+        UserMessage(id="u1", content="Hello"), UserMessage(id="u2", content="again"), run="r2"
+    )
+
+    async def submit() -> list[BaseEvent]:
+        return [e async for e in agent().run(turn)]
+
+    await asyncio.gather(submit(), submit())
+    chat = await chats.get_chat_by_thread_id(USER, "t1")
+    assert chat is not None
+    assert [m.agui_id for m in await messages.get_chat_messages(chat.chat_uuid)] == [
+        "u1",
+        "m1",
+        "u2",
+    ]

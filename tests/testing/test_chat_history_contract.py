@@ -109,3 +109,15 @@ async def test_the_contract_refuses_objects_that_are_not_repositories() -> None:
         await contract.test_s41_unknown_ids_give_none_and_missing_parents_raise(
             lambda: (object(), object())  # type: ignore[arg-type, return-value]
         )
+
+
+async def test_the_contract_fails_a_backend_that_remembers_only_in_one_instance() -> None:
+    def forgetful() -> tuple[InMemoryChatRepository, InMemoryMessageRepository]:
+        chats = InMemoryChatRepository()  # a new, empty storage per "fresh" pair
+        return chats, InMemoryMessageRepository(chats)
+
+    contract = ChatHistoryContract()
+    with pytest.raises(AssertionError, match=r"no chat was stored|assert None is not None"):
+        await contract.test_s01_plain_text_on_a_new_thread(forgetful)
+    with pytest.raises(AssertionError, match="no chat was stored"):
+        await contract.test_s06_several_messages_in_one_run_keep_their_order(forgetful)

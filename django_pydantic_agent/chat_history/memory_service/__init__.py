@@ -10,9 +10,10 @@ events it has read or written, with their ``createdAt`` concurrency tokens. An u
 one PATCH of the cached event; nothing re-lists a chat to find one event. A chat created here
 is known to be empty. A cold worker lists a chat once (pages of 100); afterwards
 ``get_chat_messages`` checks freshness with one ``lastN=1`` request and reads only the events
-added since. A stale token (another writer patched the event) gives HTTP 422: the repository
-re-reads that event (and the ones after it), re-applies the change and patches again, up to
-three times.
+added since (a create whose sequence id shows that another writer got in first makes the next
+read list the chat again). A stale token (another writer patched the event) gives HTTP 422:
+the repository re-reads that event (and the ones after it), re-applies the change and patches
+again, up to three times.
 
 Batching. ``MessageRepository.transaction()`` collects the writes made inside it and sends them
 at exit: per chat one batch POST (the new messages, already carrying every change made to them

@@ -28,7 +28,7 @@ class ChatRepository:
     """
 
     def __init__(self, space: DRMemorySpace, registry: ChatSessionRegistry) -> None:
-        if registry.space is not space:
+        if registry.space.id != space.id:
             raise ValueError(
                 "ChatRepository got a registry of another memory space; pass the "
                 "ChatSessionRegistry built on the same DRMemorySpace."

@@ -69,6 +69,7 @@ class _Pending:
 class _Batch:
     owner: MessageRepository
     chats: dict[UUID, tuple[ChatState, dict[UUID, _Pending]]] = field(default_factory=dict)
+    children: list[tuple[ChatState, LocatorKind, UUID, UUID]] = field(default_factory=list)
 
     def pending(self, state: ChatState) -> dict[UUID, _Pending]:
         entry = self.chats.get(state.chat.chat_uuid)
@@ -99,7 +100,7 @@ class MessageRepository:
         *,
         message_class: type[Message] = Message,
     ) -> None:
-        if registry.space is not space:
+        if registry.space.id != space.id:
             raise ValueError(
                 "MessageRepository got a registry of another memory space; pass the "
                 "ChatSessionRegistry built on the same DRMemorySpace."
@@ -116,10 +117,10 @@ class MessageRepository:
     async def transaction(self) -> AsyncIterator[None]:
         """Scope a batch of writes, sent when the block exits without an exception.
 
-        Reads inside see the pending writes. A nested call joins the open batch. If the block
-        raises, nothing is sent. Per chat the batch is one POST then one PATCH: both or
-        neither fail on validation, but a failure of the PATCH after a successful POST leaves
-        the new messages stored.
+        Reads inside see the pending writes; a nested call joins the open batch; if the block
+        raises, nothing is sent. Per chat the batch is one POST, then one PATCH, each atomic:
+        if the PATCH fails after the POST succeeded, the error is raised and the new messages
+        stay stored (a caller that retries re-reads the chat first).
         """
         current = _BATCH.get()
         if current is not None and current.owner is self:
@@ -148,6 +149,8 @@ class MessageRepository:
                     await self._events.patch(state, changed)
             for message in created:
                 await self._put_locators(state, message)
+        for state, kind, uuid, parent in batch.children:
+            await self._put_child_locator(state, kind, uuid, parent)
 
     async def _put_locators(self, state: ChatState, message: Message) -> None:
         """Reference-style locators, only for a chat the reference created (uuid4 ids)."""
@@ -333,8 +336,11 @@ class MessageRepository:
                 records.append(record.model_copy(deep=True))
 
         updated = await self._mutate(state, message, append)
-        if self._batch() is None:
+        batch = self._batch()
+        if batch is None:
             await self._put_child_locator(state, kind, record.uuid, parent_uuid)
+        else:
+            batch.children.append((state, kind, record.uuid, parent_uuid))
         self._registry.remember_entity(record.uuid, state.chat.chat_uuid)
         stored = next((r for r in getattr(updated, attribute) if r.uuid == record.uuid), record)
         return stored.model_copy(deep=True)
@@ -463,7 +469,8 @@ class MessageRepository:
             async with state.lock:
                 if newest.sequence_id == state.max_seq:
                     self._events.absorb(state, newest)
-        view = self._view(state) if self._batch() is not None else []
-        if view and (newest is None or view[-1].sequence_id < 0):
-            return view[-1]
+        batch = self._batch()
+        if batch is not None and state.chat.chat_uuid in batch.chats:
+            view = self._view(state)  # this task's pending writes win
+            return view[-1] if view else newest
         return newest

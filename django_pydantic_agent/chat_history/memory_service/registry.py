@@ -197,9 +197,10 @@ class ChatSessionRegistry:
     A bounded in-process LRU covers hot paths (chat uuid → session id, up to ``max_entries``),
     next to the live sessions and message bodies of the ``max_cached_chats`` most recent chats,
     shared by the :class:`ChatRepository` and :class:`MessageRepository` built on this
-    registry. A cold resolve costs one request: a description lookup for a chat this package
-    created (its uuid is a segment of the description), or the ``chat:<uuid>`` locator for a
-    chat written by the reference.
+    registry. A cold resolve of a chat this package created costs one request, a description
+    lookup (its uuid is a segment of the description, ``//thread/<thread_id>/<chat_uuid>/``,
+    which leaves some 37 characters less for a thread id than the service's 1000). A chat the
+    reference created is found through its ``chat:<uuid>`` locator, then fetched by id.
     """
 
     def __init__(

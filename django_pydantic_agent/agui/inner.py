@@ -1,0 +1,135 @@
+"""The inner pydantic-ai agent, adapted to one AG-UI run: adapter, deps, and its event filters.
+
+``build_adapter`` wraps the mount's agent in pydantic-ai's ``AGUIAdapter`` for one
+``RunAgentInput``, converting the posted history up front so an unusable one is refused before
+streaming. Its event stream logs the agent's own failures and redacts their ``RUN_ERROR`` (see
+``errors.redact_run_error``). ``build_deps`` makes the per-run deps, and ``without_reasoning``
+drops chain-of-thought events. Nothing about a request is ever stored on the agent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent
+from django.http import HttpRequest
+from pydantic_ai.agent import AbstractAgent
+from pydantic_ai.ui.ag_ui import AGUIAdapter, AGUIEventStream
+
+from django_pydantic_agent.agui.access import call_hook
+from django_pydantic_agent.agui.errors import redact_run_error
+
+if TYPE_CHECKING:
+    from pydantic_ai.ui import UIEventStream
+
+__all__ = [
+    "AgentDeps",
+    "RedactingAGUIAdapter",
+    "build_adapter",
+    "build_deps",
+    "log_run_failure",
+    "without_reasoning",
+]
+
+logger = logging.getLogger("django_pydantic_agent.agui")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentDeps:
+    """The default per-run deps: the authenticated user and the request.
+
+    Tools read ``ctx.deps.user`` (server-resolved, never client-chosen). Pass ``deps_factory``
+    to ``AGUIServer`` to supply your own deps type instead.
+    """
+
+    user: Any
+    request: HttpRequest
+
+
+async def build_deps(
+    deps_factory: Callable[[HttpRequest], Any] | None, request: HttpRequest
+) -> Any:
+    """The deps for one run: ``deps_factory(request)`` (sync or async), else ``AgentDeps``.
+
+    A sync factory runs in a worker thread, so it may use the ORM.
+    """
+    if deps_factory is None:
+        return AgentDeps(user=request.user, request=request)
+    return await call_hook(deps_factory, request)
+
+
+def log_run_failure(run_input: RunAgentInput | None, error: BaseException) -> None:
+    """Log that the run of ``run_input`` failed with ``error``, traceback included."""
+    logger.error(
+        "The agent run %r on thread %r failed.",
+        run_input.run_id if run_input else None,
+        run_input.thread_id if run_input else None,
+        exc_info=error,
+    )
+
+
+@dataclass
+class _RedactingEventStream(AGUIEventStream[Any, Any]):
+    """The AG-UI event stream with the agent's failures logged and their ``RUN_ERROR`` redacted."""
+
+    expose_error_messages: bool = field(default=False, kw_only=True)
+
+    async def on_error(self, error: Exception) -> AsyncIterator[BaseEvent]:
+        log_run_failure(self.run_input, error)
+        async for event in super().on_error(error):
+            if isinstance(event, RunErrorEvent):
+                yield redact_run_error(event, expose=self.expose_error_messages)
+            else:  # pragma: no cover - the AG-UI stream yields only RUN_ERROR here
+                yield event
+
+
+@dataclass
+class RedactingAGUIAdapter(AGUIAdapter[Any, Any]):
+    """``AGUIAdapter`` whose event stream logs and redacts errors (``expose_error_messages``)."""
+
+    expose_error_messages: bool = field(default=False, kw_only=True)
+
+    def build_event_stream(self) -> UIEventStream[RunAgentInput, BaseEvent, Any, Any]:
+        return _RedactingEventStream(
+            self.run_input,
+            accept=self.accept,
+            ag_ui_version=self.ag_ui_version,
+            manage_system_prompt=self.manage_system_prompt,
+            preserve_file_data=self.preserve_file_data,
+            expose_error_messages=self.expose_error_messages,
+        )
+
+
+def build_adapter(
+    agent: AbstractAgent[Any, Any],
+    run_input: RunAgentInput,
+    *,
+    accept: str | None,
+    allowed_file_url_schemes: frozenset[str],
+    expose_error_messages: bool,
+) -> RedactingAGUIAdapter:
+    """The adapter running ``agent`` for ``run_input``, its history already converted.
+
+    Raises ``ValueError`` or ``TypeError`` when the posted messages cannot be converted to the
+    model's history (for example a file part with neither url nor data, or a URL scheme not in
+    ``allowed_file_url_schemes``); ``input.unconvertible_history_problem`` words the refusal.
+    """
+    adapter = RedactingAGUIAdapter(
+        agent=agent,
+        run_input=run_input,
+        accept=accept,
+        allowed_file_url_schemes=allowed_file_url_schemes,
+        expose_error_messages=expose_error_messages,
+    )
+    adapter.messages  # noqa: B018 - converts (and caches) the history, or raises
+    return adapter
+
+
+async def without_reasoning(events: AsyncIterator[BaseEvent]) -> AsyncIterator[BaseEvent]:
+    """Drop every ``REASONING_*`` event, so chain-of-thought never reaches the browser."""
+    async for event in events:
+        if not event.type.value.startswith("REASONING_"):
+            yield event

@@ -1,0 +1,139 @@
+"""Server-sent events: frame encoding, the heartbeat, the streaming response and its headers.
+
+Nothing here knows about agents or stores: a stream of AG-UI events becomes ``text/event-stream``
+frames (``encode_event``, optionally with an ``id:`` line so a client can resume with
+``Last-Event-ID``), ``with_heartbeat`` keeps an idle connection alive with a comment frame, and
+``sse_response`` wraps the frames in a ``StreamingHttpResponse`` that no proxy buffers and no
+middleware compresses. Django streams such a response only under ASGI; ``warn_if_wsgi`` says so
+once per process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ag_ui.core import BaseEvent
+from ag_ui.encoder import EventEncoder
+from django.http import HttpRequest, StreamingHttpResponse
+
+__all__ = [
+    "SSE_CONTENT_TYPE",
+    "SSE_HEARTBEAT",
+    "aclose",
+    "encode_event",
+    "sse_response",
+    "warn_if_wsgi",
+    "with_heartbeat",
+]
+
+logger = logging.getLogger("django_pydantic_agent.agui")
+
+#: The SSE comment written after ``heartbeat_seconds`` of silence; AG-UI clients ignore it.
+SSE_HEARTBEAT = ": ping\n\n"
+
+_ENCODER = EventEncoder()
+#: ``text/event-stream``, as the AG-UI encoder declares it.
+SSE_CONTENT_TYPE = _ENCODER.get_content_type()
+# An SSE field value ends at the first CR or LF, and a NUL makes browsers drop the id.
+_FORBIDDEN_IN_ID = ("\r", "\n", "\x00")
+
+
+def encode_event(event: BaseEvent, *, event_id: str | None = None) -> str:
+    """One SSE frame for ``event``: ``data: <json>`` and a blank line, as AG-UI encodes it.
+
+    With ``event_id``, an ``id: <event_id>`` line comes first, which a browser sends back as
+    ``Last-Event-ID`` when it reconnects. Raises ``ValueError`` for an id holding a CR, LF or
+    NUL, which would end or corrupt the frame.
+    """
+    frame = _ENCODER.encode(event)
+    if event_id is None:
+        return frame
+    if any(char in event_id for char in _FORBIDDEN_IN_ID):
+        raise ValueError(
+            f"event_id={event_id!r} holds a CR, LF or NUL character, which SSE cannot carry in "
+            "an id; pass an id without them."
+        )
+    return f"id: {event_id}\n{frame}"
+
+
+async def aclose(iterator: AsyncIterator[Any]) -> None:
+    """Close ``iterator`` if it can be closed (async generators can; plain iterators may not)."""
+    close = getattr(iterator, "aclose", None)
+    if close is not None:
+        await close()
+
+
+async def with_heartbeat(frames: AsyncIterator[str], interval: float) -> AsyncIterator[str]:
+    """Yield ``frames``, plus ``SSE_HEARTBEAT`` whenever ``interval`` seconds pass in silence.
+
+    ``frames`` is driven by one pump task feeding a one-slot queue, so it runs entirely in a
+    single task (its cancel scopes stay valid) and a heartbeat never cancels a pending read.
+    Closing or cancelling this generator cancels the pump and waits for it; no task outlives it.
+    """
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=1)
+
+    async def pump() -> None:
+        try:
+            async for frame in frames:
+                await queue.put(("frame", frame))
+            await queue.put(("end", None))
+        except Exception as exc:  # handed to the consumer, re-raised there
+            await queue.put(("error", exc))
+        finally:
+            await aclose(frames)
+
+    task = asyncio.create_task(pump())
+    try:
+        while True:
+            try:
+                # Not asyncio.wait_for: on Python 3.11 it swallows a cancel that lands while a
+                # frame is already queued, and the stream would outlive its client.
+                async with asyncio.timeout(interval):
+                    kind, value = await queue.get()
+            except TimeoutError:
+                yield SSE_HEARTBEAT
+                continue
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def sse_response(frames: AsyncIterator[str]) -> StreamingHttpResponse:
+    """A ``text/event-stream`` response streaming ``frames``, uncached and unbuffered.
+
+    ``X-Accel-Buffering: no`` stops nginx from buffering it, and ``Content-Encoding: identity``
+    makes ``GZipMiddleware`` leave it alone (gzip would hold frames back until a block fills).
+    """
+    response = StreamingHttpResponse(frames, content_type=SSE_CONTENT_TYPE)
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    response["Content-Encoding"] = "identity"
+    return response
+
+
+_wsgi_warned: list[bool] = []
+
+
+def warn_if_wsgi(request: HttpRequest) -> None:
+    """Log, once per process, that a WSGI server buffers the whole event stream of ``request``.
+
+    A request without an ASGI ``scope`` came through WSGI; nothing is logged under ASGI.
+    """
+    if getattr(request, "scope", None) is not None or _wsgi_warned:
+        return
+    _wsgi_warned.append(True)
+    logger.warning(
+        "The AG-UI run endpoint is being served over WSGI, which buffers the whole "
+        "event stream until the run ends. Serve the project with an ASGI server "
+        "(uvicorn, daphne, or gunicorn with uvicorn workers) to stream."
+    )

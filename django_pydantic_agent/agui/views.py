@@ -1,0 +1,122 @@
+"""``AGUIView``: one mounted route of an ``AGUIServer``: the access policy, then its handlers.
+
+Every route answers the same way whatever goes wrong before its handler runs: 401 or 403 from
+the access policy, then 405 for a method the route does not serve, 413 for a declared body over
+the route's cap, the CSRF 403, and 404 for an id outside the id alphabet (``ids.py``). The view
+holds the handlers it was given and nothing else of the server's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeAlias
+
+from asgiref.sync import markcoroutinefunction, sync_to_async
+from django.db import DatabaseError
+from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
+
+from django_pydantic_agent.agui.access import UNSAFE_METHODS, AccessPolicy
+from django_pydantic_agent.agui.http import (
+    body_too_big_response,
+    database_error_response,
+    declared_length,
+    error_response,
+)
+from django_pydantic_agent.agui.ids import is_valid_id
+
+__all__ = ["AGUIView", "Handler"]
+
+#: A route handler: ``await handler(request, **url_kwargs)`` returns the response.
+Handler: TypeAlias = Callable[..., Awaitable[HttpResponseBase]]
+
+
+class AGUIView:
+    """One mounted route of an ``AGUIServer``: the access policy, then a handler per method.
+
+    An async callable (Django awaits it). ``agui_server`` is set by the server that mounts the
+    view (``None`` until then), so system checks can find the stores a project mounts by walking
+    the URL resolver; the view itself never reads it. ``csrf_exempt`` is
+    always true for Django's middleware: the policy runs the same CSRF check itself, after
+    authentication, when the server enforces it (``agui_csrf_enforced``).
+
+    ``max_body_bytes`` (called per request) caps the body of a JSON route: a declared
+    ``Content-Length`` over it is a 413 before anything reads the body. The upload route leaves
+    it unset and checks its own cap. A ``DatabaseError`` raised before a response exists is a
+    JSON 503 (lock or timeout, with ``Retry-After``) or 500, logged once. Every answer that is not
+    a stream and sets no ``Cache-Control`` gets ``private, no-store``: it is one caller's data.
+    """
+
+    csrf_exempt = True
+    #: Set on the upload route: the file cap ``BodyLimitMiddleware`` enforces for it.
+    agui_upload_max_bytes: int | None = None
+    #: The ``AGUIServer`` that mounted this view (for system checks and pages), or ``None``.
+    agui_server: Any = None
+
+    def __init__(
+        self,
+        *,
+        policy: AccessPolicy,
+        handlers: Mapping[str, Handler],
+        check_csrf: bool = True,
+        not_found: str = "Not found.",
+        max_body_bytes: Callable[[], int] | None = None,
+        too_big: str = "send a smaller body.",
+    ) -> None:
+        self.agui_csrf_enforced = not policy.csrf_exempt
+        self._policy = policy
+        self._handlers = dict(handlers)
+        self._check_csrf = check_csrf
+        self._not_found = not_found
+        self._max_body_bytes = max_body_bytes
+        self._too_big = too_big
+        self._allow = ", ".join(sorted(self._handlers))
+        markcoroutinefunction(self)
+
+    @property
+    def allowed_methods(self) -> tuple[str, ...]:
+        """The HTTP methods this route answers, sorted."""
+        return tuple(sorted(self._handlers))
+
+    @property
+    def agui_max_body_bytes(self) -> int | None:
+        """The body cap of this JSON route now, or ``None`` (the upload route checks its own)."""
+        return None if self._max_body_bytes is None else self._max_body_bytes()
+
+    async def __call__(self, request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
+        """Authenticate, then dispatch on the method: 401, 403, 405, 413, CSRF 403, or the handler.
+
+        An id in the URL (``thread_id``, ``attachment_id``) outside the id alphabet of
+        ``ids.py`` names nothing that can exist: 404, before the handler or a store sees it.
+        """
+        try:
+            response = await self._dispatch(request, **kwargs)
+        except DatabaseError as exc:
+            response = database_error_response(request, exc)
+        if not isinstance(response, StreamingHttpResponse) and not response.has_header(
+            "Cache-Control"
+        ):
+            response["Cache-Control"] = "private, no-store"
+        return response
+
+    async def _dispatch(self, request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
+        refusal = await self._policy.authenticate(request)
+        if refusal is not None:
+            return refusal
+        handler = self._handlers.get(request.method or "")
+        if handler is None:
+            return error_response(
+                405,
+                f"The method {request.method!r} is not allowed on this route; use {self._allow}.",
+                Allow=self._allow,
+            )
+        limit = self.agui_max_body_bytes
+        declared = declared_length(request)
+        if limit is not None and declared is not None and declared > limit:
+            return body_too_big_response(limit, self._too_big)
+        if self._check_csrf and not self._policy.csrf_exempt and request.method in UNSAFE_METHODS:
+            csrf_refusal = await sync_to_async(self._policy.csrf_failure)(request)
+            if csrf_refusal is not None:
+                return csrf_refusal
+        if not all(is_valid_id(value) for value in kwargs.values()):
+            return error_response(404, self._not_found)
+        return await handler(request, **kwargs)
