@@ -37,7 +37,7 @@ sdk-venv: $(SDK_VENV)/.installed
 demo: $(VENV)/.installed-example
 	cd example_project && ../$(BIN)/python manage.py migrate --noinput
 	cd example_project && ../$(BIN)/python manage.py ensure_demo_user
-	cd example_project && ../$(BIN)/uvicorn example_project.asgi:application --host $(HOST) --port $(PORT)
+	cd example_project && ../$(BIN)/uvicorn example_project.asgi:application --host $(HOST) --port $(PORT) --lifespan off
 
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .

@@ -29,7 +29,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django_pydantic_agent",
     "django_pydantic_agent.contrib.store",
+    "django_pydantic_agent.contrib.memory_service_emulator",
 ]
+ROOT_URLCONF = "bench.urls"
 _database_url = os.environ.get("DATABASE_URL")
 if _database_url:
     import dj_database_url

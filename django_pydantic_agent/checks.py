@@ -26,6 +26,8 @@ from django.core import checks
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils.module_loading import import_string
 
+from django_pydantic_agent.persistence.base import wrapped_stores
+
 __all__ = [
     "E001",
     "E002",
@@ -63,14 +65,6 @@ def _server_of(view: Any) -> Any:
     return None
 
 
-def _unwrapped(store: Any) -> Iterator[Any]:
-    seen: set[int] = set()
-    while store is not None and id(store) not in seen:
-        seen.add(id(store))
-        yield store
-        store = getattr(store, "inner", None)
-
-
 def mounted_stores() -> list[Any]:
     """Return every store the URLconf's AG-UI servers use, wrappers and wrapped alike.
 
@@ -84,7 +78,7 @@ def mounted_stores() -> list[Any]:
             continue
         servers.add(id(server))
         for attribute in ("conversation_store", "attachment_store"):
-            for store in _unwrapped(getattr(server, attribute, None)):
+            for store in wrapped_stores(getattr(server, attribute, None)):
                 stores.setdefault(id(store), store)
     return list(stores.values())
 
@@ -102,20 +96,23 @@ def _has_session_middleware() -> bool:
     return False
 
 
+def _needs_store_app(store: object) -> bool:
+    """Whether ``store`` is (or subclasses) a class of ``contrib.store``, hence needs its tables.
+
+    Read from the class hierarchy's module names: the base app imports nothing from
+    ``contrib`` (DESIGN §2), so it cannot ``isinstance`` against the ``Default*`` stores.
+    """
+    return any(klass.__module__.startswith(f"{_STORE_APP}.") for klass in type(store).__mro__)
+
+
 def check_mounted_stores(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """E001 and E003: stores mounted in the URLconf whose requirements are not installed."""
-    from django_pydantic_agent.contrib.store.stores import (
-        DefaultAttachmentStore,
-        DefaultConversationStore,
-    )
     from django_pydantic_agent.persistence import DjangoSessionConversationStore
 
     errors: list[checks.CheckMessage] = []
     for store in mounted_stores():
         name = type(store).__name__
-        if isinstance(
-            store, DefaultConversationStore | DefaultAttachmentStore
-        ) and not apps.is_installed(_STORE_APP):
+        if _needs_store_app(store) and not apps.is_installed(_STORE_APP):
             errors.append(
                 checks.Error(
                     f"{name} is mounted, but {_STORE_APP!r} is not in INSTALLED_APPS, so its "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent
@@ -62,7 +63,12 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(BASE_DIR / "test.sqlite3"),
-            "TEST": {"NAME": None},  # in-memory for the test run
+            # A file per test process, not in-memory: shared-cache memory databases lock whole
+            # tables and ignore the timeout, so concurrent tests could not run on SQLite.
+            "TEST": {"NAME": str(Path(tempfile.gettempdir()) / f"dpa-tests-{os.getpid()}.sqlite3")},
+            # As docs/stores.md recommends: writers queue (up to 20 s) instead of failing
+            # with "database is locked" when a transaction that read first tries to write.
+            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
         }
     }
 

@@ -12,25 +12,9 @@ from __future__ import annotations
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 
-from django_pydantic_agent.persistence import aensure_session_key
+from django_pydantic_agent.persistence import aensure_session_key, serves_anonymous
 
 __all__ = ["ensure_anonymous_session", "owns_nothing", "serves_anonymous"]
-
-
-def serves_anonymous(store: object) -> bool:
-    """Whether ``store`` may act for anonymous callers (keyed to their session).
-
-    Reads the ``allow_anonymous`` flag of model-backed stores, looks through wrappers that
-    expose ``inner`` (``ScopedConversationStore``), and assumes ``True`` for any other store
-    (``DjangoSessionConversationStore`` serves the session it lives in).
-    """
-    allow = getattr(store, "allow_anonymous", None)
-    if isinstance(allow, bool):
-        return allow
-    inner = getattr(store, "inner", None)
-    if inner is not None and inner is not store:
-        return serves_anonymous(inner)
-    return True
 
 
 async def ensure_anonymous_session(request: HttpRequest, store: object) -> None:

@@ -12,21 +12,28 @@ from django_pydantic_agent.persistence.base import (
     ConversationMeta,
     ConversationMetaList,
     ConversationStore,
+    DeclaresAnonymousPolicy,
     OpenedAttachment,
+    ProvidesRepositories,
+    ReportsPersistence,
+    WrapsStore,
+    is_persistent,
+    serves_anonymous,
+    store_repositories,
+    wrapped_stores,
+)
+from django_pydantic_agent.persistence.derive import derive_preview, derive_title, message_text
+from django_pydantic_agent.persistence.errors import (
+    AnonymousOperationError,
+    PersistenceDisabledError,
     StoreDataError,
     StoreError,
     StoreLimitError,
-    is_persistent,
+    UnstorableMessageError,
 )
-from django_pydantic_agent.persistence.derive import derive_preview, derive_title, message_text
 from django_pydantic_agent.persistence.model import ModelAttachmentStore, ModelConversationStore
-from django_pydantic_agent.persistence.null import (
-    NullAttachmentStore,
-    NullConversationStore,
-    PersistenceDisabledError,
-)
+from django_pydantic_agent.persistence.null import NullAttachmentStore, NullConversationStore
 from django_pydantic_agent.persistence.owner import (
-    AnonymousOperationError,
     aensure_session_key,
     ensure_session_key,
     memory_namespace,
@@ -44,6 +51,7 @@ __all__ = [
     "ConversationMeta",
     "ConversationMetaList",
     "ConversationStore",
+    "DeclaresAnonymousPolicy",
     "DjangoSessionConversationStore",
     "ModelAttachmentStore",
     "ModelConversationStore",
@@ -51,10 +59,14 @@ __all__ = [
     "NullConversationStore",
     "OpenedAttachment",
     "PersistenceDisabledError",
+    "ProvidesRepositories",
+    "ReportsPersistence",
     "ScopedConversationStore",
     "StoreDataError",
     "StoreError",
     "StoreLimitError",
+    "UnstorableMessageError",
+    "WrapsStore",
     "aensure_session_key",
     "derive_preview",
     "derive_title",
@@ -64,4 +76,7 @@ __all__ = [
     "memory_namespace_for_user",
     "message_text",
     "resolve_owner_id",
+    "serves_anonymous",
+    "store_repositories",
+    "wrapped_stores",
 ]

@@ -9,6 +9,13 @@ scopes what it does to that request's owner; a cross-owner id behaves exactly li
 The value types are frozen dataclasses that, unlike the package's other value objects, also
 take positional arguments, in the predecessor package's field order: code written against it
 ports unchanged.
+
+A store may also offer optional capabilities, each declared here once as a small
+``runtime_checkable`` protocol and read through one helper that knows its default:
+``persistent`` (``ReportsPersistence``, read by ``is_persistent``), ``allow_anonymous``
+(``DeclaresAnonymousPolicy``, ``serves_anonymous``), ``inner`` (``WrapsStore``,
+``wrapped_stores``) and ``repositories`` (``ProvidesRepositories``, ``store_repositories``).
+The store errors live in ``persistence.errors`` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -16,11 +23,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
+# Re-exported from their old home; the tree lives in ``persistence.errors``.
+from django_pydantic_agent.persistence.errors import StoreDataError, StoreError, StoreLimitError
+
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from datetime import datetime
 
     from django.core.files.uploadedfile import UploadedFile
     from django.http import HttpRequest
+
+    from django_pydantic_agent.chat_history import ChatRepositoryLike, MessageRepositoryLike
 
 __all__ = [
     "AttachmentRef",
@@ -29,35 +42,20 @@ __all__ = [
     "ConversationMeta",
     "ConversationMetaList",
     "ConversationStore",
+    "DeclaresAnonymousPolicy",
     "OpenedAttachment",
+    "ProvidesRepositories",
+    "ReportsPersistence",
     "StoreDataError",
     "StoreError",
     "StoreLimitError",
+    "WrapsStore",
     "check_limit",
     "is_persistent",
+    "serves_anonymous",
+    "store_repositories",
+    "wrapped_stores",
 ]
-
-
-class StoreError(Exception):
-    """Base class of the errors a store raises on purpose (policy refusals, limits)."""
-
-
-class StoreLimitError(StoreError):
-    """A store refused a write because it would exceed one of the store's configured limits.
-
-    Nothing was written. A transport maps this to ``413 Payload Too Large`` (or, mid-stream, to
-    a ``RUN_ERROR`` event).
-    """
-
-
-class StoreDataError(StoreError):
-    """The database refused the caller's data: nothing was written.
-
-    Raised by the model-backed bases when a hook fails with ``django.db.DataError``, such as
-    PostgreSQL refusing a NUL character in text or a value too long for its column. The data
-    came from the caller, so a transport answers ``409`` (or, mid-stream, a ``RUN_ERROR``
-    event) rather than a server error. The database's own error is chained as ``__cause__``.
-    """
 
 
 @dataclass(frozen=True)
@@ -187,6 +185,72 @@ class AttachmentStore(Protocol):
         ...
 
 
+# -- Optional store capabilities ----------------------------------------------------------
+#
+# A store may offer any of these on top of its contract. Transports probe them through the
+# helpers below (never with a bare ``getattr``), so each rule, and its default for a store
+# without the capability, is written once.
+
+
+@runtime_checkable
+class ReportsPersistence(Protocol):
+    """Optional: ``persistent`` is ``False`` for a store that keeps nothing (a Null store).
+
+    Default without it: the store persists. Read it with ``is_persistent``.
+    """
+
+    @property
+    def persistent(self) -> bool:
+        """Whether the store keeps what it is given."""
+        ...
+
+
+@runtime_checkable
+class DeclaresAnonymousPolicy(Protocol):
+    """Optional: ``allow_anonymous`` says whether anonymous sessions are served.
+
+    Model-backed stores expose it. Default without it: the store serves whoever reaches it
+    (``DjangoSessionConversationStore`` serves the session it lives in). Read it, through any
+    wrappers, with ``serves_anonymous``.
+    """
+
+    @property
+    def allow_anonymous(self) -> bool:
+        """Whether anonymous callers (keyed to their session) are served."""
+        ...
+
+
+@runtime_checkable
+class WrapsStore(Protocol):
+    """Optional: a wrapper (``ScopedConversationStore``) exposes the store it wraps as ``inner``.
+
+    Transports and checks look through it with ``wrapped_stores``.
+    """
+
+    @property
+    def inner(self) -> object:
+        """The wrapped store."""
+        ...
+
+
+@runtime_checkable
+class ProvidesRepositories(Protocol):
+    """Optional: a store that persists runs incrementally hands out chat-history repositories.
+
+    ``repositories(request=...)`` returns ``(chat_repository, message_repository)``, a
+    ``chat_history.ChatRepositoryLike`` and a ``chat_history.MessageRepositoryLike``, scoped
+    to the request's owner exactly like the store's other methods (it raises
+    ``AnonymousOperationError`` where they would). Without it, a transport persists a run
+    through the store's whole-conversation ``save``. Read it with ``store_repositories``.
+    """
+
+    async def repositories(
+        self, *, request: HttpRequest
+    ) -> tuple[ChatRepositoryLike, MessageRepositoryLike]:
+        """Return the ``(ChatRepositoryLike, MessageRepositoryLike)`` pair for ``request``."""
+        ...
+
+
 def is_persistent(store: object) -> bool:
     """Return whether ``store`` keeps anything, from its optional ``persistent`` flag.
 
@@ -194,7 +258,45 @@ def is_persistent(store: object) -> bool:
     mounts no thread or attachment routes and uses the client's posted history. A store without
     the attribute is assumed to persist.
     """
-    return bool(getattr(store, "persistent", True))
+    return bool(store.persistent) if isinstance(store, ReportsPersistence) else True
+
+
+def wrapped_stores(store: object) -> Iterator[object]:
+    """Yield ``store`` and then every store it wraps through ``inner``, outermost first.
+
+    Stops at ``None`` and at a store already seen, so a wrapper cycle cannot loop forever.
+    """
+    seen: set[int] = set()
+    current: object | None = store
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.inner if isinstance(current, WrapsStore) else None
+
+
+def serves_anonymous(store: object) -> bool:
+    """Whether ``store`` may act for anonymous callers (keyed to their session).
+
+    The outermost ``allow_anonymous`` flag along ``wrapped_stores`` decides; a store chain
+    that declares none is assumed to serve anonymous callers.
+    """
+    for layer in wrapped_stores(store):
+        if isinstance(layer, DeclaresAnonymousPolicy) and isinstance(layer.allow_anonymous, bool):
+            return layer.allow_anonymous
+    return True
+
+
+async def store_repositories(
+    store: object, *, request: HttpRequest
+) -> tuple[ChatRepositoryLike, MessageRepositoryLike] | None:
+    """Return ``store``'s ``(chat, message)`` repositories for ``request``, or ``None``.
+
+    ``None`` means the store offers no ``repositories`` (the transport then falls back to the
+    whole-conversation adapter). Whatever ``repositories`` raises propagates.
+    """
+    if not isinstance(store, ProvidesRepositories):
+        return None
+    return await store.repositories(request=request)
 
 
 def check_limit(limit: int | None) -> None:

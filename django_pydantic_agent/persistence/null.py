@@ -9,23 +9,15 @@ from django_pydantic_agent.persistence.base import (
     Conversation,
     ConversationMetaList,
     OpenedAttachment,
-    StoreError,
     check_limit,
 )
+from django_pydantic_agent.persistence.errors import PersistenceDisabledError
 
 if TYPE_CHECKING:
     from django.core.files.uploadedfile import UploadedFile
     from django.http import HttpRequest
 
 __all__ = ["NullAttachmentStore", "NullConversationStore", "PersistenceDisabledError"]
-
-
-class PersistenceDisabledError(StoreError, NotImplementedError):
-    """A Null store was asked to keep something it never keeps.
-
-    Raised by ``NullAttachmentStore.save`` rather than returning a ref to bytes that were not
-    stored. A transport checks ``is_persistent(store)`` first and answers ``410 Gone``.
-    """
 
 
 class NullConversationStore:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
-from django_pydantic_agent.persistence.base import StoreError
+from django_pydantic_agent.persistence.errors import AnonymousOperationError
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -40,15 +40,6 @@ ANONYMOUS_MEMORY_NAMESPACE = "anon"
 # imported because the harness is an optional dependency; a test checks the two agree.
 _SEGMENT_RE = re.compile(r"[A-Za-z0-9_.-]{1,200}")
 _DIGEST_HEX_DIGITS = 40
-
-
-class AnonymousOperationError(StoreError):
-    """A store was asked to act for an anonymous request it may not serve.
-
-    Raised by model-backed stores built with ``allow_anonymous=False`` (the default), and by
-    any store for an anonymous request that has no valid session yet. Transports map it to a
-    ``403`` with a JSON error body; nothing was read or written.
-    """
 
 
 def _authenticated_pk(user: Any) -> str | None:

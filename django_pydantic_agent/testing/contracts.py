@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -20,14 +20,12 @@ from django_pydantic_agent.persistence.base import (
     Conversation,
     ConversationStore,
     is_persistent,
+    wrapped_stores,
 )
 from django_pydantic_agent.persistence.null import PersistenceDisabledError
 from django_pydantic_agent.persistence.owner import AnonymousOperationError
 from django_pydantic_agent.persistence.scoped import ScopedConversationStore
 from django_pydantic_agent.testing.actors import ANONYMOUS_ACTORS, StoreActors
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 __all__ = [
     "AttachmentStoreContract",
@@ -67,14 +65,6 @@ def sample_messages(text: str = "Plan a trip to Lisbon") -> list[dict[str, Any]]
             "content": [{"type": "text", "text": "Yes, in May"}],
         },
     ]
-
-
-def _bodies_forbidden(store: object) -> Iterator[object]:
-    """The store and every store it wraps, outermost first."""
-    current: object | None = store
-    while current is not None:
-        yield current
-        current = getattr(current, "inner", None)
 
 
 class ConversationStoreContract:
@@ -273,7 +263,7 @@ class ConversationStoreContract:
         def forbidden(*args: object, **kwargs: object) -> None:  # pragma: no cover
             raise AssertionError("exists() loaded a conversation body")
 
-        for layer in _bodies_forbidden(store):
+        for layer in wrapped_stores(store):
             for name in ("load", "_fetch"):
                 if hasattr(layer, name):
                     monkeypatch.setattr(layer, name, forbidden)

@@ -26,6 +26,12 @@ Environment variables (all optional):
     Seconds between the scripted model's words (default ``0.04``).
 ``AGENT_HEARTBEAT_SECONDS``
     Silence after which the stream gets a ``: ping`` comment (default ``15``).
+``AGENT_REQUESTS_PER_MINUTE``
+    Runs plus uploads one user may start per minute (default ``30``; ``0`` turns the throttle
+    off). Further requests get 429 with ``Retry-After``.
+``AGENT_MAX_THREADS``, ``AGENT_MAX_FILES``, ``AGENT_MAX_UPLOAD_BYTES``
+    Per-user quotas of the stores: threads (default ``200``), attachments (default ``200``)
+    and attachment bytes (default 200 MiB). A request over one gets 413.
 """
 
 from __future__ import annotations
@@ -103,6 +109,14 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("EXAMPLE_DATABASE_PATH") or str(BASE_DIR / "db.sqlite3"),
+        # Concurrent runs write to the same file. IMMEDIATE takes the write lock when a
+        # transaction begins, so a writer waits its turn (up to ``timeout`` seconds) instead of
+        # failing with "database is locked"; WAL lets reads go on while one writes.
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
     }
 }
 
@@ -162,6 +176,12 @@ AGENT_HEARTBEAT_SECONDS = float(os.environ.get("AGENT_HEARTBEAT_SECONDS", "15"))
 #: wrapper in ``asgi.py`` refuses an oversized body before Django reads it).
 AGENT_ATTACHMENT_MAX_BYTES = int(os.environ.get("AGENT_ATTACHMENT_MAX_BYTES") or 5 * 1024 * 1024)
 AGENT_ATTACHMENT_TYPES = ("text/*", "image/*", "application/pdf", "application/json")
+#: Runs plus uploads per user and minute (``chat.throttle``); 0 turns the throttle off.
+AGENT_REQUESTS_PER_MINUTE = int(os.environ.get("AGENT_REQUESTS_PER_MINUTE") or 30)
+#: Per-user quotas of ``DefaultConversationStore`` and ``DefaultAttachmentStore`` (413 over).
+AGENT_MAX_THREADS = int(os.environ.get("AGENT_MAX_THREADS") or 200)
+AGENT_MAX_FILES = int(os.environ.get("AGENT_MAX_FILES") or 200)
+AGENT_MAX_UPLOAD_BYTES = int(os.environ.get("AGENT_MAX_UPLOAD_BYTES") or 200 * 1024 * 1024)
 
 LOGGING = {
     "version": 1,

@@ -14,6 +14,7 @@ from typing import Any
 
 from chat import views
 from chat.agent import build_agent
+from chat.throttle import per_user_per_minute
 from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
@@ -37,8 +38,16 @@ server = AGUIServer(
     agent,
     # Threads and uploads live in contrib.store's tables, per user: reload the page, log in
     # from another browser, and they are still there.
-    conversation_store=DefaultConversationStore(),
-    attachment_store=DefaultAttachmentStore(),
+    # Each user keeps at most this many threads, files and bytes; over that, 413.
+    conversation_store=DefaultConversationStore(
+        max_threads_per_owner=_setting("AGENT_MAX_THREADS")
+    ),
+    attachment_store=DefaultAttachmentStore(
+        max_files_per_owner=_setting("AGENT_MAX_FILES"),
+        max_bytes_per_owner=_setting("AGENT_MAX_UPLOAD_BYTES"),
+    ),
+    # A fixed window per user, in Django's cache; over it, 429 with Retry-After.
+    throttle=per_user_per_minute(_setting("AGENT_REQUESTS_PER_MINUTE")),
     attachment_max_bytes=_setting("AGENT_ATTACHMENT_MAX_BYTES"),
     attachment_allowed_types=_setting("AGENT_ATTACHMENT_TYPES"),
     # The page authenticates with the session cookie, so CSRF is enforced: it sends the token

@@ -32,6 +32,10 @@ def example_urls() -> Iterator[None]:
         AGENT_HEARTBEAT_SECONDS=15,
         AGENT_ATTACHMENT_MAX_BYTES=EXAMPLE_ATTACHMENT_MAX_BYTES,
         AGENT_ATTACHMENT_TYPES=("text/*", "image/*", "application/pdf", "application/json"),
+        AGENT_REQUESTS_PER_MINUTE=0,
+        AGENT_MAX_THREADS=200,
+        AGENT_MAX_FILES=200,
+        AGENT_MAX_UPLOAD_BYTES=200 * 1024 * 1024,
         INSTALLED_APPS=[*settings.INSTALLED_APPS, "chat"],
         ROOT_URLCONF="example_project.urls",
     ):

@@ -8,16 +8,27 @@ from datetime import UTC, datetime
 
 import pytest
 
+from django_pydantic_agent.chat_history import InMemoryChatRepository, InMemoryMessageRepository
 from django_pydantic_agent.persistence import (
     AttachmentRef,
     AttachmentStore,
     Conversation,
     ConversationMeta,
     ConversationStore,
+    DeclaresAnonymousPolicy,
+    DjangoSessionConversationStore,
+    NullConversationStore,
     OpenedAttachment,
+    ProvidesRepositories,
+    ReportsPersistence,
+    ScopedConversationStore,
     StoreError,
     StoreLimitError,
+    WrapsStore,
     is_persistent,
+    serves_anonymous,
+    store_repositories,
+    wrapped_stores,
 )
 from django_pydantic_agent.persistence.base import check_limit
 
@@ -83,3 +94,79 @@ def test_check_limit_accepts_none_and_positive() -> None:
 
 def test_limit_error_is_a_store_error() -> None:
     assert issubclass(StoreLimitError, StoreError)
+
+
+# -- optional store capabilities ---------------------------------------------------------
+
+
+class _Flags:
+    """A store-shaped object declaring every optional capability."""
+
+    def __init__(self, *, persistent: bool = True, allow_anonymous: bool = False) -> None:
+        self.persistent = persistent
+        self.allow_anonymous = allow_anonymous
+        self.calls: list[object] = []
+        self.chats = InMemoryChatRepository()
+        self.messages = InMemoryMessageRepository(self.chats)
+
+    async def repositories(
+        self, *, request: object
+    ) -> tuple[InMemoryChatRepository, InMemoryMessageRepository]:
+        self.calls.append(request)
+        return self.chats, self.messages
+
+
+class _Wrapper:
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+
+def test_optional_capabilities_are_runtime_checkable_protocols() -> None:
+    store = _Flags()
+    assert isinstance(store, ReportsPersistence)
+    assert isinstance(store, DeclaresAnonymousPolicy)
+    assert isinstance(store, ProvidesRepositories)
+    assert not isinstance(store, WrapsStore)
+    assert isinstance(_Wrapper(store), WrapsStore)
+    for protocol in (ReportsPersistence, DeclaresAnonymousPolicy, ProvidesRepositories, WrapsStore):
+        assert not isinstance(object(), protocol), protocol.__name__
+
+
+def test_null_and_scoped_stores_declare_their_capabilities() -> None:
+    scoped = ScopedConversationStore(NullConversationStore(), scope="a")
+    assert isinstance(NullConversationStore(), ReportsPersistence)
+    assert isinstance(scoped, WrapsStore)
+    assert is_persistent(scoped) is False
+    assert is_persistent(ScopedConversationStore(DjangoSessionConversationStore(), scope="a"))
+    assert is_persistent(_Flags(persistent=False)) is False
+
+
+def test_wrapped_stores_walks_inner_outermost_first_and_survives_a_cycle() -> None:
+    inner = _Flags()
+    middle = _Wrapper(inner)
+    outer = _Wrapper(middle)
+    assert list(wrapped_stores(outer)) == [outer, middle, inner]
+    loop = _Wrapper(None)
+    loop.inner = loop
+    assert list(wrapped_stores(loop)) == [loop]
+    assert list(wrapped_stores(None)) == []
+
+
+def test_serves_anonymous_reads_the_outermost_declared_flag() -> None:
+    assert serves_anonymous(object()) is True
+    assert serves_anonymous(_Flags(allow_anonymous=False)) is False
+    assert serves_anonymous(_Wrapper(_Flags(allow_anonymous=True))) is True
+    assert serves_anonymous(_Wrapper(_Wrapper(_Flags(allow_anonymous=False)))) is False
+    # A non-bool flag is not a declaration: the walk goes on to the wrapped store.
+    odd = _Wrapper(_Flags(allow_anonymous=False))
+    odd.allow_anonymous = "yes"  # type: ignore[attr-defined]
+    assert serves_anonymous(odd) is False
+
+
+async def test_store_repositories_asks_a_capable_store_and_is_none_otherwise() -> None:
+    store = _Flags()
+    request = object()
+    pair = await store_repositories(store, request=request)  # type: ignore[arg-type]
+    assert pair == (store.chats, store.messages)
+    assert store.calls == [request]
+    assert await store_repositories(NullConversationStore(), request=request) is None  # type: ignore[arg-type]

@@ -18,8 +18,8 @@ import math
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import TextField
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Max, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -31,7 +31,8 @@ from django_pydantic_agent.persistence import (
     ModelAttachmentStore,
     ModelConversationStore,
     OpenedAttachment,
-    StoreError,
+    StoreLimitError,
+    UnstorableMessageError,
     derive_preview,
     derive_title,
 )
@@ -75,20 +76,37 @@ def _check_key(name: str, value: str) -> None:
         )
 
 
+def _check_quota(name: str, value: int | None, what: str) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(
+            f"{name}={value!r} is not valid: pass a positive integer, the most {what} one "
+            "owner may keep, or None for no limit."
+        )
+    return value
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
+def _lock_owner(scope: str, owner_id: str) -> None:
+    """Serialise quota checks of one owner until the end of the current transaction.
+
+    PostgreSQL takes a transaction-level advisory lock keyed by ``scope`` and owner. SQLite
+    needs none: it has one writer at a time, and a transaction that read the count and then
+    writes either sees every committed row or fails (``transaction_mode="IMMEDIATE"`` makes
+    it wait instead). Other databases get no lock: the quota is then best effort.
+    """
+    if connection.vendor != "postgresql":
+        return
+    digest = hashlib.sha256(f"django_pydantic_agent:{scope}:{owner_id}".encode()).digest()
+    key = int.from_bytes(digest[:8], "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
 def _short(value: Any, limit: int) -> str:
     return value[:limit] if isinstance(value, str) else ""
-
-
-class UnstorableMessageError(StoreError, ValueError):
-    """A message the database cannot hold as posted; raised before anything is written.
-
-    ``index`` is the message's position in the conversation. Transports map it, like any
-    ``StoreError``, to a refusal (409) rather than a server error.
-    """
-
-    def __init__(self, message: str, *, index: int) -> None:
-        super().__init__(message)
-        self.index = index
 
 
 def _unstorable_reason(message: Any) -> str | None:
@@ -142,10 +160,19 @@ class DefaultConversationStore(ModelConversationStore):
     characters: ``save`` raises ``ValueError`` for a longer one, reads treat it as missing.
     A new or changed message that is ``None`` or holds a NUL character or a non-finite
     number makes ``save`` raise ``UnstorableMessageError`` before anything is written.
+
+    ``max_threads_per_owner`` caps how many threads one owner keeps: a ``save`` that would
+    create one more raises ``StoreLimitError`` and writes nothing (saving an existing thread
+    is never refused). The count is taken inside the saving transaction, under a per-owner
+    lock on PostgreSQL, so concurrent first saves cannot overshoot it.
     """
 
     def __init__(
-        self, *, allow_anonymous: bool = False, list_limit: int = DEFAULT_LIST_LIMIT
+        self,
+        *,
+        allow_anonymous: bool = False,
+        list_limit: int = DEFAULT_LIST_LIMIT,
+        max_threads_per_owner: int | None = None,
     ) -> None:
         super().__init__(allow_anonymous=allow_anonymous)
         if isinstance(list_limit, bool) or not isinstance(list_limit, int) or list_limit < 1:
@@ -154,6 +181,20 @@ class DefaultConversationStore(ModelConversationStore):
                 "number of threads list() returns when called without a limit."
             )
         self.list_limit = list_limit
+        self.max_threads_per_owner = _check_quota(
+            "max_threads_per_owner", max_threads_per_owner, "threads"
+        )
+
+    def _refuse_new_thread(self, owner_id: str, limit: int) -> None:
+        """Raise ``StoreLimitError`` if the owner already keeps ``limit`` threads."""
+        from django_pydantic_agent.contrib.store.models import StoredConversation
+
+        if StoredConversation.objects.filter(owner_id=owner_id).count() >= limit:
+            raise StoreLimitError(
+                f"This conversation store keeps at most {_count(limit, 'thread')} per owner "
+                f"(max_threads_per_owner={limit}), and that many are stored already: delete a "
+                "thread to start a new one."
+            )
 
     def _row(self, thread_id: str, owner_id: str) -> StoredConversation | None:
         from django_pydantic_agent.contrib.store.models import StoredConversation
@@ -250,6 +291,14 @@ class DefaultConversationStore(ModelConversationStore):
         messages = list(conversation.messages)
         with transaction.atomic():
             row = self._locked_row(conversation.thread_id, owner_id)
+            limit = self.max_threads_per_owner
+            if row is None and limit is not None:
+                _lock_owner("threads", owner_id)
+                # Looked up again under the owner lock: a concurrent first save of this very
+                # thread may have committed meanwhile, and saving it then creates nothing.
+                row = self._locked_row(conversation.thread_id, owner_id)
+                if row is None:
+                    self._refuse_new_thread(owner_id, limit)
             to_create, to_update, shrunk = self._diff(row, messages)
             if row is None:
                 row, created = self._create(conversation.thread_id, owner_id, messages)
@@ -346,7 +395,61 @@ class DefaultAttachmentStore(ModelAttachmentStore):
     keeps its own name. A blob is deleted with the last row naming it. ``open`` returns
     ``None`` for a missing, cross-owner or blobless attachment; a missing blob also logs a
     warning naming the attachment, never the owner.
+
+
+    Two optional quotas refuse an upload with ``StoreLimitError`` before its row is written:
+    ``max_files_per_owner`` counts the owner's attachments (rows: a deduplicated re-upload is
+    one more file), ``max_bytes_per_owner`` the bytes the owner's blobs take in storage (a
+    deduplicated re-upload adds none). Both are checked inside the inserting transaction,
+    under a per-owner lock on PostgreSQL, so concurrent uploads cannot overshoot them.
     """
+
+    def __init__(
+        self,
+        *,
+        allow_anonymous: bool = False,
+        max_bytes_per_owner: int | None = None,
+        max_files_per_owner: int | None = None,
+    ) -> None:
+        super().__init__(allow_anonymous=allow_anonymous)
+        self.max_bytes_per_owner = _check_quota(
+            "max_bytes_per_owner", max_bytes_per_owner, "bytes of attachments"
+        )
+        self.max_files_per_owner = _check_quota(
+            "max_files_per_owner", max_files_per_owner, "attachments"
+        )
+
+    @property
+    def _has_quota(self) -> bool:
+        return self.max_bytes_per_owner is not None or self.max_files_per_owner is not None
+
+    def _refuse_over_quota(self, owner_id: str, new_bytes: int) -> None:
+        """Raise ``StoreLimitError`` if one more file of ``new_bytes`` stored bytes is too many.
+
+        Stored bytes count each blob once, however many of the owner's rows name it.
+        """
+        from django_pydantic_agent.contrib.store.models import StoredAttachment
+
+        rows = StoredAttachment.objects.filter(owner_id=owner_id)
+        files_limit = self.max_files_per_owner
+        if files_limit is not None and rows.count() >= files_limit:
+            raise StoreLimitError(
+                f"This attachment store keeps at most {_count(files_limit, 'file')} per owner "
+                f"(max_files_per_owner={files_limit}), and that many are stored already: "
+                "delete an attachment to upload another."
+            )
+        bytes_limit = self.max_bytes_per_owner
+        if bytes_limit is None:
+            return
+        blobs = rows.exclude(file="").values("file").annotate(blob_size=Max("size"))
+        used = sum(int(blob["blob_size"]) for blob in blobs)
+        if used + new_bytes > bytes_limit:
+            raise StoreLimitError(
+                f"This upload of {new_bytes} bytes would take the owner's attachments to "
+                f"{used + new_bytes} bytes, over the limit of {bytes_limit} bytes "
+                f"(max_bytes_per_owner={bytes_limit}): delete attachments or upload a "
+                "smaller file."
+            )
 
     def _reusable_blob(self, owner_id: str, sha256: str, storage: Storage) -> str | None:
         from django_pydantic_agent.contrib.store.models import StoredAttachment
@@ -392,16 +495,26 @@ class DefaultAttachmentStore(ModelAttachmentStore):
             sha256=sha256,
         )
         with transaction.atomic():
+            if self._has_quota:
+                _lock_owner("attachments", owner_id)
             blob = self._reusable_blob(owner_id, sha256, storage)
             if blob is not None:
+                if self._has_quota:
+                    self._refuse_over_quota(owner_id, 0)
                 row.file.name = blob
                 row.save()
                 return self._ref(row)
+            if self._has_quota:  # refuse before writing the bytes; checked again below
+                self._refuse_over_quota(owner_id, size)
         upload.seek(0)
         row.file.save(uuid.uuid4().hex, upload, save=False)
         blob_name = str(row.file.name)
         try:
-            row.save()
+            with transaction.atomic():
+                if self._has_quota:
+                    _lock_owner("attachments", owner_id)
+                    self._refuse_over_quota(owner_id, size)
+                row.save()
         except BaseException:
             storage.delete(blob_name)
             raise

@@ -16,7 +16,7 @@ from django.core.files.storage import InMemoryStorage, default_storage, storages
 from django.core.files.storage.handler import InvalidStorageError
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connections
 from django.http import HttpRequest
 from django.test import override_settings
 from django.utils import timezone
@@ -28,7 +28,7 @@ from django_pydantic_agent.contrib.store.models import (
     resolve_attachment_storage,
 )
 from django_pydantic_agent.contrib.store.stores import DefaultAttachmentStore
-from django_pydantic_agent.persistence import AnonymousOperationError
+from django_pydantic_agent.persistence import AnonymousOperationError, StoreLimitError
 
 pytestmark = pytest.mark.django_db
 
@@ -332,8 +332,6 @@ def test_a_dedup_upload_and_a_prune_in_parallel_keep_the_bytes(
     store: DefaultAttachmentStore, upload: Upload
 ) -> None:
     """Regression, with real concurrency: the lookup's row lock makes the prune wait."""
-    if connection.vendor == "sqlite":
-        pytest.skip("Needs a database with concurrent writers (CI runs it on PostgreSQL).")
     from concurrent.futures import ThreadPoolExecutor
     from threading import Event
 
@@ -376,3 +374,138 @@ def test_nul_characters_in_the_upload_name_and_type_are_dropped(
     ref = store._save(SimpleUploadedFile("a\x00.pdf", b"x", content_type="\x00"), "1")
     assert (ref.name, ref.mime) == ("a.pdf", "application/octet-stream")
     assert read(store, ref.id, "1") == b"x"
+
+
+def blob_files() -> set[str]:
+    """The file names in attachment storage (shared by every test of the process)."""
+    return set(resolve_attachment_storage().listdir("django_pydantic_agent/attachments")[1])
+
+
+@pytest.mark.parametrize("name", ["max_bytes_per_owner", "max_files_per_owner"])
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "10"])
+def test_bad_quotas_are_refused_at_construction(name: str, bad: Any) -> None:
+    with pytest.raises(ValueError, match=rf"^{name}={bad!r} is not valid: pass a positive"):
+        DefaultAttachmentStore(**{name: bad})
+
+
+def _refusal(store: DefaultAttachmentStore) -> str:
+    store._save(SimpleUploadedFile("a.txt", b"a"), "refusal")
+    with pytest.raises(StoreLimitError) as refused:
+        store._save(SimpleUploadedFile("b.txt", b"b"), "refusal")
+    return str(refused.value)
+
+
+def test_the_files_quota_refuses_the_next_upload_and_writes_nothing(upload: Upload) -> None:
+    assert "at most 1 file per owner" in _refusal(DefaultAttachmentStore(max_files_per_owner=1))
+    store = DefaultAttachmentStore(max_files_per_owner=2)
+    store._save(upload(b"one"), "1")
+    store._save(upload(b"two"), "1")
+    blobs = set(StoredAttachment.objects.filter(owner_id="1").values_list("file", flat=True))
+
+    with pytest.raises(StoreLimitError) as refused:
+        store._save(upload(b"three"), "1")
+    with pytest.raises(StoreLimitError):
+        store._save(upload(b"one"), "1")  # a deduplicated upload is one more file too
+
+    assert str(refused.value) == (
+        "This attachment store keeps at most 2 files per owner (max_files_per_owner=2), and "
+        "that many are stored already: delete an attachment to upload another."
+    )
+    assert StoredAttachment.objects.filter(owner_id="1").count() == 2
+    assert (
+        set(StoredAttachment.objects.filter(owner_id="1").values_list("file", flat=True)) == blobs
+    )
+    storage = resolve_attachment_storage()
+    assert all(storage.exists(name) for name in blobs)
+    store._save(upload(b"three"), "2")  # the quota is per owner
+    StoredAttachment.objects.filter(owner_id="1").first().delete()  # type: ignore[union-attr]
+    store._save(upload(b"three"), "1")  # room again after a deletion
+
+
+def test_the_bytes_quota_counts_stored_blobs_so_a_dedup_upload_is_free(upload: Upload) -> None:
+    store = DefaultAttachmentStore(max_bytes_per_owner=10)
+    store._save(upload(b"123456"), "1")
+    store._save(upload(b"123456", name="again.txt"), "1")  # same bytes: no new blob
+    before = blob_files()
+
+    with pytest.raises(StoreLimitError) as refused:
+        store._save(upload(b"12345"), "1")
+
+    assert str(refused.value) == (
+        "This upload of 5 bytes would take the owner's attachments to 11 bytes, over the "
+        "limit of 10 bytes (max_bytes_per_owner=10): delete attachments or upload a smaller "
+        "file."
+    )
+    assert StoredAttachment.objects.count() == 2
+    # The refused upload left no blob behind.
+    assert blob_files() == before
+    store._save(upload(b"1234"), "1")  # exactly at the limit
+    assert StoredAttachment.objects.filter(owner_id="1").count() == 3
+
+
+def test_the_bytes_quota_is_checked_again_after_the_bytes_are_written(
+    upload: Upload, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upload that passed the first check but lost the race writes no row, keeps no blob."""
+    store = DefaultAttachmentStore(max_bytes_per_owner=10)
+    real_check = store._refuse_over_quota
+    checks: list[int] = []
+
+    def racing_check(owner_id: str, new_bytes: int) -> None:
+        checks.append(new_bytes)
+        real_check(owner_id, new_bytes)
+        if len(checks) == 1:  # another upload of the owner commits while the bytes are written
+            DefaultAttachmentStore()._save(upload(b"x" * 8, name="winner.txt"), owner_id)
+
+    monkeypatch.setattr(store, "_refuse_over_quota", racing_check)
+    before = blob_files()
+
+    with pytest.raises(StoreLimitError, match="would take the owner's attachments to 13 bytes"):
+        store._save(upload(b"12345"), "1")
+
+    assert checks == [5, 5]
+    assert list(StoredAttachment.objects.values_list("name", flat=True)) == ["winner.txt"]
+    assert len(blob_files() - before) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_uploads_never_overshoot_the_quotas(upload: Upload) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    store = DefaultAttachmentStore(max_files_per_owner=3, max_bytes_per_owner=1000)
+    barrier = Barrier(8)
+
+    def worker(i: int) -> str:
+        try:
+            barrier.wait(timeout=10)
+            store._save(upload(f"file {i}".encode()), "1")
+            return "saved"
+        except StoreLimitError:
+            return "refused"
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(worker, range(8)))
+
+    assert sorted(outcomes) == ["refused"] * 5 + ["saved"] * 3
+    assert StoredAttachment.objects.filter(owner_id="1").count() == 3
+
+
+@pytest.mark.urls("tests.contrib.store.urls")
+@pytest.mark.django_db(transaction=True)
+async def test_an_upload_over_a_quota_is_a_413_json_through_the_route(alice: User) -> None:
+    from tests.agui.conftest import logged_in
+
+    async with await logged_in(alice) as http:
+        sent = [
+            await http.post("/quota/attachments/", files={"file": (f"{i}.txt", data, "text/plain")})
+            for i, data in enumerate([b"123456", b"12345", b"abc", b"xyz"])
+        ]
+        listing = await StoredAttachment.objects.filter(owner_id=str(alice.pk)).acount()
+    assert [response.status_code for response in sent] == [201, 413, 201, 413]
+    assert sent[1].headers["content-type"] == "application/json"
+    assert "over the limit of 10 bytes (max_bytes_per_owner=10)" in sent[1].json()["error"]
+    assert "at most 2 files per owner (max_files_per_owner=2)" in sent[3].json()["error"]
+    assert listing == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from django_pydantic_agent.contrib.store.models import (
     StoredMessage,
 )
 from django_pydantic_agent.contrib.store.stores import DEFAULT_LIST_LIMIT, DefaultConversationStore
-from django_pydantic_agent.persistence import AnonymousOperationError, Conversation
+from django_pydantic_agent.persistence import AnonymousOperationError, Conversation, StoreLimitError
 
 pytestmark = pytest.mark.django_db
 
@@ -299,8 +300,6 @@ def test_an_unrelated_integrity_error_is_not_swallowed(
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_saves_of_one_thread_serialise(store: DefaultConversationStore) -> None:
     """Two workers racing on one new thread: no IntegrityError, one writer's list wins whole."""
-    if connection.vendor == "sqlite":
-        pytest.skip("Needs a database with concurrent writers (CI runs it on PostgreSQL).")
     from concurrent.futures import ThreadPoolExecutor
     from threading import Barrier
 
@@ -390,3 +389,147 @@ def test_a_rename_with_a_nul_character_drops_it(store: DefaultConversationStore)
     save(store, "1", "t", [user_msg(0)])
     store._rename("t", "Trip\u0000 plans", "1")
     assert StoredConversation.objects.get().title == "Trip plans"
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "10"])
+def test_a_bad_thread_quota_is_refused_at_construction(bad: Any) -> None:
+    with pytest.raises(ValueError, match=rf"^max_threads_per_owner={bad!r} is not valid"):
+        DefaultConversationStore(max_threads_per_owner=bad)
+
+
+def test_the_thread_quota_refuses_a_new_thread_and_writes_nothing() -> None:
+    store = DefaultConversationStore(max_threads_per_owner=2)
+    save(store, "1", "a", [user_msg(0)])
+    save(store, "1", "b", [user_msg(0)])
+
+    with pytest.raises(StoreLimitError) as refused:
+        save(store, "1", "c", [user_msg(0)])
+
+    assert str(refused.value) == (
+        "This conversation store keeps at most 2 threads per owner "
+        "(max_threads_per_owner=2), and that many are stored already: delete a thread to "
+        "start a new one."
+    )
+    assert sorted(StoredConversation.objects.values_list("thread_id", flat=True)) == ["a", "b"]
+    assert StoredMessage.objects.count() == 2
+    save(store, "1", "a", [user_msg(0), bot_msg(1)])  # an existing thread still grows
+    save(store, "2", "c", [user_msg(0)])  # the quota is per owner
+    store._remove("a", "1")
+    save(store, "1", "c", [user_msg(0)])  # room again after a deletion
+    assert sorted(meta.thread_id for meta in store._list("1", None)) == ["b", "c"]
+
+
+def test_a_first_save_that_lost_the_race_for_its_own_thread_is_not_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The thread appeared while waiting for the owner lock: saving it creates nothing new."""
+    store = DefaultConversationStore(max_threads_per_owner=1)
+    real_lookup = store._locked_row
+    calls: list[str] = []
+
+    def stale_first_lookup(thread_id: str, owner_id: str) -> StoredConversation | None:
+        calls.append(thread_id)
+        if len(calls) == 1:
+            StoredConversation.objects.create(owner_id=owner_id, thread_id=thread_id)
+            return None
+        return real_lookup(thread_id, owner_id)
+
+    monkeypatch.setattr(store, "_locked_row", stale_first_lookup)
+    save(store, "1", "t", [user_msg(0)])
+
+    assert calls == ["t", "t"]
+    loaded = store._fetch("t", "1")
+    assert loaded is not None
+    assert loaded.messages == [user_msg(0)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_first_saves_never_overshoot_the_thread_quota() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    from django.db import connections
+
+    store = DefaultConversationStore(max_threads_per_owner=3)
+    barrier = Barrier(8)
+
+    def worker(i: int) -> str:
+        try:
+            barrier.wait(timeout=10)
+            save(store, "1", f"thread-{i}", [user_msg(0)])
+            return "saved"
+        except StoreLimitError:
+            return "refused"
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(worker, range(8)))
+
+    assert sorted(outcomes) == ["refused"] * 5 + ["saved"] * 3
+    assert StoredConversation.objects.filter(owner_id="1").count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_tabs_appending_to_an_existing_thread_serialise() -> None:
+    """Both read the stored rows, then both write: the row lock makes the second re-read.
+
+    Without the lock both would diff against the same rows and INSERT the same position, and
+    the second would fail with an IntegrityError. Each tab waits (up to a second) at a barrier
+    between its read and its write, so without the lock they are sure to overlap.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier, BrokenBarrierError
+
+    from django.db import connections
+
+    barrier = Barrier(2)
+
+    class Tab(DefaultConversationStore):
+        def _diff(self, row: Any, messages: list[Any]) -> Any:
+            diff = super()._diff(row, messages)
+            # A broken barrier means the other tab is waiting for the lock: go on.
+            with suppress(BrokenBarrierError):
+                barrier.wait(timeout=1)
+            return diff
+
+    history = [user_msg(0), bot_msg(1)]
+    save(DefaultConversationStore(), "1", "t", history)
+    tabs = {
+        "a": [*history, user_msg(2, "from tab a")],
+        "b": [*history, user_msg(2, "from tab b"), bot_msg(3, "answer in b")],
+    }
+
+    def worker(name: str) -> None:
+        try:
+            save(Tab(), "1", "t", tabs[name])
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(2) as pool:
+        for future in [pool.submit(worker, name) for name in tabs]:
+            future.result()  # re-raises an IntegrityError from either tab
+
+    loaded = DefaultConversationStore()._fetch("t", "1")
+    assert loaded is not None
+    assert loaded.messages in (tabs["a"], tabs["b"])
+    assert StoredMessage.objects.count() == len(loaded.messages)
+
+
+@pytest.mark.urls("tests.contrib.store.urls")
+@pytest.mark.django_db(transaction=True)
+async def test_a_run_on_a_thread_over_the_quota_ends_with_store_limit(alice: User) -> None:
+    from tests.agui.conftest import logged_in, run_body, sse_events
+
+    async with await logged_in(alice) as http:
+        first = await http.post("/quota/", json=run_body(thread_id="a", run_id="r1"))
+        again = await http.post("/quota/", json=run_body(thread_id="a", run_id="r2"))
+        second = await http.post("/quota/", json=run_body(thread_id="b", run_id="r3"))
+        listing = (await http.get("/quota/threads/")).json()["threads"]
+    assert sse_events(first.text)[-1]["type"] == "RUN_FINISHED"
+    assert sse_events(again.text)[-1]["type"] == "RUN_FINISHED"  # an existing thread grows
+    refused = sse_events(second.text)[-1]
+    assert refused["type"] == "RUN_ERROR"
+    assert refused["code"] == "STORE_LIMIT"
+    assert "at most 1 thread per owner (max_threads_per_owner=1)" in refused["message"]
+    assert [thread["threadId"] for thread in listing] == ["a"]

@@ -1,0 +1,250 @@
+"""Flushing a run's tracked records: one transaction per flush, confirmed only on success.
+
+The first write of a record creates it with its content and status; later writes send only
+what changed, text as an idempotent ``<field>_delta`` at the confirmed stored length. After a
+failed flush, the next one re-reads what the store really holds for this run's records
+(``recover``), so a write that landed although its answer was lost is neither lost nor
+duplicated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+from django_pydantic_agent.chat_history._tracking import (
+    StorageState,
+    TrackedMessage,
+    TrackedReasoning,
+    TrackedRecord,
+    TrackedToolCall,
+)
+from django_pydantic_agent.chat_history.records import (
+    MessageReasoningUpdate,
+    MessageToolCallUpdate,
+    MessageUpdate,
+)
+from django_pydantic_agent.chat_history.repositories import MessageRepositoryLike
+
+__all__ = ["Flusher"]
+
+logger = logging.getLogger("django_pydantic_agent.chat_history")
+
+
+class Flusher:
+    """Writes the pending changes of a run's records through a ``MessageRepositoryLike``."""
+
+    def __init__(self, repo: MessageRepositoryLike, *, retry_after: float) -> None:
+        self.repo = repo
+        self.retry_after = retry_after
+
+    async def flush(self, state: StorageState) -> bool:
+        """Write every pending change in one transaction; confirm it locally only on success."""
+        state.flush_now = False
+        if not state.dirty():
+            state.flush_due = None
+            return True
+        commits: list[Callable[[], None]] = []
+        try:
+            if state.needs_recovery:
+                await self.recover(state)
+            async with self.repo.transaction():
+                for message in state.messages:
+                    await self._write_message(state, message, commits)
+                for call in state.foreign:
+                    await self._write_tool_call(call, call.message_uuid, commits)
+        except Exception:
+            logger.warning(
+                "Persisting run %r failed; the changes are kept and retried.",
+                state.run_id,
+                exc_info=True,
+            )
+            state.needs_recovery = True
+            state.flush_due = asyncio.get_running_loop().time() + self.retry_after
+            return False
+        for commit in commits:
+            commit()
+        state.needs_recovery = False
+        state.flush_due = None
+        return True
+
+    @staticmethod
+    def _confirmer(
+        record: TrackedRecord, uuid: UUID, sent_len: int, status: str, sent: dict[str, Any]
+    ) -> Callable[[], None]:
+        return lambda: record.confirm(uuid, sent_len, status, sent)
+
+    async def _write_message(
+        self,
+        state: StorageState,
+        message: TrackedMessage,
+        commits: list[Callable[[], None]],
+    ) -> None:
+        uuid = message.uuid
+        if message.lost:
+            return
+        sent = dict(message.changes)
+        sent_len = len(message.text.value)
+        if uuid is None:
+            update: dict[str, Any] = {
+                "content": message.text.value,
+                **message.status_fields(),
+                **sent,
+            }
+            update["chat_uuid"] = message.dto.chat_uuid or state.chat.chat_uuid
+            created = await self.repo.create_message(message.dto.model_copy(update=update))
+            uuid = created.message_uuid
+            commits.append(self._confirmer(message, uuid, sent_len, message.status, sent))
+        elif message.dirty:
+            fields = {**message.text.write_fields("content"), **sent}
+            if message.status != message.stored_status:
+                fields.update(message.status_fields())
+            result = await self.repo.update_message(uuid, MessageUpdate(**fields))
+            if result is None:
+                self._lost(message)
+                return
+            commits.append(self._confirmer(message, uuid, sent_len, message.status, sent))
+        for step in message.reasonings:
+            await self._write_reasoning(step, uuid, commits)
+        for call in message.tool_calls:
+            await self._write_tool_call(call, uuid, commits)
+
+    async def _write_tool_call(
+        self, call: TrackedToolCall, parent: UUID | None, commits: list[Callable[[], None]]
+    ) -> None:
+        if call.lost or not call.dirty or parent is None:
+            return
+        sent = dict(call.changes)
+        sent_len = len(call.text.value)
+        if call.uuid is None:
+            update = {
+                "message_uuid": parent,
+                "arguments": call.text.value,
+                **call.status_fields(),
+                **sent,
+            }
+            created = await self.repo.create_message_tool_call(call.dto.model_copy(update=update))
+            commits.append(self._confirmer(call, created.uuid, sent_len, call.status, sent))
+            return
+        fields = {**call.text.write_fields("arguments"), **sent}
+        if call.status != call.stored_status:
+            fields.update(call.status_fields())
+        result = await self.repo.update_message_tool_call(
+            call.uuid, MessageToolCallUpdate(**fields)
+        )
+        if result is None:
+            self._lost(call)
+            return
+        commits.append(self._confirmer(call, call.uuid, sent_len, call.status, sent))
+
+    async def _write_reasoning(
+        self, step: TrackedReasoning, parent: UUID, commits: list[Callable[[], None]]
+    ) -> None:
+        if step.lost or not step.dirty:
+            return
+        sent = dict(step.changes)
+        sent_len = len(step.text.value)
+        if step.uuid is None:
+            update = {
+                "message_uuid": parent,
+                "content": step.text.value,
+                **step.status_fields(),
+                **sent,
+            }
+            if step.agui_id is not None:
+                update["agui_id"] = step.agui_id
+            created = await self.repo.create_message_reasoning(step.dto.model_copy(update=update))
+            commits.append(self._confirmer(step, created.uuid, sent_len, step.status, sent))
+            return
+        fields = {**step.text.write_fields("content"), **sent}
+        if step.status != step.stored_status:
+            fields.update(step.status_fields())
+        result = await self.repo.update_message_reasoning(
+            step.uuid, MessageReasoningUpdate(**fields)
+        )
+        if result is None:
+            self._lost(step)
+            return
+        commits.append(self._confirmer(step, step.uuid, sent_len, step.status, sent))
+
+    @staticmethod
+    def _lost(record: TrackedRecord) -> None:
+        logger.warning(
+            "A record of this run (%s) is no longer in the store; its later changes are dropped.",
+            record.uuid,
+        )
+        record.lost = True
+
+    async def recover(self, state: StorageState) -> None:
+        """After a failed flush, re-read what the store really holds for this run's records."""
+        chat_uuid = state.chat.chat_uuid
+        stored = [
+            m for m in await self.repo.get_chat_messages(chat_uuid) if m.run_id == state.run_id
+        ]
+        claimed: set[UUID] = set()
+        for message in state.messages:
+            match = next((m for m in stored if m.message_uuid == message.uuid), None)
+            if match is None:
+                match = next(
+                    (
+                        m
+                        for m in stored
+                        if m.message_uuid not in claimed
+                        and m.message_uuid not in {t.uuid for t in state.messages}
+                        and m.agui_id == message.agui_id
+                        and m.role == message.role
+                    ),
+                    None,
+                )
+            if match is None:
+                _reset(message)
+                for child in (*message.tool_calls, *message.reasonings):
+                    _reset(child)
+                continue
+            claimed.add(match.message_uuid)
+            _sync(message, match.content, match.status, match.message_uuid)
+            for call in message.tool_calls:
+                found = next(
+                    (
+                        c
+                        for c in match.tool_calls
+                        if c.uuid == call.uuid or c.tool_call_id == call.tool_call_id
+                    ),
+                    None,
+                )
+                if found is None:
+                    _reset(call)
+                else:
+                    _sync(call, found.arguments, found.status, found.uuid)
+            taken: set[UUID] = set()
+            for step in message.reasonings:
+                candidates = [r for r in match.reasonings if r.uuid not in taken]
+                found_step = next((r for r in candidates if r.uuid == step.uuid), None) or next(
+                    (r for r in candidates if step.agui_id and r.agui_id == step.agui_id), None
+                )
+                if found_step is None and step.agui_id is None:
+                    found_step = next((r for r in candidates if r.agui_id is None), None)
+                if found_step is None:
+                    _reset(step)
+                else:
+                    taken.add(found_step.uuid)
+                    _sync(step, found_step.content, found_step.status, found_step.uuid)
+        state.needs_recovery = False
+
+
+def _reset(record: TrackedRecord) -> None:
+    record.uuid = None
+    record.stored_status = None
+    record.text.stored_len = 0
+
+
+def _sync(record: TrackedRecord, stored_text: str, status: str, uuid: UUID) -> None:
+    record.uuid = uuid
+    record.stored_status = status
+    if record.text.value.startswith(stored_text):
+        record.text.stored_len = len(stored_text)
+    else:
+        record.text.stored_len = None

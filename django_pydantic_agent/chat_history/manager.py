@@ -1,0 +1,601 @@
+"""Run AG-UI agents in tasks the server owns, so a run outlives the request that started it.
+
+`StreamPersistenceManager` builds one agent per run (normally an `AGUIStorageAgent`) inside a
+producer task it owns, and records every event the agent yields in an ordered, sequence-numbered
+in-memory log held by the run's `RunHandle`. Clients read that log; they never drive the agent.
+So a reader that stops (a disconnect, ``aclose()``, a cancelled request task) stops only itself,
+several readers can follow one run, and a reader can resume after any sequence number.
+
+A reader's stream ends as soon as the run's terminal event (``RUN_FINISHED`` / ``RUN_ERROR``) is
+logged; the producer keeps going until the agent's own stream has ended, which for the storage
+agent means its final flush and finalization. `RunHandle.wait` waits for that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing, suppress
+from typing import Any, Generic, Literal, NamedTuple, ParamSpec, Protocol, TypeAlias
+
+from ag_ui.core import (
+    BaseEvent,
+    EventType,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunFinishedInterruptOutcome,
+    RunStartedEvent,
+)
+
+from django_pydantic_agent.chat_history.errors import ChatHistoryError, ErrorCodes
+from django_pydantic_agent.chat_history.storage_agent import CRASH_TEXT, INCOMPLETE_STREAM_TEXT
+
+logger = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_RunKey: TypeAlias = tuple[str | None, str, str]  # (owner, thread_id, run_id)
+
+RunStatus: TypeAlias = Literal["running", "complete", "interrupt", "interrupted", "errored"]
+CancelEvent: TypeAlias = Literal["auto", "run_finished", "run_error"]
+
+CANCELLED_MESSAGE = "The run was cancelled."
+CANCELLED_CODE = "CANCELLED"
+
+_TERMINAL_TYPES = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+
+
+class RunnableAgent(Protocol):
+    """What the manager runs: anything with ``run(input) -> AsyncIterator[BaseEvent]``."""
+
+    def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]: ...
+
+
+class SequencedEvent(NamedTuple):
+    """One logged event and its per-run sequence number (the first event of a run is 1)."""
+
+    seq: int
+    event: BaseEvent
+
+
+class RunLogTruncatedError(ChatHistoryError, LookupError):
+    """A reader asked for events the bounded run log no longer holds in memory."""
+
+    def __init__(self, handle: RunHandle, wanted_seq: int) -> None:
+        self.wanted_seq = wanted_seq
+        self.first_seq = handle.first_seq
+        super().__init__(
+            f"Event {wanted_seq} of run {handle.run_id!r} on thread {handle.thread_id!r} is no "
+            f"longer held in memory: the run log keeps the last {handle.max_log_events} events "
+            f"and the oldest it holds is {self.first_seq}. Rebuild the reader's state from "
+            f"storage (a MESSAGES_SNAPSHOT) instead of replaying."
+        )
+
+
+class RunObserver:
+    """Hooks into every run of a manager; subclass and override what you need.
+
+    Each method is awaited by the run's producer (``on_event``, ``cancel_requested``) or by its
+    heartbeat (``on_heartbeat``, ``cancel_requested``), so keep them short. An exception from a
+    hook is logged and ignored: an observer never breaks a run.
+    """
+
+    async def on_event(self, handle: RunHandle, seq: int, event: BaseEvent) -> None:
+        """Called after each event is logged (readers already see it), in order."""
+
+    async def cancel_requested(self, handle: RunHandle) -> bool:
+        """Return True to cancel the run. Asked after every event and on every heartbeat
+        until the run's terminal event (e.g. check a cancel intent in a shared cache)."""
+        return False
+
+    async def on_heartbeat(self, handle: RunHandle) -> None:
+        """Called every ``heartbeat_interval`` seconds while the producer runs (finalization
+        included), e.g. to refresh the run's lease."""
+
+    async def on_done(self, handle: RunHandle) -> None:
+        """Called once when the producer has finished, persistence included."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _speaks_agui_1(input: RunAgentInput) -> bool:
+    major = (input.protocol_version or "").split(".", 1)[0]
+    return major.isdigit() and int(major) >= 1
+
+
+class RunHandle:
+    """One run started by `StreamPersistenceManager`: its event log, cancellation and completion.
+
+    ``thread_id`` and ``run_id`` are the AG-UI ids of the run, ``owner`` the owner it was
+    started for (`StreamPersistenceManager.run_as`), or None. Handles are shared: starting a
+    run whose key is live (or recently finished) returns the same handle.
+    """
+
+    def __init__(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        owner: str | None,
+        cancel_as_run_finished: bool,
+        max_log_events: int,
+    ) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.owner = owner
+        self.max_log_events = max_log_events
+        self._cancel_as_run_finished = cancel_as_run_finished
+        self._log: deque[BaseEvent] = deque(maxlen=max_log_events)
+        self._last_seq = 0
+        self._terminal_seq: int | None = None
+        self._started = False
+        self._cancelled = False
+        self._changed = asyncio.Event()
+        self._wakeups = 0  # reader wake-ups, to prove readers await instead of polling
+        self._producing = False  # the producer task has taken its first step
+
+    _task: asyncio.Task[None]  # the producer, set by the manager right after construction
+
+    def __repr__(self) -> str:
+        return f"<RunHandle thread_id={self.thread_id!r} run_id={self.run_id!r} {self.status}>"
+
+    # -- state ----------------------------------------------------------------------------
+
+    @property
+    def last_seq(self) -> int:
+        """Sequence number of the newest logged event (0 before the first)."""
+        return self._last_seq
+
+    @property
+    def first_seq(self) -> int:
+        """Sequence number of the oldest event still held in memory."""
+        return self._last_seq - len(self._log) + 1
+
+    @property
+    def terminal_event(self) -> BaseEvent | None:
+        """The run's ``RUN_FINISHED`` / ``RUN_ERROR`` once logged, else None."""
+        return self._log[-1] if self._terminal_seq is not None else None
+
+    @property
+    def status(self) -> RunStatus:
+        """``running`` until the terminal event, then the outcome it announced."""
+        event = self.terminal_event
+        if event is None:
+            return "running"
+        if self._cancelled:
+            return "interrupted"
+        if isinstance(event, RunFinishedEvent):
+            if isinstance(event.outcome, RunFinishedCancelledOutcome):
+                return "interrupted"
+            if isinstance(event.outcome, RunFinishedInterruptOutcome):
+                return "interrupt"
+            return "complete"
+        return "errored"
+
+    @property
+    def finalizing(self) -> bool:
+        """True after the terminal event while the producer is still persisting."""
+        return self._terminal_seq is not None and not self.done()
+
+    def done(self) -> bool:
+        """True once the producer has finished, persistence included."""
+        return self._task.done()
+
+    # -- control --------------------------------------------------------------------------
+
+    def cancel(self) -> bool:
+        """Cancel this run; the client's stream gets a terminal event at once.
+
+        Returns True if this call stopped the run, False if it had already emitted its terminal
+        event (finished, failed, cancelled before, or finalizing): a later call never disturbs
+        finalization, so calling this repeatedly is safe.
+        """
+        if self._terminal_seq is not None or self._task.done():
+            return False
+        self._close_cancelled()
+        if self._producing:
+            self._task.cancel()
+        # else the producer sees the terminal event at its first step and skips the agent:
+        # a task cancelled before its first step would never run its own cleanup.
+        return True
+
+    async def wait(self) -> None:
+        """Return when the producer is done, persistence and finalization included.
+
+        Never raises for a cancelled or failed run (a failure surfaces as a ``RUN_ERROR``
+        event); only cancelling the waiter itself raises.
+        """
+        await asyncio.wait({self._task})
+
+    # -- reading --------------------------------------------------------------------------
+
+    async def sequenced_events(self, *, after: int = 0) -> AsyncGenerator[SequencedEvent, None]:
+        """Yield ``(seq, event)`` for every event with ``seq > after``, then the live tail.
+
+        Ends right after the terminal event. Stopping early has no effect on the run. Raises
+        `ValueError` if ``after`` is negative or beyond `last_seq`, and `RunLogTruncatedError`
+        if an event the reader needs was dropped from the bounded log.
+        """
+        if not 0 <= after <= self._last_seq:
+            raise ValueError(
+                f"after={after!r} is outside run {self.run_id!r}'s log, whose last sequence "
+                f"number is {self._last_seq}; pass 0 to read from the start."
+            )
+        seq = after + 1
+        while True:
+            while seq <= self._last_seq:
+                if seq < self.first_seq:
+                    raise RunLogTruncatedError(self, seq)
+                yield SequencedEvent(seq, self._log[seq - self.first_seq])
+                if seq == self._terminal_seq:
+                    return
+                seq += 1
+            if self._terminal_seq is not None:
+                return
+            await self._changed.wait()
+            self._wakeups += 1
+
+    async def events(self, *, after: int = 0) -> AsyncGenerator[BaseEvent, None]:
+        """Yield the run's events (those with ``seq > after``) as `sequenced_events` does."""
+        async with aclosing(self.sequenced_events(after=after)) as entries:
+            async for entry in entries:
+                yield entry.event
+
+    # -- producer side --------------------------------------------------------------------
+
+    def _append(self, event: BaseEvent) -> int | None:
+        """Log ``event`` and wake readers; events after the terminal one are not logged."""
+        if self._terminal_seq is not None:
+            return None
+        self._last_seq += 1
+        self._log.append(event)
+        if event.type == EventType.RUN_STARTED:
+            self._started = True
+        elif event.type in _TERMINAL_TYPES:
+            self._terminal_seq = self._last_seq
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+        return self._last_seq
+
+    def _close(self, terminal: BaseEvent) -> None:
+        """End the client's stream with a synthesized terminal event (after a RUN_STARTED)."""
+        if not self._started:
+            self._append(
+                RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id, timestamp=_now_ms())
+            )
+        self._append(terminal)
+
+    def _close_cancelled(self) -> None:
+        if self._terminal_seq is not None:
+            return
+        self._cancelled = True
+        terminal: BaseEvent
+        if self._cancel_as_run_finished:
+            terminal = RunFinishedEvent(
+                thread_id=self.thread_id,
+                run_id=self.run_id,
+                outcome=RunFinishedCancelledOutcome(),
+                timestamp=_now_ms(),
+            )
+        else:
+            terminal = RunErrorEvent(
+                message=CANCELLED_MESSAGE, code=CANCELLED_CODE, timestamp=_now_ms()
+            )
+        self._close(terminal)
+
+    def _close_errored(self, message: str) -> None:
+        self._close(
+            RunErrorEvent(
+                message=message, code=ErrorCodes.INTERNAL_ERROR.value, timestamp=_now_ms()
+            )
+        )
+
+
+class StreamPersistenceManager(Generic[_P]):
+    """Run agents so their output survives client disconnects, with cancel and reattach.
+
+    ``agent_factory(*args, **kwargs)`` builds a fresh agent per run (normally an
+    `AGUIStorageAgent`), inside the run's producer task. Options:
+
+    - ``cancel_event``: the terminal event a cancelled run's readers get. ``"auto"`` sends
+      ``RUN_FINISHED`` with outcome ``cancelled`` when the input's ``protocol_version`` is 1.0
+      or later (``@ag-ui/client`` 1.0 sends ``"1.0"``), else ``RUN_ERROR`` code ``CANCELLED``
+      (an older client would read an unknown outcome as success).
+    - ``max_log_events``: events each run keeps in memory (the newest; older ones are dropped
+      and a reader that needs them gets `RunLogTruncatedError`).
+    - ``finished_run_retention`` (seconds) and ``max_finished_runs``: how long, and how many,
+      finished runs stay addressable by `get` and `run` (for reattach and idempotent retries).
+    - ``observer`` and ``heartbeat_interval``: a `RunObserver` called on every event and on a
+      heartbeat (cross-worker cancel, lease refresh, tail sharing). No observer, no heartbeat.
+    - ``context``: returns the `contextvars.Context` each producer task runs in; by default a
+      copy of the caller's. A producer outlives its request, so request-scoped variables can
+      go stale: under Django's ASGI handler the copy carries the request's asgiref
+      ``ThreadSensitiveContext``, and once the request ends each thread-sensitive
+      ``sync_to_async`` call of the run moves to a fresh, never-closed worker thread. Pass
+      ``context=contextvars.Context`` to run producers on the process-wide thread instead.
+    """
+
+    def __init__(
+        self,
+        agent_factory: Callable[_P, RunnableAgent],
+        *,
+        cancel_event: CancelEvent = "auto",
+        max_log_events: int = 10_000,
+        finished_run_retention: float = 60.0,
+        max_finished_runs: int = 256,
+        observer: RunObserver | None = None,
+        heartbeat_interval: float = 10.0,
+        context: Callable[[], contextvars.Context] | None = None,
+    ) -> None:
+        if cancel_event not in ("auto", "run_finished", "run_error"):
+            raise ValueError(
+                f"cancel_event={cancel_event!r} is not one of 'auto', 'run_finished', 'run_error'."
+            )
+        if max_log_events < 1:
+            raise ValueError(f"max_log_events={max_log_events!r} must be at least 1.")
+        if finished_run_retention < 0 or max_finished_runs < 0:
+            raise ValueError(
+                f"finished_run_retention={finished_run_retention!r} and "
+                f"max_finished_runs={max_finished_runs!r} must not be negative."
+            )
+        if heartbeat_interval <= 0:
+            raise ValueError(f"heartbeat_interval={heartbeat_interval!r} must be positive.")
+        self._factory = agent_factory
+        self._cancel_event = cancel_event
+        self._max_log_events = max_log_events
+        self._retention = finished_run_retention
+        self._max_finished = max_finished_runs
+        self._observer = observer
+        self._heartbeat_interval = heartbeat_interval
+        self._context = context
+        self._runs: dict[_RunKey, RunHandle] = {}
+        self._finished: OrderedDict[RunHandle, float] = OrderedDict()
+        self._closed = False
+
+    async def __aenter__(self) -> StreamPersistenceManager[_P]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- public API -----------------------------------------------------------------------
+
+    async def run(self, input: RunAgentInput, /, *args: _P.args, **kwargs: _P.kwargs) -> RunHandle:
+        """Start a run, or attach to the run already registered under its key.
+
+        The key is ``(input.thread_id, input.run_id)``. While that run is live, or finished
+        within the retention window, its handle is returned and nothing new starts (the factory
+        is not called). Otherwise a producer task calls ``agent_factory(*args, **kwargs)`` and
+        iterates the agent's ``run(input)``. Raises `RuntimeError` after `aclose`.
+
+        Both ids come from the client, so a server with several users should call `run_as`.
+        """
+        return await self.run_as(None, input, *args, **kwargs)
+
+    async def run_as(
+        self, owner: str | None, input: RunAgentInput, /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> RunHandle:
+        """`run`, with ``owner`` as part of the key: a run is found again, attached to or
+        cancelled only under the owner it was started for, so a client that reuses another
+        owner's ``(thread_id, run_id)`` starts its own run instead of reading theirs."""
+        if self._closed:
+            raise RuntimeError("This StreamPersistenceManager is closed; it starts no new runs.")
+        self._prune()
+        key = (owner, input.thread_id, input.run_id)
+        existing = self._runs.get(key)
+        if existing is not None:
+            return existing
+        if self._cancel_event == "auto":
+            as_run_finished = _speaks_agui_1(input)
+        else:
+            as_run_finished = self._cancel_event == "run_finished"
+        handle = RunHandle(
+            input.thread_id,
+            input.run_id,
+            owner=owner,
+            cancel_as_run_finished=as_run_finished,
+            max_log_events=self._max_log_events,
+        )
+        task = asyncio.create_task(
+            self._produce(handle, input, args, kwargs),
+            name=f"agent run {input.thread_id}/{input.run_id}",
+            context=None if self._context is None else self._context(),
+        )
+        handle._task = task
+        self._runs[key] = handle
+        task.add_done_callback(lambda _task: self._retire(handle))
+        return handle
+
+    def get(self, thread_id: str, run_id: str, *, owner: str | None = None) -> RunHandle | None:
+        """The handle of a live or recently finished run of ``owner``, or None."""
+        self._prune()
+        return self._runs.get((owner, thread_id, run_id))
+
+    def runs(self, thread_id: str | None = None, *, owner: str | None = None) -> list[RunHandle]:
+        """The registered handles (live and retained) of ``owner``, optionally of one thread,
+        oldest first."""
+        self._prune()
+        return [
+            handle
+            for (run_owner, run_thread, _), handle in self._runs.items()
+            if run_owner == owner and thread_id in (None, run_thread)
+        ]
+
+    def cancel(self, thread_id: str, run_id: str, *, owner: str | None = None) -> bool:
+        """Cancel the run keyed by ``(owner, thread_id, run_id)``; see `RunHandle.cancel`.
+
+        Returns False when no such run is registered or it already emitted its terminal event.
+        """
+        handle = self._runs.get((owner, thread_id, run_id))
+        return handle is not None and handle.cancel()
+
+    async def aclose(self, *, grace: float | None = 30.0) -> None:
+        """Stop accepting runs, cancel every live run and wait for all producers.
+
+        Runs that already emitted their terminal event are left to finish persisting. After
+        ``grace`` seconds, producers still going are cancelled again (their finalization is
+        cut short, which is logged) and awaited, so no task outlives this call.
+        """
+        self._closed = True
+        live = [handle for handle in self._runs.values() if not handle.done()]
+        for handle in live:
+            handle.cancel()
+        if not live:
+            return
+        tasks = [handle._task for handle in live]
+        _, pending = await asyncio.wait(tasks, timeout=grace)
+        if pending:
+            logger.warning(
+                "%d agent run(s) were still finalizing after %s s at shutdown; cancelling them.",
+                len(pending),
+                grace,
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending)
+
+    # -- internals ------------------------------------------------------------------------
+
+    async def _produce(
+        self,
+        handle: RunHandle,
+        input: RunAgentInput,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        handle._producing = True
+        if handle._terminal_seq is None:  # else it was cancelled before this first step
+            await self._drive(handle, input, args, kwargs)
+        if self._observer is not None:
+            await self._call_hook(handle, "on_done", self._observer.on_done(handle))
+
+    async def _drive(
+        self,
+        handle: RunHandle,
+        input: RunAgentInput,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        heartbeat = None
+        if self._observer is not None:
+            heartbeat = asyncio.create_task(
+                self._heartbeat(handle, self._observer),
+                name=f"agent run heartbeat {handle.thread_id}/{handle.run_id}",
+            )
+        try:
+            agent = self._factory(*args, **kwargs)
+            stream = agent.run(input)
+            while True:
+                try:
+                    event = await anext(stream)
+                except StopAsyncIteration:
+                    break
+                seq = handle._append(event)
+                if seq is not None and self._observer is not None:
+                    await self._observe(handle, self._observer, seq, event, stream)
+        except asyncio.CancelledError:
+            # Ours to absorb: the run's readers get a terminal event, and wait() never raises.
+            handle._close_cancelled()
+        except Exception:
+            if handle._terminal_seq is None:
+                logger.exception(
+                    "Agent run %r on thread %r failed.", handle.run_id, handle.thread_id
+                )
+                handle._close_errored(CRASH_TEXT)
+            else:
+                logger.exception(
+                    "Agent run %r on thread %r failed after its terminal event.",
+                    handle.run_id,
+                    handle.thread_id,
+                )
+        else:
+            if handle._terminal_seq is None:
+                logger.error(
+                    "Agent run %r on thread %r ended without RUN_FINISHED or RUN_ERROR.",
+                    handle.run_id,
+                    handle.thread_id,
+                )
+                handle._close_errored(INCOMPLETE_STREAM_TEXT)
+        finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
+                await asyncio.wait({heartbeat})
+
+    async def _observe(
+        self,
+        handle: RunHandle,
+        observer: RunObserver,
+        seq: int,
+        event: BaseEvent,
+        stream: AsyncIterator[BaseEvent],
+    ) -> None:
+        try:
+            await self._call_hook(handle, "on_event", observer.on_event(handle, seq, event))
+            await self._check_cancel(handle, observer)
+        except asyncio.CancelledError:
+            # Cancelled while the agent waits at a yield: deliver the cancellation there, so
+            # its own handling (the storage agent's interrupt finalization) runs now.
+            if isinstance(stream, AsyncGenerator):
+                with suppress(StopAsyncIteration):  # the agent absorbed it and returned
+                    try:
+                        await stream.athrow(asyncio.CancelledError())
+                    finally:
+                        await stream.aclose()
+            raise
+
+    async def _heartbeat(self, handle: RunHandle, observer: RunObserver) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_interval)
+            await self._call_hook(handle, "on_heartbeat", observer.on_heartbeat(handle))
+            await self._check_cancel(handle, observer)
+
+    async def _check_cancel(self, handle: RunHandle, observer: RunObserver) -> None:
+        if handle._terminal_seq is None and await self._call_hook(
+            handle, "cancel_requested", observer.cancel_requested(handle)
+        ):
+            if asyncio.current_task() is handle._task:
+                # Asked after an event, in the producer itself: cancel at once, at the agent's
+                # yield (see _observe), instead of at the agent's next suspension.
+                handle._close_cancelled()
+                raise asyncio.CancelledError
+            handle.cancel()
+
+    @staticmethod
+    async def _call_hook(handle: RunHandle, name: str, call: Any) -> Any:
+        try:
+            return await call
+        except Exception:
+            logger.exception(
+                "RunObserver.%s failed for run %r on thread %r; the run goes on.",
+                name,
+                handle.run_id,
+                handle.thread_id,
+            )
+            return None
+
+    def _retire(self, handle: RunHandle) -> None:
+        """Done-callback of a producer: close a never-started run, start its retention."""
+        handle._close_cancelled()  # only a task cancelled from outside before its start lacks one
+        self._finished[handle] = time.monotonic()
+        self._prune()
+
+    def _prune(self) -> None:
+        """Forget finished runs past the retention window or the count cap.
+
+        This is the only place a key leaves the registry, and it removes the finished handle
+        itself; a key is reused only once it is free, so an old run never unregisters a new one.
+        """
+        now = time.monotonic()
+        while self._finished:
+            handle, finished_at = next(iter(self._finished.items()))
+            if now - finished_at < self._retention and len(self._finished) <= self._max_finished:
+                break
+            del self._finished[handle]
+            del self._runs[handle.owner, handle.thread_id, handle.run_id]

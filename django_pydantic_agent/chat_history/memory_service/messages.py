@@ -1,0 +1,476 @@
+"""``MessageRepository``: messages as Memory Service events, cached per chat, written in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Final
+from uuid import UUID
+
+from django_pydantic_agent.chat_history.keys import LocatorKind, emitter_for_role
+from django_pydantic_agent.chat_history.memory_service._events import (
+    MAX_CONTENT_LENGTH,
+    PAGE_SIZE,
+    EventStore,
+    Mutation,
+    apply_quietly,
+    clone,
+    export,
+)
+from django_pydantic_agent.chat_history.memory_service._ids import (
+    is_own_chat_uuid,
+    mint_child_uuid,
+)
+from django_pydantic_agent.chat_history.memory_service.registry import (
+    ChatSessionRegistry,
+    ChatState,
+)
+from django_pydantic_agent.chat_history.records import (
+    PAYLOAD_VERSION,
+    Message,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageReasoningUpdate,
+    MessageToolCallCreate,
+    MessageToolCallUpdate,
+    MessageUpdate,
+    Reasoning,
+    ToolCall,
+    apply_update,
+    nested_record_class,
+    update_fields,
+)
+from django_pydantic_agent.memory_service import (
+    DRMemoryNotFoundError,
+    DRMemorySpace,
+)
+
+__all__ = ["MAX_CONTENT_LENGTH", "MessageRepository"]
+
+logger = logging.getLogger("django_pydantic_agent.chat_history")
+
+_CONCURRENT_TAILS: Final[int] = 8
+
+
+@dataclass(eq=False)
+class _Pending:
+    """A message touched inside a transaction: its committed ``base`` and the working copy."""
+
+    base: Message | None  # None: created inside the transaction
+    work: Message
+    mutations: list[Mutation] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Batch:
+    owner: MessageRepository
+    chats: dict[UUID, tuple[ChatState, dict[UUID, _Pending]]] = field(default_factory=dict)
+    children: list[tuple[ChatState, LocatorKind, UUID, UUID]] = field(default_factory=list)
+
+    def pending(self, state: ChatState) -> dict[UUID, _Pending]:
+        entry = self.chats.get(state.chat.chat_uuid)
+        if entry is None or entry[0] is not state:
+            entry = (state, {})
+            self.chats[state.chat.chat_uuid] = entry
+        return entry[1]
+
+
+_BATCH: ContextVar[_Batch | None] = ContextVar("chat_history_memory_service_batch", default=None)
+
+
+class MessageRepository:
+    """Message persistence backed by session events: one event per logical message.
+
+    Tool calls and reasoning steps are nested in the parent message's event body. Each chat's
+    events are cached after they are read or written (bodies and ``createdAt`` tokens), so an
+    update is one PATCH and never a re-listing. :meth:`transaction` collects the writes made
+    inside it and sends them at exit: per chat, at most one batch POST (new messages, with
+    every change made to them meanwhile) and one batch PATCH (changed messages). See the
+    package docstring for the consistency model.
+    """
+
+    def __init__(
+        self,
+        space: DRMemorySpace,
+        registry: ChatSessionRegistry,
+        *,
+        message_class: type[Message] = Message,
+    ) -> None:
+        if registry.space.id != space.id:
+            raise ValueError(
+                "MessageRepository got a registry of another memory space; pass the "
+                "ChatSessionRegistry built on the same DRMemorySpace."
+            )
+        self._space = space
+        self._registry = registry
+        self._retry = registry.retry
+        self.message_class = message_class
+        self._events = EventStore(registry, message_class)
+
+    # Transactions ------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """Scope a batch of writes, sent when the block exits without an exception.
+
+        Reads inside see the pending writes; a nested call joins the open batch; if the block
+        raises, nothing is sent. Per chat the batch is one POST, then one PATCH, each atomic:
+        if the PATCH fails after the POST succeeded, the error is raised and the new messages
+        stay stored (a caller that retries re-reads the chat first).
+        """
+        current = _BATCH.get()
+        if current is not None and current.owner is self:
+            yield
+            return
+        batch = _Batch(owner=self)
+        token = _BATCH.set(batch)
+        try:
+            yield
+        finally:
+            _BATCH.reset(token)
+        await self._commit(batch)
+
+    def _batch(self) -> _Batch | None:
+        batch = _BATCH.get()
+        return batch if batch is not None and batch.owner is self else None
+
+    async def _commit(self, batch: _Batch) -> None:
+        for state, pending in batch.chats.values():
+            created = [p.work for p in pending.values() if p.base is None]
+            changed = [(p.base, p.mutations) for p in pending.values() if p.base is not None]
+            async with state.lock:
+                if created:
+                    await self._events.post(state, created)
+                if changed:
+                    await self._events.patch(state, changed)
+            for message in created:
+                await self._put_locators(state, message)
+        for state, kind, uuid, parent in batch.children:
+            await self._put_child_locator(state, kind, uuid, parent)
+
+    async def _put_locators(self, state: ChatState, message: Message) -> None:
+        """Reference-style locators, only for a chat the reference created (uuid4 ids)."""
+        chat = state.chat
+        if is_own_chat_uuid(chat.chat_uuid):
+            return
+        await self._registry.locators.put(
+            "message", message.message_uuid, session_id=chat.id, chat_uuid=chat.chat_uuid
+        )
+
+    async def _put_child_locator(
+        self, state: ChatState, kind: LocatorKind, uuid: UUID, message_uuid: UUID
+    ) -> None:
+        chat = state.chat
+        if is_own_chat_uuid(chat.chat_uuid):
+            return
+        await self._registry.locators.put(
+            kind, uuid, session_id=chat.id, chat_uuid=chat.chat_uuid, message_uuid=message_uuid
+        )
+
+    # Reads and state -----------------------------------------------------------------------
+
+    async def _state(self, chat_uuid: UUID, *, refresh: bool = False) -> ChatState | None:
+        """The listed cache of a live chat (``refresh``: checked for changes first)."""
+        state = await self._registry.state(chat_uuid)
+        if state is None:
+            return None
+        state.current = False
+        try:
+            async with state.lock:
+                if not state.listed:
+                    await self._events.list_all(state)
+                elif refresh:
+                    await self._events.refresh(state)
+        except DRMemoryNotFoundError:
+            self._registry.unregister(chat_uuid)
+            return None
+        return state
+
+    def _view(self, state: ChatState) -> list[Message]:
+        """The chat's messages in order, with this task's pending writes applied."""
+        ordered = state.ordered()
+        batch = self._batch()
+        if batch is None or state.chat.chat_uuid not in batch.chats:
+            return ordered
+        pending = batch.pending(state)
+        view = [pending[m.message_uuid].work if m.message_uuid in pending else m for m in ordered]
+        view.extend(p.work for p in pending.values() if p.base is None)
+        return view
+
+    def _find(self, state: ChatState, predicate: Callable[[Message], bool]) -> Message | None:
+        return next((m for m in self._view(state) if predicate(m)), None)
+
+    async def _locate(
+        self, uuid: UUID, kind: LocatorKind, predicate: Callable[[Message], bool]
+    ) -> tuple[ChatState, Message] | None:
+        """Find the message that is (or holds) the entity ``uuid``, refreshing once on a miss."""
+        chat_uuid = await self._registry.chat_of(uuid, kind)
+        if chat_uuid is None:
+            return None
+        state = await self._state(chat_uuid)
+        if state is None:
+            return None
+        found = self._find(state, predicate)
+        if found is None:
+            state = await self._state(chat_uuid, refresh=True)
+            found = self._find(state, predicate) if state is not None else None
+        return None if found is None or state is None else (state, found)
+
+    # Writes --------------------------------------------------------------------------------
+
+    async def _mutate(self, state: ChatState, message: Message, mutation: Mutation) -> Message:
+        """Apply ``mutation`` to ``message``: pending in a transaction, else one PATCH now."""
+        batch = self._batch()
+        if batch is not None:
+            pending = batch.pending(state)
+            entry = pending.get(message.message_uuid)
+            if entry is None:
+                base = state.messages[message.message_uuid]
+                entry = _Pending(base=base, work=clone(base))
+                pending[message.message_uuid] = entry
+            mutation(entry.work)
+            if entry.base is not None:
+                entry.mutations.append(mutation)
+            return entry.work
+        base = state.messages[message.message_uuid]
+        async with state.lock:
+            await self._events.patch(state, [(base, [mutation])])
+        return state.messages.get(message.message_uuid, base)
+
+    async def create_message(self, message_data: MessageCreate) -> Message:
+        """Persist a new message as one event and return it.
+
+        Raises:
+            ValueError: If ``chat_uuid`` is missing or names no live chat.
+        """
+        chat_uuid = message_data.chat_uuid
+        if chat_uuid is None:
+            raise ValueError(
+                "MessageCreate.chat_uuid is None; pass the chat_uuid of the chat the message "
+                "belongs to."
+            )
+        state = await self._registry.state(chat_uuid)
+        if state is None:
+            raise ValueError(
+                f"Chat {chat_uuid} has no memory session (unknown or deleted); create the chat "
+                "before its messages."
+            )
+        state.current = False
+        cls = self.message_class
+        values = {
+            name: value
+            for name, value in message_data.model_dump().items()
+            if name in cls.model_fields
+        }
+        participant = state.chat.participants[0] if state.chat.participants else None
+        emitter_type, emitter_id = emitter_for_role(str(values.get("role", "user")), participant)
+        message = cls(
+            **{
+                **values,
+                "v": PAYLOAD_VERSION,
+                "message_uuid": mint_child_uuid(chat_uuid),
+                "chat_uuid": chat_uuid,
+                "tool_calls": [],
+                "reasonings": [],
+                "emitter_type": emitter_type,
+                "emitter_id": emitter_id,
+            }
+        )
+        batch = self._batch()
+        if batch is not None:
+            batch.pending(state)[message.message_uuid] = _Pending(base=None, work=message)
+            return export(message)
+        try:
+            async with state.lock:
+                if not state.listed:
+                    await self._events.list_all(state)
+                await self._events.post(state, [message])
+        except DRMemoryNotFoundError:
+            self._registry.unregister(chat_uuid)
+            raise ValueError(
+                f"Chat {chat_uuid} was deleted; its messages cannot be written."
+            ) from None
+        await self._put_locators(state, message)
+        return export(state.messages[message.message_uuid])
+
+    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
+        """Patch a message's own fields (set, non-``None`` ones), or ``None`` if it is unknown."""
+        located = await self._locate(
+            message_uuid, "message", lambda m: m.message_uuid == message_uuid
+        )
+        if located is None:
+            return None
+        state, message = located
+        if not update_fields(update):
+            return export(message)
+        apply_quietly(clone(message), update)  # a bad delta raises ValueError now
+        return export(await self._mutate(state, message, lambda m: apply_quietly(m, update)))
+
+    async def _append(
+        self,
+        parent_uuid: UUID,
+        attribute: str,
+        data: MessageToolCallCreate | MessageReasoningCreate,
+        kind: LocatorKind,
+    ) -> Any:
+        located = await self._locate(
+            parent_uuid, "message", lambda m: m.message_uuid == parent_uuid
+        )
+        if located is None:
+            raise ValueError(
+                f"Message {parent_uuid} does not exist; create the message before its "
+                f"{kind.replace('_', ' ')}s."
+            )
+        state, message = located
+        record_class = nested_record_class(self.message_class, attribute)
+        values = data.model_dump(exclude={"message_uuid"})
+        record: Any = record_class(**{**values, "uuid": mint_child_uuid(state.chat.chat_uuid)})
+
+        def append(target: Message) -> None:
+            records = getattr(target, attribute)
+            if all(existing.uuid != record.uuid for existing in records):
+                records.append(record.model_copy(deep=True))
+
+        updated = await self._mutate(state, message, append)
+        batch = self._batch()
+        if batch is None:
+            await self._put_child_locator(state, kind, record.uuid, parent_uuid)
+        else:
+            batch.children.append((state, kind, record.uuid, parent_uuid))
+        self._registry.remember_entity(record.uuid, state.chat.chat_uuid)
+        stored = next((r for r in getattr(updated, attribute) if r.uuid == record.uuid), record)
+        return stored.model_copy(deep=True)
+
+    async def _update_child(
+        self,
+        uuid: UUID,
+        attribute: str,
+        kind: LocatorKind,
+        update: MessageToolCallUpdate | MessageReasoningUpdate,
+    ) -> Any:
+        def holds(message: Message) -> bool:
+            return any(r.uuid == uuid for r in getattr(message, attribute))
+
+        located = await self._locate(uuid, kind, holds)
+        if located is None:
+            return None
+        state, message = located
+        current = next(r for r in getattr(message, attribute) if r.uuid == uuid)
+        if not update_fields(update):
+            return current.model_copy(deep=True)
+        apply_update(current.model_copy(deep=True), update)  # a bad delta raises now
+
+        def change(target: Message) -> None:
+            for record in getattr(target, attribute):
+                if record.uuid == uuid:
+                    apply_update(record, update)
+
+        updated = await self._mutate(state, message, change)
+        stored = next((r for r in getattr(updated, attribute) if r.uuid == uuid), None)
+        return None if stored is None else stored.model_copy(deep=True)
+
+    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
+        """Append a tool call to its parent message (``ValueError`` if the parent is missing)."""
+        call: ToolCall = await self._append(data.message_uuid, "tool_calls", data, "tool_call")
+        return call
+
+    async def update_message_tool_call(
+        self, uuid: UUID, update: MessageToolCallUpdate
+    ) -> ToolCall | None:
+        """Patch a nested tool call, or ``None`` when it is unknown."""
+        call: ToolCall | None = await self._update_child(uuid, "tool_calls", "tool_call", update)
+        return call
+
+    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
+        """Append a reasoning step to its parent (``ValueError`` if the parent is missing)."""
+        step: Reasoning = await self._append(data.message_uuid, "reasonings", data, "reasoning")
+        return step
+
+    async def update_message_reasoning(
+        self, uuid: UUID, update: MessageReasoningUpdate
+    ) -> Reasoning | None:
+        """Patch a nested reasoning step, or ``None`` when it is unknown."""
+        step: Reasoning | None = await self._update_child(uuid, "reasonings", "reasoning", update)
+        return step
+
+    # Reads -----------------------------------------------------------------------------------
+
+    async def get_message(self, message_uuid: UUID) -> Message | None:
+        """Return a message by its application uuid, or ``None``."""
+        located = await self._locate(
+            message_uuid, "message", lambda m: m.message_uuid == message_uuid
+        )
+        return None if located is None else export(located[1])
+
+    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
+        """Return the first message (sequence order) with this AG-UI id in a chat, or ``None``."""
+        state = await self._state(chat_uuid)
+        if state is None:
+            return None
+        found = self._find(state, lambda m: m.agui_id == agui_id)
+        return None if found is None else export(found)
+
+    async def get_tool_call_by_agui_id(self, message_uuid: UUID, agui_id: str) -> ToolCall | None:
+        """Return a tool call by its AG-UI id within a message, or ``None``."""
+        message = await self.get_message(message_uuid)
+        if message is None:
+            return None
+        return next((call for call in message.tool_calls if call.agui_id == agui_id), None)
+
+    async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[Message]:
+        """Every message of a chat, oldest first by sequence id (``[]`` for an unknown chat).
+
+        A cold cache lists the chat once (pages of 100); a warm one checks the newest event
+        (``lastN=1``) and reads only what changed.
+        """
+        state = await self._registry.state(chat_uuid)
+        if state is None:
+            return []
+        refresh = state.listed and not state.current
+        state.current = False
+        state = await self._state(chat_uuid, refresh=refresh)
+        return [] if state is None else [export(m) for m in self._view(state)]
+
+    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
+        """The newest message of each chat that has one: one ``lastN`` request per chat."""
+        limit = asyncio.Semaphore(_CONCURRENT_TAILS)
+
+        async def last(chat_uuid: UUID) -> Message | None:
+            async with limit:
+                return await self._last(chat_uuid)
+
+        found = await asyncio.gather(*(last(chat_uuid) for chat_uuid in chat_uuids))
+        return {
+            chat_uuid: export(message)
+            for chat_uuid, message in zip(chat_uuids, found, strict=True)
+            if message is not None
+        }
+
+    async def _last(self, chat_uuid: UUID) -> Message | None:
+        state = await self._registry.state(chat_uuid)
+        if state is None:
+            return None
+        chat = state.chat
+        cls = self.message_class
+        try:
+            tail = await self._retry.run(lambda: cls.last(chat, 1, type="message"))
+            if tail and tail[0].v != PAYLOAD_VERSION:
+                tail = await self._retry.run(lambda: cls.last(chat, PAGE_SIZE, type="message"))
+        except DRMemoryNotFoundError:
+            self._registry.unregister(chat_uuid)
+            return None
+        current = [event for event in tail if event.v == PAYLOAD_VERSION]
+        newest = max(current, key=lambda event: event.sequence_id, default=None)
+        if newest is not None and state.listed and newest.message_uuid in state.messages:
+            async with state.lock:
+                if newest.sequence_id == state.max_seq:
+                    self._events.absorb(state, newest)
+        batch = self._batch()
+        if batch is not None and state.chat.chat_uuid in batch.chats:
+            view = self._view(state)  # this task's pending writes win
+            return view[-1] if view else newest
+        return newest

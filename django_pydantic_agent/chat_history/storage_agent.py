@@ -1,0 +1,599 @@
+"""``AGUIAgent`` and ``AGUIStorageAgent``: persist an AG-UI event stream as chat history.
+
+``AGUIStorageAgent.run`` checks the inbound messages against the stored chat (nothing is
+written if any is refused), stores the accepted ones, replays the stored history to the inner
+agent, and forwards the inner agent's events verbatim and in real time while a consumer task it
+owns folds them into records. Writes are few: records are created at their first flush with
+their content, completion is folded into the same write, text is flushed by size and by time,
+and every flush is one ``message_repo.transaction()``.
+
+How a run ends decides the terminal status of this run's records (never another run's):
+``RUN_FINISHED`` → ``complete`` (outcome ``cancelled`` → ``interrupted``); ``RUN_ERROR`` →
+``errored`` with ``"[code] message"``; cancellation → ``interrupted`` (finalization shielded,
+bounded by ``finalize_timeout``, then ``CancelledError`` re-raised); a raw exception →
+``errored`` with a generic sentence (details logged), then re-raised; a stream that ends with
+no terminal event → ``errored`` and a ``RUN_ERROR`` is emitted; a persistence backlog overflow →
+``errored`` with a sentence saying events were dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import aclosing
+from datetime import UTC, datetime
+from typing import Any, Final
+from uuid import UUID
+
+import ag_ui.core as agui
+from ag_ui.core import (
+    ActivityDeltaEvent,
+    ActivitySnapshotEvent,
+    BaseEvent,
+    ReasoningEncryptedValueEvent,
+    ReasoningEndEvent,
+    ReasoningMessageChunkEvent,
+    ReasoningMessageContentEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    TextMessageChunkEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallArgsEvent,
+    ToolCallChunkEvent,
+    ToolCallEndEvent,
+    ToolCallResultEvent,
+    ToolCallStartEvent,
+    UserMessage,
+)
+from ag_ui.core import Message as AGUIMessage
+
+from django_pydantic_agent.chat_history._flushing import Flusher
+from django_pydantic_agent.chat_history._fold import EventFold
+from django_pydantic_agent.chat_history._inbound import (
+    derive_chat_name,
+    dump_parts,
+    flatten_content,
+    plan_inbound,
+)
+from django_pydantic_agent.chat_history._tracking import StorageState
+from django_pydantic_agent.chat_history.errors import ErrorCodes, InvalidInputError
+from django_pydantic_agent.chat_history.records import (
+    Chat,
+    ChatCreate,
+    Message,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageStatus,
+    MessageToolCallCreate,
+    MessageToolCallUpdate,
+    MessageUpdate,
+    Role,
+)
+from django_pydantic_agent.chat_history.repositories import (
+    ChatRepositoryLike,
+    MessageRepositoryLike,
+)
+from django_pydantic_agent.chat_history.translate import translate_messages
+
+__all__ = [
+    "CRASH_TEXT",
+    "DROPPED_TEXT",
+    "INCOMPLETE_STREAM_TEXT",
+    "AGUIAgent",
+    "AGUIStorageAgent",
+    "StorageState",
+]
+
+logger = logging.getLogger("django_pydantic_agent.chat_history")
+
+CRASH_TEXT: Final[str] = "The agent failed with an internal error; details are in the server log."
+"""Stored on records when the inner agent raised; the raw text is only logged."""
+
+DROPPED_TEXT: Final[str] = (
+    "Events were dropped because the persistence queue was full; this record may be incomplete."
+)
+INCOMPLETE_STREAM_TEXT: Final[str] = (
+    "The agent's stream ended without RUN_FINISHED or RUN_ERROR; the run is incomplete."
+)
+
+COMPLETE = MessageStatus.COMPLETE.value
+INTERRUPTED = MessageStatus.INTERRUPTED.value
+ERRORED = MessageStatus.ERRORED.value
+
+_NIL = UUID(int=0)
+_STOP: Final = object()
+_THINKING = (  # ag-ui 0.1.x only; registered when the installed ag-ui still has them
+    "ThinkingStartEvent",
+    "ThinkingEndEvent",
+    "ThinkingTextMessageStartEvent",
+    "ThinkingTextMessageContentEvent",
+    "ThinkingTextMessageEndEvent",
+)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class AGUIAgent(ABC):
+    """Minimal AG-UI agent contract: a named object exposing an event stream."""
+
+    name: str
+
+    @abstractmethod
+    def run(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
+        """Yield the agent's AG-UI ``BaseEvent`` stream for one run."""
+
+
+class AGUIStorageAgent(EventFold, AGUIAgent):
+    """Wrap an inner AG-UI agent, persisting its event stream as chat history.
+
+    Args:
+        name: Written as ``name`` on every agent-created message.
+        user_id: The owning user's UUID (chats are scoped by it).
+        chat_repo / message_repo: Any ``ChatRepositoryLike`` / ``MessageRepositoryLike``.
+        inner: The wrapped agent; another ``AGUIStorageAgent`` is refused (``ValueError``).
+        minimal_chunk_to_persist: Flush a record once this many characters are buffered.
+        flush_interval: Flush buffered changes at most this many seconds after they arrive,
+            even while the inner agent is silent.
+        max_queue_size: Events waiting for persistence beyond this are dropped from
+            persistence (still forwarded) and the run's records end ``errored``.
+        finalize_timeout: Upper bound, in seconds, on the final drain and flush of a run.
+        translate: Stored messages → AG-UI history (default ``translate_messages``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        user_id: UUID,
+        chat_repo: ChatRepositoryLike,
+        message_repo: MessageRepositoryLike,
+        inner: AGUIAgent,
+        *,
+        minimal_chunk_to_persist: int = 5000,
+        flush_interval: float = 0.25,
+        max_queue_size: int = 10_000,
+        finalize_timeout: float = 30.0,
+        translate: Callable[[Sequence[Message]], list[AGUIMessage]] = translate_messages,
+    ) -> None:
+        if isinstance(inner, AGUIStorageAgent):
+            raise ValueError(
+                f"AGUIStorageAgent {name!r} cannot wrap another AGUIStorageAgent "
+                f"({inner.name!r}); wrap the inner agent once."
+            )
+        if minimal_chunk_to_persist < 1 or flush_interval <= 0 or max_queue_size < 1:
+            raise ValueError(
+                "minimal_chunk_to_persist and max_queue_size must be at least 1 and "
+                f"flush_interval positive; got {minimal_chunk_to_persist!r}, "
+                f"{max_queue_size!r} and {flush_interval!r}."
+            )
+        self.name = name
+        self.user_id = user_id
+        self.chat_repo = chat_repo
+        self.message_repo = message_repo
+        self.inner = inner
+        self.minimal_chunk_to_persist = minimal_chunk_to_persist
+        self.flush_interval = flush_interval
+        self.max_queue_size = max_queue_size
+        self.finalize_timeout = finalize_timeout
+        self._translate = translate
+        self._handlers = self.event_handlers()
+        self._warned_seconds = False
+
+    # Extension point 1: the dispatch table ------------------------------------------------
+
+    @classmethod
+    def event_handlers(cls) -> dict[type[BaseEvent], str]:
+        """Return the AG-UI-event-type → handler-method-name table.
+
+        A subclass of a registered event uses its parent's handler (resolved along the MRO);
+        anything unregistered goes to :meth:`handle_unknown_event`. ``Thinking*`` events are
+        registered only when the installed ag-ui still defines them.
+        """
+        table: dict[type[BaseEvent], str] = {
+            RunStartedEvent: "handle_run_lifecycle",
+            RunFinishedEvent: "handle_run_lifecycle",
+            RunErrorEvent: "handle_run_lifecycle",
+            StepStartedEvent: "handle_step",
+            StepFinishedEvent: "handle_step",
+            TextMessageStartEvent: "handle_text_message",
+            TextMessageContentEvent: "handle_text_message",
+            TextMessageEndEvent: "handle_text_message",
+            TextMessageChunkEvent: "handle_text_message",
+            ToolCallStartEvent: "handle_tool_call",
+            ToolCallArgsEvent: "handle_tool_call",
+            ToolCallEndEvent: "handle_tool_call",
+            ToolCallChunkEvent: "handle_tool_call",
+            ToolCallResultEvent: "handle_tool_call",
+            ReasoningStartEvent: "handle_reasoning",
+            ReasoningMessageStartEvent: "handle_reasoning",
+            ReasoningMessageContentEvent: "handle_reasoning",
+            ReasoningMessageEndEvent: "handle_reasoning",
+            ReasoningMessageChunkEvent: "handle_reasoning",
+            ReasoningEndEvent: "handle_reasoning",
+            ReasoningEncryptedValueEvent: "handle_reasoning",
+            ActivitySnapshotEvent: "handle_activity",
+            ActivityDeltaEvent: "handle_activity",
+        }
+        for class_name in _THINKING:
+            legacy = getattr(agui, class_name, None)
+            if isinstance(legacy, type) and issubclass(legacy, BaseEvent):
+                table[legacy] = "handle_reasoning"
+        return table
+
+    def _handler_for(self, event: BaseEvent) -> Callable[..., Any]:
+        for klass in type(event).__mro__:
+            name = self._handlers.get(klass)
+            if name is not None:
+                handler: Callable[..., Any] = getattr(self, name)
+                return handler
+        return self.handle_unknown_event
+
+    async def handle_unknown_event(self, state: StorageState, chat: Chat, event: BaseEvent) -> None:
+        """Handle an event with no registered handler; the default ignores it."""
+        logger.debug("No storage handler for %s; it is forwarded but not stored.", event.type)
+
+    def translate(self, messages: Sequence[Message]) -> list[AGUIMessage]:
+        """Translate stored messages into the AG-UI history given to the inner agent."""
+        return self._translate(messages)
+
+    # Extension point 3: DTO builders -------------------------------------------------------
+
+    def build_message_create(
+        self, state: StorageState, chat: Chat, agui_id: str | None, role: str | None
+    ) -> MessageCreate:
+        """Build the DTO that creates an agent message (content and status are added later).
+
+        Override to populate extra fields of a ``Message`` subclass (extra keys, or a
+        ``MessageCreate`` subclass).
+        """
+        return MessageCreate(
+            agui_id=agui_id,
+            role=role or Role.ASSISTANT.value,
+            name=self.name,
+            content="",
+            step=state.active_step,
+            chat_uuid=chat.chat_uuid,
+            timestamp=state.current_event_timestamp,
+            run_id=state.run_id,
+        )
+
+    def build_user_message_create(
+        self, chat: Chat, message: UserMessage, run_id: str
+    ) -> MessageCreate:
+        """Build the DTO that stores an accepted inbound user message of run ``run_id``."""
+        return MessageCreate(
+            agui_id=message.id,
+            role=Role.USER.value,
+            name=message.name or "",
+            content=flatten_content(message.content),
+            content_parts=dump_parts(message.content),
+            chat_uuid=chat.chat_uuid,
+            in_progress=False,
+            status=COMPLETE,
+            timestamp=datetime.now(UTC),
+            encrypted_value=message.encrypted_value,
+            run_id=run_id,
+        )
+
+    def build_tool_call_create(
+        self, state: StorageState, tool_call_id: str, tool_call_name: str | None
+    ) -> MessageToolCallCreate:
+        """Build the DTO that appends a tool call to the active message.
+
+        ``message_uuid`` is filled in when the call is written (its parent may not be stored
+        yet when this runs).
+        """
+        parent = state.active_message
+        return MessageToolCallCreate(
+            message_uuid=(parent.uuid if parent is not None and parent.uuid else _NIL),
+            agui_id=tool_call_id,
+            tool_call_id=tool_call_id,
+            name=tool_call_name or "UNKNOWN",
+            created_at=state.current_event_timestamp,
+            run_id=state.run_id,
+        )
+
+    def build_reasoning_create(
+        self, state: StorageState, name: str | None
+    ) -> MessageReasoningCreate:
+        """Build the DTO that appends a reasoning step to the active message."""
+        parent = state.active_message
+        return MessageReasoningCreate(
+            message_uuid=(parent.uuid if parent is not None and parent.uuid else _NIL),
+            agui_id=state.active_reasoning_agui_id,
+            name=name or "",
+            created_at=state.current_event_timestamp,
+            run_id=state.run_id,
+        )
+
+    def message_update_fields(self, state: StorageState, event: BaseEvent) -> dict[str, Any]:
+        """Extra fields stored with a message's terminal write (default: none).
+
+        Called when ``event`` completes or fails a message of this run; the keys are stored
+        when the ``Message`` class (or subclass) declares them.
+        """
+        return {}
+
+    # run() ----------------------------------------------------------------------------------
+
+    async def run(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
+        """Store inbound messages, replay history, then stream the inner agent.
+
+        ``input`` is not modified; the inner agent gets a copy whose ``messages`` are the
+        stored history. A refused input yields ``RUN_STARTED`` then ``RUN_ERROR`` (code
+        ``INVALID_INPUT``) and writes nothing. Repository failures before the stream raise.
+        """
+        try:
+            chat, history = await self._prepare(input)
+        except InvalidInputError as exc:
+            yield RunStartedEvent(
+                thread_id=input.thread_id, run_id=input.run_id, timestamp=_now_ms()
+            )
+            yield RunErrorEvent(
+                message=str(exc), code=ErrorCodes.INVALID_INPUT.value, timestamp=_now_ms()
+            )
+            return
+        inner_input = input.model_copy(update={"messages": self.translate(history)})
+        state = StorageState(
+            run_id=input.run_id, thread_id=input.thread_id, chat=chat, history=history
+        )
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        consumer = asyncio.create_task(self._consume(queue, state, chat))
+        cause: str | None = None
+        started = False
+        try:
+            async with aclosing(self.inner.run(inner_input)) as stream:
+                async for event in stream:
+                    if not event.timestamp:
+                        event.timestamp = _now_ms()
+                    if isinstance(event, RunStartedEvent):
+                        started = True
+                    elif isinstance(event, RunFinishedEvent | RunErrorEvent):
+                        state.terminal_seen = True
+                    self._enqueue(queue, state, event)
+                    yield event
+            if not state.terminal_seen:
+                if not started:
+                    yield RunStartedEvent(
+                        thread_id=input.thread_id, run_id=input.run_id, timestamp=_now_ms()
+                    )
+                closing = RunErrorEvent(
+                    message=INCOMPLETE_STREAM_TEXT,
+                    code=ErrorCodes.INTERNAL_ERROR.value,
+                    timestamp=_now_ms(),
+                )
+                state.terminal_seen = True
+                self._enqueue(queue, state, closing)
+                yield closing
+        except asyncio.CancelledError:
+            cause = "cancelled"
+            raise
+        except GeneratorExit:
+            cause = "abandoned"
+            raise
+        except Exception:
+            logger.exception(
+                "The inner agent %r failed during run %r of thread %r.",
+                self.inner.name,
+                input.run_id,
+                input.thread_id,
+            )
+            cause = "crashed"
+            raise
+        finally:
+            await self._finish_shielded(queue, consumer, state, chat, cause)
+
+    def _enqueue(self, queue: asyncio.Queue[Any], state: StorageState, event: BaseEvent) -> None:
+        if queue.qsize() >= self.max_queue_size:
+            if not state.dropped:
+                logger.error(
+                    "The persistence queue of run %r is full (%d events); later events are "
+                    "forwarded but not stored.",
+                    state.run_id,
+                    self.max_queue_size,
+                )
+            state.dropped = True
+            return
+        queue.put_nowait(event)
+
+    async def _prepare(self, input: RunAgentInput) -> tuple[Chat, list[Message]]:
+        """Validate the inbound list, then write what it adds; return the chat and history."""
+        chat = await self.chat_repo.get_chat_by_thread_id(self.user_id, input.thread_id)
+        history = list(await self.message_repo.get_chat_messages(chat.chat_uuid)) if chat else []
+        plan = plan_inbound(input, history)
+        if chat is None:
+            first = input.messages[0].content if input.messages else None
+            chat = await self.chat_repo.create_chat(
+                ChatCreate(
+                    name=derive_chat_name(flatten_content(first)),
+                    thread_id=input.thread_id,
+                    user_uuid=self.user_id,
+                )
+            )
+        if not (plan.users or plan.answers or plan.resume_carrier):
+            return chat, history
+        async with self.message_repo.transaction():
+            replaced: dict[UUID, Message] = {}
+            for answer in plan.answers:
+                updated = await self.message_repo.update_message_tool_call(
+                    answer.call.uuid,
+                    MessageToolCallUpdate(
+                        content=answer.content,
+                        content_parts=answer.content_parts,
+                        result_message_id=answer.result_id,
+                        has_result=True,
+                        error=answer.error,
+                        result_encrypted_value=answer.encrypted_value,
+                    ),
+                )
+                if updated is not None:
+                    owner = replaced.get(answer.message.message_uuid) or answer.message
+                    # Shallow: a stored record may hold its live session (and HTTP client).
+                    calls = [updated if c.uuid == updated.uuid else c for c in owner.tool_calls]
+                    replaced[answer.message.message_uuid] = owner.model_copy(
+                        update={"tool_calls": calls}
+                    )
+            carrier = plan.resume_carrier
+            if carrier is not None:
+                outcome = dict(carrier.run_outcome or {})
+                outcome["resolved"] = {**(outcome.get("resolved") or {}), **plan.resolved}
+                updated_carrier = await self.message_repo.update_message(
+                    carrier.message_uuid, MessageUpdate(run_outcome=outcome)
+                )
+                if updated_carrier is not None:
+                    base = replaced.get(carrier.message_uuid)
+                    if base is not None:
+                        updated_carrier.tool_calls = base.tool_calls
+                    replaced[carrier.message_uuid] = updated_carrier
+            created = [
+                await self.message_repo.create_message(
+                    self.build_user_message_create(chat, m, input.run_id)
+                )
+                for m in plan.users
+            ]
+        history = [replaced.get(m.message_uuid, m) for m in history] + created
+        return chat, history
+
+    async def _finish_shielded(
+        self,
+        queue: asyncio.Queue[Any],
+        consumer: asyncio.Task[None],
+        state: StorageState,
+        chat: Chat,
+        cause: str | None,
+    ) -> None:
+        """Run the final drain, finalization and flush; a second cancel cannot abort it."""
+        finish = asyncio.create_task(self._finish(queue, consumer, state, chat, cause))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.finalize_timeout
+        cancelled_again = False
+        while not finish.done():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                logger.error(
+                    "Finalizing run %r took longer than %.1f s; it was abandoned and its "
+                    "records may stay active.",
+                    state.run_id,
+                    self.finalize_timeout,
+                )
+                finish.cancel()
+                deadline = loop.time() + 1.0
+            try:
+                await asyncio.wait({finish}, timeout=max(remaining, 0.01))
+            except asyncio.CancelledError:
+                cancelled_again = True
+        if not finish.cancelled() and finish.exception() is not None:
+            logger.error("Finalizing run %r failed.", state.run_id, exc_info=finish.exception())
+        if cancelled_again and cause != "cancelled":
+            raise asyncio.CancelledError
+
+    async def _finish(
+        self,
+        queue: asyncio.Queue[Any],
+        consumer: asyncio.Task[None],
+        state: StorageState,
+        chat: Chat,
+        cause: str | None,
+    ) -> None:
+        queue.put_nowait(_STOP)
+        try:
+            await consumer
+        except asyncio.CancelledError:
+            consumer.cancel()
+            await asyncio.wait({consumer})
+            raise
+        if cause in ("cancelled", "abandoned"):
+            self._terminate(state, INTERRUPTED, None, None)
+            if state.outcome is None:
+                self._set_outcome(state, {"type": "cancelled"}, force=False)
+        elif cause == "crashed":
+            self._terminate(state, ERRORED, CRASH_TEXT, None)
+            if state.outcome is None:
+                self._set_outcome(state, {"type": "error", "message": CRASH_TEXT}, force=False)
+        elif state.dropped:
+            self._terminate(state, ERRORED, DROPPED_TEXT, None)
+        for attempt in range(3):
+            if await self._flush(state):
+                return
+            await asyncio.sleep(0.05 * 4**attempt)
+        logger.error(
+            "The final flush of run %r failed three times; some of its changes are not stored.",
+            state.run_id,
+        )
+
+    # The consumer ---------------------------------------------------------------------------
+
+    async def _consume(self, queue: asyncio.Queue[Any], state: StorageState, chat: Chat) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            timeout = None if state.flush_due is None else max(0.0, state.flush_due - loop.time())
+            try:
+                item = await asyncio.wait_for(queue.get(), timeout)
+            except TimeoutError:
+                await self._flush(state)
+                continue
+            if item is _STOP:
+                return
+            state.current_event_timestamp = self._event_time(item)
+            try:
+                await self._handler_for(item)(state, chat, item)
+            except Exception:
+                logger.exception(
+                    "Storing %s of run %r failed; the event is forwarded but not stored.",
+                    type(item).__name__,
+                    state.run_id,
+                )
+            if state.flush_now:
+                await self._flush(state)
+            elif state.flush_due is None and state.dirty():
+                state.flush_due = loop.time() + self.flush_interval
+
+    def _event_time(self, event: BaseEvent) -> datetime:
+        stamp = event.timestamp or _now_ms()
+        if stamp < 100_000_000_000:
+            if not self._warned_seconds:
+                logger.warning(
+                    "Event timestamps of run look like seconds (%r), not milliseconds; they "
+                    "are read as seconds.",
+                    stamp,
+                )
+                self._warned_seconds = True
+            stamp *= 1000
+        try:
+            return datetime.fromtimestamp(stamp / 1000, tz=UTC)
+        except (OverflowError, OSError, ValueError):
+            return datetime.now(UTC)
+
+    # Flushing ------------------------------------------------------------------------------------
+
+    async def flush_message_buffer(self, state: StorageState) -> None:
+        """Persist every buffered change of this run now (one transaction).
+
+        The three ``flush_*`` methods share one flush, so message text, tool-call arguments
+        and reasoning content keep their order and their completion writes.
+        """
+        await self._flush(state)
+
+    async def flush_tool_call_buffer(self, state: StorageState) -> None:
+        """Persist every buffered change of this run now (see ``flush_message_buffer``)."""
+        await self._flush(state)
+
+    async def flush_reasoning_buffer(self, state: StorageState) -> None:
+        """Persist every buffered change of this run now (see ``flush_message_buffer``)."""
+        await self._flush(state)
+
+    async def _flush(self, state: StorageState) -> bool:
+        return await Flusher(self.message_repo, retry_after=self.flush_interval).flush(state)
