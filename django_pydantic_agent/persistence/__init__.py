@@ -31,6 +31,10 @@ from django_pydantic_agent.persistence.errors import (
     StoreLimitError,
     UnstorableMessageError,
 )
+from django_pydantic_agent.persistence.memory_service import (
+    MemoryServiceAttachmentStore,
+    MemoryServiceConversationStore,
+)
 from django_pydantic_agent.persistence.model import ModelAttachmentStore, ModelConversationStore
 from django_pydantic_agent.persistence.null import NullAttachmentStore, NullConversationStore
 from django_pydantic_agent.persistence.owner import (
@@ -38,7 +42,14 @@ from django_pydantic_agent.persistence.owner import (
     ensure_session_key,
     memory_namespace,
     memory_namespace_for_user,
+    owner_user_uuid,
     resolve_owner_id,
+)
+from django_pydantic_agent.persistence.repositories import (
+    ConversationChatRepository,
+    ConversationMessageRepository,
+    conversation_repositories,
+    repositories_for,
 )
 from django_pydantic_agent.persistence.scoped import ScopedConversationStore
 from django_pydantic_agent.persistence.session import DjangoSessionConversationStore
@@ -48,11 +59,15 @@ __all__ = [
     "AttachmentRef",
     "AttachmentStore",
     "Conversation",
+    "ConversationChatRepository",
+    "ConversationMessageRepository",
     "ConversationMeta",
     "ConversationMetaList",
     "ConversationStore",
     "DeclaresAnonymousPolicy",
     "DjangoSessionConversationStore",
+    "MemoryServiceAttachmentStore",
+    "MemoryServiceConversationStore",
     "ModelAttachmentStore",
     "ModelConversationStore",
     "NullAttachmentStore",
@@ -68,6 +83,7 @@ __all__ = [
     "UnstorableMessageError",
     "WrapsStore",
     "aensure_session_key",
+    "conversation_repositories",
     "derive_preview",
     "derive_title",
     "ensure_session_key",
@@ -75,6 +91,8 @@ __all__ = [
     "memory_namespace",
     "memory_namespace_for_user",
     "message_text",
+    "owner_user_uuid",
+    "repositories_for",
     "resolve_owner_id",
     "serves_anonymous",
     "store_repositories",

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING, Any
+import uuid
+from typing import TYPE_CHECKING, Any, Final
 
 from asgiref.sync import sync_to_async
 
@@ -25,11 +26,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANONYMOUS_MEMORY_NAMESPACE",
+    "OWNER_UUID_NAMESPACE",
     "AnonymousOperationError",
     "aensure_session_key",
+    "aresolve_owner_uuid",
     "ensure_session_key",
     "memory_namespace",
     "memory_namespace_for_user",
+    "owner_user_uuid",
     "resolve_owner_id",
 ]
 
@@ -92,6 +96,31 @@ def resolve_owner_id(request: HttpRequest, *, allow_anonymous: bool) -> str:
             "SessionMiddleware installed."
         )
     return f"anon:{key}"
+
+
+#: The uuid5 namespace of ``owner_user_uuid``: changing it would orphan every stored chat.
+OWNER_UUID_NAMESPACE: Final[uuid.UUID] = uuid.uuid5(
+    uuid.NAMESPACE_URL, "django-pydantic-agent:owner"
+)
+
+
+def owner_user_uuid(owner_id: str) -> uuid.UUID:
+    """The chat-history ``user_uuid`` of a store owner: ``uuid5(OWNER_UUID_NAMESPACE, owner_id)``.
+
+    The one mapping every store uses, so the run path, a store's ``repositories()`` and the
+    Memory Service stores agree on who a chat belongs to. Deterministic and never raises;
+    ``owner_id`` is what ``resolve_owner_id`` returned (``"42"`` or ``"anon:<session_key>"``).
+    """
+    return uuid.uuid5(OWNER_UUID_NAMESPACE, owner_id)
+
+
+async def aresolve_owner_uuid(request: HttpRequest, *, allow_anonymous: bool) -> uuid.UUID:
+    """``owner_user_uuid(resolve_owner_id(request, ...))`` in one worker-thread hop.
+
+    Raises ``AnonymousOperationError`` exactly where ``resolve_owner_id`` does.
+    """
+    owner_id = await sync_to_async(resolve_owner_id)(request, allow_anonymous=allow_anonymous)
+    return owner_user_uuid(owner_id)
 
 
 def ensure_session_key(request: HttpRequest) -> str:

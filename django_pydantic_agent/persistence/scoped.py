@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
+from uuid import UUID
 
 from django_pydantic_agent.persistence.base import (
     Conversation,
@@ -11,14 +13,66 @@ from django_pydantic_agent.persistence.base import (
     ConversationStore,
     check_limit,
     is_persistent,
+    store_repositories,
 )
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
+    from django_pydantic_agent.chat_history import (
+        Chat,
+        ChatCreate,
+        ChatRepositoryLike,
+        MessageRepositoryLike,
+    )
+
 __all__ = ["SCOPE_SEPARATOR", "ScopedConversationStore"]
 
 SCOPE_SEPARATOR = ":"
+
+
+class _ScopedChats:
+    """The inner store's chat repository seen through a scope: ids prefixed in, stripped out."""
+
+    def __init__(self, inner: ChatRepositoryLike, prefix: str) -> None:
+        self._inner = inner
+        self._prefix = prefix
+
+    def _out(self, chat: Chat | None) -> Chat | None:
+        if chat is None or not chat.thread_id.startswith(self._prefix):
+            return None
+        return chat.model_copy(update={"thread_id": chat.thread_id[len(self._prefix) :]})
+
+    async def create_chat(self, chat_data: ChatCreate) -> Chat:
+        thread_id = chat_data.thread_id
+        keyed = chat_data.model_copy(
+            update={"thread_id": None if thread_id is None else f"{self._prefix}{thread_id}"}
+        )
+        chat = self._out(await self._inner.create_chat(keyed))
+        assert chat is not None  # the inner store created it under the prefix
+        return chat
+
+    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
+        found = await self._inner.get_chat_by_thread_id(user_uuid, f"{self._prefix}{thread_id}")
+        return self._out(found)
+
+    async def get_all_chats(self, user_uuid: UUID | None) -> Sequence[Chat]:
+        chats = [self._out(chat) for chat in await self._inner.get_all_chats(user_uuid)]
+        return [chat for chat in chats if chat is not None]
+
+    async def _in_scope(self, chat_uuid: UUID) -> bool:
+        # A chat of a sibling scope is as absent as a missing one.
+        return any(chat.chat_uuid == chat_uuid for chat in await self.get_all_chats(None))
+
+    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
+        if not await self._in_scope(chat_uuid):
+            return None
+        return self._out(await self._inner.update_chat_name(chat_uuid, name))
+
+    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
+        if not await self._in_scope(chat_uuid):
+            return None
+        return self._out(await self._inner.delete_chat(chat_uuid))
 
 
 class ScopedConversationStore:
@@ -31,7 +85,9 @@ class ScopedConversationStore:
     threads. Owner scoping stays the inner store's job: this partitions endpoints, not users.
 
     ``limit`` is applied by the inner store before the scope filter, so a busy sibling scope
-    can crowd rows out of a page. ``persistent`` mirrors the inner store's.
+    can crowd rows out of a page. ``persistent`` mirrors the inner store's. ``repositories``
+    forwards the inner store's chat-history repositories with the prefix applied to thread
+    ids both ways (the generic adapter when the inner store has none).
 
     Raises ``ValueError`` for an empty scope or one containing ``:``, ``TypeError`` when
     ``inner`` is not a ``ConversationStore``.
@@ -109,3 +165,23 @@ class ScopedConversationStore:
     async def rename(self, thread_id: str, title: str, *, request: HttpRequest) -> None:
         """Rename this scope's ``thread_id``."""
         await self._inner.rename(self._key(thread_id), title, request=request)
+
+    async def repositories(
+        self, *, request: HttpRequest
+    ) -> tuple[ChatRepositoryLike, MessageRepositoryLike]:
+        """The inner store's repositories (or the generic adapter's) inside this scope.
+
+        Chat thread ids carry the prefix in storage and never outside; a sibling scope's chat
+        is invisible, as a missing one is. Messages are reached through their chats, so the
+        message repository is the inner one.
+        """
+        own = await store_repositories(self._inner, request=request)
+        if own is None:
+            from django_pydantic_agent.persistence.repositories import (
+                conversation_repositories,
+            )
+
+            # The adapter over this store: its load and save already apply the prefix.
+            return await conversation_repositories(self, request=request)
+        chats, messages = own
+        return _ScopedChats(chats, self._prefix), messages

@@ -1,0 +1,577 @@
+"""Conversations and attachments on the DataRobot Agentic Memory Service.
+
+``MemoryServiceConversationStore`` keeps each thread as one chat-history chat (a session, one
+event per logical message, written by ``chat_history.memory_service``), so the thread drawer
+and the run path read and write the same data. ``MemoryServiceAttachmentStore`` keeps each
+file as a session of base64 chunk events.
+
+Both take a ``DRMemoryServiceClient`` (one identity-free pool per process: the store's owner
+is not the client's principal) and a ``DRMemorySpace`` or the deduplication key of one, which
+is created (idempotently) on first use and then reused. The owner is
+``resolve_owner_id(request)`` under ``allow_anonymous``; its chat-history user is
+``owner_user_uuid(owner_id)`` and its participant ``participant_id`` of that uuid, so one
+owner's sessions are found by participant and never by another owner.
+
+Request budget (measured against the emulator, ``docs/benchmarks.md``), for a thread of
+fewer than 100 messages and a warm space:
+
+=====================  ======================================================================
+``exists``             1 (a session lookup by thread)
+``load``               2 (lookup, one page of events)
+``rename``             2 (lookup, PATCH)
+``delete``             2 (lookup, DELETE)
+``list``               1 + N (the owner's chats, then the newest event of each of N chats)
+``save`` new thread    3 (lookup, create, one batch POST per 200 messages)
+``save`` appending     3 (lookup, one page of events, one batch POST)
+``save`` rewriting     5 (lookup, one page of events, DELETE, create, one batch POST)
+attachment ``save``    1 + ceil(chunks / 10) (session create, batch POSTs of 10 chunks)
+attachment ``open``    1 + ceil(chunks / 100) (lookup, pages of chunks)
+attachment ``delete``  2 (lookup, DELETE)
+=====================  ======================================================================
+
+Resolving a space given by key adds one request (two when it exists) once per store.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Final
+
+from django_pydantic_agent.chat_history.keys import participant_id
+from django_pydantic_agent.chat_history.memory_service import (
+    ChatRepository,
+    ChatSessionRegistry,
+    MessageRepository,
+    RetryPolicy,
+)
+from django_pydantic_agent.chat_history.records import (
+    Chat,
+    ChatCreate,
+    Message,
+    MessageCreate,
+    MessageReasoningCreate,
+    MessageToolCallCreate,
+)
+from django_pydantic_agent.memory_service import (
+    DREvent,
+    DRMemoryNotFoundError,
+    DRMemoryServiceClient,
+    DRMemorySpace,
+    DRRangeKey,
+    DRSession,
+)
+from django_pydantic_agent.persistence.base import (
+    AttachmentRef,
+    Conversation,
+    ConversationMeta,
+    ConversationMetaList,
+    OpenedAttachment,
+    check_limit,
+)
+from django_pydantic_agent.persistence.derive import derive_preview, derive_title
+from django_pydantic_agent.persistence.errors import StoreLimitError
+from django_pydantic_agent.persistence.model import _check_allow_anonymous
+from django_pydantic_agent.persistence.owner import aresolve_owner_uuid
+from django_pydantic_agent.persistence.wire import (
+    record_fingerprint,
+    records_to_wire,
+    wire_to_records,
+)
+
+if TYPE_CHECKING:
+    from django.core.files.uploadedfile import UploadedFile
+    from django.http import HttpRequest
+
+    from django_pydantic_agent.chat_history import ChatRepositoryLike, MessageRepositoryLike
+
+__all__ = [
+    "DEFAULT_MAX_ATTACHMENT_BYTES",
+    "MemoryServiceAttachmentStore",
+    "MemoryServiceConversationStore",
+    "StoredAttachment",
+    "StoredAttachmentChunk",
+    "StoredWireMessage",
+]
+
+DEFAULT_MAX_ATTACHMENT_BYTES: Final[int] = 10 * 1024 * 1024
+"""The default ``max_bytes`` of ``MemoryServiceAttachmentStore``: 10 MiB."""
+
+_CHUNK_BYTES: Final[int] = 72 * 1024  # base64: 98 304 characters, under the 100 000 cap
+_CHUNKS_PER_POST: Final[int] = 10  # about 1 MB per request
+
+
+class StoredWireMessage(Message):
+    """A chat-history message that also remembers the wire messages it was saved from.
+
+    ``wire`` and ``wire_fingerprint`` are set by ``MemoryServiceConversationStore.save``; while
+    ``record_fingerprint`` of the message still matches, ``load`` returns ``wire`` verbatim.
+    """
+
+    wire: list[dict[str, Any]] | None = None
+    wire_fingerprint: str | None = None
+
+
+class _SpaceHolder:
+    """A space given as an object, or by deduplication key and created once on first use."""
+
+    def __init__(self, client: DRMemoryServiceClient, space: DRMemorySpace | str) -> None:
+        if not isinstance(client, DRMemoryServiceClient):
+            raise TypeError(
+                f"client={client!r} is not a DRMemoryServiceClient: pass the process's "
+                "client (one pool per process)."
+            )
+        if isinstance(space, DRMemorySpace):
+            self._space: DRMemorySpace | None = space
+            self._key = space.deduplication_key or space.id
+        elif isinstance(space, str) and space:
+            self._space, self._key = None, space
+        else:
+            raise ValueError(
+                f"space={space!r} is not valid: pass a DRMemorySpace or the non-empty "
+                "deduplication key of one (it is created on first use)."
+            )
+        self._client = client
+
+    @property
+    def key(self) -> str:
+        """The deduplication key (or id) naming the space."""
+        return self._key
+
+    async def get(self) -> DRMemorySpace:
+        if self._space is None:
+            # Idempotent on the service: two first calls racing adopt the same space.
+            space = await DRMemorySpace.post(self._client, deduplication_key=self._key)
+            self._space = self._space or space
+        return self._space
+
+
+class _OwnerChats:
+    """A chat repository that acts for one user only: others' chats are absent."""
+
+    def __init__(self, inner: ChatRepository, registry: ChatSessionRegistry, user: uuid.UUID):
+        self._inner = inner
+        self._registry = registry
+        self._user = user
+
+    async def create_chat(self, chat_data: ChatCreate) -> Chat:
+        if chat_data.user_uuid is not None and chat_data.user_uuid != self._user:
+            raise ValueError(
+                f"create_chat got user_uuid={chat_data.user_uuid} but these repositories act "
+                f"for the request's owner, user {self._user}; build them from the request of "
+                "the user the chat belongs to."
+            )
+        return await self._inner.create_chat(chat_data)
+
+    async def get_chat_by_thread_id(self, user_uuid: uuid.UUID, thread_id: str) -> Chat | None:
+        if user_uuid != self._user:
+            return None
+        return await self._inner.get_chat_by_thread_id(user_uuid, thread_id)
+
+    async def get_all_chats(self, user_uuid: uuid.UUID | None) -> Sequence[Chat]:
+        if user_uuid is not None and user_uuid != self._user:
+            return []
+        return await self._inner.get_all_chats(self._user)
+
+    async def _owned(self, chat_uuid: uuid.UUID) -> bool:
+        state = await self._registry.state(chat_uuid)
+        return state is not None and state.chat.user_uuid == self._user
+
+    async def update_chat_name(self, chat_uuid: uuid.UUID, name: str) -> Chat | None:
+        if not await self._owned(chat_uuid):
+            return None
+        return await self._inner.update_chat_name(chat_uuid, name)
+
+    async def delete_chat(self, chat_uuid: uuid.UUID) -> Chat | None:
+        if not await self._owned(chat_uuid):
+            return None
+        return await self._inner.delete_chat(chat_uuid)
+
+
+def _created(message: Message, **values: Any) -> MessageCreate:
+    fields = message.model_dump(
+        exclude={"message_uuid", "chat_uuid", "tool_calls", "reasonings", "v"}
+        | {"emitter_type", "emitter_id"}
+    )
+    return MessageCreate(**{**fields, **values})
+
+
+def _parse_time(value: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+class MemoryServiceConversationStore:
+    """A ``ConversationStore`` whose threads are chat-history chats on the Memory Service.
+
+    ``save`` / ``load`` keep wire messages verbatim (a message a run changed is returned in
+    its converted form, ``persistence.wire``); ``repositories(request=...)`` returns the
+    Memory Service repositories for the request's owner, so a run persists incrementally.
+    One ``ChatSessionRegistry`` per store caches sessions and events across requests. See the
+    module docstring for the request budget.
+
+    ``allow_anonymous`` as for the model-backed stores (default ``False``: anonymous requests
+    raise ``AnonymousOperationError``). Raises ``TypeError`` / ``ValueError`` at construction
+    for a client that is not a ``DRMemoryServiceClient`` or an empty space key.
+    """
+
+    persistent: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        client: DRMemoryServiceClient,
+        space: DRMemorySpace | str,
+        *,
+        allow_anonymous: bool = False,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self._space = _SpaceHolder(client, space)
+        self._allow_anonymous = _check_allow_anonymous(allow_anonymous)
+        self._retry = retry
+        self._registry: ChatSessionRegistry | None = None
+
+    def __repr__(self) -> str:
+        return f"MemoryServiceConversationStore(space={self._space.key!r})"
+
+    @property
+    def allow_anonymous(self) -> bool:
+        """Whether anonymous visitors are served, each keyed to their own session."""
+        return self._allow_anonymous
+
+    async def memory_space(self) -> DRMemorySpace:
+        """The store's space, created on first use when given by deduplication key."""
+        return await self._space.get()
+
+    async def _registry_for(self) -> ChatSessionRegistry:
+        space = await self._space.get()
+        if self._registry is None:
+            self._registry = ChatSessionRegistry(space, retry=self._retry)
+        return self._registry
+
+    def bind_repositories(
+        self, user_uuid: uuid.UUID
+    ) -> tuple[ChatRepositoryLike, MessageRepositoryLike]:
+        """The repository pair of the chat-history user ``user_uuid`` (no request is made).
+
+        Raises ``RuntimeError`` before the space is resolved (``await memory_space()``).
+        ``repositories(request=...)`` is the owner-resolving form.
+        """
+        registry = self._registry
+        if registry is None:
+            space = self._space._space
+            if space is None:
+                raise RuntimeError(
+                    "The store's memory space is not resolved yet: await "
+                    "store.memory_space() (or call an async store method) first."
+                )
+            registry = self._registry = ChatSessionRegistry(space, retry=self._retry)
+        space = registry.space
+        chats = ChatRepository(space, registry)
+        messages = MessageRepository(space, registry, message_class=StoredWireMessage)
+        return _OwnerChats(chats, registry, user_uuid), messages
+
+    async def _bound(
+        self, request: HttpRequest
+    ) -> tuple[uuid.UUID, ChatRepositoryLike, MessageRepositoryLike]:
+        user = await aresolve_owner_uuid(request, allow_anonymous=self._allow_anonymous)
+        await self._registry_for()
+        chats, messages = self.bind_repositories(user)
+        return user, chats, messages
+
+    async def repositories(
+        self, *, request: HttpRequest
+    ) -> tuple[ChatRepositoryLike, MessageRepositoryLike]:
+        """The Memory Service repositories for ``request``'s owner (``owner_user_uuid``)."""
+        _, chats, messages = await self._bound(request)
+        return chats, messages
+
+    @staticmethod
+    def _wire(messages: Sequence[Message]) -> list[dict[str, Any]]:
+        originals = {
+            m.message_uuid: (m.wire_fingerprint, m.wire)
+            for m in messages
+            if isinstance(m, StoredWireMessage) and m.wire is not None and m.wire_fingerprint
+        }
+        return records_to_wire(messages, originals=originals)
+
+    async def load(self, thread_id: str, *, request: HttpRequest) -> Conversation | None:
+        """The owner's thread as wire messages, or ``None`` (missing or another owner's)."""
+        user, chats, messages = await self._bound(request)
+        chat = await chats.get_chat_by_thread_id(user, thread_id)
+        if chat is None:
+            return None
+        stored = await messages.get_chat_messages(chat.chat_uuid)
+        return Conversation(thread_id=thread_id, messages=self._wire(stored))
+
+    async def save(self, conversation: Conversation, *, request: HttpRequest) -> None:
+        """Replace the owner's thread: appended messages are posted, anything else rewritten.
+
+        ``conversation.owner_id`` is ignored. A thread whose stored messages are a prefix of
+        ``conversation.messages`` gets only the rest (one batch POST); otherwise the chat is
+        deleted and written again under the same title.
+        """
+        user, chats, messages = await self._bound(request)
+        thread_id = conversation.thread_id
+        chat = await chats.get_chat_by_thread_id(user, thread_id)
+        read = wire_to_records(
+            list(conversation.messages),
+            chat_uuid=uuid.UUID(int=0),
+            participant=participant_id(user),
+            salt=thread_id,
+        )
+        records = read.messages
+        name = derive_title(conversation.messages)
+        if chat is not None:
+            stored = await messages.get_chat_messages(chat.chat_uuid)
+            prints = [record_fingerprint(m) for m in stored]
+            if prints == [record_fingerprint(m) for m in records[: len(prints)]]:
+                records = records[len(prints) :]
+            else:
+                name = chat.name
+                await chats.delete_chat(chat.chat_uuid)
+                chat = None
+        if chat is None:
+            chat = await chats.create_chat(
+                ChatCreate(name=name, thread_id=thread_id, user_uuid=user)
+            )
+        if not records:
+            return
+        async with messages.transaction():
+            for record in records:
+                fingerprint, wire = read.originals[record.message_uuid]
+                data = _created(
+                    record, chat_uuid=chat.chat_uuid, wire=wire, wire_fingerprint=fingerprint
+                )
+                created = await messages.create_message(data)
+                for call in record.tool_calls:
+                    await messages.create_message_tool_call(
+                        MessageToolCallCreate(
+                            message_uuid=created.message_uuid, **call.model_dump(exclude={"uuid"})
+                        )
+                    )
+                for step in record.reasonings:
+                    await messages.create_message_reasoning(
+                        MessageReasoningCreate(
+                            message_uuid=created.message_uuid, **step.model_dump(exclude={"uuid"})
+                        )
+                    )
+
+    async def delete(self, thread_id: str, *, request: HttpRequest) -> None:
+        """Delete the owner's thread (its session and events); no-op when absent."""
+        user, chats, _ = await self._bound(request)
+        chat = await chats.get_chat_by_thread_id(user, thread_id)
+        if chat is not None:
+            await chats.delete_chat(chat.chat_uuid)
+
+    async def list(self, *, request: HttpRequest, limit: int | None = None) -> ConversationMetaList:
+        """The owner's threads, most recently written first: title, preview, last event time."""
+        check_limit(limit)
+        user, chats, messages = await self._bound(request)
+        found = list(await chats.get_all_chats(user))
+        last = await messages.get_last_messages([chat.chat_uuid for chat in found])
+        rows: ConversationMetaList = []
+        for chat in found:
+            newest = last.get(chat.chat_uuid)
+            stamp = newest.created_at if newest is not None else chat.created_at
+            preview = derive_preview(self._wire([newest])) if newest is not None else ""
+            rows.append(
+                ConversationMeta(
+                    thread_id=chat.thread_id,
+                    title=chat.name,
+                    updated_at=_parse_time(stamp),
+                    preview=preview,
+                )
+            )
+        oldest = datetime.min.replace(tzinfo=UTC)
+        rows.sort(key=lambda row: row.updated_at or oldest, reverse=True)
+        return rows if limit is None else rows[:limit]
+
+    async def exists(self, thread_id: str, *, request: HttpRequest) -> bool:
+        """Whether the owner has ``thread_id`` (one session lookup, no events read)."""
+        user, chats, _ = await self._bound(request)
+        return await chats.get_chat_by_thread_id(user, thread_id) is not None
+
+    async def rename(self, thread_id: str, title: str, *, request: HttpRequest) -> None:
+        """Set the thread's title (the chat name); no-op when absent."""
+        user, chats, _ = await self._bound(request)
+        chat = await chats.get_chat_by_thread_id(user, thread_id)
+        if chat is not None:
+            await chats.update_chat_name(chat.chat_uuid, title)
+
+
+# -- attachments ---------------------------------------------------------------------------
+
+
+class StoredAttachment(DRSession):
+    """One attachment: a session ``//attachment/<id>/`` owned by the uploader's participant."""
+
+    __description_prefix__ = "attachment"
+
+    attachment_id: Annotated[str, DRRangeKey]
+    name: str = ""
+    mime: str = ""
+    size: int = 0
+    sha256: str = ""
+    chunks: int = 0
+    user_uuid: uuid.UUID | None = None
+
+
+class StoredAttachmentChunk(DREvent, session=StoredAttachment):
+    """One chunk of an attachment's bytes: ``content`` is base64, ``index`` its position."""
+
+    index: int = 0
+
+
+class MemoryServiceAttachmentStore:
+    """An ``AttachmentStore`` keeping each file as a Memory Service session of chunk events.
+
+    Bytes are split into chunks of 72 KiB, each one event whose ``content`` is its base64
+    (under the service's 100 000-character cap); the session's metadata holds the name, mime
+    type, size, SHA-256 and chunk count. ``open`` checks the count, size and hash, so a
+    partial or damaged upload opens as missing (``None``). Files over ``max_bytes`` (default
+    10 MiB) are refused with ``StoreLimitError`` before anything is sent. Owner scoping and
+    ``allow_anonymous`` as for ``MemoryServiceConversationStore``.
+
+    Raises ``ValueError`` at construction for a ``max_bytes`` that is not a positive integer.
+    """
+
+    persistent: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        client: DRMemoryServiceClient,
+        space: DRMemorySpace | str,
+        *,
+        allow_anonymous: bool = False,
+        max_bytes: int = DEFAULT_MAX_ATTACHMENT_BYTES,
+    ) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise ValueError(
+                f"max_bytes={max_bytes!r} is not valid: pass a positive number of bytes "
+                f"(default {DEFAULT_MAX_ATTACHMENT_BYTES})."
+            )
+        self._space = _SpaceHolder(client, space)
+        self._allow_anonymous = _check_allow_anonymous(allow_anonymous)
+        self._max_bytes = max_bytes
+
+    def __repr__(self) -> str:
+        return (
+            f"MemoryServiceAttachmentStore(space={self._space.key!r}, max_bytes={self._max_bytes})"
+        )
+
+    @property
+    def allow_anonymous(self) -> bool:
+        """Whether anonymous visitors are served, each keyed to their own session."""
+        return self._allow_anonymous
+
+    @property
+    def max_bytes(self) -> int:
+        """The largest file this store accepts."""
+        return self._max_bytes
+
+    async def _owner(self, request: HttpRequest) -> uuid.UUID:
+        return await aresolve_owner_uuid(request, allow_anonymous=self._allow_anonymous)
+
+    async def _find(self, attachment_id: str, user: uuid.UUID) -> StoredAttachment | None:
+        if not attachment_id or "/" in attachment_id:
+            return None
+        space = await self._space.get()
+        found = await StoredAttachment.list(
+            space, attachment_id=attachment_id, participant=participant_id(user)
+        )
+        for session in found:
+            if session.attachment_id == attachment_id and session.user_uuid == user:
+                return session
+        return None
+
+    def _refuse(self, name: str | None, size: int) -> None:
+        raise StoreLimitError(
+            f"The upload {name!r} has {size} bytes, over this store's limit "
+            f"(max_bytes={self._max_bytes}). Send a smaller file, or raise max_bytes."
+        )
+
+    async def save(self, upload: UploadedFile[bytes], *, request: HttpRequest) -> AttachmentRef:
+        """Store the upload's bytes for the request's owner and return its ref.
+
+        Raises ``StoreLimitError`` (naming ``max_bytes``) for a file over the limit.
+        """
+        user = await self._owner(request)
+        if upload.size is not None and upload.size > self._max_bytes:
+            self._refuse(upload.name, upload.size)
+        data = upload.read(self._max_bytes + 1)
+        if len(data) > self._max_bytes:
+            self._refuse(upload.name, len(data))
+        chunks = [data[i : i + _CHUNK_BYTES] for i in range(0, len(data), _CHUNK_BYTES)]
+        space = await self._space.get()
+        ref = AttachmentRef(
+            id=uuid.uuid4().hex,
+            name=upload.name or "attachment",
+            mime=upload.content_type or "application/octet-stream",
+            size=len(data),
+        )
+        session = await StoredAttachment.post(
+            space,
+            participants=[participant_id(user)],
+            attachment_id=ref.id,
+            name=ref.name,
+            mime=ref.mime,
+            size=ref.size,
+            sha256=hashlib.sha256(data).hexdigest(),
+            chunks=len(chunks),
+            user_uuid=user,
+        )
+        for start in range(0, len(chunks), _CHUNKS_PER_POST):
+            batch = [
+                {
+                    "content": base64.b64encode(chunk).decode("ascii"),
+                    "emitter_type": "agent",
+                    "index": start + offset,
+                }
+                for offset, chunk in enumerate(chunks[start : start + _CHUNKS_PER_POST])
+            ]
+            await StoredAttachmentChunk.post_batch(session, batch)
+        return ref
+
+    async def open(self, attachment_id: str, *, request: HttpRequest) -> OpenedAttachment | None:
+        """Open the owner's attachment (bytes in memory), or ``None`` if missing or damaged."""
+        user = await self._owner(request)
+        session = await self._find(attachment_id, user)
+        if session is None:
+            return None
+        parts: dict[int, bytes] = {}
+        offset = 0
+        while len(parts) < session.chunks:
+            page = await StoredAttachmentChunk.list(session, offset=offset, limit=100)
+            if not page:
+                break
+            for event in page:
+                parts[event.index] = base64.b64decode(event.content)
+            offset += len(page)
+        data = b"".join(parts[i] for i in sorted(parts))
+        if (
+            sorted(parts) != list(range(session.chunks))
+            or len(data) != session.size
+            or hashlib.sha256(data).hexdigest() != session.sha256
+        ):
+            return None
+        ref = AttachmentRef(
+            id=attachment_id, name=session.name, mime=session.mime, size=session.size
+        )
+        return OpenedAttachment(ref=ref, content=io.BytesIO(data))
+
+    async def delete(self, attachment_id: str, *, request: HttpRequest) -> None:
+        """Delete the owner's attachment; no-op when absent or another owner's."""
+        user = await self._owner(request)
+        session = await self._find(attachment_id, user)
+        if session is not None:
+            try:
+                await session.delete()
+            except DRMemoryNotFoundError:
+                return
