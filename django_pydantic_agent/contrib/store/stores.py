@@ -18,6 +18,7 @@ import math
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, TextField
 from django.db.models.functions import Cast
@@ -40,12 +41,17 @@ from django_pydantic_agent.persistence import (
 if TYPE_CHECKING:
     from django.core.files.storage import Storage
     from django.core.files.uploadedfile import UploadedFile
+    from django.http import HttpRequest
 
     from django_pydantic_agent.contrib.store.memory_store import DefaultMemoryStore
     from django_pydantic_agent.contrib.store.models import (
         StoredAttachment,
         StoredConversation,
         StoredMessage,
+    )
+    from django_pydantic_agent.contrib.store.repositories import (
+        OrmChatRepository,
+        OrmMessageRepository,
     )
     from django_pydantic_agent.contrib.store.step_store import DefaultStepStore
 
@@ -64,6 +70,17 @@ logger = logging.getLogger("django_pydantic_agent.contrib.store")
 DEFAULT_LIST_LIMIT = 100
 
 _MAX_KEY = 255
+# A row saved whole is a wire row: a record row it replaces loses its record columns.
+_WIRE_FIELDS = ("message_id", "role", "data", "digest")
+_RECORD_FIELDS = (
+    "message_uuid",
+    "content",
+    "record",
+    "tool_calls",
+    "reasonings",
+    "status",
+    "run_id",
+)
 _HASH_CHUNK = 64 * 1024
 _DEDUP_PROBES = 8
 
@@ -103,6 +120,18 @@ def _lock_owner(scope: str, owner_id: str) -> None:
     key = int.from_bytes(digest[:8], "big", signed=True)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+def _refuse_new_thread(owner_id: str, limit: int) -> None:
+    """Raise ``StoreLimitError`` if the owner already keeps ``limit`` threads."""
+    from django_pydantic_agent.contrib.store.models import StoredConversation
+
+    if StoredConversation.objects.filter(owner_id=owner_id).count() >= limit:
+        raise StoreLimitError(
+            f"This conversation store keeps at most {_count(limit, 'thread')} per owner "
+            f"(max_threads_per_owner={limit}), and that many are stored already: delete a "
+            "thread to start a new one."
+        )
 
 
 def _short(value: Any, limit: int) -> str:
@@ -187,14 +216,29 @@ class DefaultConversationStore(ModelConversationStore):
 
     def _refuse_new_thread(self, owner_id: str, limit: int) -> None:
         """Raise ``StoreLimitError`` if the owner already keeps ``limit`` threads."""
-        from django_pydantic_agent.contrib.store.models import StoredConversation
+        _refuse_new_thread(owner_id, limit)
 
-        if StoredConversation.objects.filter(owner_id=owner_id).count() >= limit:
-            raise StoreLimitError(
-                f"This conversation store keeps at most {_count(limit, 'thread')} per owner "
-                f"(max_threads_per_owner={limit}), and that many are stored already: delete a "
-                "thread to start a new one."
-            )
+    async def repositories(
+        self, *, request: HttpRequest
+    ) -> tuple[OrmChatRepository, OrmMessageRepository]:
+        """Return the ORM chat-history repositories of the request's owner.
+
+        The pair writes into the rows this store lists and loads (one row per message, one
+        transaction per flush), sees only the owner's threads, refuses a thread over
+        ``max_threads_per_owner`` with ``StoreLimitError``, and never recreates a thread
+        deleted while a run writes to it. Pass ``chat_repository.user_uuid`` to the storage
+        agent as its user id.
+        """
+        from django_pydantic_agent.contrib.store.repositories import (
+            OrmChatRepository,
+            OrmMessageRepository,
+        )
+
+        owner_id = await sync_to_async(self._owner)(request)
+        chats = OrmChatRepository(
+            owner_id=owner_id, max_threads_per_owner=self.max_threads_per_owner
+        )
+        return chats, OrmMessageRepository(chats)
 
     def _row(self, thread_id: str, owner_id: str) -> StoredConversation | None:
         from django_pydantic_agent.contrib.store.models import StoredConversation
@@ -209,6 +253,8 @@ class DefaultConversationStore(ModelConversationStore):
             return None
         # The rows' JSON as text, parsed in one pass: measurably faster than decoding each
         # row through JSONField on both SQLite and PostgreSQL (see docs/benchmarks.md).
+        if row.message_rows.filter(message_uuid__isnull=False).exists():
+            return Conversation(thread_id=row.thread_id, messages=_replayed(row), owner_id=owner_id)
         texts = row.message_rows.order_by("position").values_list(
             Cast("data", output_field=TextField()), flat=True
         )
@@ -308,7 +354,7 @@ class DefaultConversationStore(ModelConversationStore):
                 row.message_rows.filter(position__gte=len(messages)).delete()
             if to_update:
                 StoredMessage.objects.bulk_update(
-                    to_update, ["message_id", "role", "data", "digest"], batch_size=500
+                    to_update, [*_WIRE_FIELDS, *_RECORD_FIELDS], batch_size=500
                 )
             for message_row in to_create:
                 message_row.conversation = row
@@ -363,6 +409,22 @@ class DefaultConversationStore(ModelConversationStore):
             # Normalised like a derived title; NUL dropped (PostgreSQL text cannot hold it).
             title=" ".join(str(title).replace("\x00", "").split())[:_MAX_KEY]
         )
+
+
+def _replayed(row: StoredConversation) -> list[Any]:
+    """The AG-UI wire messages of a thread holding record rows (written during runs).
+
+    Records replay through ``translate_messages``, so each message carries its status, run
+    id and error in ``metadata.django_pydantic_agent``; wire rows are read as records first.
+    """
+    from django_pydantic_agent.chat_history import Message, translate_messages
+    from django_pydantic_agent.contrib.store.repositories import thread_records
+
+    records, _ = thread_records(Message, list(row.message_rows.order_by("position")), row.chat_uuid)
+    return [
+        m.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for m in translate_messages(records)
+    ]
 
 
 def _field(message: Any, name: str) -> Any:
