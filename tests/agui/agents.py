@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Literal
 
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, DeferredToolRequests, RunContext
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaThinkingPart, DeltaToolCall, FunctionModel
 
@@ -205,3 +205,32 @@ async def _gated(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator
 def gated_agent() -> Agent[None, str]:
     """Streams one word, then waits for ``GATE.released`` before it finishes."""
     return Agent(FunctionModel(stream_function=_gated))
+
+
+#: What ``approval_agent``'s tool did: one entry per executed (approved) call.
+SENT_EMAILS: list[str] = []
+
+
+async def _asks_approval(
+    messages: list[ModelMessage], info: AgentInfo
+) -> AsyncIterator[str | dict[int, DeltaToolCall]]:
+    """Call ``send_email(to="bob")`` (which needs approval), then answer once it returned."""
+    if _after_tool(messages):
+        yield "Sent."
+        return
+    yield {0: DeltaToolCall(name="send_email", json_args='{"to": "bob"}', tool_call_id="call-send")}
+
+
+def approval_agent() -> Agent[None, str | DeferredToolRequests]:
+    """A tool with ``requires_approval=True``: the first run ends waiting for a human."""
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(stream_function=_asks_approval), output_type=[str, DeferredToolRequests]
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        """Send an email."""
+        SENT_EMAILS.append(to)
+        return f"Sent to {to}."
+
+    return agent
