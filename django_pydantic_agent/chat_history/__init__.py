@@ -7,7 +7,7 @@ manager load on first use (PEP 562), so importing the package stays cheap.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_pydantic_agent.chat_history.errors import (
     ChatHistoryError,
@@ -54,12 +54,32 @@ from django_pydantic_agent.chat_history.storage_agent import (
 )
 from django_pydantic_agent.chat_history.translate import translate_messages
 
+if TYPE_CHECKING:
+    from django_pydantic_agent.chat_history.manager import (
+        RunHandle,
+        RunLogTruncatedError,
+        RunObserver,
+        SequencedEvent,
+        StreamPersistenceManager,
+    )
+    from django_pydantic_agent.chat_history.memory_service import (
+        ChatRepository,
+        ChatSessionRegistry,
+        LocatorIndex,
+        MessageRepository,
+        RetryPolicy,
+    )
+
 _LAZY = {
     "ChatRepository": "memory_service",
     "ChatSessionRegistry": "memory_service",
     "LocatorIndex": "memory_service",
     "MessageRepository": "memory_service",
+    "RetryPolicy": "memory_service",
     "RunHandle": "manager",
+    "RunLogTruncatedError": "manager",
+    "RunObserver": "manager",
+    "SequencedEvent": "manager",
     "StreamPersistenceManager": "manager",
 }
 
@@ -91,8 +111,12 @@ __all__ = [
     "MessageUpdate",
     "PersistenceBacklogError",
     "Reasoning",
+    "RetryPolicy",
     "Role",
     "RunHandle",
+    "RunLogTruncatedError",
+    "RunObserver",
+    "SequencedEvent",
     "StorageState",
     "StreamPersistenceManager",
     "ToolCall",

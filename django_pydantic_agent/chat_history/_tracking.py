@@ -169,6 +169,8 @@ class StorageState:
         tool_calls: This run's tool calls by AG-UI id; ``foreign`` holds earlier runs' calls
             that got a result in this run.
         terminal_seen: Whether ``RUN_FINISHED`` or ``RUN_ERROR`` was handled.
+        resumed: Whether the run answers interrupts (its outcome is then always stored, so it
+            supersedes the interrupt outcome it resumed).
         dropped: Whether events were dropped from persistence (queue overflow).
     """
 
@@ -186,6 +188,7 @@ class StorageState:
     messages: list[TrackedMessage] = field(default_factory=list)
     tool_calls: dict[str, TrackedToolCall] = field(default_factory=dict)
     foreign: list[TrackedToolCall] = field(default_factory=list)
+    resumed: bool = False
     terminal_seen: bool = False
     dropped: bool = False
     flush_due: float | None = None

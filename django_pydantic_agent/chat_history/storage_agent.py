@@ -114,6 +114,7 @@ ERRORED = MessageStatus.ERRORED.value
 
 _NIL = UUID(int=0)
 _STOP: Final = object()
+_YIELD_AT: Final = 64
 _THINKING = (  # ag-ui 0.1.x only; registered when the installed ag-ui still has them
     "ThinkingStartEvent",
     "ThinkingEndEvent",
@@ -348,7 +349,11 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             return
         inner_input = input.model_copy(update={"messages": self.translate(history)})
         state = StorageState(
-            run_id=input.run_id, thread_id=input.thread_id, chat=chat, history=history
+            run_id=input.run_id,
+            thread_id=input.thread_id,
+            chat=chat,
+            history=history,
+            resumed=bool(input.resume),
         )
         queue: asyncio.Queue[Any] = asyncio.Queue()
         consumer = asyncio.create_task(self._consume(queue, state, chat))
@@ -364,6 +369,12 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                     elif isinstance(event, RunFinishedEvent | RunErrorEvent):
                         state.terminal_seen = True
                     self._enqueue(queue, state, event)
+                    # An inner agent that never awaits would starve the consumer: give it a
+                    # few loop turns (a store that is slow costs only these turns, never a wait).
+                    for _ in range(4):
+                        if queue.qsize() <= _YIELD_AT:
+                            break
+                        await asyncio.sleep(0)
                     yield event
             if not state.terminal_seen:
                 if not started:
@@ -414,6 +425,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         chat = await self.chat_repo.get_chat_by_thread_id(self.user_id, input.thread_id)
         history = list(await self.message_repo.get_chat_messages(chat.chat_uuid)) if chat else []
         plan = plan_inbound(input, history)
+        existed = chat is not None
         if chat is None:
             first = input.messages[0].content if input.messages else None
             chat = await self.chat_repo.create_chat(
@@ -458,13 +470,26 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                     if base is not None:
                         updated_carrier.tool_calls = base.tool_calls
                     replaced[carrier.message_uuid] = updated_carrier
-            created = [
-                await self.message_repo.create_message(
-                    self.build_user_message_create(chat, m, input.run_id)
+            created: list[Message] = []
+            for inbound in plan.users:
+                if existed:
+                    # Get-or-create: a double-submitted request validated against the same
+                    # history must not store the message twice (atomic on stores whose
+                    # transaction() serializes writers; a cheap cached read elsewhere).
+                    twin = await self.message_repo.get_message_by_agui_id(
+                        chat.chat_uuid, inbound.id
+                    )
+                    if twin is not None and twin.role == Role.USER.value:
+                        created.append(twin)
+                        continue
+                created.append(
+                    await self.message_repo.create_message(
+                        self.build_user_message_create(chat, inbound, input.run_id)
+                    )
                 )
-                for m in plan.users
-            ]
-        history = [replaced.get(m.message_uuid, m) for m in history] + created
+        known = {m.message_uuid for m in history}
+        fresh = [m for m in created if m.message_uuid not in known]
+        history = [replaced.get(m.message_uuid, m) for m in history] + fresh
         return chat, history
 
     async def _finish_shielded(
@@ -518,11 +543,12 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         if cause in ("cancelled", "abandoned"):
             self._terminate(state, INTERRUPTED, None, None)
             if state.outcome is None:
-                self._set_outcome(state, {"type": "cancelled"}, force=False)
+                self._set_outcome(state, {"type": "cancelled"}, force=state.resumed)
         elif cause == "crashed":
             self._terminate(state, ERRORED, CRASH_TEXT, None)
             if state.outcome is None:
-                self._set_outcome(state, {"type": "error", "message": CRASH_TEXT}, force=False)
+                outcome = {"type": "error", "message": CRASH_TEXT}
+                self._set_outcome(state, outcome, force=state.resumed)
         elif state.dropped:
             self._terminate(state, ERRORED, DROPPED_TEXT, None)
         for attempt in range(3):
@@ -558,7 +584,9 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                 )
             if state.flush_now:
                 await self._flush(state)
-            elif state.flush_due is None and state.dirty():
+            elif state.flush_due is None:
+                # Armed after any event; a flush with nothing to write costs no request, and
+                # checking for changes once per interval (not per event) keeps long runs linear.
                 state.flush_due = loop.time() + self.flush_interval
 
     def _event_time(self, event: BaseEvent) -> datetime:

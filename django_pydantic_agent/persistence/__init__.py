@@ -39,6 +39,7 @@ from django_pydantic_agent.persistence.model import ModelAttachmentStore, ModelC
 from django_pydantic_agent.persistence.null import NullAttachmentStore, NullConversationStore
 from django_pydantic_agent.persistence.owner import (
     aensure_session_key,
+    aresolve_owner_uuid,
     ensure_session_key,
     memory_namespace,
     memory_namespace_for_user,
@@ -83,6 +84,7 @@ __all__ = [
     "UnstorableMessageError",
     "WrapsStore",
     "aensure_session_key",
+    "aresolve_owner_uuid",
     "conversation_repositories",
     "derive_preview",
     "derive_title",

@@ -15,19 +15,13 @@ owner's sessions are found by participant and never by another owner.
 Request budget (measured against the emulator, ``docs/benchmarks.md``), for a thread of
 fewer than 100 messages and a warm space:
 
-=====================  ======================================================================
-``exists``             1 (a session lookup by thread)
-``load``               2 (lookup, one page of events)
-``rename``             2 (lookup, PATCH)
-``delete``             2 (lookup, DELETE)
-``list``               1 + N (the owner's chats, then the newest event of each of N chats)
-``save`` new thread    3 (lookup, create, one batch POST per 200 messages)
-``save`` appending     3 (lookup, one page of events, one batch POST)
-``save`` rewriting     5 (lookup, one page of events, DELETE, create, one batch POST)
-attachment ``save``    1 + ceil(chunks / 10) (session create, batch POSTs of 10 chunks)
-attachment ``open``    1 + ceil(chunks / 100) (lookup, pages of chunks)
-attachment ``delete``  2 (lookup, DELETE)
-=====================  ======================================================================
+- ``exists``: 1 (a session lookup by thread);
+- ``load``: 2 (lookup, one page of events);
+- ``rename`` / ``delete``: 2 (lookup, then PATCH / DELETE);
+- ``list``: 1 + N (the owner's chats, then the newest event of each of N chats);
+- ``save``: 3 for a new thread or an append (lookup, create or one page of events, one batch
+  POST per 200 messages), 5 for a rewrite (lookup, events, DELETE, create, batch POST);
+- attachment ``save``: 1 + ceil(chunks / 10); ``open``: 1 + ceil(chunks / 100); ``delete``: 2.
 
 Resolving a space given by key adds one request (two when it exists) once per store.
 """

@@ -517,7 +517,11 @@ def bind_conversation_repositories(
 async def repositories_for(
     store: ConversationStore, *, request: HttpRequest
 ) -> tuple[ChatRepositoryLike, MessageRepositoryLike]:
-    """The repositories a run on ``store`` persists through: its own, else the adapter's."""
+    """The repositories a run on ``store`` persists through: its own, else the adapter's.
+
+    Check ``is_persistent(store)`` first: a Null store means a stateless run with no
+    repositories at all. Raises ``AnonymousOperationError`` where the store would.
+    """
     own = await store_repositories(store, request=request)
     if own is not None:
         return own

@@ -9,7 +9,8 @@ per tool call that has a result.
 Bookkeeping travels in extra keys, which AG-UI clients ignore and the thread route returns:
 
 - ``status``: ``complete`` / ``active`` / ``interrupted`` / ``errored``, on every message
-  (on a tool message: its call's status).
+  written from a record (on a tool message: its call's status); a message without it, as a
+  client posted it, reads as ``complete``.
 - ``runId``: the run that wrote the record, when known.
 - ``error``: the record's error text, when set (a tool message's AG-UI ``error`` is its call's).
 - ``chatHistory``: everything else, an object: ``uuid`` (the record's uuid), ``inProgress``,

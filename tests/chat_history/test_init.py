@@ -41,6 +41,9 @@ def test_unknown_attribute_raises_attribute_error() -> None:
 
 
 def test_lazy_names_resolve_from_their_modules() -> None:
-    from django_pydantic_agent.chat_history.manager import StreamPersistenceManager
+    import importlib
 
-    assert chat_history.StreamPersistenceManager is StreamPersistenceManager
+    for name, module in chat_history._LAZY.items():
+        owner = importlib.import_module(f"django_pydantic_agent.chat_history.{module}")
+        assert getattr(chat_history, name) is getattr(owner, name)
+        assert name in chat_history.__all__

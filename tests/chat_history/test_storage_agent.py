@@ -1201,3 +1201,66 @@ async def test_an_echoed_no_result_placeholder_does_not_answer_the_call(store: S
     assert _types(events)[-1] == "RUN_FINISHED"
     call = (await store.history())[1].tool_calls[0]
     assert (call.has_result, call.content) == (False, "")
+
+
+async def test_a_resumed_run_that_crashes_supersedes_the_interrupt_outcome(store: Store) -> None:
+    interrupt = Interrupt(id="i1", reason="approve", tool_call_id="tc9")
+    await store.run(
+        [
+            rs(),
+            tcs("tc9", "delete", "m1"),
+            tce("tc9"),
+            rf(outcome=RunFinishedInterruptOutcome(interrupts=[interrupt])),
+        ]
+    )
+    resume = run_input(resume=[ResumeEntry(interrupt_id="i1", status="resolved")], run="r2")
+    with pytest.raises(RuntimeError):
+        await store.run([RuntimeError("before any event")], resume)
+    carrier = (await store.history())[-1]
+    assert carrier.run_outcome is not None
+    assert (carrier.run_outcome["type"], carrier.run_outcome["run_id"]) == ("error", "r2")
+    # The unexecuted call now replays as "no result", so the next turn is not left dangling.
+    _, inner = await store.run(
+        [rs("r3"), rf("r3")], run_input(UserMessage(id="u3", content="?"), run="r3")
+    )
+    results = [m for m in inner.seen[0].messages if isinstance(m, ToolMessage)]
+    assert [(m.tool_call_id, m.error is not None) for m in results] == [("tc9", True)]
+
+
+async def test_s82_3_a_double_submitted_turn_stores_the_user_message_once() -> None:
+    chats = InMemoryChatRepository()
+
+    class SlowHistory(InMemoryMessageRepository):
+        async def get_chat_messages(self, chat_uuid: Any) -> Any:
+            listed = await super().get_chat_messages(chat_uuid)
+            await asyncio.sleep(0.01)  # both requests validate before either writes
+            return listed
+
+    messages = SlowHistory(chats)
+
+    def agent() -> AGUIStorageAgent:
+        script = [rs("r2"), rf("r2")]
+        return AGUIStorageAgent("assistant", USER, chats, messages, ScriptedAgent(script))
+
+    first = [rs(), *text("m1", "hi"), rf()]
+    [
+        e
+        async for e in AGUIStorageAgent(
+            "assistant", USER, chats, messages, ScriptedAgent(first)
+        ).run(run_input())
+    ]
+    turn = run_input(
+        UserMessage(id="u1", content="Hello"), UserMessage(id="u2", content="again"), run="r2"
+    )
+
+    async def submit() -> list[BaseEvent]:
+        return [e async for e in agent().run(turn)]
+
+    await asyncio.gather(submit(), submit())
+    chat = await chats.get_chat_by_thread_id(USER, "t1")
+    assert chat is not None
+    assert [m.agui_id for m in await messages.get_chat_messages(chat.chat_uuid)] == [
+        "u1",
+        "m1",
+        "u2",
+    ]

@@ -609,3 +609,12 @@ async def test_pydantic_ai_approval_interrupt_and_resume_round_trip() -> None:
         ("delete_file", "a.txt deleted", True)
     ]
     assert (await store.history())[-1].content == "Deleted."
+
+
+async def test_a_burst_from_an_agent_that_never_awaits_does_not_overflow_the_queue() -> None:
+    store = Store()
+    script = [rs(), tms("m1"), *(tmc("m1", "w") for _ in range(3000)), tme("m1"), rf()]
+    events, _ = await store.run(script, max_queue_size=200)
+    assert len(events) == len(script)
+    stored = (await store.history())[1]
+    assert (len(stored.content), stored.status) == (3000, "complete")

@@ -401,3 +401,48 @@ async def test_constructor_refusals() -> None:
         store.bind_repositories(USER)
     assert "space='k'" in repr(store)
     assert "max_bytes=" in repr(MemoryServiceAttachmentStore(client, "k"))
+
+
+async def test_saving_the_same_conversation_again_writes_nothing(
+    service: Service, actors: StoreActors
+) -> None:
+    store = MemoryServiceConversationStore(service.client, service.key, allow_anonymous=True)
+    assert store.allow_anonymous is True
+    posted = [
+        {"id": "u1", "role": "user", "content": "Why?"},
+        {"id": "r1", "role": "reasoning", "content": "Because", "encryptedValue": "e"},
+        {"id": "m1", "role": "assistant", "content": "So."},
+    ]
+    conversation = Conversation(thread_id="t1", messages=posted)
+    await store.save(conversation, request=actors.request("alice"))
+    request_counter.reset()
+    await store.save(conversation, request=actors.request("alice"))
+    assert request_counter.count() == 2  # the lookup and the freshness check only
+    loaded = await store.load("t1", request=actors.request("alice"))
+    assert loaded is not None
+    assert loaded.messages == posted
+    await store.rename("missing", "x", request=actors.request("alice"))
+    await store.delete("missing", request=actors.request("alice"))
+    assert [row.thread_id for row in await store.list(request=actors.request("alice"))] == ["t1"]
+
+
+async def test_the_owners_pair_refuses_other_users(service: Service, actors: StoreActors) -> None:
+    from django_pydantic_agent.chat_history import ChatCreate
+
+    space = await DRMemorySpace.post(service.client, deduplication_key=service.key)
+    store = MemoryServiceConversationStore(service.client, space)
+    alice = owner_user_uuid(str(actors.user("alice").pk))
+    bob_chats, _ = store.bind_repositories(OTHER_USER)
+    theirs = await bob_chats.create_chat(ChatCreate(thread_id="t1", user_uuid=OTHER_USER))
+    chats, _ = await store.repositories(request=actors.request("alice"))
+    with pytest.raises(ValueError, match="request's owner"):
+        await chats.create_chat(ChatCreate(thread_id="t1", user_uuid=OTHER_USER))
+    assert await chats.get_chat_by_thread_id(OTHER_USER, "t1") is None
+    assert await chats.get_all_chats(OTHER_USER) == []
+    assert await chats.update_chat_name(theirs.chat_uuid, "mine now") is None
+    assert await chats.delete_chat(theirs.chat_uuid) is None
+    assert await bob_chats.get_chat_by_thread_id(OTHER_USER, "t1") is not None
+    mine = await chats.create_chat(ChatCreate(thread_id="t1", user_uuid=alice))
+    assert mine.chat_uuid != theirs.chat_uuid
+    files = MemoryServiceAttachmentStore(service.client, space, max_bytes=10)
+    assert (files.max_bytes, files.allow_anonymous) == (10, False)

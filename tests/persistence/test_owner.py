@@ -208,3 +208,15 @@ def test_harness_rejects_what_resolve_owner_id_would_give() -> None:
     # Why memory_namespace exists: the owner id's colon is not a valid harness segment.
     with pytest.raises(ValueError, match="invalid memory path"):
         validate_store_path("anon:abc/agent/notes.md")
+
+
+def test_owner_user_uuid_is_one_deterministic_mapping() -> None:
+    import uuid
+
+    from django_pydantic_agent.persistence import owner_user_uuid
+    from django_pydantic_agent.persistence.owner import OWNER_UUID_NAMESPACE
+
+    assert owner_user_uuid("42") == owner_user_uuid("42")
+    assert owner_user_uuid("42") != owner_user_uuid("anon:42")
+    assert owner_user_uuid("42") == uuid.uuid5(OWNER_UUID_NAMESPACE, "42")
+    assert owner_user_uuid("42").version == 5
