@@ -1,17 +1,25 @@
 # The two promises of the README: `make demo` and `make test`, from a fresh clone.
+# Every test target runs legs of tox.ini, the one definition of what CI runs (CONTRIBUTING.md);
+# tox itself lives in .venv, and its envs in .tox are reused from run to run.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+TOX := $(BIN)/tox
 SDK_VENV ?= .venv-sdk
 DATAROBOT_SDK_PYTHON ?= $(abspath $(SDK_VENV))/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: help demo test lint type docs test-postgres test-e2e sdk-venv bench clean
+.PHONY: help demo dev test lint type docs docs-serve test-latest test-harness test-postgres \
+	test-django6 test-e2e tox sdk-venv bench clean
 
 help:
-	@echo "make demo   - install the example project and serve it at http://$(HOST):$(PORT)/"
-	@echo "make test   - ruff, mypy, migrations check, docs build and pytest with coverage"
+	@echo "make demo          - install the example project and serve it at http://$(HOST):$(PORT)/"
+	@echo "make test          - tox: lint, type, docs, the suite without and with the harness"
+	@echo "make test-postgres - tox: the suite on PostgreSQL (DATABASE_URL, default a local server)"
+	@echo "make test-django6  - tox: the suite under Python 3.13 and Django 6"
+	@echo "make test-e2e      - tox: Chromium, @ag-ui/client, uvicorn and the official SDK"
+	@echo "make dev           - everything in .venv, for an editor and for running pytest by hand"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +34,12 @@ $(VENV)/.installed-example: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[example]'
 	touch $@
 
+$(VENV)/.installed-tox: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet 'tox>=4.11'
+	touch $@
+
+tox: $(VENV)/.installed-tox
+
 # The official DataRobot SDK in a venv of its own (it pins ag-ui-protocol<1): tests/sdk_check.
 $(SDK_VENV)/.installed: tests/sdk_check/requirements.txt
 	$(PYTHON) -m venv $(SDK_VENV)
@@ -39,31 +53,43 @@ demo: $(VENV)/.installed-example
 	cd example_project && ../$(BIN)/python manage.py ensure_demo_user
 	cd example_project && ../$(BIN)/uvicorn example_project.asgi:application --host $(HOST) --port $(PORT) --lifespan off
 
-lint: $(VENV)/.installed-test
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+dev: $(VENV)/.installed-test
 
-type: $(VENV)/.installed-test
-	$(BIN)/mypy django_pydantic_agent
+# tox's default env_list: lint, type, docs, latest, harness.
+test: tox
+	$(TOX) run
 
-docs: $(VENV)/.installed-test
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+lint type docs: tox
+	$(TOX) run -e $@
 
-test: lint type docs
-	$(BIN)/python -m django makemigrations --check --dry-run --settings=tests.settings
-	$(BIN)/python -m pytest --cov --cov-report=term
+docs-serve: tox
+	$(TOX) run -e docs --notest
+	.tox/docs/bin/mkdocs serve
 
-# The same suite against PostgreSQL (DATABASE_URL must point at a server).
-test-postgres: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -p no:cacheprovider
+test-latest: tox
+	$(TOX) run -e latest
+
+test-harness: tox
+	$(TOX) run -e harness
+
+test-postgres: tox
+	$(TOX) run -e postgres
+
+# Django 6 needs Python >= 3.12: Debian 12 has 3.11 only, the machine image's pyenv has 3.13.
+PY313_DIR ?= $(dir $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13)))
+test-django6: tox
+	$(if $(PY313_DIR),PATH="$(PY313_DIR):$$PATH") $(TOX) run -e py313-django6
+
+# The npm packages of tests/e2e/js, again whenever its package-lock.json changes.
+tests/e2e/js/node_modules/.package-lock.json: tests/e2e/js/package-lock.json
+	cd tests/e2e/js && npm ci --no-audit --no-fund --silent
 
 # Slow end-to-end tests: Chromium, @ag-ui/client under Node, uvicorn, the official SDK.
-test-e2e: $(VENV)/.installed-test $(SDK_VENV)/.installed
-	cd tests/e2e/js && npm ci --no-audit --no-fund --silent
-	DATAROBOT_SDK_PYTHON=$(DATAROBOT_SDK_PYTHON) $(BIN)/python -m pytest -m e2e -p no:cacheprovider
+test-e2e: tox $(SDK_VENV)/.installed tests/e2e/js/node_modules/.package-lock.json
+	DATAROBOT_SDK_PYTHON=$(DATAROBOT_SDK_PYTHON) $(TOX) run -e e2e
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) $(SDK_VENV) .coverage htmlcov .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SDK_VENV) .tox .coverage htmlcov .pytest_cache .mypy_cache .ruff_cache

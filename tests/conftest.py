@@ -1,18 +1,33 @@
-"""Suite-wide fixtures. Feature fixtures live in the nearest ``conftest.py``."""
+"""Suite-wide fixtures, and the checks that a CI leg tested what it claims to.
+
+Feature fixtures live in the nearest ``conftest.py``. Two environment variables, set by the
+tox legs, turn a skip that would hollow out a leg into a failure:
+
+- ``REQUIRE_POSTGRES=1``: the database must be PostgreSQL, and no test marked ``postgresql``
+  nor any test whose skip reason names PostgreSQL or SQLite may skip.
+- ``REQUIRE_HARNESS=1``: pydantic-ai-harness must be installed and no skip reason may name
+  the harness; ``REQUIRE_HARNESS=0``: it must not be installed (the leg tests an install
+  without the extra).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
+import importlib.util
 import inspect
+import os
+import re
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import cast
 
 import pydantic_ai.models
 import pytest
 import pytest_asyncio
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.core.servers import basehttp
 from django.db import connections
 
@@ -70,3 +85,106 @@ def _live_server_nodelay() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(basehttp.WSGIRequestHandler, "setup", setup)
         yield
+
+
+# -- what a leg requires ----------------------------------------------------------------------
+
+_POSTGRES_SKIP = re.compile(r"postgres|sqlite", re.IGNORECASE)
+_HARNESS_SKIP = re.compile(r"harness", re.IGNORECASE)
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _engine() -> str:
+    return str(settings.DATABASES["default"]["ENGINE"]).rpartition(".")[2]
+
+
+def pytest_report_header() -> str:
+    return (
+        f"database: {_engine()}; Django {_version('django')}; "
+        f"pydantic-ai-slim {_version('pydantic-ai-slim')}; "
+        f"pydantic-ai-harness {_version('pydantic-ai-harness')}"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    problems = []
+    if os.environ.get("REQUIRE_POSTGRES") == "1" and _engine() != "postgresql":
+        problems.append(
+            f"REQUIRE_POSTGRES=1 but the database engine is {_engine()!r}: set DATABASE_URL "
+            "to a PostgreSQL server."
+        )
+    installed = importlib.util.find_spec("pydantic_ai_harness") is not None
+    wanted = os.environ.get("REQUIRE_HARNESS")
+    if wanted == "1" and not installed:
+        problems.append(
+            "REQUIRE_HARNESS=1 but pydantic-ai-harness is not installed: pip install "
+            '"django-pydantic-agent[harness]".'
+        )
+    if wanted == "0" and installed:
+        problems.append(
+            "REQUIRE_HARNESS=0 but pydantic-ai-harness is installed: this leg tests an install "
+            "without the harness extra; use a fresh env."
+        )
+    if problems:
+        raise pytest.UsageError(" ".join(problems))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if _engine() == "postgresql":
+        return
+    skip = pytest.mark.skip(reason="Needs PostgreSQL (marked postgresql); set DATABASE_URL.")
+    for item in items:
+        if item.get_closest_marker("postgresql"):
+            item.add_marker(skip)
+
+
+def _forbidden_skip(reason: str, item: pytest.Item | None) -> str | None:
+    """Why this skip fails the leg, or ``None`` if the leg allows it."""
+    if os.environ.get("REQUIRE_POSTGRES") == "1" and (
+        _POSTGRES_SKIP.search(reason) or (item and item.get_closest_marker("postgresql"))
+    ):
+        return "REQUIRE_POSTGRES=1: a PostgreSQL-only test must run here, not skip"
+    if os.environ.get("REQUIRE_HARNESS") == "1" and _HARNESS_SKIP.search(reason):
+        return "REQUIRE_HARNESS=1: a harness test must run here, not skip"
+    return None
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple):
+        return str(longrepr[2])
+    return str(longrepr)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = _skip_reason(report)
+        why = _forbidden_skip(reason, item)
+        if why:
+            report.outcome = "failed"
+            report.longrepr = f"{why}. It skipped: {reason}"
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    if report.skipped:
+        reason = _skip_reason(report)
+        why = _forbidden_skip(reason, None)
+        if why:
+            report.outcome = "failed"
+            report.longrepr = f"{why}. {collector.nodeid} skipped: {reason}"
+    return report

@@ -7,6 +7,11 @@ under WSGI the stream would be buffered until the run ends.
 before any view runs, so without it an oversized upload would be received and spooled to disk
 before the upload view could refuse it. The wrapper answers 413 from the declared
 ``Content-Length``, or cuts a chunked body off at the cap, before Django sees a byte.
+
+Outermost, ``LifespanShutdown`` answers the ASGI lifespan protocol (which Django's handler
+does not speak): under ``uvicorn --lifespan on`` the process's Memory Service client
+(``AGENT_STORE=memory-service``) is closed at shutdown. ``make demo`` runs with
+``--lifespan off``; the client then goes with the process.
 """
 
 from __future__ import annotations
@@ -23,7 +28,32 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
 _django_application = get_asgi_application()
 
 
-def _build_application() -> UploadLimitMiddleware:
+class LifespanShutdown:
+    """Answer ``lifespan`` scopes; pass every other scope to ``app``.
+
+    Startup needs nothing; at shutdown the Memory Service client, if one was made, is closed.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                from chat.stores import aclose_memory_service_client
+
+                await aclose_memory_service_client()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _build_application() -> LifespanShutdown:
     from django.conf import settings
 
     application: Any = _django_application
@@ -31,7 +61,7 @@ def _build_application() -> UploadLimitMiddleware:
         from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
         application = ASGIStaticFilesHandler(application)
-    return UploadLimitMiddleware(application)
+    return LifespanShutdown(UploadLimitMiddleware(application))
 
 
 application = _build_application()

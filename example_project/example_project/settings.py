@@ -32,6 +32,14 @@ Environment variables (all optional):
 ``AGENT_MAX_THREADS``, ``AGENT_MAX_FILES``, ``AGENT_MAX_UPLOAD_BYTES``
     Per-user quotas of the stores: threads (default ``200``), attachments (default ``200``)
     and attachment bytes (default 200 MiB). A request over one gets 413.
+``AGENT_STORE``
+    Where threads and uploads are kept: ``default`` (contrib.store's tables, the default) or
+    ``memory-service`` (the Memory Service stores; see ``chat/stores.py``).
+``DATAROBOT_ENDPOINT``, ``DATAROBOT_API_TOKEN``
+    With ``AGENT_STORE=memory-service``: a real Memory Service endpoint (ending in ``/api/v2``)
+    and its token. Without an endpoint the stores use the emulator mounted in this project.
+``AGENT_MEMORY_SPACE``
+    The deduplication key of the memory space the stores use (created on first use).
 """
 
 from __future__ import annotations
@@ -183,10 +191,23 @@ AGENT_MAX_THREADS = int(os.environ.get("AGENT_MAX_THREADS") or 200)
 AGENT_MAX_FILES = int(os.environ.get("AGENT_MAX_FILES") or 200)
 AGENT_MAX_UPLOAD_BYTES = int(os.environ.get("AGENT_MAX_UPLOAD_BYTES") or 200 * 1024 * 1024)
 
+#: Where threads and uploads live (``chat.stores.build_stores``).
+#: ``manage.py check`` (and the first request) refuse any other value than the two below.
+AGENT_STORE = os.environ.get("AGENT_STORE", "").strip().lower() or "default"
+#: ``memory-service`` only: a real endpoint and token; no endpoint means the emulator mounted
+#: here (``/api/v2/memory/``), reached in process.
+AGENT_MEMORY_SERVICE_ENDPOINT = os.environ.get("DATAROBOT_ENDPOINT", "").strip()
+AGENT_MEMORY_SERVICE_TOKEN = os.environ.get("DATAROBOT_API_TOKEN", "").strip()
+AGENT_MEMORY_SPACE = os.environ.get("AGENT_MEMORY_SPACE", "").strip() or "example-project-chat"
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "INFO"},
-    "loggers": {"django": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+    "loggers": {
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        # One line per Memory Service request (AGENT_STORE=memory-service) is too chatty.
+        "httpx": {"level": "WARNING"},
+    },
 }

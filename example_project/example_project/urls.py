@@ -4,7 +4,8 @@
 ``/accounts/login/``  Django's login view; ``/accounts/logout/`` (POST) logs out
 ``/agent/``           the AG-UI server: ``POST`` runs, ``threads/`` for the drawer and
                       ``attachments/`` for uploads
-``/api/v2/memory/``   the Memory Service emulator, for trying the Memory Service stores offline
+``/api/v2/memory/``   the Memory Service emulator: the stores' backing with
+                      ``AGENT_STORE=memory-service`` (and any client's, offline)
 ``/admin/``           Django's admin
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 
 from chat import views
 from chat.agent import build_agent
+from chat.stores import build_stores
 from chat.throttle import per_user_per_minute
 from django.conf import settings
 from django.contrib import admin
@@ -21,10 +23,6 @@ from django.urls import include, path
 
 from django_pydantic_agent.agui import AGUIServer
 from django_pydantic_agent.contrib.memory_service_emulator.urls import memory_service_urls
-from django_pydantic_agent.contrib.store.stores import (
-    DefaultAttachmentStore,
-    DefaultConversationStore,
-)
 
 
 def _setting(name: str) -> Any:
@@ -34,18 +32,13 @@ def _setting(name: str) -> Any:
 
 # The agent and its server are built once, at import; each request gets its own run.
 agent = build_agent(_setting("AGENT_MODEL"), word_delay=_setting("DEMO_WORD_DELAY"))
+# Threads and uploads are kept per user (AGENT_STORE): in contrib.store's tables by default,
+# or on the Memory Service. Reload the page, log in from another browser: they are still there.
+conversation_store, attachment_store = build_stores()
 server = AGUIServer(
     agent,
-    # Threads and uploads live in contrib.store's tables, per user: reload the page, log in
-    # from another browser, and they are still there.
-    # Each user keeps at most this many threads, files and bytes; over that, 413.
-    conversation_store=DefaultConversationStore(
-        max_threads_per_owner=_setting("AGENT_MAX_THREADS")
-    ),
-    attachment_store=DefaultAttachmentStore(
-        max_files_per_owner=_setting("AGENT_MAX_FILES"),
-        max_bytes_per_owner=_setting("AGENT_MAX_UPLOAD_BYTES"),
-    ),
+    conversation_store=conversation_store,
+    attachment_store=attachment_store,
     # A fixed window per user, in Django's cache; over it, 429 with Retry-After.
     throttle=per_user_per_minute(_setting("AGENT_REQUESTS_PER_MINUTE")),
     attachment_max_bytes=_setting("AGENT_ATTACHMENT_MAX_BYTES"),

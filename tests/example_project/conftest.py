@@ -36,6 +36,10 @@ def example_urls() -> Iterator[None]:
         AGENT_MAX_THREADS=200,
         AGENT_MAX_FILES=200,
         AGENT_MAX_UPLOAD_BYTES=200 * 1024 * 1024,
+        AGENT_STORE="default",
+        AGENT_MEMORY_SERVICE_ENDPOINT="",
+        AGENT_MEMORY_SERVICE_TOKEN="",
+        AGENT_MEMORY_SPACE="example-project-chat",
         INSTALLED_APPS=[*settings.INSTALLED_APPS, "chat"],
         ROOT_URLCONF="example_project.urls",
     ):

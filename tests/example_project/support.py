@@ -50,6 +50,10 @@ def example_env(database: Path, **extra: str) -> dict[str, str]:
             "AGENT_MAX_UPLOAD_BYTES",
             "DEMO_USERNAME",
             "DEMO_PASSWORD",
+            "AGENT_STORE",
+            "AGENT_MEMORY_SPACE",
+            "DATAROBOT_ENDPOINT",
+            "DATAROBOT_API_TOKEN",
         }
     }
     env.update(

@@ -83,7 +83,11 @@ async def _call(scope: Message, body: _Body) -> list[Message]:
 
 
 def test_the_application_is_wrapped_and_the_cap_is_the_servers() -> None:
-    assert isinstance(_application(), UploadLimitMiddleware)
+    from example_project.asgi import LifespanShutdown
+
+    application = _application()
+    assert isinstance(application, LifespanShutdown)
+    assert isinstance(application.app, UploadLimitMiddleware)
     server = resolve(UPLOAD_PATH).func.agui_server  # type: ignore[attr-defined]
     assert server.attachment_max_bytes == EXAMPLE_ATTACHMENT_MAX_BYTES
     assert server.attachment_allowed_types == (
@@ -133,3 +137,31 @@ async def test_other_requests_pass_through_to_django() -> None:
 
     # Django's own answer: the run endpoint wants a login first.
     assert sent[0]["status"] == 401
+
+
+async def test_lifespan_shutdown_closes_the_memory_service_client() -> None:
+    """Under ``uvicorn --lifespan on`` the process's Memory Service client is closed at exit."""
+    from chat import stores
+    from django.test import override_settings
+
+    with override_settings(AGENT_MEMORY_SERVICE_ENDPOINT="", AGENT_MEMORY_SERVICE_TOKEN=""):
+        stores.memory_service_client()
+    pool = stores._pool
+    assert pool is not None
+    messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return next(messages)
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await _application()({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
+
+    assert sent == [
+        {"type": "lifespan.startup.complete"},
+        {"type": "lifespan.shutdown.complete"},
+    ]
+    assert pool.is_closed
+    assert stores._client is None

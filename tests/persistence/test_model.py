@@ -211,10 +211,8 @@ async def test_attachment_rows_and_blobs_are_owner_scoped(actors: StoreActors) -
 
 # -- regression: data the database refuses is the caller's fault, not a server error ----------
 
-needs_postgresql = pytest.mark.skipif(
-    connection.vendor != "postgresql",
-    reason="SQLite accepts NUL characters and over-long strings, so it refuses nothing here.",
-)
+# SQLite accepts NUL characters and over-long strings, so it refuses nothing here.
+needs_postgresql = pytest.mark.postgresql
 
 
 @needs_postgresql

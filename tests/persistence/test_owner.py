@@ -25,8 +25,15 @@ from django_pydantic_agent.persistence import (
 from django_pydantic_agent.testing import StoreActors
 
 SessionStore = import_module(settings.SESSION_ENGINE).SessionStore
-# The harness's own path validator: the namespaces must satisfy the real thing.
-validate_store_path = pytest.importorskip("pydantic_ai_harness.memory._store").validate_store_path
+
+
+def validate_store_path(path: str) -> None:
+    """The harness's own path validator: the namespaces must satisfy the real thing."""
+    store = pytest.importorskip(
+        "pydantic_ai_harness.memory._store",
+        reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+    )
+    store.validate_store_path(path)
 
 
 def _anonymous(session_key: str | None = None, *, with_session: bool = True) -> HttpRequest:

@@ -24,13 +24,19 @@ from django.db.models import Count, Q, Sum
 from django.db.models.functions import Length, Substr
 from django.utils import timezone
 from pydantic_ai import ModelRetry
-from pydantic_ai_harness.memory import (
-    MemoryConflictError,
-    MemoryFile,
-    MemoryMutation,
-    MemoryOperation,
-    MemoryOperationConflictError,
-)
+
+from django_pydantic_agent.contrib.store._harness_extra import harness_missing
+
+try:
+    from pydantic_ai_harness.memory import (
+        MemoryConflictError,
+        MemoryFile,
+        MemoryMutation,
+        MemoryOperation,
+        MemoryOperationConflictError,
+    )
+except ModuleNotFoundError as exc:
+    raise harness_missing(exc, "DefaultMemoryStore") from None
 
 from django_pydantic_agent.contrib.store._owner_scoped import OwnerScoped
 from django_pydantic_agent.contrib.store.models.harness import (

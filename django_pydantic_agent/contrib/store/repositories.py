@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
@@ -56,7 +56,6 @@ from django_pydantic_agent.chat_history.records import (
     MessageCreate,
     MessageReasoningCreate,
     MessageReasoningUpdate,
-    MessageStatus,
     MessageToolCallCreate,
     MessageToolCallUpdate,
     MessageUpdate,
@@ -67,6 +66,7 @@ from django_pydantic_agent.chat_history.records import (
     update_fields,
 )
 from django_pydantic_agent.persistence import derive_preview
+from django_pydantic_agent.persistence.wire import WireRecords, wire_to_records
 
 if TYPE_CHECKING:
     from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
@@ -76,7 +76,7 @@ __all__ = [
     "OrmChatRepository",
     "OrmMessageRepository",
     "owner_uuid",
-    "records_from_wire",
+    "thread_records",
 ]
 
 logger = logging.getLogger("django_pydantic_agent.contrib.store")
@@ -88,7 +88,7 @@ _MAX_KEY = 255
 _OWN_EXCLUDE: Final[frozenset[str]] = frozenset(
     {"content", "tool_calls", "reasonings", "message_uuid", "chat_uuid"}
 )
-_BOOKKEEPING = "django_pydantic_agent"
+_EXTRAS = "wire_extras"
 
 
 def owner_uuid(owner_id: str) -> UUID:
@@ -124,6 +124,7 @@ def _chat(row: StoredConversation) -> Chat:
 def _record(message_class: type[Message], row: StoredMessage, chat_uuid: UUID) -> Message:
     """The record a record row holds (nested records are stored in their JSON, codec form)."""
     own = dict(row.record or {})
+    own.pop(_EXTRAS, None)
     calls = nested_record_class(message_class, "tool_calls")
     steps = nested_record_class(message_class, "reasonings")
     message = message_class.model_validate(
@@ -145,9 +146,15 @@ def _record(message_class: type[Message], row: StoredMessage, chat_uuid: UUID) -
     return message
 
 
-def _row_fields(message: Message) -> dict[str, Any]:
-    """The columns of a record row for ``message`` (all but the keys and the position)."""
+def _row_fields(message: Message, extras: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The columns of a record row for ``message`` (all but the keys and the position).
+
+    ``extras`` are the wire keys the record does not model (``attachments``...) of a message
+    first saved whole: kept in ``record`` so ``load`` writes them back.
+    """
     own = message.model_dump(mode="json", exclude=set(_OWN_EXCLUDE))
+    if extras:
+        own[_EXTRAS] = extras
     return {
         "message_id": (message.agui_id or "")[:_MAX_KEY],
         "role": message.role[:32],
@@ -164,194 +171,47 @@ def _json_children(records: Iterable[ToolCall | Reasoning]) -> list[dict[str, An
     return [r.model_dump(mode="json") for r in records]
 
 
-def _bookkeeping(data: dict[str, Any]) -> dict[str, Any]:
-    meta = data.get("metadata")
-    found = meta.get(_BOOKKEEPING) if isinstance(meta, dict) else None
-    return found if isinstance(found, dict) else {}
-
-
-def _text(content: Any) -> tuple[str, list[dict[str, Any]] | None]:
-    if isinstance(content, str):
-        return content, None
-    if isinstance(content, list):
-        from django_pydantic_agent.chat_history._inbound import flatten_content
-
-        parts = [dict(p) for p in content if isinstance(p, dict)]
-        return flatten_content(parts), parts
-    return "", None
-
-
-def _status_fields(data: dict[str, Any]) -> dict[str, Any]:
-    book = _bookkeeping(data)
-    status = book.get("status")
-    fields: dict[str, Any] = {
-        "status": status if isinstance(status, str) else MessageStatus.COMPLETE.value,
-        "in_progress": status == MessageStatus.ACTIVE.value,
-    }
-    if isinstance(book.get("error"), str):
-        fields["error"] = book["error"]
-    if isinstance(book.get("run_id"), str):
-        fields["run_id"] = book["run_id"]
-    return fields
-
-
 @dataclass
 class _Legacy:
-    """A record read from wire rows: the row it upgrades and the rows folded into it."""
+    """The records a thread's wire rows read as, and what turning them into rows takes."""
 
-    pk: int
-    position: int
-    folded: list[int] = field(default_factory=list)
-
-
-def records_from_wire(
-    message_class: type[Message],
-    rows: Sequence[tuple[int, int, dict[str, Any]]],
-    chat_uuid: UUID,
-    legacy: dict[UUID, _Legacy] | None = None,
-) -> list[Message]:
-    """Read wire rows ``(pk, position, data)`` as records, oldest first.
-
-    A user, system, developer or activity message is one record; reasoning messages join the
-    next assistant message; a tool message becomes the result of the call it answers (and is
-    dropped when no earlier call has that id). Statuses come from the bookkeeping that
-    ``load`` adds (``metadata.django_pydantic_agent``), else ``complete``.
-    """
-    tool_class = nested_record_class(message_class, "tool_calls")
-    step_class = nested_record_class(message_class, "reasonings")
-    records: list[Message] = []
-    owners: dict[UUID, _Legacy] = {} if legacy is None else legacy
-    pending: list[Reasoning] = []
-    pending_rows: list[int] = []
-    calls: dict[str, tuple[ToolCall, Message]] = {}
-
-    def derived(data: dict[str, Any], *key: object) -> UUID:
-        """The uuid ``load`` replayed for this record, else one derived from its row."""
-        try:
-            return UUID(str(_bookkeeping(data)["uuid"]))
-        except (KeyError, ValueError):
-            return uuid.uuid5(OWNER_NAMESPACE, ":".join(map(str, (chat_uuid, *key))))
-
-    def add(pk: int, position: int, fields: dict[str, Any], data: dict[str, Any]) -> Message:
-        base = derived(data, pk)
-        if base in owners:
-            base = uuid.uuid5(OWNER_NAMESPACE, f"{chat_uuid}:{pk}")
-        message = message_class.model_validate({**fields, "message_uuid": base})
-        message.chat_uuid = chat_uuid
-        message._sequence_id = position + 1
-        records.append(message)
-        owners[message.message_uuid] = _Legacy(pk=pk, position=position)
-        return message
-
-    for pk, position, data in rows:
-        if not isinstance(data, dict):
-            continue
-        role = data.get("role")
-        agui_id = data.get("id") if isinstance(data.get("id"), str) else None
-        text, parts = _text(data.get("content"))
-        status = _status_fields(data)
-        if role == "reasoning":
-            pending.append(
-                cast(
-                    Reasoning,
-                    step_class.model_validate(
-                        {"uuid": derived(data, pk, "r"), "agui_id": agui_id, "content": text}
-                        | status
-                    ),
-                )
-            )
-            pending_rows.append(pk)
-            continue
-        if role == "tool":
-            found = calls.get(str(data.get("toolCallId")))
-            if found is None or found[0].answered:
-                continue
-            call, owner = found
-            if "uuid" in _bookkeeping(data):
-                call.uuid = derived(data)
-            call.content = text
-            call.content_parts = parts
-            call.result_message_id = agui_id
-            call.has_result = True
-            if isinstance(data.get("error"), str):
-                call.error = data["error"]
-            owners[owner.message_uuid].folded.append(pk)
-            continue
-        fields: dict[str, Any] = {"agui_id": agui_id, "role": str(role or "user"), **status}
-        if isinstance(data.get("name"), str):
-            fields["name"] = data["name"]
-        if isinstance(data.get("encryptedValue"), str):
-            fields["encrypted_value"] = data["encryptedValue"]
-        if role == "activity":
-            fields["activity_type"] = str(data.get("activityType") or "")
-            content = data.get("content")
-            fields["activity_content"] = content if isinstance(content, dict) else {}
-        else:
-            fields["content"] = text
-            fields["content_parts"] = parts
-        if role == "assistant":
-            book = _bookkeeping(data)
-            if isinstance(book.get("run_outcome"), dict):
-                fields["run_outcome"] = book["run_outcome"]
-            message = add(pk, position, fields, data)
-            message.reasonings = pending
-            owners[message.message_uuid].folded.extend(pending_rows)
-            pending, pending_rows = [], []
-            for raw in data.get("toolCalls") or []:
-                if not isinstance(raw, dict):
-                    continue
-                function: dict[str, Any] = (
-                    raw["function"] if isinstance(raw.get("function"), dict) else {}
-                )
-                raw_call = tool_class.model_validate(
-                    {
-                        "uuid": uuid.uuid5(OWNER_NAMESPACE, f"{chat_uuid}:{pk}:{raw.get('id')}"),
-                        "tool_call_id": raw.get("id"),
-                        "name": str(function.get("name") or ""),
-                        "arguments": str(function.get("arguments") or ""),
-                        "encrypted_value": raw.get("encryptedValue"),
-                        "status": status["status"],
-                        "in_progress": False,
-                    }
-                )
-                call = cast(ToolCall, raw_call)
-                message.tool_calls.append(call)
-                calls[str(raw.get("id"))] = (call, message)
-            continue
-        if pending:
-            carrier = add(pending_rows[0], position, {"role": "assistant", **status}, {})
-            carrier.reasonings = pending
-            owners[carrier.message_uuid].folded.extend(pending_rows[1:])
-            pending, pending_rows = [], []
-        add(pk, position, fields, data)
-    if pending:
-        carrier = add(pending_rows[0], rows[-1][1], {"role": "assistant"}, {})
-        carrier.reasonings = pending
-        owners[carrier.message_uuid].folded.extend(pending_rows[1:])
-    return records
+    positions: dict[UUID, int] = field(default_factory=dict)
+    """The position each record takes as a record row (that of a row it was read from)."""
+    rows: list[int] = field(default_factory=list)
+    """The pks of the wire rows."""
+    extras: dict[UUID, dict[str, Any]] = field(default_factory=dict)
+    """Per record, the wire keys it does not model (of every row, record rows too)."""
+    wire: WireRecords | None = None
 
 
 def thread_records(
-    message_class: type[Message], rows: Sequence[StoredMessage], chat_uuid: UUID
-) -> tuple[list[Message], dict[UUID, _Legacy]]:
-    """Every record of a thread's rows (record rows and wire rows), in position order."""
-    legacy: dict[UUID, _Legacy] = {}
-    result: list[Message] = []
-    wire: list[tuple[int, int, dict[str, Any]]] = []
+    message_class: type[Message], rows: Sequence[StoredMessage], chat_uuid: UUID, thread_id: str
+) -> tuple[list[Message], _Legacy]:
+    """Every record of a thread's rows, in position order.
 
-    def drain() -> None:
-        if wire:
-            result.extend(records_from_wire(message_class, wire, chat_uuid, legacy))
-            wire.clear()
-
+    Record rows are read as they are; wire rows (written by ``save``, or by 0.28.3) are read
+    together by ``persistence.wire.wire_to_records`` (the generic adapter's reader, so both
+    agree on ids and statuses), the ``k``-th record taking the position of the ``k``-th wire
+    row.
+    """
+    wire_rows = [row for row in rows if row.message_uuid is None]
+    legacy = _Legacy(rows=[row.pk for row in wire_rows])
     for row in rows:
-        if row.message_uuid is None:
-            wire.append((row.pk, row.position, row.data))
-            continue
-        drain()
-        result.append(_record(message_class, row, chat_uuid))
-    drain()
-    return result, legacy
+        kept = (row.record or {}).get(_EXTRAS) if row.message_uuid else None
+        if isinstance(kept, dict) and row.message_uuid is not None:
+            legacy.extras[row.message_uuid] = kept
+    records = [_record(message_class, row, chat_uuid) for row in rows if row.message_uuid]
+    if wire_rows:
+        read = wire_to_records([row.data for row in wire_rows], chat_uuid=chat_uuid, salt=thread_id)
+        legacy.wire = read
+        for record, row in zip(read.messages, wire_rows, strict=False):
+            record.chat_uuid = chat_uuid
+            record._sequence_id = row.position + 1
+            legacy.positions[record.message_uuid] = row.position
+            records.append(record)
+        legacy.extras.update(read.extras)
+    records.sort(key=lambda m: m.sequence_id)
+    return records, legacy
 
 
 # Repositories -------------------------------------------------------------------------------
@@ -568,6 +428,7 @@ class OrmMessageRepository:
         self._records: dict[UUID, Message] = {}
         self._children: dict[UUID, UUID] = {}
         self._legacy: dict[UUID, _Legacy] = {}
+        self._extras: dict[UUID, dict[str, Any]] = {}
         self._pending: dict[UUID, _Pending] | None = None
         self._owner_task: asyncio.Task[Any] | None = None
         self._lock = asyncio.Lock()
@@ -602,9 +463,18 @@ class OrmMessageRepository:
             return []
         from django_pydantic_agent.contrib.store.models import StoredMessage
 
-        rows = list(StoredMessage.objects.filter(conversation_id=state.pk).order_by("position"))
-        records, legacy = thread_records(self.message_class, rows, chat_uuid)
-        self._legacy.update(legacy)
+        rows = list(
+            StoredMessage.objects.filter(conversation_id=state.pk)
+            .select_related("conversation")
+            .order_by("position")
+        )
+        thread_id = rows[0].conversation.thread_id if rows else ""
+        records, legacy = thread_records(self.message_class, rows, chat_uuid, thread_id)
+        self._extras.update(legacy.extras)
+        if legacy.positions:
+            self._legacy[chat_uuid] = legacy
+        else:
+            self._legacy.pop(chat_uuid, None)
         for record in records:
             self._keep(record)
         if rows:
@@ -738,8 +608,15 @@ class OrmMessageRepository:
                     state.next_position = 0 if top is None else top + 1
             live = [p for p in batch if not states[p.chat_uuid].deleted]
             inserts: list[StoredMessage] = []
+            converted: set[UUID] = set()
+            for chat_uuid in {p.chat_uuid for p in live}:
+                legacy = self._legacy.get(chat_uuid)
+                if legacy is not None and any(p.message_uuid in legacy.positions for p in live):
+                    converted.update(self._convert(states[chat_uuid], legacy, inserts))
             for pending in live:
                 record = self._records[pending.message_uuid]
+                if pending.message_uuid in converted:
+                    continue
                 if pending.created:
                     state = states[pending.chat_uuid]
                     position = state.next_position
@@ -767,27 +644,39 @@ class OrmMessageRepository:
                 preview = derive_preview(
                     {"content": m.content} for m in touched if m.role != "activity"
                 )
-                values: dict[str, Any] = {"updated_at": now}
+                # The rows changed behind save()'s back: its next call compares every row.
+                values: dict[str, Any] = {"updated_at": now, "save_state": ""}
                 if preview:
                     values["preview"] = preview
                 StoredConversation.objects.filter(pk=state.pk).update(**values)
 
+    def _convert(self, state: _ChatState, legacy: _Legacy, inserts: list[Any]) -> set[UUID]:
+        """Turn a thread's wire rows into record rows (the first write to one of them).
+
+        The wire rows are deleted and every record read from them is inserted, as the pair
+        holds it now, at its position. Returns the records written.
+        """
+        from django_pydantic_agent.contrib.store.models import StoredMessage
+
+        StoredMessage.objects.filter(pk__in=legacy.rows, message_uuid__isnull=True).delete()
+        for message_uuid, position in legacy.positions.items():
+            record = self._records[message_uuid]
+            inserts.append(
+                StoredMessage(
+                    conversation_id=state.pk,
+                    position=position,
+                    message_uuid=message_uuid,
+                    **_row_fields(record, self._extras.get(message_uuid)),
+                )
+            )
+        del self._legacy[state.chat_uuid]
+        return set(legacy.positions)
+
     def _update_row(self, pending: _Pending, record: Message) -> None:
         from django_pydantic_agent.contrib.store.models import StoredMessage
 
-        legacy = self._legacy.pop(record.message_uuid, None)
-        if legacy is not None:  # the first write to a record read from wire rows
-            StoredMessage.objects.filter(pk=legacy.pk).update(
-                message_uuid=record.message_uuid,
-                data={},
-                digest="",
-                **_row_fields(record),
-            )
-            if legacy.folded:
-                StoredMessage.objects.filter(pk__in=legacy.folded).delete()
-            return
         values: dict[str, Any] = {}
-        fields = _row_fields(record)
+        fields = _row_fields(record, self._extras.get(record.message_uuid))
         if pending.full_content:
             values["content"] = record.content
         elif pending.content_offset is not None:

@@ -14,12 +14,18 @@ from typing import TYPE_CHECKING, cast
 
 from django.db import IntegrityError, transaction
 from pydantic_ai.messages import ModelMessagesTypeAdapter
-from pydantic_ai_harness.step_persistence import (
-    ContinuableSnapshot,
-    RunRecord,
-    StepEvent,
-    ToolEffectRecord,
-)
+
+from django_pydantic_agent.contrib.store._harness_extra import harness_missing
+
+try:
+    from pydantic_ai_harness.step_persistence import (
+        ContinuableSnapshot,
+        RunRecord,
+        StepEvent,
+        ToolEffectRecord,
+    )
+except ModuleNotFoundError as exc:
+    raise harness_missing(exc, "DefaultStepStore") from None
 
 from django_pydantic_agent.contrib.store._owner_scoped import OwnerScoped
 from django_pydantic_agent.contrib.store.models.harness import (

@@ -5,6 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+pytest.importorskip(
+    "pydantic_ai_harness",
+    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+)
+
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse

@@ -201,6 +201,10 @@ for store in (DefaultStepStore, DefaultMemoryStore):
 def test_harness_stores_without_the_app_refuse_at_construction() -> None:
     """Regression: E001 sees only mounted conversation/attachment stores; the harness stores
     failed at import with Django's generic RuntimeError, or at the first query."""
+    pytest.importorskip(
+        "pydantic_ai_harness",
+        reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+    )
     import subprocess
     from pathlib import Path
 

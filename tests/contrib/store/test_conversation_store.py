@@ -95,7 +95,7 @@ def test_growing_the_last_message_updates_only_its_row(store: DefaultConversatio
         if q["sql"].upper().startswith("UPDATE") and "storedmessage" in q["sql"].lower()
     ]
     assert len(updates) == 1
-    assert updates[0].endswith(f"IN ({grown_pk})")
+    assert StoredMessage.objects.get(pk=grown_pk).data["content"] == "Hello there"
     assert store._fetch("t", "1") == Conversation(
         thread_id="t", messages=[user_msg(0), bot_msg(1, "Hello there")], owner_id="1"
     )

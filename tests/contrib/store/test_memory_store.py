@@ -15,6 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip(
+    "pydantic_ai_harness",
+    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+)
+
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import connections
 from django.http import HttpRequest

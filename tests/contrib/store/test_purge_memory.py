@@ -5,6 +5,12 @@ from __future__ import annotations
 import io
 
 import pytest
+
+pytest.importorskip(
+    "pydantic_ai_harness",
+    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+)
+
 from django.core.management import ManagementUtility, call_command
 from django.core.management.base import CommandError
 

@@ -18,8 +18,10 @@ from django_pydantic_agent.chat_history import (
     AGUIAgent,
     AGUIStorageAgent,
     ChatCreate,
+    ChatRepositoryLike,
     Message,
     MessageCreate,
+    MessageRepositoryLike,
     MessageToolCallCreate,
     MessageUpdate,
     StreamPersistenceManager,
@@ -30,7 +32,12 @@ from django_pydantic_agent.contrib.store.repositories import (
     OrmMessageRepository,
 )
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
-from django_pydantic_agent.persistence import Conversation, StoreLimitError
+from django_pydantic_agent.persistence import (
+    AnonymousOperationError,
+    Conversation,
+    StoreLimitError,
+    store_repositories,
+)
 from django_pydantic_agent.testing.agui_script import (
     RE,
     RF,
@@ -129,10 +136,7 @@ async def test_a_run_lands_in_the_thread_load_and_list_show_with_statuses(
 
     conversation = await store.load("t1", request=request)
     assert conversation is not None
-    shown = [
-        (m["role"], m["id"], m.get("content"), m["metadata"]["django_pydantic_agent"]["status"])
-        for m in conversation.messages
-    ]
+    shown = [(m["role"], m["id"], m.get("content"), m["status"]) for m in conversation.messages]
     assert shown == [
         ("user", "u1", "Hello", "complete"),
         ("assistant", "m1", "Hi there", "complete"),
@@ -248,7 +252,7 @@ async def test_two_tabs_running_on_one_thread_both_land_in_order(
         ("a2", "first half, second half"),
     }
     assert len(conversation.messages) == 6
-    statuses = {m["metadata"]["django_pydantic_agent"]["status"] for m in conversation.messages}
+    statuses = {m["status"] for m in conversation.messages}
     assert statuses == {"complete"}
 
 
@@ -383,7 +387,7 @@ async def test_threads_saved_whole_are_read_as_records_and_upgraded_on_first_wri
     store = DefaultConversationStore()
     request = request_as(alice)
     wire = [
-        {"id": "u1", "role": "user", "content": "weather?"},
+        {"id": "u1", "role": "user", "content": "weather?", "attachments": [{"id": "x"}]},
         {"id": "r1", "role": "reasoning", "content": "think"},
         {
             "id": "a1",
@@ -394,44 +398,66 @@ async def test_threads_saved_whole_are_read_as_records_and_upgraded_on_first_wri
         },
         {"id": "t1r", "role": "tool", "toolCallId": "c1", "content": "sunny"},
         {"id": "a2", "role": "assistant", "content": "It is sunny"},
-        {"id": "orphan", "role": "tool", "toolCallId": "nope", "content": "?"},
-        {"id": "r2", "role": "reasoning", "content": "trailing"},
     ]
     await store.save(Conversation(thread_id="old", messages=wire), request=request)
     chats, messages = await _pair(store, request)
     chat = await chats.get_chat_by_thread_id(chats.user_uuid, "old")
     assert chat is not None
     records = await messages.get_chat_messages(chat.chat_uuid)
-    assert [(m.role, m.agui_id, m.content) for m in records] == [
-        ("user", "u1", "weather?"),
-        ("assistant", "a1", ""),
-        ("assistant", "a2", "It is sunny"),
-        ("assistant", None, ""),
+    assert [(m.role, m.agui_id, m.content, m.status) for m in records] == [
+        ("user", "u1", "weather?", "complete"),
+        ("assistant", "a1", "", "complete"),
+        ("assistant", "a2", "It is sunny", "complete"),
     ]
     (call,) = records[1].tool_calls
     assert (call.tool_call_id, call.content, call.result_message_id) == ("c1", "sunny", "t1r")
     assert [s.content for s in records[1].reasonings] == ["think"]
-    assert [s.content for s in records[3].reasonings] == ["trailing"]
-
-    await messages.update_message(records[1].message_uuid, MessageUpdate(status="complete"))
-    again = await OrmMessageRepository(OrmChatRepository()).get_chat_messages(chat.chat_uuid)
-    assert [(m.role, m.agui_id, len(m.tool_calls)) for m in again] == [
-        ("user", "u1", 0),
-        ("assistant", "a1", 1),
-        ("assistant", "a2", 0),
-        ("assistant", None, 0),
-    ]
+    # Unchanged, the thread loads exactly as saved.
     loaded = await store.load("old", request=request)
     assert loaded is not None
-    assert [(m["role"], m["id"]) for m in loaded.messages] == [
-        ("user", "u1"),
-        ("reasoning", "r1"),
-        ("assistant", "a1"),
-        ("tool", "t1r"),
-        ("assistant", "a2"),
-        ("reasoning", "r2"),
-    ]
+    assert loaded.messages == wire
 
+    # Another reader agrees on the ids; the first write turns the wire rows into record rows.
+    fresh = OrmMessageRepository(OrmChatRepository(owner_id=chats.owner_id))
+    again = await fresh.get_chat_messages(chat.chat_uuid)
+    assert [m.message_uuid for m in again] == [m.message_uuid for m in records]
+    await fresh.update_message(again[2].message_uuid, MessageUpdate(status="interrupted"))
+    rows = await sync_to_async(list)(StoredMessage.objects.order_by("position"))
+    assert len(rows) == 3
+    assert all(row.message_uuid is not None for row in rows)
+    after = await OrmMessageRepository(OrmChatRepository()).get_chat_messages(chat.chat_uuid)
+    assert [(m.message_uuid, m.status) for m in after] == [
+        (records[0].message_uuid, "complete"),
+        (records[1].message_uuid, "complete"),
+        (records[2].message_uuid, "interrupted"),
+    ]
+    assert after[1].tool_calls[0].content == "sunny"
+
+    shown = await store.load("old", request=request)
+    assert shown is not None
+    assert shown.messages[0]["attachments"] == [{"id": "x"}]  # unmodelled keys survive
+    assert [(m["role"], m["id"], m["status"]) for m in shown.messages] == [
+        ("user", "u1", "complete"),
+        ("reasoning", "r1", "complete"),
+        ("assistant", "a1", "complete"),
+        ("tool", "t1r", "complete"),
+        ("assistant", "a2", "interrupted"),
+    ]
     # Saving the loaded list back keeps it: record rows become wire rows again.
-    await store.save(loaded, request=request)
-    assert (await store.load("old", request=request)).messages == loaded.messages  # type: ignore[union-attr]
+    await store.save(shown, request=request)
+    reloaded = await store.load("old", request=request)
+    assert reloaded is not None
+    assert reloaded.messages == shown.messages
+
+
+async def test_the_store_offers_the_pair_and_refuses_anonymous_requests(
+    alice: User, request_as: Callable[[Any], HttpRequest]
+) -> None:
+    store = DefaultConversationStore()
+    pair = await store_repositories(store, request=request_as(alice))
+    assert pair is not None
+    chats, messages = pair
+    assert isinstance(chats, ChatRepositoryLike)
+    assert isinstance(messages, MessageRepositoryLike)
+    with pytest.raises(AnonymousOperationError):
+        await store.repositories(request=request_as(None))

@@ -169,7 +169,7 @@ def test_a_killed_workers_run_is_swept_and_nothing_stays_running(
 
     loaded = Store()._fetch("t1", "victim")
     assert loaded is not None
-    statuses = {m["id"]: m["metadata"]["django_pydantic_agent"]["status"] for m in loaded.messages}
+    statuses = {m["id"]: m["status"] for m in loaded.messages}
     assert statuses["m1"] == "errored"
     assert statuses["u1"] == "complete"
     # A second sweep finds nothing.

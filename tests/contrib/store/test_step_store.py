@@ -13,6 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip(
+    "pydantic_ai_harness",
+    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+)
+
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from django.test import RequestFactory

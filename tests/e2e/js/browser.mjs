@@ -147,6 +147,11 @@ try {
     { timeout: 20000 },
   );
   await page.click("#stop");
+  // Stop asks the server to cancel (or, without the route, aborts the request); once the page
+  // says "Stopped", nothing more may arrive.
+  await page.waitForFunction(() => document.querySelector("#status").textContent === "Stopped", null, {
+    timeout: 15000,
+  });
   const atStop = (await lastTurn(page)).text.length;
   await page.waitForTimeout(1500);
   const stopped = await lastTurn(page);

@@ -58,6 +58,11 @@ class Migration(migrations.Migration):
             name="chat_uuid",
             field=models.UUIDField(editable=False, null=True),
         ),
+        migrations.AddField(
+            model_name="storedconversation",
+            name="save_state",
+            field=models.CharField(blank=True, default="", editable=False, max_length=80),
+        ),
         migrations.RunPython(fill_chat_uuids, migrations.RunPython.noop, elidable=True),
         migrations.AlterField(
             model_name="storedconversation",
@@ -72,7 +77,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="storedmessage",
             name="message_uuid",
-            field=models.UUIDField(blank=True, editable=False, null=True, unique=True),
+            field=models.UUIDField(blank=True, editable=False, null=True),
         ),
         migrations.AddField(
             model_name="storedmessage",
@@ -101,7 +106,19 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name="storedmessage",
-            index=models.Index(fields=["run_id", "status"], name="dpa_store_msg_run_status"),
+            index=models.Index(
+                condition=models.Q(("message_uuid__isnull", False)),
+                fields=["run_id", "status"],
+                name="dpa_store_msg_run_status",
+            ),
+        ),
+        migrations.AddConstraint(
+            model_name="storedmessage",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("message_uuid__isnull", False)),
+                fields=("message_uuid",),
+                name="dpa_store_message_uuid",
+            ),
         ),
         migrations.AddIndex(
             model_name="storedagentrun",

@@ -146,6 +146,8 @@ class StoredConversation(models.Model):
     """The ``chat_history.Chat.chat_uuid`` of the thread (the ORM repositories' handle)."""
     title = models.CharField(max_length=255, blank=True, default="")
     preview = models.TextField(blank=True, default="")
+    save_state = models.CharField(max_length=80, blank=True, default="", editable=False)
+    """What the last ``save`` stored (count and hashes; see ``stores._fast_plan``), or ``""``."""
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
     attachments: models.ManyToManyField[StoredAttachment, StoredConversationAttachment] = (
@@ -184,7 +186,8 @@ class StoredMessage(models.Model):
     - a **wire row** (``message_uuid`` is NULL), written by ``DefaultConversationStore.save``:
       ``data`` is the AG-UI wire JSON exactly as saved (camelCase keys, extra fields such as
       ``attachments`` kept); ``message_id`` and ``role`` copy its ``id`` and ``role`` for the
-      admin and for diffing, and ``digest`` is ``message_digest(data)``;
+      admin; ``digest`` (``message_digest(data)``) is written by older versions and by
+      ``agent_store_strip_inline_bytes`` only, ``save`` compares the JSON itself;
     - a **record row** (``message_uuid`` set), written by the ORM chat-history repositories
       during a run: one ``chat_history.Message`` record. ``content`` is its text (appended in
       place, O(delta)), ``record`` its other fields, ``tool_calls`` / ``reasonings`` its nested
@@ -200,7 +203,7 @@ class StoredMessage(models.Model):
     role = models.CharField(max_length=32, blank=True, default="")
     data = models.JSONField(default=dict)
     digest = models.CharField(max_length=64, blank=True, default="")
-    message_uuid = models.UUIDField(null=True, blank=True, unique=True, editable=False)
+    message_uuid = models.UUIDField(null=True, blank=True, editable=False)
     content = models.TextField(blank=True, default="")
     record = models.JSONField(null=True, blank=True)
     tool_calls = models.JSONField(null=True, blank=True)
@@ -215,9 +218,21 @@ class StoredMessage(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["conversation", "position"], name="dpa_store_message_position"
+            ),
+            # Partial: wire rows (NULL uuid) cost no index entry on insert.
+            models.UniqueConstraint(
+                fields=["message_uuid"],
+                condition=models.Q(message_uuid__isnull=False),
+                name="dpa_store_message_uuid",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["run_id", "status"],
+                condition=models.Q(message_uuid__isnull=False),
+                name="dpa_store_msg_run_status",
             )
         ]
-        indexes = [models.Index(fields=["run_id", "status"], name="dpa_store_msg_run_status")]
 
     def __str__(self) -> str:
         return f"{self.role or 'message'} #{self.position}"

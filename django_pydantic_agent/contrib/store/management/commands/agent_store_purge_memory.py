@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
 
 from django_pydantic_agent.contrib.store.management.commands._common import StoreCommand
-from django_pydantic_agent.contrib.store.memory_store import DefaultMemoryStore
 from django_pydantic_agent.contrib.store.models import StoredMemoryFile
 
 if TYPE_CHECKING:
@@ -27,6 +27,11 @@ class Command(StoreCommand):
         parser.add_argument("owner_id", help="The owner whose memory to delete, exactly as stored.")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # Imported here so that without the harness extra the command says how to install it.
+        try:
+            from django_pydantic_agent.contrib.store.memory_store import DefaultMemoryStore
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
         owner_id: str = options["owner_id"]
         if not owner_id.strip() or owner_id != owner_id.strip():
             raise CommandError(

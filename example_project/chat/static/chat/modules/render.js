@@ -1,0 +1,420 @@
+// Message rendering: user turns, assistant turns built from AG-UI events, stored transcripts.
+//
+// A live run and a reloaded thread use the same widgets: text bubbles, a collapsible reasoning
+// block, one card per tool call. An answer that was stopped or failed carries a status badge
+// ("stopped", "failed"), live or after a reload (from the stored message's status), and a tool
+// call that failed (its result is an error, or the run failed while it ran) shows as failed.
+
+import { el, formatSize, newId, prettyJson } from "./util.js";
+
+let log = null;
+let empty = null;
+let attachmentUrl = (id) => id;
+let onActivity = () => {}; // setStatus of the page, for "Writing…" and friends
+
+export function setupRendering(options) {
+  ({ log, empty, attachmentUrl, onActivity } = options);
+}
+
+function nearBottom() {
+  return log.scrollHeight - log.scrollTop - log.clientHeight < 80;
+}
+
+export function scrollDown(force = false) {
+  if (force || nearBottom()) log.scrollTop = log.scrollHeight;
+}
+
+function hideEmpty() {
+  if (empty) empty.hidden = true;
+}
+
+export function clearLog() {
+  log.querySelectorAll(".turn").forEach((node) => node.remove());
+  if (empty) empty.hidden = false;
+}
+
+// "stopped", "failed" or null, from a stored message's `status` (top level or in metadata).
+export function messageStatus(message) {
+  const status = message.status || (message.metadata && message.metadata.status);
+  if (typeof status !== "string") return null;
+  const value = status.toLowerCase();
+  if (["interrupted", "cancelled", "canceled", "stopped"].includes(value)) return "stopped";
+  if (["errored", "error", "failed"].includes(value)) return "failed";
+  return null;
+}
+
+// Whether a tool result says the tool failed: an `error`, or a status of errored.
+function toolFailed(message) {
+  return Boolean(message.error) || messageStatus(message) === "failed";
+}
+
+function textOf(content) {
+  if (typeof content === "string") return content;
+  return (content || [])
+    .filter((part) => part && part.type === "text")
+    .map((part) => part.text)
+    .join("\n");
+}
+
+// A download link for each attachment ref a user message carries.
+function fileLinks(refs) {
+  const list = el("ul", "file-chips");
+  list.setAttribute("aria-label", "Attachments");
+  for (const ref of refs) {
+    const item = el("li", "file-chip");
+    const link = el("a", "file-name", ref.name || "attachment");
+    link.href = attachmentUrl(ref.id);
+    link.download = ref.name || "";
+    link.title = `Download ${ref.name || "the attachment"}`;
+    item.append(link);
+    if (typeof ref.size === "number") item.append(el("span", "file-size", formatSize(ref.size)));
+    list.append(item);
+  }
+  return list;
+}
+
+export function renderUser(text, attachments = []) {
+  hideEmpty();
+  const turn = el("div", "turn user");
+  if (text) turn.append(el("div", "bubble", text));
+  if (attachments.length) turn.append(fileLinks(attachments));
+  log.append(turn);
+  scrollDown(true);
+}
+
+// The attachment refs of a stored message: its `attachments` list, or `metadata.attachments`.
+function messageAttachments(message) {
+  const refs = Array.isArray(message.attachments)
+    ? message.attachments
+    : message.metadata && Array.isArray(message.metadata.attachments)
+      ? message.metadata.attachments
+      : [];
+  return refs
+    .map((ref) => (typeof ref === "string" ? { id: ref, name: "attachment" } : ref))
+    .filter((ref) => ref && typeof ref.id === "string");
+}
+
+// Renders one assistant turn and keeps the AG-UI messages it produced.
+export class AssistantTurn {
+  constructor() {
+    hideEmpty();
+    this.el = el("div", "turn assistant");
+    this.el.setAttribute("aria-label", "Assistant");
+    log.append(this.el);
+    this.messages = new Map(); // messageId -> AG-UI message
+    this.toolCalls = new Map(); // toolCallId -> {call, card, args, result, done}
+    this.texts = new Map(); // messageId -> bubble element
+    this.reasoning = new Map(); // messageId -> {details, summary, body, started}
+    this.status = null; // "stopped" or "failed" once the badge is shown
+  }
+
+  message(id, role) {
+    let message = this.messages.get(id);
+    if (!message) {
+      message = role === "assistant" ? { id, role, content: "" } : { id, role };
+      this.messages.set(id, message);
+    }
+    return message;
+  }
+
+  textBubble(id) {
+    let bubble = this.texts.get(id);
+    if (!bubble) {
+      bubble = el("div", "bubble text streaming");
+      this.texts.set(id, bubble);
+      this.el.append(bubble);
+    }
+    return bubble;
+  }
+
+  reasoningBlock(id) {
+    let block = this.reasoning.get(id);
+    if (!block) {
+      const details = el("details", "reasoning");
+      details.open = true;
+      const summary = el("summary", "", "Thinking…");
+      const body = el("div", "body");
+      details.append(summary, body);
+      this.el.append(details);
+      block = { details, summary, body, started: performance.now() };
+      this.reasoning.set(id, block);
+    }
+    return block;
+  }
+
+  toolCard(toolCallId, name) {
+    const card = el("div", "tool");
+    card.setAttribute("role", "group");
+    card.setAttribute("aria-label", `Tool call ${name}`);
+    const head = el("div", "tool-head");
+    head.append(el("span", "badge", "tool"), el("span", "tool-name", name));
+    const list = el("dl");
+    // JSON keeps its lines: a long one scrolls sideways instead of wrapping mid-token.
+    const argsValue = el("dd", "args");
+    const args = el("code", "", "");
+    const pre = el("pre");
+    pre.tabIndex = 0; // a scrolling region must be reachable by keyboard
+    pre.setAttribute("aria-label", `Arguments of ${name}`);
+    pre.append(args);
+    argsValue.append(pre);
+    const result = el("dd", "pending", "running…");
+    list.append(el("dt", "", "arguments"), argsValue, el("dt", "", "result"), result);
+    card.append(head, list);
+    card.dataset.toolCallId = toolCallId;
+    this.el.append(card);
+    return { card, args, result, head };
+  }
+
+  // The card of a tool call, created on first sight (a stored or replayed call).
+  toolEntry(call) {
+    let entry = this.toolCalls.get(call.id);
+    if (!entry) {
+      entry = { call, ...this.toolCard(call.id, call.function.name) };
+      this.toolCalls.set(call.id, entry);
+    }
+    return entry;
+  }
+
+  toolResult(entry, content, failed) {
+    entry.result.classList.remove("pending");
+    entry.result.textContent = textOf(content);
+    entry.done = true;
+    if (failed) this.toolFailed(entry, null);
+  }
+
+  // Mark a tool call failed: a red card with a "failed" badge (and `text` as its result).
+  toolFailed(entry, text) {
+    entry.card.classList.add("failed");
+    entry.card.dataset.status = "failed";
+    if (!entry.head.querySelector(".tool-status")) entry.head.append(el("span", "tool-status", "failed"));
+    if (text !== null) {
+      entry.result.classList.remove("pending");
+      entry.result.textContent = text;
+    }
+    entry.done = true;
+  }
+
+  // The answer's status badge: "stopped" or "failed" ("failed" wins over "stopped").
+  markStatus(status) {
+    if (!status || this.status === "failed" || this.status === status) return;
+    this.status = status;
+    this.el.dataset.status = status;
+    let badge = this.el.querySelector(".turn-status");
+    if (!badge) {
+      badge = el("span", "turn-status");
+      this.el.prepend(badge);
+    }
+    badge.textContent = status;
+    badge.className = `turn-status ${status}`;
+    badge.title = status === "stopped" ? "This answer was stopped before it finished." : "This answer failed.";
+  }
+
+  handle(event) {
+    switch (event.type) {
+      case "TEXT_MESSAGE_START": {
+        // A replayed (or re-opened) message starts over: its content comes again.
+        const message = this.message(event.messageId, "assistant");
+        if (event.replay) message.content = "";
+        const bubble = this.texts.get(event.messageId);
+        if (bubble) bubble.classList.add("streaming");
+        break;
+      }
+      case "TEXT_MESSAGE_CONTENT": {
+        const message = this.message(event.messageId, "assistant");
+        message.content = (message.content || "") + event.delta;
+        this.textBubble(event.messageId).textContent = message.content;
+        onActivity("Writing…", true);
+        break;
+      }
+      case "TEXT_MESSAGE_END": {
+        const bubble = this.texts.get(event.messageId);
+        if (bubble) bubble.classList.remove("streaming");
+        break;
+      }
+      case "TOOL_CALL_START": {
+        const known = this.toolCalls.get(event.toolCallId);
+        if (known) {
+          if (event.replay) known.call.function.arguments = "";
+          break;
+        }
+        const parentId = event.parentMessageId || event.toolCallId;
+        const parent = this.message(parentId, "assistant");
+        const call = {
+          id: event.toolCallId,
+          type: "function",
+          function: { name: event.toolCallName, arguments: "" },
+        };
+        parent.toolCalls = [...(parent.toolCalls || []), call];
+        this.toolEntry(call);
+        onActivity(`Calling ${event.toolCallName}…`, true);
+        break;
+      }
+      case "TOOL_CALL_ARGS": {
+        const entry = this.toolCalls.get(event.toolCallId);
+        if (!entry) break;
+        entry.call.function.arguments += event.delta;
+        entry.args.textContent = entry.call.function.arguments;
+        break;
+      }
+      case "TOOL_CALL_END": {
+        const entry = this.toolCalls.get(event.toolCallId);
+        if (entry) entry.args.textContent = prettyJson(entry.call.function.arguments);
+        break;
+      }
+      case "TOOL_CALL_RESULT": {
+        const message = this.message(event.messageId, "tool");
+        message.toolCallId = event.toolCallId;
+        message.content = event.content;
+        if (event.error) message.error = event.error;
+        const entry = this.toolCalls.get(event.toolCallId);
+        if (entry) this.toolResult(entry, event.content, toolFailed(event));
+        break;
+      }
+      case "REASONING_MESSAGE_START": {
+        const message = this.message(event.messageId, "reasoning");
+        if (event.replay || !message.content) message.content = "";
+        this.reasoningBlock(event.messageId);
+        onActivity("Thinking…", true);
+        break;
+      }
+      case "REASONING_MESSAGE_CONTENT": {
+        const message = this.message(event.messageId, "reasoning");
+        message.content = (message.content || "") + event.delta;
+        this.reasoningBlock(event.messageId).body.textContent = message.content;
+        break;
+      }
+      case "REASONING_MESSAGE_END": {
+        const block = this.reasoning.get(event.messageId);
+        if (block) {
+          const seconds = Math.max(1, Math.round((performance.now() - block.started) / 1000));
+          block.summary.textContent = `Thought for ${seconds} s`;
+          block.details.open = false;
+        }
+        break;
+      }
+      case "REASONING_ENCRYPTED_VALUE":
+        if (event.subtype === "tool-call") {
+          const entry = this.toolCalls.get(event.entityId);
+          if (entry) entry.call.encryptedValue = event.encryptedValue;
+        } else if (this.messages.has(event.entityId)) {
+          this.messages.get(event.entityId).encryptedValue = event.encryptedValue;
+        }
+        break;
+      case "RUN_ERROR":
+        // A tool still running when the run failed failed with it.
+        for (const entry of this.toolCalls.values()) {
+          if (!entry.done) this.toolFailed(entry, "failed: the run ended with an error");
+        }
+        this.markStatus("failed");
+        this.notice(event.message || "The run failed.", true);
+        break;
+      default:
+        break; // RUN_STARTED, RUN_FINISHED, REASONING_START/END, STEP_*, state events
+    }
+    scrollDown();
+  }
+
+  // Show a stored message (a reloaded thread, a MESSAGES_SNAPSHOT) in this turn.
+  adopt(message) {
+    if (message.role === "reasoning") {
+      const block = this.reasoningBlock(message.id);
+      this.messages.set(message.id, { ...message });
+      block.body.textContent = message.content || "";
+      // How long it took is not stored; the label still reads like the live one.
+      block.summary.textContent = "Thought process";
+      block.details.open = false;
+    } else if (message.role === "assistant") {
+      const kept = { ...message, content: typeof message.content === "string" ? message.content : textOf(message.content) };
+      if (message.toolCalls) kept.toolCalls = message.toolCalls.map((call) => ({ ...call, function: { ...call.function } }));
+      this.messages.set(message.id, kept);
+      if (kept.content) {
+        const bubble = this.textBubble(message.id);
+        bubble.textContent = kept.content;
+        bubble.classList.remove("streaming");
+      }
+      for (const call of kept.toolCalls || []) {
+        const entry = this.toolEntry(call);
+        entry.call = call;
+        entry.args.textContent = prettyJson(call.function.arguments);
+      }
+    } else if (message.role === "tool") {
+      this.messages.set(message.id, { ...message });
+      const entry = this.toolCalls.get(message.toolCallId);
+      if (entry) this.toolResult(entry, message.content, toolFailed(message));
+    } else {
+      return;
+    }
+    this.markStatus(messageStatus(message));
+  }
+
+  notice(text, isError = false) {
+    const node = el("div", isError ? "notice error" : "notice", text);
+    this.el.append(node);
+    scrollDown();
+    return node;
+  }
+
+  // Stop cut the answer short: mark the text that was still streaming, and say so.
+  stopped() {
+    this.markStatus("stopped");
+    const note = this.notice("Stopped.");
+    note.id = `stopped-${newId()}`;
+    for (const bubble of this.texts.values()) {
+      if (!bubble.classList.contains("streaming")) continue;
+      bubble.classList.add("cut");
+      bubble.setAttribute("aria-describedby", note.id);
+    }
+  }
+
+  // Close what the stream left open (after Stop, a failure or a dropped connection).
+  settle() {
+    for (const bubble of this.texts.values()) bubble.classList.remove("streaming");
+    for (const block of this.reasoning.values()) {
+      if (block.summary.textContent === "Thinking…") block.summary.textContent = "Thinking (stopped)";
+    }
+    for (const entry of this.toolCalls.values()) {
+      if (entry.done) continue;
+      if (this.status === "failed") this.toolFailed(entry, "failed: the run ended with an error");
+      else entry.result.textContent = "not run";
+      for (const message of this.messages.values()) {
+        if (message.toolCalls) message.toolCalls = message.toolCalls.filter((c) => c !== entry.call);
+      }
+    }
+  }
+
+  // The AG-UI messages to keep in the transcript: nothing empty, no unanswered tool calls.
+  keptMessages() {
+    const kept = [];
+    for (const message of this.messages.values()) {
+      if (message.toolCalls && message.toolCalls.length === 0) delete message.toolCalls;
+      const hasContent = typeof message.content === "string" ? message.content.length > 0 : true;
+      if (message.role === "assistant" && !hasContent && !message.toolCalls) continue;
+      if (message.role === "reasoning" && !hasContent) continue;
+      kept.push(message);
+    }
+    return kept;
+  }
+}
+
+// Render stored AG-UI messages (a reloaded thread, a snapshot) with the same widgets as a live
+// run. Returns the last assistant turn when the transcript ends with one, else null; with
+// `open`, that turn is left as it is, for a run in progress to go on in it.
+export function renderTranscript(messages, { open = false } = {}) {
+  log.querySelectorAll(".turn").forEach((node) => node.remove());
+  let turn = null;
+  for (const message of messages) {
+    if (message.role === "user") {
+      if (turn) turn.settle();
+      turn = null;
+      renderUser(textOf(message.content), messageAttachments(message));
+      continue;
+    }
+    if (!["assistant", "reasoning", "tool"].includes(message.role)) continue;
+    if (!turn) turn = new AssistantTurn();
+    turn.adopt(message);
+  }
+  if (turn && !open) turn.settle();
+  if (empty) empty.hidden = messages.length > 0;
+  scrollDown(true);
+  return turn;
+}
