@@ -56,23 +56,29 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 class AgentDeps:
     """The default per-run deps: the authenticated user and the request.
 
-    Tools read ``ctx.deps.user`` (server-resolved, never client-chosen). Pass ``deps_factory``
+    Tools read ``ctx.deps.user`` (server-resolved, never client-chosen), and
+    ``tools.read_attachment`` reads ``attachment_store``. Pass ``deps_factory``
     to ``AGUIServer`` to supply your own deps type instead.
     """
 
     user: Any
     request: HttpRequest
+    #: The mount's attachment store (``None`` when uploads are off), for ``tools.read_attachment``.
+    attachment_store: Any = None
 
 
 async def build_deps(
-    deps_factory: Callable[[HttpRequest], Any] | None, request: HttpRequest
+    deps_factory: Callable[[HttpRequest], Any] | None,
+    request: HttpRequest,
+    *,
+    attachment_store: Any = None,
 ) -> Any:
     """The deps for one run: ``deps_factory(request)`` (sync or async), else ``AgentDeps``.
 
     A sync factory runs in a worker thread, so it may use the ORM.
     """
     if deps_factory is None:
-        return AgentDeps(user=request.user, request=request)
+        return AgentDeps(user=request.user, request=request, attachment_store=attachment_store)
     return await call_hook(deps_factory, request)
 
 

@@ -159,8 +159,10 @@ class RunEndpoint:
         body_limit: Callable[[], int],
         options: RunOptions,
         run_store: RunStore | None = None,
+        attachment_store: Any = None,
     ) -> None:
         self._agent = agent
+        self._attachment_store = attachment_store
         self._store = store
         self._access = access
         self._body_limit = body_limit
@@ -257,7 +259,9 @@ class RunEndpoint:
             return refuse_input(request, unconvertible_history_problem(run_input))
         warn_if_wsgi(request)
         if self.coordinator is None:
-            deps = await build_deps(options.deps_factory, request)
+            deps = await build_deps(
+                options.deps_factory, request, attachment_store=self._attachment_store
+            )
             events = self._inner(request, deps, accept).run(run_input)
             return sse_response(self._frames(events, run_input.run_id))
         # The session cookie must go out with the response headers, so an anonymous caller's
@@ -274,7 +278,9 @@ class RunEndpoint:
             busy = await self._claim(owner_id, run_input)
             if busy is not None:
                 return busy
-            deps = await build_deps(options.deps_factory, request)
+            deps = await build_deps(
+                options.deps_factory, request, attachment_store=self._attachment_store
+            )
             handle = await coordinator.manager.run_as(
                 owner_id,
                 run_input,

@@ -227,6 +227,7 @@ class AGUIServer:
             body_limit=self.body_limit,
             options=self.run_options,
             run_store=self.run_store,
+            attachment_store=attachment_store if is_persistent(attachment_store) else None,
         )
         self.run_endpoint = run
         threads = ThreadEndpoints(
@@ -404,4 +405,8 @@ class AGUIServer:
 
     async def build_deps(self, request: HttpRequest) -> Any:
         """The deps for one run: ``deps_factory(request)`` (sync or async), else ``AgentDeps``."""
-        return await build_deps(self.run_options.deps_factory, request)
+        return await build_deps(
+            self.run_options.deps_factory,
+            request,
+            attachment_store=self.attachment_store if self.accepts_attachments else None,
+        )

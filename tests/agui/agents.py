@@ -234,3 +234,53 @@ def approval_agent() -> Agent[None, str | DeferredToolRequests]:
         return f"Sent to {to}."
 
     return agent
+
+
+#: What ``reader_agent``'s model saw after calling ``read_attachment``: text, files, retries.
+READ_BACK: list[object] = []
+
+
+def _seen(part: object) -> list[object]:
+    from pydantic_ai.messages import BinaryContent, RetryPromptPart, UserPromptPart
+
+    if isinstance(part, RetryPromptPart):
+        return [f"retry: {part.model_response()}"]
+    content = getattr(part, "content", None)
+    items = content if isinstance(content, list) else [content]
+    found: list[object] = []
+    for item in items:
+        if isinstance(item, BinaryContent):
+            found.append((item.media_type, item.data))
+        elif isinstance(item, str) and not isinstance(part, UserPromptPart):
+            found.append(item)
+    return found
+
+
+async def _reader(
+    messages: list[ModelMessage], info: AgentInfo
+) -> AsyncIterator[str | dict[int, DeltaToolCall]]:
+    """Call ``read_attachment`` with the last word of the user's message, then answer."""
+    import json
+
+    from pydantic_ai.messages import RetryPromptPart, UserPromptPart
+
+    last = messages[-1]
+    assert isinstance(last, ModelRequest)
+    if any(isinstance(p, ToolReturnPart | RetryPromptPart) for p in last.parts):
+        for part in last.parts:
+            READ_BACK.extend(_seen(part))
+        yield "Read."
+        return
+    [prompt] = [p for p in last.parts if isinstance(p, UserPromptPart)]
+    text = prompt.content if isinstance(prompt.content, str) else str(prompt.content[0])
+    args = json.dumps({"attachment_id": text.split()[-1]})
+    yield {0: DeltaToolCall(name="read_attachment", json_args=args, tool_call_id="call-read")}
+
+
+def reader_agent() -> Agent[AgentDeps, str]:
+    """Reads the attachment the user names, through ``agui.tools.read_attachment``."""
+    from django_pydantic_agent.agui.tools import read_attachment
+
+    return Agent(
+        FunctionModel(stream_function=_reader), deps_type=AgentDeps, tools=[read_attachment]
+    )
