@@ -20,6 +20,7 @@ Every frame carries ``id: <run_id>:<seq>``, the run's per-run sequence number.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -324,7 +325,8 @@ class RunEndpoint:
         assert self.coordinator is not None
         handle = self.coordinator.manager.get(thread_id, run_id, owner=owner_id)
         if handle is not None:
-            await asyncio.wait_for(handle.wait(), timeout=self._options.interrupt_wait_seconds)
+            with contextlib.suppress(TimeoutError):  # still running: the caller answers 409
+                await asyncio.wait_for(handle.wait(), timeout=self._options.interrupt_wait_seconds)
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._options.interrupt_wait_seconds

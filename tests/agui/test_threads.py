@@ -498,10 +498,7 @@ async def test_a_disconnect_while_the_tool_runs_saves_the_call_and_the_thread_re
     [reasoning_id] = [e["messageId"] for e in events if e["type"] == "REASONING_MESSAGE_START"]
     [call] = [e for e in events if e["type"] == "TOOL_CALL_START"]
     saved = essentials(response.json()["messages"])
-    # The unanswered call is closed by a tool message saying no result was recorded.
-    assert saved[-1]["role"] == "tool"
-    assert saved[-1]["toolCallId"] == "call-weather"
-    assert saved[:-1] == [
+    assert saved == [
         {"id": "user-run-1", "role": "user", "content": WEATHER_QUESTION},
         {"id": reasoning_id, "role": "reasoning", "content": "Let me look that up."},
         {
