@@ -339,3 +339,51 @@ def test_a_disconnect_over_a_real_socket_leaves_a_complete_run(base_url: str) ->
             assert time.monotonic() < deadline
             time.sleep(0.05)
     assert thread["messages"][-1]["content"] == "The sum is 5."
+
+
+# Reattaching to runs this worker does not hold: answered from storage.
+
+
+async def test_a_finished_run_reattaches_with_its_stored_ending(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        streaming = asyncio.ensure_future(http.post("/hanging-durable/", json=run_body()))
+        await wait_for(lambda: active_run(http, "/hanging-durable/"))
+        await http.post("/hanging-durable/runs/thread-1/run-1/cancel/")
+        await asyncio.wait_for(streaming, timeout=10)
+        await http.post("/failing-stored/", json=run_body(thread_id="t-fail"))
+        await RunCoordinator.wait_for_all_runs()
+        cancelled = await http.get("/hanging-durable/runs/thread-1/run-1/")
+        failed = await http.get("/failing-stored/runs/t-fail/run-1/")
+    cancelled_events = [e for _, e in sse_frames(cancelled.text)]
+    assert cancelled_events[-1]["type"] == "RUN_FINISHED"
+    assert cancelled_events[-1]["outcome"] == {"type": "cancelled"}
+    assert cancelled_events[1]["messages"][-1]["content"] == "Working "
+    failed_events = [e for _, e in sse_frames(failed.text)]
+    assert failed_events[-1]["type"] == "RUN_ERROR"
+    assert REDACTED_RUN_ERROR in failed_events[-1]["message"]
+    assert_valid_agui(cancelled_events)
+    assert_valid_agui(failed_events)
+
+
+async def test_a_run_on_another_worker_is_followed_until_it_ends(alice: Any) -> None:
+    # Another worker runs it: this one only sees its record, so it waits for the record to
+    # end, then answers from storage.
+    from tests.agui.urls import persisting
+
+    coordinator = persisting.run_endpoint.coordinator
+    assert coordinator is not None
+    store = coordinator.run_store
+    owner = str(alice.pk)
+    await store.start(owner_id=owner, thread_id="elsewhere", run_id="r9", worker_id="other:1")
+    async with await logged_in(alice) as http:
+        reattach = asyncio.ensure_future(http.get("/stored/runs/elsewhere/r9/"))
+        await asyncio.sleep(0.2)
+        assert not reattach.done()
+        await store.finish(
+            owner_id=owner, thread_id="elsewhere", run_id="r9", status="complete", last_seq=7
+        )
+        response = await asyncio.wait_for(reattach, timeout=10)
+    frames = sse_frames(response.text)
+    assert [e["type"] for _, e in frames] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+    assert frames[-1][0] == "r9:7"
+    assert frames[1][1]["messages"] == []
