@@ -155,7 +155,8 @@ async def test_a_strangers_thread_is_invisible_through_the_repositories(
     alice_chats, alice_messages = await _pair(store, request_as(alice))
     chat = await alice_chats.get_chat_by_thread_id(alice_chats.user_uuid, "t1")
     assert chat is not None
-    (answer,) = [m for m in await alice_messages.get_chat_messages(chat.chat_uuid) if m.run_id]
+    stored = await alice_messages.get_chat_messages(chat.chat_uuid)
+    (answer,) = [m for m in stored if m.role == "assistant"]
 
     bob_chats, bob_messages = await _pair(store, request_as(bob))
     assert await bob_chats.get_chat_by_thread_id(bob_chats.user_uuid, "t1") is None

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_pydantic_agent.contrib.store.models import StoredConversation
+from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence import Conversation, UnstorableMessageError
 
@@ -100,3 +101,26 @@ def test_a_state_that_does_not_parse_or_a_list_that_is_not_json_falls_back() -> 
     assert load() == [*thread, msg(3)]
     with pytest.raises(UnstorableMessageError):
         save([*thread, msg(3), {"id": "n", "role": "user", "content": math.nan}])
+
+
+def test_messages_marshal_cannot_encode_are_compared_in_full() -> None:
+    special = OrderedDict(id="m1", role="assistant", content="ordered")  # not a plain dict
+    save([msg(0), msg(1)])
+    save([msg(0), special])  # the tail cannot be hashed: compared in full, rewritten
+    assert StoredConversation.objects.get().save_state == ""
+    save([msg(0), special, msg(2)])  # no state to trust: compared in full again
+    assert load() == [msg(0), dict(special), msg(2)]
+    save([msg(0), dict(special), msg(2), msg(3)])
+    assert StoredConversation.objects.get().save_state.startswith("4:")
+
+
+def test_messages_that_are_not_objects_are_stored_as_they_are() -> None:
+    thread: list[Any] = [msg(0), "a bare string", 42, ["a", "list"]]
+    save(thread)
+    assert load() == thread
+    assert list(StoredMessage.objects.values_list("message_id", "role")) == [
+        ("m0", "user"),
+        ("", ""),
+        ("", ""),
+        ("", ""),
+    ]
