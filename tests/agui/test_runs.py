@@ -334,11 +334,14 @@ def test_a_disconnect_over_a_real_socket_leaves_a_complete_run(base_url: str) ->
         deadline = time.monotonic() + 10
         while True:
             thread = http.get("/anon/threads/thread-1/").json()
-            if thread["activeRun"] is None and thread["messages"][-1]["status"] == "complete":
+            messages = thread.get("messages") or [{}]
+            last = messages[-1]
+            if last.get("content") == "The sum is 5." and last.get("status") == "complete":
                 break
-            assert time.monotonic() < deadline
+            assert time.monotonic() < deadline, thread
             time.sleep(0.05)
     assert thread["messages"][-1]["content"] == "The sum is 5."
+    assert thread["activeRun"] is None
 
 
 # Reattaching to runs this worker does not hold: answered from storage.
