@@ -19,6 +19,7 @@ no terminal event → ``errored`` and a ``RUN_ERROR`` is emitted; a persistence 
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -287,6 +288,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             timestamp=datetime.now(UTC),
             encrypted_value=message.encrypted_value,
             run_id=run_id,
+            wire_extra=copy.deepcopy(message.model_extra) or None,
         )
 
     def build_tool_call_create(

@@ -28,7 +28,8 @@ tool message answers the call with its ``toolCallId``.
 Nothing is rewritten that did not change: ``wire_to_records`` returns, per record, the stored
 messages it was read from and a fingerprint of the record as read; ``records_to_wire`` writes
 those messages back verbatim while the record's fingerprint is unchanged, and converts it
-(keeping its unmanaged keys, such as ``attachments``) once a run has changed it.
+(keeping its unmanaged keys, such as ``attachments``, and those of the record's
+``wire_extra``) once a run has changed it.
 """
 
 from __future__ import annotations
@@ -260,7 +261,8 @@ def _anchor_book(message: Message, wire_id: str) -> dict[str, Any]:
 
 def _message_wire(message: Message, extra: Mapping[str, Any]) -> list[dict[str, Any]]:
     wire_id = message.agui_id or str(message.message_uuid)
-    anchor: dict[str, Any] = {k: v for k, v in extra.items() if k not in MANAGED_KEYS}
+    kept = {**(message.wire_extra or {}), **extra}
+    anchor: dict[str, Any] = {k: v for k, v in kept.items() if k not in MANAGED_KEYS}
     anchor.update(id=wire_id, role=message.role)
     book = _anchor_book(message, wire_id)
     out: list[dict[str, Any]] = []

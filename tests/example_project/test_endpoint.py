@@ -133,12 +133,6 @@ def _csrf(client: AsyncClient) -> dict[str, str]:
     return {"X-CSRFToken": client.cookies["csrftoken"].value}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Runs persist through the storage agent, whose user records do not keep a posted "
-    "message's extra keys (attachments) yet; the ORM repositories would have to store and "
-    "link them.",
-)
 async def test_an_attachment_goes_with_a_message_and_comes_back_with_the_thread(
     client: AsyncClient,
 ) -> None:
