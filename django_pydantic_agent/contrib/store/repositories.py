@@ -674,7 +674,9 @@ class OrmMessageRepository:
             rows = StoredMessage.objects.filter(conversation_id=conversation.pk)
             for record, data in rows.values_list("record", "data"):
                 if isinstance(record, dict):
-                    quoted.append({**(record.get(_EXTRAS) or {}), **(record.get("wire_extra") or {})})
+                    quoted.append(
+                        {**(record.get(_EXTRAS) or {}), **(record.get("wire_extra") or {})}
+                    )
                 quoted.append(data)
             reconcile_conversation_attachments(conversation, quoted)
 
