@@ -19,7 +19,6 @@ no terminal event → ``errored`` and a ``RUN_ERROR`` is emitted; a persistence 
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -123,6 +122,16 @@ _THINKING = (  # ag-ui 0.1.x only; registered when the installed ag-ui still has
     "ThinkingTextMessageContentEvent",
     "ThinkingTextMessageEndEvent",
 )
+
+
+_MODELLED_USER_FIELDS: Final = frozenset({"id", "role", "name", "encrypted_value", "content"})
+"""The ``UserMessage`` fields a user ``Message`` record models itself."""
+
+
+def _wire_extra(message: UserMessage) -> dict[str, Any] | None:
+    """The posted message's other keys (``attachments``, ``metadata``...) as camelCase JSON."""
+    keep = (message.model_fields_set - _MODELLED_USER_FIELDS) | set(message.model_extra or {})
+    return message.model_dump(mode="json", by_alias=True, include=keep) or None
 
 
 def _now_ms() -> int:
@@ -288,7 +297,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             timestamp=datetime.now(UTC),
             encrypted_value=message.encrypted_value,
             run_id=run_id,
-            wire_extra=copy.deepcopy(message.model_extra) or None,
+            wire_extra=_wire_extra(message),
         )
 
     def build_tool_call_create(

@@ -21,6 +21,9 @@ Bookkeeping travels in extra keys, which AG-UI clients ignore and the thread rou
   the call's ``uuid``, ``status``, ``inProgress``, ``createdAt``, ``hasResult`` and when set
   ``runId``, ``error``, ``role``.
 
+Every other key of a message (``attachments``, ``metadata``...) is a record's ``wire_extra``:
+``wire_to_records`` reads it into the record and ``records_to_wire`` writes it out again.
+
 Messages without ``chatHistory`` (written by a client-posted save, another transport or an
 older version) are read too: each becomes a complete record with a deterministic uuid, and a
 tool message answers the call with its ``toolCallId``.
@@ -483,6 +486,7 @@ class _Reader:
             run_outcome=dict(book["runOutcome"])
             if isinstance(book.get("runOutcome"), Mapping)
             else None,
+            wire_extra={k: v for k, v in wire.items() if k not in MANAGED_KEYS} or None,
             **fields,
         )
         self.add(message, wire)
