@@ -23,8 +23,11 @@ from django_pydantic_agent.agui.options import (
     DEFAULT_THREAD_LIST_LIMIT,
     AttachmentOptions,
     BodyLimit,
+    ConcurrentRuns,
+    OnDisconnect,
     RunOptions,
     check_callable,
+    check_choice,
     check_flag,
     check_positive,
     file_url_schemes,
@@ -32,6 +35,7 @@ from django_pydantic_agent.agui.options import (
 )
 from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing
 from django_pydantic_agent.agui.run import RUN_TOO_BIG, RunEndpoint
+from django_pydantic_agent.agui.runs import RUN_NOT_FOUND, RunEndpoints
 from django_pydantic_agent.agui.threads import NOT_FOUND as THREAD_NOT_FOUND
 from django_pydantic_agent.agui.threads import TITLE_TOO_BIG, ThreadEndpoints
 from django_pydantic_agent.agui.views import AGUIView, Handler
@@ -41,7 +45,9 @@ from django_pydantic_agent.persistence import (
     NullAttachmentStore,
     NullConversationStore,
     is_persistent,
+    wrapped_stores,
 )
+from django_pydantic_agent.persistence.runs import CacheRunStore, RunStore
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -53,6 +59,18 @@ __all__ = ["AGUIServer", "AgentDeps", "UnsafeCSRFExemptionWarning"]
 # Shared defaults: the Null stores hold no state.
 _NULL_CONVERSATIONS = NullConversationStore()
 _NULL_ATTACHMENTS = NullAttachmentStore()
+
+
+def default_run_store(store: ConversationStore) -> RunStore:
+    """Where runs on ``store`` are recorded: its own ``run_store()`` (looked up through
+    wrappers), else ``CacheRunStore`` in Django's default cache."""
+    for candidate in wrapped_stores(store):
+        factory = getattr(candidate, "run_store", None)
+        if callable(factory):
+            found = factory()
+            if isinstance(found, RunStore):
+                return found
+    return CacheRunStore()
 
 
 class UnsafeCSRFExemptionWarning(UserWarning):
@@ -104,6 +122,9 @@ class AGUIServer:
         thread_list_limit: int = DEFAULT_THREAD_LIST_LIMIT,
         allowed_file_url_schemes: Collection[str] = (),
         max_body_bytes: int | None = None,
+        on_disconnect: OnDisconnect = "continue",
+        concurrent_runs: ConcurrentRuns = "reject",
+        run_store: RunStore | None = None,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise TypeError(
@@ -140,6 +161,13 @@ class AGUIServer:
         check_positive("thread_list_limit", thread_list_limit)
         if max_body_bytes is not None:
             check_positive("max_body_bytes", max_body_bytes)
+        check_choice("on_disconnect", on_disconnect, ("continue", "cancel"))
+        check_choice("concurrent_runs", concurrent_runs, ("reject", "interrupt"))
+        if run_store is not None and not isinstance(run_store, RunStore):
+            raise TypeError(
+                f"run_store={run_store!r} does not implement RunStore (async start, heartbeat, "
+                "finish, get, active_run_for_thread, sweep)."
+            )
         allowed_types = mime_types(attachment_allowed_types)
         schemes = file_url_schemes(allowed_file_url_schemes)
         if not namespace or ":" in namespace:
@@ -180,7 +208,14 @@ class AGUIServer:
             allowed_file_url_schemes=schemes,
             instructions=instructions,
             deps_factory=deps_factory,
+            on_disconnect=on_disconnect,
+            concurrent_runs=concurrent_runs,
         )
+        self.run_store: RunStore | None = None
+        if is_persistent(conversation_store):
+            self.run_store = (
+                run_store if run_store is not None else default_run_store(conversation_store)
+            )
         self.attachment_options = AttachmentOptions(
             max_bytes=int(attachment_max_bytes), allowed_types=allowed_types
         )
@@ -191,9 +226,15 @@ class AGUIServer:
             access=self.access,
             body_limit=self.body_limit,
             options=self.run_options,
+            run_store=self.run_store,
+            attachment_store=attachment_store if is_persistent(attachment_store) else None,
         )
+        self.run_endpoint = run
         threads = ThreadEndpoints(
-            conversation_store, list_limit=self.thread_list_limit, body_limit=self.body_limit
+            conversation_store,
+            list_limit=self.thread_list_limit,
+            body_limit=self.body_limit,
+            active_run=run.active_run,
         )
         attachments = AttachmentEndpoints(
             attachment_store, access=self.access, options=self.attachment_options
@@ -205,6 +246,15 @@ class AGUIServer:
             not_found=THREAD_NOT_FOUND,
             too_big=TITLE_TOO_BIG,
         )
+        if run.coordinator is not None:
+            runs = RunEndpoints(
+                run.coordinator,
+                conversation_store,
+                repositories=run.repositories,
+                heartbeat_seconds=self.run_options.heartbeat_seconds,
+            )
+            self.run_reattach_view = self._view({"GET": runs.reattach}, not_found=RUN_NOT_FOUND)
+            self.run_cancel_view = self._view({"POST": runs.cancel}, not_found=RUN_NOT_FOUND)
         self.attachments_view = self._view(
             {"POST": attachments.upload}, check_csrf=False, capped=False
         )
@@ -317,6 +367,16 @@ class AGUIServer:
             patterns += [
                 path("threads/", self.threads_view, name="threads"),
                 path("threads/<str:thread_id>/", self.thread_view, name="thread"),
+                path(
+                    "runs/<str:thread_id>/<str:run_id>/",
+                    self.run_reattach_view,
+                    name="run-reattach",
+                ),
+                path(
+                    "runs/<str:thread_id>/<str:run_id>/cancel/",
+                    self.run_cancel_view,
+                    name="run-cancel",
+                ),
             ]
         if self.accepts_attachments:
             patterns += [
@@ -345,4 +405,8 @@ class AGUIServer:
 
     async def build_deps(self, request: HttpRequest) -> Any:
         """The deps for one run: ``deps_factory(request)`` (sync or async), else ``AgentDeps``."""
-        return await build_deps(self.run_options.deps_factory, request)
+        return await build_deps(
+            self.run_options.deps_factory,
+            request,
+            attachment_store=self.attachment_store if self.accepts_attachments else None,
+        )

@@ -10,7 +10,7 @@ session owns nothing: reads answer empty, and no session is created for them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
@@ -32,6 +32,17 @@ NOT_FOUND = "No such thread."
 TITLE_TOO_BIG = "send only the title."
 
 
+def _with_status(message: Any) -> Any:
+    """``message`` with a top-level ``status`` (``complete`` / ``active`` / ``interrupted`` /
+    ``errored``): the store's own key, or its bookkeeping's, else ``complete``."""
+    if not isinstance(message, dict) or isinstance(message.get("status"), str):
+        return message
+    metadata = message.get("metadata")
+    book = metadata.get("django_pydantic_agent") if isinstance(metadata, dict) else None
+    status = book.get("status") if isinstance(book, dict) else None
+    return {**message, "status": status if isinstance(status, str) else "complete"}
+
+
 def _meta_json(meta: ConversationMeta) -> dict[str, Any]:
     """One thread-drawer row on the wire: no owner id, ever."""
     return {
@@ -46,15 +57,22 @@ class ThreadEndpoints:
     """Handlers for ``threads/`` and ``threads/<thread_id>/`` over one conversation store.
 
     ``list_limit`` is the default and largest ``?limit=`` of the list; ``body_limit()`` the
-    byte cap of a rename's JSON body, read per request.
+    byte cap of a rename's JSON body, read per request. ``active_run(request, thread_id)``, when
+    given, returns the caller's running run on the thread (``{"runId", "lastSeq"}`` or ``None``).
     """
 
     def __init__(
-        self, store: ConversationStore, *, list_limit: int, body_limit: Callable[[], int]
+        self,
+        store: ConversationStore,
+        *,
+        list_limit: int,
+        body_limit: Callable[[], int],
+        active_run: Callable[[HttpRequest, str], Awaitable[dict[str, Any] | None]] | None = None,
     ) -> None:
         self._store = store
         self._list_limit = list_limit
         self._body_limit = body_limit
+        self._active_run = active_run
 
     async def _owns_nothing(self, request: HttpRequest) -> bool:
         return await owns_nothing(request, self._store)
@@ -88,7 +106,11 @@ class ThreadEndpoints:
         return JsonResponse({"threads": [_meta_json(meta) for meta in metas[:limit]]})
 
     async def get(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
-        """``GET threads/<id>/``: ``{"threadId", "messages"}`` as stored, or 404."""
+        """``GET threads/<id>/``: ``{"threadId", "messages", "activeRun"}``, or 404.
+
+        ``messages`` are as stored (each with its ``status``); ``activeRun`` is the caller's
+        running run on the thread, ``{"runId", "lastSeq"}`` to reattach with, or ``null``.
+        """
         if await self._owns_nothing(request):
             return error_response(404, NOT_FOUND)
         try:
@@ -97,7 +119,14 @@ class ThreadEndpoints:
             return store_refusal(exc, store="conversation")
         if conversation is None:
             return error_response(404, NOT_FOUND)
-        return JsonResponse({"threadId": thread_id, "messages": list(conversation.messages)})
+        active = None if self._active_run is None else await self._active_run(request, thread_id)
+        return JsonResponse(
+            {
+                "threadId": thread_id,
+                "messages": [_with_status(message) for message in conversation.messages],
+                "activeRun": active,
+            }
+        )
 
     async def rename(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``PATCH threads/<id>/`` with ``{"title": "..."}``: 200, 400, 404, 413 or 415.

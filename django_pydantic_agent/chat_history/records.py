@@ -28,6 +28,9 @@ load unchanged):
 - ``activity_type`` / ``activity_content`` on ``Message`` (role ``activity``): an
   ``ACTIVITY_SNAPSHOT`` (with its deltas applied), which AG-UI clients keep as an
   ``ActivityMessage`` and echo back.
+- ``wire_extra`` on ``Message``: the keys a posted AG-UI message carried beyond the fields
+  the record models (``attachments``, ``metadata``...), as JSON, written back on the wire
+  message so a reloaded thread shows them.
 
 Placeholder codec: the Memory Service refuses empty strings in some body fields, so values are
 encoded with U+200B ZERO WIDTH SPACE on the wire. The rule is lossless (a real ``"\\u200b"``
@@ -286,6 +289,8 @@ class Message(DREvent, session=Chat):
     """For role ``activity`` (an ``ACTIVITY_SNAPSHOT`` the client turns into a message)."""
     activity_content: dict[str, Any] | None = None
     """The activity's structured content (snapshot, with later deltas applied)."""
+    wire_extra: dict[str, Any] | None = None
+    """The posted AG-UI message's keys the record does not model (``attachments``...)."""
 
     @field_validator("content", mode="before")
     @classmethod
@@ -381,6 +386,7 @@ class MessageCreate(_DTO):
     run_outcome: dict[str, Any] | None = None
     activity_type: str | None = None
     activity_content: dict[str, Any] | None = None
+    wire_extra: dict[str, Any] | None = None
 
 
 class _Update(_DTO):

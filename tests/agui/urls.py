@@ -13,13 +13,18 @@ from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
     DefaultConversationStore,
 )
-from django_pydantic_agent.persistence import DjangoSessionConversationStore
+from django_pydantic_agent.persistence import (
+    DjangoSessionConversationStore,
+    ScopedConversationStore,
+)
 from tests.agui.agents import (
+    approval_agent,
     failing_agent,
     gated_agent,
     hanging_agent,
     interrupted_agent,
     prompt_parts_agent,
+    reader_agent,
     scripted_agent,
     slow_agent,
     text_agent,
@@ -122,6 +127,7 @@ hanging_persisting = AGUIServer(
     conversation_store=DefaultConversationStore(allow_anonymous=True),
     require_authenticated=False,
     csrf_exempt=True,
+    on_disconnect="cancel",
 )
 
 # One thread per session: the second thread's save is refused with StoreLimitError.
@@ -130,6 +136,27 @@ one_thread = AGUIServer(
     conversation_store=DjangoSessionConversationStore(max_threads=1),
     require_authenticated=False,
     csrf_exempt=True,
+)
+# Durable runs: a run that waits until cancelled, the interrupt policy, and Scoped stores.
+hanging_durable = stored(hanging_agent(), namespace="hanging-durable")
+hanging_interrupt = stored(
+    hanging_agent(), namespace="hanging-interrupt", concurrent_runs="interrupt"
+)
+scoped_anonymous = AGUIServer(
+    scripted_agent(),
+    conversation_store=ScopedConversationStore(
+        DefaultConversationStore(allow_anonymous=True), scope="s1"
+    ),
+    require_authenticated=False,
+    csrf_exempt=True,
+    namespace="scoped",
+)
+scoped_session = AGUIServer(
+    scripted_agent(),
+    conversation_store=ScopedConversationStore(DjangoSessionConversationStore(), scope="s2"),
+    require_authenticated=False,
+    csrf_exempt=True,
+    namespace="scoped-session",
 )
 urls_default = AGUIServer(prompt_parts_agent(), require_authenticated=False, csrf_exempt=True)
 urls_allowed = AGUIServer(
@@ -145,11 +172,15 @@ def interrupted(
     during: Literal["answer", "tool_args", "tool"] = "answer",
     **kwargs: Any,
 ) -> AGUIServer:
-    """A run that never finishes, saved for anonymous visitors (keyed to their session)."""
+    """A run that never finishes, saved for anonymous visitors (keyed to their session).
+
+    A disconnect cancels it (``on_disconnect="cancel"``): it would otherwise hang on.
+    """
     options: dict[str, Any] = {
         "conversation_store": DefaultConversationStore(allow_anonymous=True),
         "require_authenticated": False,
         "csrf_exempt": True,
+        "on_disconnect": "cancel",
     }
     options.update(kwargs)
     return AGUIServer(interrupted_agent(ending=ending, during=during), **options)
@@ -186,6 +217,12 @@ urlpatterns = [
     path("urls-default/", urls_default.urls),
     path("urls-allowed/", urls_allowed.urls),
     path("gated/", stored(gated_agent(), namespace="gated").urls),
+    path("hanging-durable/", hanging_durable.urls),
+    path("approval/", stored(approval_agent(), namespace="approval").urls),
+    path("reader/", stored(reader_agent(), namespace="reader").urls),
+    path("hanging-interrupt/", hanging_interrupt.urls),
+    path("scoped/", scoped_anonymous.urls),
+    path("scoped-session/", scoped_session.urls),
     path(
         "broken-db/",
         AGUIServer(

@@ -634,6 +634,7 @@ class OrmMessageRepository:
                     self._update_row(pending, record)
             if inserts:
                 StoredMessage.objects.bulk_create(inserts)
+            self._link_attachments_sync(states, live)
             now = timezone.now()
             for state in states.values():
                 if state.deleted:
@@ -649,6 +650,35 @@ class OrmMessageRepository:
                 if preview:
                     values["preview"] = preview
                 StoredConversation.objects.filter(pk=state.pk).update(**values)
+
+    def _link_attachments_sync(self, states: dict[UUID, _ChatState], live: list[_Pending]) -> None:
+        """Link the attachments the written records quote to their threads, as ``save`` does.
+
+        Only threads a written record quotes an attachment in are reconciled (against every
+        row of the thread), so ``agent_store_prune_attachments`` keeps the files.
+        """
+        from django_pydantic_agent.contrib.store.lifecycle import (
+            attachment_ids_in,
+            reconcile_conversation_attachments,
+        )
+        from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
+
+        quoting = {
+            p.chat_uuid
+            for p in live
+            if attachment_ids_in([self._records[p.message_uuid].wire_extra or {}])
+        }
+        for chat_uuid in quoting:
+            conversation = StoredConversation.objects.get(pk=states[chat_uuid].pk)
+            quoted: list[Any] = []
+            rows = StoredMessage.objects.filter(conversation_id=conversation.pk)
+            for record, data in rows.values_list("record", "data"):
+                if isinstance(record, dict):
+                    quoted.append(
+                        {**(record.get(_EXTRAS) or {}), **(record.get("wire_extra") or {})}
+                    )
+                quoted.append(data)
+            reconcile_conversation_attachments(conversation, quoted)
 
     def _convert(self, state: _ChatState, legacy: _Legacy, inserts: list[Any]) -> set[UUID]:
         """Turn a thread's wire rows into record rows (the first write to one of them).

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         OrmChatRepository,
         OrmMessageRepository,
     )
+    from django_pydantic_agent.contrib.store.runs import DefaultRunStore
     from django_pydantic_agent.contrib.store.step_store import DefaultStepStore
 
 __all__ = [
@@ -228,6 +229,12 @@ class DefaultConversationStore(ModelConversationStore):
     def _refuse_new_thread(self, owner_id: str, limit: int) -> None:
         """Raise ``StoreLimitError`` if the owner already keeps ``limit`` threads."""
         _refuse_new_thread(owner_id, limit)
+
+    def run_store(self) -> DefaultRunStore:
+        """Where ``AGUIServer`` records this store's runs: ``StoredAgentRun`` rows."""
+        from django_pydantic_agent.contrib.store.runs import DefaultRunStore
+
+        return DefaultRunStore()
 
     async def repositories(
         self, *, request: HttpRequest

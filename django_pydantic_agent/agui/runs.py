@@ -1,0 +1,423 @@
+"""Durable runs: the mount's run manager, its run records, reattach and cancel.
+
+``RunCoordinator`` owns the mount's ``StreamPersistenceManager`` (one per ``AGUIServer``): every
+persisting run executes in a task it owns, so a client that goes away stops only its reading.
+As the manager's ``RunObserver`` it keeps the run's record in the run store (``running`` at
+start, a heartbeat with the last sequence number, the final status and token usage at the end)
+and reads the run's cancel intent from Django's cache (at most every ``CANCEL_POLL_SECONDS``),
+so a cancel posted to any worker stops the run on the worker that runs it.
+
+``RunEndpoints`` are the ``runs/<thread_id>/<run_id>/`` routes: ``GET`` reattaches (the run's
+log after ``?after=<seq>`` or ``Last-Event-ID``, opened with ``RUN_STARTED`` and every message
+still streaming re-opened, then the live tail; a run this worker does not hold answers from
+storage with ``MESSAGES_SNAPSHOT`` and its terminal event), ``POST .../cancel/`` cancels. Both
+are owner-checked through the run store: a stranger's run is a 404 exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import logging
+import os
+import socket
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+from ag_ui.core import (
+    BaseEvent,
+    EventType,
+    MessagesSnapshotEvent,
+    ReasoningEndEvent,
+    ReasoningMessageEndEvent,
+    ReasoningMessageStartEvent,
+    ReasoningStartEvent,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunStartedEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
+    ToolCallEndEvent,
+    ToolCallStartEvent,
+)
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
+
+from django_pydantic_agent.agui.http import error_response
+from django_pydantic_agent.agui.sse import encode_event, sse_response, with_heartbeat
+from django_pydantic_agent.chat_history import (
+    RunHandle,
+    StreamPersistenceManager,
+    translate_messages,
+)
+from django_pydantic_agent.chat_history.manager import RunObserver
+from django_pydantic_agent.persistence import StoreError, resolve_owner_id, serves_anonymous
+from django_pydantic_agent.persistence.runs import RunRecord, RunStatus, RunStore
+
+__all__ = [
+    "CANCEL_POLL_SECONDS",
+    "RUN_NOT_FOUND",
+    "RunCoordinator",
+    "RunEndpoints",
+    "event_id",
+    "parse_after",
+]
+
+logger = logging.getLogger("django_pydantic_agent.agui")
+
+#: The 404 of the run routes (a stranger's run reads the same).
+RUN_NOT_FOUND: Final[str] = "No such run."
+#: The longest the owning worker goes without reading a run's cancel intent while it streams.
+CANCEL_POLL_SECONDS: Final[float] = 0.5
+_CANCEL_PREFIX = "django_pydantic_agent:cancel"
+_CANCEL_TTL = 24 * 3600
+#: This process, as the ``worker`` of the runs it executes.
+WORKER_ID: Final[str] = f"{socket.gethostname()}:{os.getpid()}"
+
+
+def event_id(run_id: str, seq: int) -> str:
+    """The SSE ``id:`` of event ``seq`` of run ``run_id``: ``<run_id>:<seq>``."""
+    return f"{run_id}:{seq}"
+
+
+def parse_after(request: HttpRequest, run_id: str) -> int | None:
+    """The sequence number a reattaching client saw last: ``?after=`` or ``Last-Event-ID``.
+
+    ``0`` when neither is sent; ``None`` when either is malformed (not a non-negative
+    integer, or a ``Last-Event-ID`` of another run).
+    """
+    raw = request.GET.get("after")
+    if raw is None:
+        last = request.headers.get("Last-Event-ID")
+        if last is None:
+            return 0
+        run, sep, raw = last.rpartition(":")
+        if not sep or run != run_id:
+            return None
+    if not raw.isdigit():
+        return None
+    return int(raw)
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+
+def _status_of(handle: RunHandle) -> str:
+    status = handle.status
+    return RunStatus.ERRORED.value if status == "running" else status
+
+
+def _usage_of(event: BaseEvent | None) -> dict[str, Any] | None:
+    usage = getattr(event, "usage", None)
+    if not usage:
+        return None
+    return {"tokens": [entry.model_dump(exclude_none=True) for entry in usage]}
+
+
+class RunCoordinator(RunObserver):
+    """The mount's runs: its manager, their records in ``run_store``, their cancel intents.
+
+    ``agent_factory(*args)`` builds the agent of one run, inside the run's task. Producers
+    run in a fresh ``contextvars.Context``: they outlive their request, so nothing
+    request-scoped (asgiref's per-request thread) may follow them. A finished run is not
+    retained in memory: reattaching to it is answered from storage, on every worker alike.
+    """
+
+    _instances: weakref.WeakSet[RunCoordinator] = weakref.WeakSet()
+
+    def __init__(
+        self,
+        agent_factory: Callable[..., Any],
+        *,
+        run_store: RunStore,
+        heartbeat_seconds: float = 10.0,
+        cache_alias: str = "default",
+    ) -> None:
+        self.run_store = run_store
+        self._cache_alias = cache_alias
+        self._owners: dict[RunHandle, str] = {}
+        self._last_cancel_check: dict[RunHandle, float] = {}
+        self.manager: StreamPersistenceManager[Any] = StreamPersistenceManager(
+            agent_factory,
+            cancel_event="run_finished",
+            observer=self,
+            heartbeat_interval=heartbeat_seconds,
+            context=contextvars.Context,
+            finished_run_retention=0.0,
+        )
+        self._handles: set[RunHandle] = set()
+        RunCoordinator._instances.add(self)
+
+    async def wait_for_runs(self) -> None:
+        """Return once every run this coordinator started is done, persistence included."""
+        while self._handles:
+            handles = list(self._handles)
+            await asyncio.wait([asyncio.ensure_future(h.wait()) for h in handles])
+            self._handles.difference_update(handles)
+
+    @classmethod
+    async def wait_for_all_runs(cls) -> None:
+        """``wait_for_runs`` of every live coordinator in this process (tests, shutdown)."""
+        for coordinator in list(cls._instances):
+            await coordinator.wait_for_runs()
+
+    # -- the cancel intent ----------------------------------------------------------------
+
+    @property
+    def _cache(self) -> Any:
+        from django.core.cache import caches
+
+        return caches[self._cache_alias]
+
+    def _cancel_key(self, owner_id: str, thread_id: str, run_id: str) -> str:
+        return f"{_CANCEL_PREFIX}:{_digest(owner_id, thread_id, run_id)}"
+
+    async def request_cancel(self, owner_id: str, thread_id: str, run_id: str) -> None:
+        """Record a durable cancel intent for the run, and stop it now if it runs here."""
+        key = self._cancel_key(owner_id, thread_id, run_id)
+        await sync_to_async(self._cache.set)(key, True, _CANCEL_TTL)
+        self.manager.cancel(thread_id, run_id, owner=owner_id)
+
+    # -- RunObserver ----------------------------------------------------------------------
+
+    def track(self, handle: RunHandle, owner_id: str) -> None:
+        """Remember the run-store owner of a run this coordinator started."""
+        self._owners[handle] = owner_id
+        self._handles.add(handle)
+
+    async def cancel_requested(self, handle: RunHandle) -> bool:
+        owner_id = self._owners.get(handle)
+        if owner_id is None:
+            return False
+        now = time.monotonic()
+        if now - self._last_cancel_check.get(handle, 0.0) < CANCEL_POLL_SECONDS:
+            return False
+        self._last_cancel_check[handle] = now
+        key = self._cancel_key(owner_id, handle.thread_id, handle.run_id)
+        return bool(await sync_to_async(self._cache.get)(key))
+
+    async def on_heartbeat(self, handle: RunHandle) -> None:
+        owner_id = self._owners.get(handle)
+        if owner_id is not None and not handle.finalizing:
+            await self.run_store.heartbeat(
+                owner_id=owner_id,
+                thread_id=handle.thread_id,
+                run_id=handle.run_id,
+                last_seq=handle.last_seq,
+            )
+
+    async def on_done(self, handle: RunHandle) -> None:
+        owner_id = self._owners.pop(handle, None)
+        self._last_cancel_check.pop(handle, None)
+        if owner_id is None:
+            return
+        terminal = handle.terminal_event
+        error = ""
+        if isinstance(terminal, RunErrorEvent):
+            error = f"[{terminal.code}] {terminal.message}" if terminal.code else terminal.message
+        await self.run_store.finish(
+            owner_id=owner_id,
+            thread_id=handle.thread_id,
+            run_id=handle.run_id,
+            status=_status_of(handle),
+            usage=_usage_of(terminal),
+            last_seq=handle.last_seq,
+            error=error,
+        )
+
+
+class _OpenStreams:
+    """The messages, tool calls and reasoning steps a run's events opened and not yet closed."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, str], BaseEvent] = {}
+
+    def fold(self, event: BaseEvent) -> None:
+        """Account for ``event``."""
+        if isinstance(event, TextMessageStartEvent):
+            self._open[("text", event.message_id)] = event
+        elif isinstance(event, ToolCallStartEvent):
+            self._open[("tool", event.tool_call_id)] = event
+        elif isinstance(event, ReasoningStartEvent):
+            self._open[("reasoning", event.message_id)] = event
+        elif isinstance(event, ReasoningMessageStartEvent):
+            self._open[("reasoning-message", event.message_id)] = event
+        elif isinstance(event, TextMessageEndEvent):
+            self._open.pop(("text", event.message_id), None)
+        elif isinstance(event, ToolCallEndEvent):
+            self._open.pop(("tool", event.tool_call_id), None)
+        elif isinstance(event, ReasoningEndEvent):
+            self._open.pop(("reasoning", event.message_id), None)
+        elif isinstance(event, ReasoningMessageEndEvent):
+            self._open.pop(("reasoning-message", event.message_id), None)
+
+    def openings(self) -> list[BaseEvent]:
+        """The ``*_START`` events of what is open, in the order they opened."""
+        return list(self._open.values())
+
+    def closings(self) -> list[BaseEvent]:
+        """``*_END`` events closing what is open, innermost (latest) first."""
+        ends: list[BaseEvent] = []
+        for kind, ident in reversed(self._open):
+            if kind == "text":
+                ends.append(TextMessageEndEvent(message_id=ident))
+            elif kind == "tool":
+                ends.append(ToolCallEndEvent(tool_call_id=ident))
+            elif kind == "reasoning-message":
+                ends.append(ReasoningMessageEndEvent(message_id=ident))
+            else:
+                ends.append(ReasoningEndEvent(message_id=ident))
+        self._open.clear()
+        return ends
+
+
+_TERMINAL = (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+
+
+async def replay(handle: RunHandle, after: int) -> AsyncIterator[str]:
+    """SSE frames of ``handle`` for a reader that saw up to ``after``, then the live tail.
+
+    ``after == 0`` replays the whole log with its ids. Otherwise the run's ``RUN_STARTED`` and
+    the start of every message, tool call and reasoning step still open at ``after`` come
+    first, without ids (they were seen before), then each event after ``after`` with its id.
+    A run stopped mid-message (cancelled) gets the missing ``*_END`` events, without ids,
+    before its terminal event, so AG-UI clients' verifiers accept the stream.
+    """
+    streams = _OpenStreams()
+    first: BaseEvent | None = None
+    entries = handle.sequenced_events(after=0)
+    try:
+        async for seq, event in entries:
+            if seq <= after:
+                first = first or event
+                streams.fold(event)
+                if seq == after:
+                    for opening in [first, *streams.openings()]:
+                        yield encode_event(opening)
+                continue
+            if event.type in _TERMINAL:
+                for closing in streams.closings():
+                    yield encode_event(closing)
+            streams.fold(event)
+            yield encode_event(event, event_id=event_id(handle.run_id, seq))
+    finally:
+        await entries.aclose()
+
+
+class RunEndpoints:
+    """The ``runs/<thread_id>/<run_id>/`` routes: reattach (``GET``) and cancel (``POST``).
+
+    ``repositories(request)`` returns the request owner's ``(chat_repo, message_repo,
+    user_uuid)``, for answering a finished run from storage.
+    """
+
+    def __init__(
+        self,
+        coordinator: RunCoordinator,
+        store: object,
+        *,
+        repositories: Callable[[HttpRequest], Any],
+        heartbeat_seconds: float,
+        poll_seconds: float = 0.5,
+    ) -> None:
+        self._coordinator = coordinator
+        self._store = store
+        self._repositories = repositories
+        self._heartbeat = heartbeat_seconds
+        self._poll = poll_seconds
+
+    async def _owned(self, request: HttpRequest, thread_id: str, run_id: str) -> Any:
+        """``(owner_id, record)`` of the caller's run, or ``None`` (missing, or a stranger's)."""
+        try:
+            owner_id = await sync_to_async(resolve_owner_id)(
+                request, allow_anonymous=serves_anonymous(self._store)
+            )
+        except StoreError:
+            return None
+        record = await self._coordinator.run_store.get(
+            owner_id=owner_id, thread_id=thread_id, run_id=run_id
+        )
+        return None if record is None else (owner_id, record)
+
+    async def reattach(self, request: HttpRequest, thread_id: str, run_id: str) -> HttpResponseBase:
+        """``GET runs/<thread_id>/<run_id>/``: the run's events after ``after``, as SSE."""
+        owned = await self._owned(request, thread_id, run_id)
+        if owned is None:
+            return error_response(404, RUN_NOT_FOUND)
+        owner_id, record = owned
+        after = parse_after(request, run_id)
+        if after is None:
+            return error_response(
+                400,
+                "after (or Last-Event-ID) must be a sequence number of this run, such as "
+                f"?after=12 or Last-Event-ID: {run_id}:12.",
+            )
+        handle = self._coordinator.manager.get(thread_id, run_id, owner=owner_id)
+        frames: AsyncIterator[str]
+        if handle is not None:
+            if after > handle.last_seq:
+                return error_response(
+                    400,
+                    f"after={after} is beyond run {run_id!r}'s last event ({handle.last_seq}); "
+                    "pass a sequence number the stream sent.",
+                )
+            if after and after < handle.first_seq:
+                frames = self._from_storage(request, owner_id, record)
+            else:
+                frames = replay(handle, after)
+        else:
+            frames = self._from_storage(request, owner_id, record)
+        if self._heartbeat:
+            frames = with_heartbeat(frames, self._heartbeat)
+        return sse_response(frames)
+
+    async def _from_storage(
+        self, request: HttpRequest, owner_id: str, record: RunRecord
+    ) -> AsyncIterator[str]:
+        """A run this worker does not hold: wait while it runs elsewhere, then answer from
+        storage with ``RUN_STARTED``, ``MESSAGES_SNAPSHOT`` and its terminal event."""
+        thread_id, run_id = record.thread_id, record.run_id
+        yield encode_event(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+        while record.running:
+            await asyncio.sleep(self._poll)
+            found = await self._coordinator.run_store.get(
+                owner_id=owner_id, thread_id=thread_id, run_id=run_id
+            )
+            if found is None:
+                break
+            record = found
+        chat_repo, message_repo, user_uuid = await self._repositories(request)
+        chat = await chat_repo.get_chat_by_thread_id(user_uuid, thread_id)
+        stored = await message_repo.get_chat_messages(chat.chat_uuid) if chat is not None else []
+        yield encode_event(MessagesSnapshotEvent(messages=translate_messages(stored)))
+        terminal: BaseEvent
+        if record.status == RunStatus.ERRORED:
+            terminal = RunErrorEvent(message=record.error or "The run failed.")
+        elif record.status == RunStatus.INTERRUPTED:
+            terminal = RunFinishedEvent(
+                thread_id=thread_id, run_id=run_id, outcome=RunFinishedCancelledOutcome()
+            )
+        else:
+            terminal = RunFinishedEvent(thread_id=thread_id, run_id=run_id)
+        yield encode_event(terminal, event_id=event_id(run_id, record.last_seq or 1))
+
+    async def cancel(self, request: HttpRequest, thread_id: str, run_id: str) -> HttpResponseBase:
+        """``POST runs/<thread_id>/<run_id>/cancel/``: 202 while it stops, 200 once ended.
+
+        Idempotent; reaches the worker running the run through a cancel intent in the cache.
+        """
+        owned = await self._owned(request, thread_id, run_id)
+        if owned is None:
+            return error_response(404, RUN_NOT_FOUND)
+        owner_id, record = owned
+        if not record.running:
+            return JsonResponse({"runId": run_id, "status": record.status, "cancelled": False})
+        await self._coordinator.request_cancel(owner_id, thread_id, run_id)
+        return JsonResponse(
+            {"runId": run_id, "status": "cancelling", "cancelled": True}, status=202
+        )

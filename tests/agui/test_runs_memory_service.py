@@ -1,0 +1,77 @@
+"""Durable runs on the Memory Service stores, over real HTTP to the emulator."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import uuid4
+
+import httpx
+import pytest
+from ag_ui_validate.pytest_plugin import assert_valid_agui
+from django.http import StreamingHttpResponse
+from django.test import RequestFactory
+
+from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui.runs import RunCoordinator
+from django_pydantic_agent.memory_service import DRMemoryServiceClient
+from django_pydantic_agent.persistence.memory_service import MemoryServiceConversationStore
+from tests.agui.agents import scripted_agent
+from tests.agui.conftest import run_body, sse_frames
+from tests.support.emulator import no_faults_armed
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+async def server(live_server: Any) -> AsyncIterator[AGUIServer]:
+    with no_faults_armed():
+        async with httpx.AsyncClient(timeout=30.0) as pool:
+            client = DRMemoryServiceClient(
+                endpoint=f"{live_server.url}/api/v2", api_token="token-runs", http_client=pool
+            )
+            store = MemoryServiceConversationStore(client, f"runs-{uuid4().hex}")
+            yield AGUIServer(scripted_agent(), conversation_store=store, csrf_exempt=True)
+            await RunCoordinator.wait_for_all_runs()
+
+
+def as_user(request: Any, user: Any) -> Any:
+    async def auser() -> Any:
+        return user
+
+    request.auser = auser
+    request.user = user
+    return request
+
+
+async def body_of(response: Any) -> str:
+    assert isinstance(response, StreamingHttpResponse)
+    return "".join([bytes(chunk).decode() async for chunk in response])
+
+
+async def test_a_run_on_the_memory_service_is_stored_and_reattaches_from_storage(
+    server: AGUIServer, alice: Any, bob: Any
+) -> None:
+    factory = RequestFactory()
+    posted = as_user(factory.post("/", data=run_body(), content_type="application/json"), alice)
+    frames = sse_frames(await body_of(await server.run_view(posted)))
+    await RunCoordinator.wait_for_all_runs()
+    thread = await server.thread_view(as_user(factory.get("/"), alice), thread_id="thread-1")
+    reattach = await server.run_reattach_view(
+        as_user(factory.get("/"), alice), thread_id="thread-1", run_id="run-1"
+    )
+    stranger = await server.run_reattach_view(
+        as_user(factory.get("/"), bob), thread_id="thread-1", run_id="run-1"
+    )
+    assert [frame_id for frame_id, _ in frames][:2] == ["run-1:1", "run-1:2"]
+    events = [event for _, event in frames]
+    assert events[-1]["type"] == "RUN_FINISHED"
+    assert_valid_agui(events)
+    stored = json.loads(thread.content)
+    assert stored["messages"][-1]["content"] == "The sum is 5."
+    assert stored["activeRun"] is None
+    replayed = [event for _, event in sse_frames(await body_of(reattach))]
+    assert [e["type"] for e in replayed] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+    assert replayed[1]["messages"][-1]["content"] == "The sum is 5."
+    assert stranger.status_code == 404
