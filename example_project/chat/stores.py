@@ -16,6 +16,7 @@ The Memory Service stores are imported only when they are asked for.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from typing import TYPE_CHECKING, Any
 
@@ -84,7 +85,8 @@ def memory_service_client() -> DRMemoryServiceClient:
     from django.core.handlers.asgi import ASGIHandler
 
     _pool = httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=ASGIHandler()), timeout=_TIMEOUT_SECONDS
+        transport=httpx.ASGITransport(app=_without_early_disconnect(ASGIHandler())),
+        timeout=_TIMEOUT_SECONDS,
     )
     _client = DRMemoryServiceClient(
         f"http://{_emulator_host()}{_EMULATOR_ENDPOINT_PATH}",
@@ -92,6 +94,32 @@ def memory_service_client() -> DRMemoryServiceClient:
         http_client=_pool,
     )
     return _client
+
+
+def _without_early_disconnect(app: Any) -> Any:
+    """Wrap ``app`` so that, once the request body is read, ``receive`` waits to be cancelled.
+
+    httpx's ASGITransport answers ``http.disconnect`` as soon as the response is complete.
+    Django's handler listens for it in a task of its own; when both finish in the same loop
+    turn, that task's ``RequestAborted`` is never retrieved and asyncio logs it as a traceback.
+    Waiting instead lets Django cancel the listener, as it does for a real server.
+    """
+
+    async def wrapped(scope: Any, receive: Any, send: Any) -> None:
+        body_read = False
+
+        async def quiet_receive() -> Any:
+            nonlocal body_read
+            if body_read:
+                await asyncio.Event().wait()  # cancelled by Django once the response is sent
+            message = await receive()
+            if message.get("type") == "http.request" and not message.get("more_body"):
+                body_read = True
+            return message
+
+        await app(scope, quiet_receive, send)
+
+    return wrapped
 
 
 async def aclose_memory_service_client() -> None:
