@@ -22,6 +22,7 @@ from django_pydantic_agent.chat_history._tracking import (
     TrackedRecord,
     TrackedToolCall,
 )
+from django_pydantic_agent.chat_history.errors import StaleDeltaError
 from django_pydantic_agent.chat_history.records import (
     MessageReasoningUpdate,
     MessageToolCallUpdate,
@@ -41,10 +42,12 @@ _TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 def _expected(exc: BaseException) -> bool:
     """Whether ``exc`` is a failure retrying answers: a timeout, a lost connection, a busy backend.
 
-    Those are logged as one line; anything else keeps its traceback. An error with a
+    Those are logged as one line; anything else keeps its traceback. A ``StaleDeltaError`` (the
+    store holds less than this run wrote, e.g. a cached copy another request refreshed) is one
+    too: the next flush re-reads the record and resends the full value. An error with a
     ``status_code`` of ``None`` (the Memory Service client's "no response") counts as lost.
     """
-    if isinstance(exc, TimeoutError | ConnectionError):
+    if isinstance(exc, TimeoutError | ConnectionError | StaleDeltaError):
         return True
     if not hasattr(exc, "status_code"):
         return False

@@ -28,6 +28,7 @@ from django_pydantic_agent.chat_history import (
     InMemoryMessageRepository,
     Message,
     MessageUpdate,
+    StaleDeltaError,
 )
 from django_pydantic_agent.chat_history.storage_agent import AGUIAgent
 from tests.chat_history.conftest import USER
@@ -143,6 +144,7 @@ class _Unavailable(Exception):
         (_Unavailable(429), False),
         (_Unavailable(None), False),
         (_Unavailable(400), True),
+        (StaleDeltaError("the store holds less than the run wrote"), False),
         (RuntimeError("a bug in the repository"), True),
     ],
 )
