@@ -223,6 +223,21 @@ class RunEndpoint:
         last_seq = record.last_seq if handle is None else handle.last_seq
         return {"runId": record.run_id, "lastSeq": last_seq}
 
+    async def settle(self, request: HttpRequest, thread_id: str | None) -> None:
+        """Return once this worker's finished runs of the caller on ``thread_id`` are stored.
+
+        A stream ends at its terminal event while the run's last writes go on behind it; a
+        thread read waits for them (bounded by ``SETTLE_SECONDS``), so it sees what the stream
+        showed. ``thread_id`` ``None`` waits for the caller's runs on every thread.
+        """
+        if self.coordinator is None:
+            return
+        try:
+            owner_id = await self.owner_id(request)
+        except StoreError:
+            return
+        await self.coordinator.settle(owner_id, thread_id)
+
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         """Validate the run, prepare per-request parts, and return the SSE response.
 

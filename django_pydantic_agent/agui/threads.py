@@ -59,6 +59,9 @@ class ThreadEndpoints:
     ``list_limit`` is the default and largest ``?limit=`` of the list; ``body_limit()`` the
     byte cap of a rename's JSON body, read per request. ``active_run(request, thread_id)``, when
     given, returns the caller's running run on the thread (``{"runId", "lastSeq"}`` or ``None``).
+    ``settle(request, thread_id)``, when given, returns once this worker's runs of the caller
+    that already sent their terminal event have stored it (``thread_id`` ``None``: every
+    thread), so a client that reads right after its stream ended sees its last words.
     """
 
     def __init__(
@@ -68,11 +71,13 @@ class ThreadEndpoints:
         list_limit: int,
         body_limit: Callable[[], int],
         active_run: Callable[[HttpRequest, str], Awaitable[dict[str, Any] | None]] | None = None,
+        settle: Callable[[HttpRequest, str | None], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._list_limit = list_limit
         self._body_limit = body_limit
         self._active_run = active_run
+        self._settle = settle
 
     async def _owns_nothing(self, request: HttpRequest) -> bool:
         return await owns_nothing(request, self._store)
@@ -99,6 +104,8 @@ class ThreadEndpoints:
             limit = min(limit, cap)
         if await self._owns_nothing(request):
             return JsonResponse({"threads": []})
+        if self._settle is not None:
+            await self._settle(request, None)
         try:
             metas = await self._store.list(request=request, limit=limit)
         except StoreError as exc:
@@ -113,6 +120,8 @@ class ThreadEndpoints:
         """
         if await self._owns_nothing(request):
             return error_response(404, NOT_FOUND)
+        if self._settle is not None:
+            await self._settle(request, thread_id)
         try:
             conversation = await self._store.load(thread_id, request=request)
         except StoreError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -757,3 +758,56 @@ async def test_csrf_is_enforced_on_rename_and_delete(alice: Any) -> None:
     assert thread["title"] != "Pwned"
     assert renamed.status_code == 200
     assert removed.status_code == 204
+
+
+async def test_a_thread_read_right_after_the_stream_sees_the_runs_last_write(alice: Any) -> None:
+    """The stream ends at RUN_FINISHED while the last flush goes on; a read waits for it."""
+    from django.http import StreamingHttpResponse
+    from django.test import RequestFactory
+
+    from django_pydantic_agent.agui import AGUIServer
+    from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+    from tests.agui.agents import text_agent
+
+    class SlowLastWrite:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        async def create_message(self, data: Any) -> Any:
+            if data.role == "assistant" and data.status == "complete":
+                await asyncio.sleep(0.3)  # a slow store: the stream has ended by now
+            return await self._inner.create_message(data)
+
+        async def update_message(self, message_uuid: Any, update: Any) -> Any:
+            if update.status == "complete":
+                await asyncio.sleep(0.3)
+            return await self._inner.update_message(message_uuid, update)
+
+    class SlowStore(DefaultConversationStore):
+        async def repositories(self, *, request: Any) -> Any:
+            chats, messages = await super().repositories(request=request)
+            return chats, SlowLastWrite(messages)
+
+    async def auser() -> Any:
+        return alice
+
+    server = AGUIServer(text_agent(), conversation_store=SlowStore(), csrf_exempt=True)
+    factory = RequestFactory()
+    request = factory.post("/", data=run_body(), content_type="application/json")
+    request.auser, request.user = auser, alice
+    response = await server.run_view(request)
+    assert isinstance(response, StreamingHttpResponse)
+    events = sse_events("".join([bytes(chunk).decode() async for chunk in response]))
+    assert events[-1]["type"] == "RUN_FINISHED"
+    streamed = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+    read = factory.get("/threads/thread-1/")
+    read.auser, read.user = auser, alice
+    thread = await server.thread_view(read, thread_id="thread-1")
+    assert thread.status_code == 200
+    answer = [m for m in json.loads(thread.content)["messages"] if m["role"] == "assistant"][-1]
+    assert (answer["content"], answer["status"]) == (streamed, "complete")
+    await RunCoordinator.wait_for_all_runs()
