@@ -15,6 +15,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -35,31 +36,57 @@ from tests.example_project.support import (
 
 pytestmark = pytest.mark.e2e
 
+#: What ``agui_runs.mjs`` asks: the scripted model's long answer.
+PROMPT = "Tell me a long story about streaming."
 #: The scripted model's long answer (``server_time``, then about 300 words) ends with this.
 LONG_ANSWER_END = (
     "That is the whole trick: a Django view, an agent, and a protocol any AG-UI client speaks."
 )
 
 
-@pytest.fixture(scope="module", params=["default", "memory-service"])
-def runs_server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[RunningServer]:
-    """The example project under uvicorn on ``AGENT_STORE=<param>``, plus the ``/crash/`` mount.
+STORES = ("default", "memory-service")
+
+
+@pytest.fixture(scope="module")
+def booting(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[dict[str, Future[RunningServer]]]:
+    """The example project under uvicorn, once per ``AGENT_STORE``, plus the ``/crash/`` mount.
+
+    Both start side by side (a start is mostly Django booting in three processes), so the
+    Memory Service server is up by the time the default store's tests are done.
 
     10 ms between words: a long answer streams for 3 s or more, time enough to drop, reattach
     and cancel. The heartbeat fires after 10 ms of silence, so every stream carries pings.
     """
     pythonpath = os.pathsep.join(filter(None, [str(REPO_DIR), os.environ.get("PYTHONPATH")]))
-    with serve_example(
-        tmp_path_factory.mktemp(f"agui-runs-{request.param}"),
-        DJANGO_SETTINGS_MODULE="tests.e2e.runs_settings",
-        PYTHONPATH=pythonpath,
-        AGENT_STORE=request.param,
-        DEMO_WORD_DELAY="0.01",
-        AGENT_HEARTBEAT_SECONDS="0.01",
-    ) as server:
-        yield server
+    contexts = {
+        store: serve_example(
+            tmp_path_factory.mktemp(f"agui-runs-{store}"),
+            DJANGO_SETTINGS_MODULE="tests.e2e.runs_settings",
+            PYTHONPATH=pythonpath,
+            AGENT_STORE=store,
+            DEMO_WORD_DELAY="0.01",
+            AGENT_HEARTBEAT_SECONDS="0.01",
+        )
+        for store in STORES
+    }
+    with ThreadPoolExecutor(len(contexts)) as pool:
+        futures = {store: pool.submit(context.__enter__) for store, context in contexts.items()}
+        try:
+            yield futures
+        finally:
+            for store, future in futures.items():
+                if future.exception() is None:  # started: stop it
+                    contexts[store].__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module", params=STORES)
+def runs_server(
+    request: pytest.FixtureRequest, booting: dict[str, Future[RunningServer]]
+) -> RunningServer:
+    """The server on ``AGENT_STORE=<param>``."""
+    return booting[request.param].result(timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -274,9 +301,7 @@ def test_a_second_run_on_a_busy_thread_is_a_409(
     assert first["outcome"] == "cancelled"
 
     stored = settled_thread(user, first["threadId"])["messages"]
-    assert [m["content"] for m in stored if m["role"] == "user"] == [
-        "Tell me a long story about streaming."
-    ]
+    assert [m["content"] for m in stored if m["role"] == "user"] == [PROMPT]
     assert stored[-1]["status"] == "interrupted"
 
 
@@ -303,5 +328,15 @@ def test_a_crash_ends_with_a_redacted_run_error(
     assert answer["content"] == PARTIAL_ANSWER
     assert answer["chatHistory"]["runOutcome"]["type"] == "error"
     assert answer["chatHistory"]["runOutcome"]["message"] == REDACTED_RUN_ERROR
+    # A connection to the ended run gets what was kept and the same redacted error.
+    later = report["later"]
+    assert later["error"] is None
+    assert [(f["type"], f["id"]) for f in later["frames"]] == [
+        ("RUN_STARTED", None),
+        ("MESSAGES_SNAPSHOT", None),
+        ("RUN_ERROR", f"{first['runId']}:5"),
+    ]
+    assert later["events"][-1]["message"] == REDACTED_RUN_ERROR
+    assert [m["content"] for m in later["newMessages"]] == [PROMPT, PARTIAL_ANSWER]
     # The error itself went to the server's log, as the message says.
     assert SECRET_ERROR in runs_server.log.read_text()

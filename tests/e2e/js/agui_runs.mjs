@@ -168,24 +168,26 @@ async function disconnect() {
   return { first };
 }
 
+// A second connection to `run` of a first turn's report, through connectAgent().
+async function attach(first, target) {
+  const frames = [];
+  const events = [];
+  const client = new ReattachingAgent(
+    { url: mountUrl, headers, threadId: first.threadId, fetch: recordingFetch(frames) },
+    { runId: first.runId, ...target },
+  );
+  const result = await settle(client.connectAgent({ runId: first.runId }, { onEvent: ({ event }) => events.push(event) }));
+  await frames.done();
+  return { events, frames, newMessages: result.value ? result.value.newMessages : null, error: result.error };
+}
+
 async function reattach() {
   const { first } = await disconnect();
   const seen = first.frames.length;
   const active = await thread(first.threadId);
-  const attach = async (target) => {
-    const frames = [];
-    const events = [];
-    const client = new ReattachingAgent(
-      { url: mountUrl, headers, threadId: first.threadId, fetch: recordingFetch(frames) },
-      { runId: first.runId, ...target },
-    );
-    const result = await settle(client.connectAgent({ runId: first.runId }, { onEvent: ({ event }) => events.push(event) }));
-    await frames.done();
-    return { events, frames, newMessages: result.value ? result.value.newMessages : null, error: result.error };
-  };
   const [byQuery, byHeader] = await Promise.all([
-    attach({ after: seen }),
-    attach({ lastEventId: `${first.runId}:${seen}` }),
+    attach(first, { after: seen }),
+    attach(first, { lastEventId: `${first.runId}:${seen}` }),
   ]);
   return { first, activeRun: active.body.activeRun, byQuery, byHeader };
 }
@@ -259,7 +261,8 @@ async function crash() {
   const frames = [];
   const client = agent({ frames });
   const first = await turn(client, frames, prompt);
-  return { first, stored: await thread(client.threadId) };
+  // Reattaching to the ended run answers from storage: what was kept, then how it ended.
+  return { first, stored: await thread(client.threadId), later: await attach(first, {}) };
 }
 
 const flows = { disconnect, reattach, cancel: cancelFlow, forged, busy, crash };
