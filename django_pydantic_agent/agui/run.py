@@ -325,6 +325,8 @@ class RunEndpoint:
                     f"Run {run_id!r} already ran on thread {thread_id!r} ({record.status}); "
                     "start a new run with a new runId, or reattach to this one.",
                 )
+            if await self._finishing(owner_id, thread_id, record.run_id):
+                continue  # it ended for its readers and has now stored its last events
             if self._options.concurrent_runs != "interrupt":
                 response = error_response(
                     409, THREAD_BUSY.format(thread_id=thread_id, run_id=record.run_id)
@@ -334,6 +336,21 @@ class RunEndpoint:
             await self.coordinator.request_cancel(owner_id, thread_id, record.run_id)
             await self._wait_until_idle(owner_id, thread_id, record.run_id)
         return error_response(409, THREAD_BUSY.format(thread_id=thread_id, run_id="?"))
+
+    async def _finishing(self, owner_id: str, thread_id: str, run_id: str) -> bool:
+        """Wait (a bounded time) for a run of this worker that already sent its terminal event
+        and is still storing its last events; ``True`` once it is done.
+
+        A client sends its next turn as soon as it reads ``RUN_FINISHED``: that turn must not
+        find the thread busy with a run that has ended for every reader.
+        """
+        assert self.coordinator is not None
+        handle = self.coordinator.manager.get(thread_id, run_id, owner=owner_id)
+        if handle is None or handle.terminal_event is None:
+            return False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(handle.wait(), timeout=self._options.interrupt_wait_seconds)
+        return handle.done()
 
     async def _wait_until_idle(self, owner_id: str, thread_id: str, run_id: str) -> None:
         """Wait (a bounded time) for a cancelled run to end, here or on another worker."""
