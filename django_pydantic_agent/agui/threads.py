@@ -20,6 +20,7 @@ from django_pydantic_agent.agui.http import error_response, read_json_body, refu
 from django_pydantic_agent.agui.input import NESTED_TOO_DEEPLY
 from django_pydantic_agent.agui.owners import owns_nothing
 from django_pydantic_agent.persistence import ConversationMeta, ConversationStore, StoreError
+from django_pydantic_agent.persistence.wire import BOOKKEEPING_KEY
 
 __all__ = ["MAX_TITLE_LENGTH", "NOT_FOUND", "TITLE_TOO_BIG", "ThreadEndpoints"]
 
@@ -34,13 +35,25 @@ TITLE_TOO_BIG = "send only the title."
 
 def _with_status(message: Any) -> Any:
     """``message`` with a top-level ``status`` (``complete`` / ``active`` / ``interrupted`` /
-    ``errored``): the store's own key, or its bookkeeping's, else ``complete``."""
-    if not isinstance(message, dict) or isinstance(message.get("status"), str):
+    ``errored``): the store's own key, or its bookkeeping's, else ``complete``.
+
+    The message that carries a failed run's outcome (its last, ``chatHistory.runOutcome`` of
+    type ``error``) reads ``errored`` even when its own text was complete, so a page reloaded
+    after a crash still shows the answer as failed.
+    """
+    if not isinstance(message, dict):
         return message
-    metadata = message.get("metadata")
-    book = metadata.get("django_pydantic_agent") if isinstance(metadata, dict) else None
-    status = book.get("status") if isinstance(book, dict) else None
-    return {**message, "status": status if isinstance(status, str) else "complete"}
+    status = message.get("status")
+    if not isinstance(status, str):
+        metadata = message.get("metadata")
+        book = metadata.get("django_pydantic_agent") if isinstance(metadata, dict) else None
+        status = book.get("status") if isinstance(book, dict) else None
+        status = status if isinstance(status, str) else "complete"
+    records = message.get(BOOKKEEPING_KEY)
+    outcome = records.get("runOutcome") if isinstance(records, dict) else None
+    if status == "complete" and isinstance(outcome, dict) and outcome.get("type") == "error":
+        status = "errored"
+    return message if message.get("status") == status else {**message, "status": status}
 
 
 def _meta_json(meta: ConversationMeta) -> dict[str, Any]:

@@ -237,6 +237,8 @@ async def test_a_failed_run_saves_the_users_turn_and_the_partial_answer(alice: A
         {"id": "user-run-1", "role": "user", "content": "Please keep this"},
         {"id": answer_id, "role": "assistant", "content": "Partial "},
     ]
+    statuses = [m["status"] for m in response.json()["messages"]]
+    assert statuses == ["complete", "errored"], "a reloaded page shows the answer as failed"
 
 
 async def run_with_failing_save(
