@@ -286,6 +286,11 @@ class RunEndpoint:
         try:
             owner_id = await self.owner_id(request)
             chat_repo, message_repo, user_uuid = await self.repositories(request)
+            # A repository that can tell a run would create a thread over quota says so now,
+            # as a 413, rather than in a RUN_ERROR once streaming started.
+            refuse_over_quota = getattr(chat_repo, "refuse_over_quota", None)
+            if refuse_over_quota is not None:
+                await refuse_over_quota(run_input.thread_id)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
         coordinator = self.coordinator

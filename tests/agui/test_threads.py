@@ -813,3 +813,43 @@ async def test_a_thread_read_right_after_the_stream_sees_the_runs_last_write(ali
     answer = [m for m in json.loads(thread.content)["messages"] if m["role"] == "assistant"][-1]
     assert (answer["content"], answer["status"]) == (streamed, "complete")
     await RunCoordinator.wait_for_all_runs()
+
+
+async def test_a_run_that_would_create_a_thread_over_quota_is_a_413_before_streaming(
+    alice: Any,
+) -> None:
+    from django.http import StreamingHttpResponse
+    from django.test import RequestFactory
+
+    from django_pydantic_agent.agui import AGUIServer
+    from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+    from tests.agui.agents import text_agent
+
+    async def auser() -> Any:
+        return alice
+
+    store = DefaultConversationStore(max_threads_per_owner=1)
+    server = AGUIServer(text_agent(), conversation_store=store, csrf_exempt=True)
+
+    async def post(thread_id: str, run_id: str) -> Any:
+        body = run_body(thread_id=thread_id, run_id=run_id)
+        request = RequestFactory().post("/", data=body, content_type="application/json")
+        request.auser, request.user = auser, alice
+        response = await server.run_view(request)
+        if isinstance(response, StreamingHttpResponse):
+            return sse_events("".join([bytes(chunk).decode() async for chunk in response]))
+        return response
+
+    first = await post("kept", "r1")
+    assert first[-1]["type"] == "RUN_FINISHED"
+    await RunCoordinator.wait_for_all_runs()
+    refused = await post("one-too-many", "r2")
+    assert refused.status_code == 413
+    assert "max_threads_per_owner=1" in json.loads(refused.content)["error"]
+    again = await post("kept", "r3")  # the thread it keeps still takes runs
+    assert again[-1]["type"] == "RUN_FINISHED"
+    await RunCoordinator.wait_for_all_runs()
+    from django_pydantic_agent.contrib.store.models import StoredConversation
+
+    threads = StoredConversation.objects.filter(owner_id=str(alice.pk)).values_list("thread_id")
+    assert [row async for row in threads] == [("kept",)]

@@ -357,6 +357,24 @@ class OrmChatRepository:
                 return self._remember(winner, winner.top)
         return self._remember(row, None)
 
+    def _refuse_over_quota_sync(self, thread_id: str) -> None:
+        from django_pydantic_agent.contrib.store.stores import _refuse_new_thread
+
+        owner, limit = self.owner_id, self.max_threads_per_owner
+        if owner is None or limit is None:
+            return
+        if not self._rows().filter(owner_id=owner, thread_id=thread_id).exists():
+            _refuse_new_thread(owner, limit)
+
+    async def refuse_over_quota(self, thread_id: str) -> None:
+        """Raise ``StoreLimitError`` if a run on ``thread_id`` would create a thread over quota.
+
+        The run endpoint calls this before it streams, so a run that cannot be stored is a 413
+        JSON answer instead of a stream ending in ``RUN_ERROR``. ``create_chat`` still checks
+        under the owner lock: this is the early, clear answer, not the race-safe one.
+        """
+        await sync_to_async(self._refuse_over_quota_sync)(thread_id)
+
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         """Create the owner's thread (idempotent by thread id) or return the existing one.
 
