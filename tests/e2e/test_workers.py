@@ -28,7 +28,6 @@ from tests.e2e.nodejs import run_node
 from tests.example_project.support import (
     RunningServer,
     login,
-    parse_sse,
     run_input,
     serve_example_workers,
 )
@@ -104,9 +103,9 @@ def workers(
 
 
 @contextmanager
-def client_of(server: RunningServer, username: str = "demo", password: str = "") -> Iterator[
-    tuple[httpx.Client, str]
-]:
+def client_of(
+    server: RunningServer, username: str = "demo", password: str = ""
+) -> Iterator[tuple[httpx.Client, str]]:
     """An httpx client logged in on ``server`` and its CSRF token."""
     with httpx.Client(base_url=server.url, timeout=60) as http:
         token = login(http) if not password else login(http, username, password)
@@ -175,7 +174,11 @@ def test_a_run_on_worker_1_reattaches_on_worker_2_with_exactly_the_missing_event
     first, second = workers
     thread_id, run_id = f"t-{uuid.uuid4().hex[:8]}", "run-reattach"
     body = run_input(LONG_PROMPT, thread_id=thread_id, run_id=run_id)
-    with client_of(first) as (one, token), client_of(second) as (two, _), ThreadPoolExecutor(2) as pool:
+    with (
+        client_of(first) as (one, token),
+        client_of(second) as (two, _),
+        ThreadPoolExecutor(2) as pool,
+    ):
         with one.stream("POST", "/agent/", json=body, headers={"X-CSRFToken": token}) as response:
             assert response.status_code == 200
             stream = Stream(response)
@@ -261,25 +264,25 @@ def test_a_strangers_reattach_and_cancel_on_worker_2_are_the_404_of_a_missing_ru
     with (
         client_of(first) as (one, token),
         client_of(second, "mallory", "mallory-password") as (stranger, stranger_token),
+        one.stream("POST", "/agent/", json=body, headers={"X-CSRFToken": token}) as response,
     ):
-        with one.stream("POST", "/agent/", json=body, headers={"X-CSRFToken": token}) as response:
-            stream = Stream(response)
-            stream.read(10)
-            answers = [
-                stranger.get(f"/agent/runs/{thread_id}/{run_id}/?after=3"),
-                stranger.post(
-                    f"/agent/runs/{thread_id}/{run_id}/cancel/",
-                    headers={"X-CSRFToken": stranger_token},
-                ),
-            ]
-            missing = [
-                stranger.get(f"/agent/runs/{thread_id}/no-such-run/?after=3"),
-                stranger.post(
-                    f"/agent/runs/{thread_id}/no-such-run/cancel/",
-                    headers={"X-CSRFToken": stranger_token},
-                ),
-            ]
-            frames = stream.read()
+        stream = Stream(response)
+        stream.read(10)
+        answers = [
+            stranger.get(f"/agent/runs/{thread_id}/{run_id}/?after=3"),
+            stranger.post(
+                f"/agent/runs/{thread_id}/{run_id}/cancel/",
+                headers={"X-CSRFToken": stranger_token},
+            ),
+        ]
+        missing = [
+            stranger.get(f"/agent/runs/{thread_id}/no-such-run/?after=3"),
+            stranger.post(
+                f"/agent/runs/{thread_id}/no-such-run/cancel/",
+                headers={"X-CSRFToken": stranger_token},
+            ),
+        ]
+        frames = stream.read()
     for theirs, absent in zip(answers, missing, strict=True):
         assert theirs.status_code == absent.status_code == 404
         assert theirs.json() == absent.json() == {"error": "No such run."}
@@ -292,7 +295,7 @@ def test_the_throttle_counts_one_users_runs_across_both_workers(
     workers: list[RunningServer],
 ) -> None:
     first, second = workers
-    for attempt in range(2):
+    for _attempt in range(2):
         username = f"busy-{uuid.uuid4().hex[:6]}"
         first.add_user(username, "busy-password")
         window = int(time.time() // 60)
@@ -312,4 +315,3 @@ def test_the_throttle_counts_one_users_runs_across_both_workers(
         pytest.fail("the throttle window rolled over during both attempts")
     # Each worker alone saw at most 4 runs: only a shared count refuses the seventh.
     assert statuses == [200] * THROTTLE + [429], statuses
-    assert attempt in (0, 1)
