@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from ag_ui.core import RunStartedEvent
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 from django.core.cache import cache
 from django.core.cache.backends.locmem import LocMemCache
@@ -267,11 +268,11 @@ async def test_a_2000_delta_run_makes_a_few_cache_writes_not_one_per_event(
 async def test_a_log_with_a_gap_or_an_unreadable_event_is_reported_lost() -> None:
     relay = RunRelay(interval=0.01)
     key = f"{_RELAY}:{run_digest('o', 't', 'r')}"
-    started = '{"type":"RUN_STARTED","threadId":"t","runId":"r"}'
+    started = RunStartedEvent(thread_id="t", run_id="r")
     await cache.aset_many(
         {f"{key}:head": {"batches": 1, "last_seq": 3, "terminal": False}, f"{key}:1": []}
     )
-    for batch in ([(1, started), (3, started)], [(1, '{"type":"NOPE"}')], "garbage"):
+    for batch in ([(1, started), (3, started)], [(1, "not an event")], "garbage"):
         await cache.aset(f"{key}:1", batch)
         log = await relay.follow("o", "t", "r")
         assert log is not None
