@@ -55,6 +55,7 @@ from django_pydantic_agent.chat_history import RunHandle
 from django_pydantic_agent.chat_history.manager import RunLogTruncatedError
 
 __all__ = [
+    "ALIVE_CHECK_SECONDS",
     "RELAY_INTERVAL_SECONDS",
     "RELAY_TTL_SECONDS",
     "OpenStreams",
@@ -71,6 +72,8 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 RELAY_INTERVAL_SECONDS: Final[float] = 0.1
 #: How long a relayed log stays in the cache after its last write.
 RELAY_TTL_SECONDS: Final[float] = 3600.0
+#: How long a follower waits for a new batch before it asks whether the run still runs.
+ALIVE_CHECK_SECONDS: Final[float] = 2.0
 _PREFIX = "django_pydantic_agent:relay"
 _TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
 # A follower fetches at most this many batches per cache call.
@@ -220,8 +223,15 @@ class RelayedLog:
             self.head = head
         return self.last_seq >= seq
 
-    async def entries(self) -> AsyncIterator[tuple[int, BaseEvent]]:
-        """The run's ``(seq, event)`` from seq 1, then the live tail (see the class)."""
+    async def entries(
+        self, *, still_running: Callable[[], Awaitable[bool]] | None = None
+    ) -> AsyncIterator[tuple[int, BaseEvent]]:
+        """The run's ``(seq, event)`` from seq 1, then the live tail (see the class).
+
+        ``still_running()`` is asked every ``ALIVE_CHECK_SECONDS`` while no new batch comes:
+        once it says no, a log that stopped short of its terminal event is lost (its worker
+        died), so a follower never waits on it forever.
+        """
         relay = self._relay
         read = 0
         expected = 1
@@ -241,11 +251,24 @@ class RelayedLog:
                     expected += 1
                     if event.type in _TERMINAL:
                         return
+            idle = 0.0
             while int(self.head["batches"]) <= read:
                 if self.terminal:
                     self.lost = True  # a terminal head whose batches did not hold it
                     return
+                if idle >= ALIVE_CHECK_SECONDS and still_running is not None:
+                    idle = 0.0
+                    if not await still_running():
+                        # Ended without relaying its terminal event (its worker died and
+                        # the sweeper ended it): one last look, then storage has the ending.
+                        head = await relay._get(f"{self._key}:head")
+                        if not isinstance(head, dict) or int(head["batches"]) <= read:
+                            self.lost = True
+                            return
+                        self.head = head
+                        continue
                 await asyncio.sleep(relay.interval)
+                idle += relay.interval
                 head = await relay._get(f"{self._key}:head")
                 if not isinstance(head, dict):
                     self.lost = True

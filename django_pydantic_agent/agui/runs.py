@@ -347,7 +347,16 @@ class RunEndpoints:
     ) -> AsyncIterator[str]:
         """A run held by another worker, from its relayed log; from storage if the log is lost
         mid-stream (evicted), after closing what it left open."""
-        async for frame in replay_entries(log.entries(), record.run_id, after):
+        run_store = self._coordinator.run_store
+
+        async def still_running() -> bool:
+            found = await run_store.get(
+                owner_id=owner_id, thread_id=record.thread_id, run_id=record.run_id
+            )
+            return found is not None and found.running
+
+        entries = log.entries(still_running=still_running)
+        async for frame in replay_entries(entries, record.run_id, after):
             yield frame
         if log.lost:
             async for frame in self._from_storage(request, owner_id, record, started=True):

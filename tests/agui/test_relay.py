@@ -414,3 +414,49 @@ async def test_an_unreadable_cache_means_no_relayed_log(monkeypatch: pytest.Monk
     assert await relay.follow("o", "t", "down") is None
     monkeypatch.undo()
     await cache.adelete(f"{key}:head")
+
+
+async def test_a_reattach_to_a_dead_workers_run_ends_once_the_sweeper_ends_it(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its worker relayed the start of the run, then died: nothing more comes. Once the run's
+    # record ends (the sweeper), the follower stops waiting and answers from storage.
+    from ag_ui.core import TextMessageStartEvent
+
+    from django_pydantic_agent.agui import relay as relay_module
+    from tests.agui.urls import gated_2
+
+    monkeypatch.setattr(relay_module, "ALIVE_CHECK_SECONDS", 0.2)
+    store = coordinator_of(gated_2).run_store
+    owner = str(alice.pk)
+    await store.start(owner_id=owner, thread_id="t-dead", run_id="r-dead", worker_id="dead:1")
+    key = relay_key(alice, "t-dead", "r-dead")
+    batch = [
+        (1, RunStartedEvent(thread_id="t-dead", run_id="r-dead")),
+        (2, TextMessageStartEvent(message_id="m-dead", role="assistant")),
+    ]
+    head = {"batches": 1, "last_seq": 2, "terminal": False}
+    await cache.aset_many({f"{key}:head": head, f"{key}:1": batch})
+    async with await logged_in(alice) as http:
+        reattach = asyncio.ensure_future(http.get("/gated-2/runs/t-dead/r-dead/?after=1"))
+        await asyncio.sleep(0.5)
+        assert not reattach.done()  # still waiting for the run's next events
+        await store.finish(
+            owner_id=owner,
+            thread_id="t-dead",
+            run_id="r-dead",
+            status="errored",
+            error="The run's worker stopped.",
+        )
+        response = await asyncio.wait_for(reattach, timeout=10)
+    await cache.adelete_many([f"{key}:head", f"{key}:1"])
+    events = [event for _, event in sse_frames(response.text)]
+    assert [e["type"] for e in events] == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_END",
+        "MESSAGES_SNAPSHOT",
+        "RUN_ERROR",
+    ]
+    assert events[-1]["message"] == "The run's worker stopped."
+    assert_valid_agui(events)
