@@ -286,7 +286,8 @@ async def replay(handle: RunHandle, after: int) -> AsyncIterator[str]:
     the start of every message, tool call and reasoning step still open at ``after`` come
     first, without ids (they were seen before), then each event after ``after`` with its id.
     A run stopped mid-message (cancelled) gets the missing ``*_END`` events, without ids,
-    before its terminal event, so AG-UI clients' verifiers accept the stream.
+    before its terminal event, so AG-UI clients' verifiers accept the stream. A reader that
+    saw the terminal event gets ``RUN_STARTED`` and the terminal event again, without ids.
     """
     streams = _OpenStreams()
     first: BaseEvent | None = None
@@ -296,7 +297,10 @@ async def replay(handle: RunHandle, after: int) -> AsyncIterator[str]:
             if seq <= after:
                 first = first or event
                 streams.fold(event)
-                if seq == after:
+                if seq == after and event.type in _TERMINAL:
+                    yield encode_event(first)
+                    yield encode_event(event)
+                elif seq == after:
                     for opening in [first, *streams.openings()]:
                         yield encode_event(opening)
                 continue
@@ -367,20 +371,23 @@ class RunEndpoints:
                     "pass a sequence number the stream sent.",
                 )
             if after and after < handle.first_seq:
-                frames = self._from_storage(request, owner_id, record)
+                frames = self._from_storage(request, owner_id, record, after)
             else:
                 frames = replay(handle, after)
         else:
-            frames = self._from_storage(request, owner_id, record)
+            frames = self._from_storage(request, owner_id, record, after)
         if self._heartbeat:
             frames = with_heartbeat(frames, self._heartbeat)
         return sse_response(frames)
 
     async def _from_storage(
-        self, request: HttpRequest, owner_id: str, record: RunRecord
+        self, request: HttpRequest, owner_id: str, record: RunRecord, after: int
     ) -> AsyncIterator[str]:
         """A run this worker does not hold: wait while it runs elsewhere, then answer from
-        storage with ``RUN_STARTED``, ``MESSAGES_SNAPSHOT`` and its terminal event."""
+        storage with ``RUN_STARTED``, ``MESSAGES_SNAPSHOT`` and its terminal event.
+
+        The terminal event carries the run's last sequence number as its id, unless the
+        reader saw that far (``after``): then it is re-sent without one, as no duplicate."""
         thread_id, run_id = record.thread_id, record.run_id
         yield encode_event(RunStartedEvent(thread_id=thread_id, run_id=run_id))
         while record.running:
@@ -404,7 +411,8 @@ class RunEndpoints:
             )
         else:
             terminal = RunFinishedEvent(thread_id=thread_id, run_id=run_id)
-        yield encode_event(terminal, event_id=event_id(run_id, record.last_seq or 1))
+        last = record.last_seq or 1
+        yield encode_event(terminal, event_id=event_id(run_id, last) if last > after else None)
 
     async def cancel(self, request: HttpRequest, thread_id: str, run_id: str) -> HttpResponseBase:
         """``POST runs/<thread_id>/<run_id>/cancel/``: 202 while it stops, 200 once ended.
