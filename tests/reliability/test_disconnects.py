@@ -416,3 +416,32 @@ async def test_dropped_runs_on_a_cancel_mount_are_stored_interrupted(
     assert "active" not in {row["status"] for row in state["messages"]}
     assert log_problems(worker.log) == []
     _print_figure("on_disconnect=cancel", _figure_rows(outcomes, kinds, statuses))
+
+
+BEFORE_HEAD_RUNS = 20
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "Lost run: Django's ASGIHandler cancels a request whose client disconnects before "
+        "the response starts, while it is still in the middleware, so a run sent in full never "
+        "reaches the run view and is not started (docs/reliability.md, Disconnects)."
+    ),
+)
+async def test_a_run_sent_in_full_survives_a_drop_before_the_head(
+    site: tuple[Worker, str],
+) -> None:
+    worker, database = site
+    batch_plans = [
+        Plan(2000 + i, "before_headers", 0, reset=i % 2 == 0) for i in range(BEFORE_HEAD_RUNS)
+    ]
+    await batch(worker, database, "agent", batch_plans, SEED + 4)
+    state = await settled(database)
+    statuses = {run["run_id"]: run["status"] for run in state["runs"]}
+    kept = [statuses.get(plan.run_id, "not started") for plan in batch_plans]
+    print(
+        f"FIGURE disconnects before_headers_sent_in_full runs={BEFORE_HEAD_RUNS} "
+        f"complete={kept.count('complete')} not_started={kept.count('not started')}"
+    )
+    assert kept == ["complete"] * BEFORE_HEAD_RUNS
