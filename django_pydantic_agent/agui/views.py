@@ -39,12 +39,16 @@ ABANDONED_HOOK = "agui_abandoned"
 
 
 def _abandoned(task: asyncio.Task[HttpResponseBase]) -> None:
-    """Done-callback of a write whose client left: log its failure, or run its hook."""
+    """Done-callback of a write whose client left: log its failure, or run its hook.
+
+    A failure is one ``WARNING`` line: the likeliest is reading a body Django has already
+    closed (the client left before the view read it), which is the client's doing.
+    """
     if task.cancelled():
         return
     exc = task.exception()
     if exc is not None:
-        logger.error("A request whose client went away failed.", exc_info=exc)
+        logger.warning("A request whose client went away failed: %s: %s", type(exc).__name__, exc)
         return
     hook = getattr(task.result(), ABANDONED_HOOK, None)
     if callable(hook):
