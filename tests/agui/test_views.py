@@ -21,10 +21,11 @@ OPEN = AccessPolicy(
 class Handler:
     """A handler that waits at a gate, then answers (or fails); it records what happened."""
 
-    def __init__(self, *, fail: bool = False) -> None:
+    def __init__(self, *, fail: bool = False, tell: bool = True) -> None:
         self.entered = asyncio.Event()
         self.gate = asyncio.Event()
         self.fail = fail
+        self.tell = tell
         self.log: list[str] = []
         self.task: asyncio.Task[Any] | None = None
 
@@ -40,7 +41,8 @@ class Handler:
             raise RuntimeError("the store went away")
         self.log.append("finished")
         response = JsonResponse({"ok": True})
-        setattr(response, ABANDONED_HOOK, lambda: self.log.append("told"))
+        if self.tell:
+            setattr(response, ABANDONED_HOOK, lambda: self.log.append("told"))
         return response
 
 
@@ -64,6 +66,16 @@ async def test_a_write_whose_client_left_finishes_and_its_response_is_told() -> 
     await asyncio.wait({handler.task})
     await asyncio.sleep(0)  # the done-callback runs on the next loop turn
     assert handler.log == ["finished", "told"]
+
+
+async def test_a_write_whose_response_asks_for_nothing_just_finishes() -> None:
+    handler = Handler(tell=False)
+    await _leave_while_handling(handler, "PUT")
+    handler.gate.set()
+    assert handler.task is not None
+    await asyncio.wait({handler.task})
+    await asyncio.sleep(0)
+    assert handler.log == ["finished"]
 
 
 async def test_a_read_whose_client_left_is_cancelled() -> None:
