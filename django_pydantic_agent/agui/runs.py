@@ -61,6 +61,7 @@ from django_pydantic_agent.persistence.runs import RunRecord, RunStatus, RunStor
 __all__ = [
     "CANCEL_POLL_SECONDS",
     "RUN_NOT_FOUND",
+    "SETTLE_SECONDS",
     "RunCoordinator",
     "RunEndpoints",
     "event_id",
@@ -73,6 +74,8 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 RUN_NOT_FOUND: Final[str] = "No such run."
 #: The longest the owning worker goes without reading a run's cancel intent while it streams.
 CANCEL_POLL_SECONDS: Final[float] = 0.5
+#: The longest a thread read waits for a finished run's last writes (``RunCoordinator.settle``).
+SETTLE_SECONDS: Final[float] = 5.0
 _CANCEL_PREFIX = "django_pydantic_agent:cancel"
 _CANCEL_TTL = 24 * 3600
 #: This process, as the ``worker`` of the runs it executes.
@@ -159,6 +162,20 @@ class RunCoordinator(RunObserver):
             handles = list(self._handles)
             await asyncio.wait([asyncio.ensure_future(h.wait()) for h in handles])
             self._handles.difference_update(handles)
+
+    async def settle(self, owner_id: str, thread_id: str | None) -> None:
+        """Wait (at most ``SETTLE_SECONDS``) for this worker's runs of ``owner_id`` on
+        ``thread_id`` (``None``: any thread) that sent their terminal event to finish storing."""
+        runs = self.manager.runs(thread_id, owner=owner_id)
+        finalizing = [handle for handle in runs if handle.finalizing]
+        if not finalizing:
+            return
+        waiters = [asyncio.ensure_future(handle.wait()) for handle in finalizing]
+        _done, late = await asyncio.wait(waiters, timeout=SETTLE_SECONDS)
+        for waiter in late:
+            waiter.cancel()
+        if late:
+            await asyncio.wait(late)
 
     @classmethod
     async def wait_for_all_runs(cls) -> None:
