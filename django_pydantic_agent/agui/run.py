@@ -69,6 +69,7 @@ from django_pydantic_agent.agui.sse import (
     warn_if_wsgi,
     with_heartbeat,
 )
+from django_pydantic_agent.agui.views import ABANDONED_HOOK
 from django_pydantic_agent.chat_history import AGUIStorageAgent
 from django_pydantic_agent.persistence import (
     ConversationStore,
@@ -314,7 +315,11 @@ class RunEndpoint:
                 self._inner(request, deps, accept),
             )
             coordinator.track(handle, owner_id)
-        return sse_response(self._read(handle))
+        response = sse_response(self._read(handle))
+        if options.on_disconnect == "cancel":
+            # The client left before the response started: no reader will ever close it.
+            setattr(response, ABANDONED_HOOK, handle.cancel)
+        return response
 
     async def _claim(self, owner_id: str, run_input: RunAgentInput) -> HttpResponseBase | None:
         """Record the run as ``running``; a 409 if the thread is busy (or the run ran)."""

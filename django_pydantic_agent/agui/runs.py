@@ -272,8 +272,15 @@ async def replay(handle: RunHandle, after: int) -> AsyncIterator[str]:
     the start of every message, tool call and reasoning step still open at ``after`` come
     first, without ids (they were seen before), then each event after ``after`` with its id.
     A run stopped mid-message (cancelled) gets the missing ``*_END`` events, without ids,
-    before its terminal event, so AG-UI clients' verifiers accept the stream.
+    before its terminal event, so AG-UI clients' verifiers accept the stream. A reader that
+    saw the terminal event gets ``RUN_STARTED`` and the terminal event again, without ids.
     """
+    terminal = handle.terminal_event
+    if after and terminal is not None and after == handle.last_seq:
+        # The reader saw the end: the run's start and its end again, without ids.
+        yield encode_event(RunStartedEvent(thread_id=handle.thread_id, run_id=handle.run_id))
+        yield encode_event(terminal)
+        return
     async for frame in replay_entries(handle.sequenced_events(after=0), handle.run_id, after):
         yield frame
 
@@ -340,7 +347,7 @@ class RunEndpoints:
             if after > handle.last_seq:
                 return _beyond(run_id, after, handle.last_seq)
             if after and after < handle.first_seq:
-                frames = self._from_storage(request, owner_id, record)
+                frames = self._from_storage(request, owner_id, record, after)
             else:
                 frames = replay(handle, after)
         elif record.running:
@@ -348,13 +355,13 @@ class RunEndpoints:
             relay = self._coordinator.relay
             log = await relay.follow(owner_id, thread_id, run_id, grace=_RELAY_GRACE_SECONDS)
             if log is None:
-                frames = self._from_storage(request, owner_id, record)
+                frames = self._from_storage(request, owner_id, record, after)
             elif not await log.wait_for(after, seconds=_RELAY_GRACE_SECONDS):
                 return _beyond(run_id, after, log.last_seq)
             else:
                 frames = self._relayed(request, owner_id, record, log, after)
         else:
-            frames = self._from_storage(request, owner_id, record)
+            frames = self._from_storage(request, owner_id, record, after)
         if self._heartbeat:
             frames = with_heartbeat(frames, self._heartbeat)
         return sse_response(frames)
@@ -376,15 +383,24 @@ class RunEndpoints:
         async for frame in replay_entries(entries, record.run_id, after):
             yield frame
         if log.lost:
-            async for frame in self._from_storage(request, owner_id, record, started=True):
+            async for frame in self._from_storage(request, owner_id, record, after, started=True):
                 yield frame
 
     async def _from_storage(
-        self, request: HttpRequest, owner_id: str, record: RunRecord, *, started: bool = False
+        self,
+        request: HttpRequest,
+        owner_id: str,
+        record: RunRecord,
+        after: int = 0,
+        *,
+        started: bool = False,
     ) -> AsyncIterator[str]:
         """A run this worker does not hold: wait while it runs elsewhere, then answer from
         storage with ``RUN_STARTED`` (unless ``started``), ``MESSAGES_SNAPSHOT`` and its
-        terminal event."""
+        terminal event.
+
+        The terminal event carries the run's last sequence number as its id, unless the
+        reader saw that far (``after``): then it is re-sent without one, as no duplicate."""
         thread_id, run_id = record.thread_id, record.run_id
         if not started:
             yield encode_event(RunStartedEvent(thread_id=thread_id, run_id=run_id))
@@ -409,7 +425,8 @@ class RunEndpoints:
             )
         else:
             terminal = RunFinishedEvent(thread_id=thread_id, run_id=run_id)
-        yield encode_event(terminal, event_id=event_id(run_id, record.last_seq or 1))
+        last = record.last_seq or 1
+        yield encode_event(terminal, event_id=event_id(run_id, last) if last > after else None)
 
     async def cancel(self, request: HttpRequest, thread_id: str, run_id: str) -> HttpResponseBase:
         """``POST runs/<thread_id>/<run_id>/cancel/``: 202 while it stops, 200 once ended.

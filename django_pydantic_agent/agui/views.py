@@ -8,6 +8,8 @@ holds the handlers it was given and nothing else of the server's.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
@@ -24,10 +26,49 @@ from django_pydantic_agent.agui.http import (
 )
 from django_pydantic_agent.agui.ids import is_valid_id
 
-__all__ = ["AGUIView", "Handler"]
+__all__ = ["ABANDONED_HOOK", "AGUIView", "Handler"]
+
+logger = logging.getLogger("django_pydantic_agent.agui")
 
 #: A route handler: ``await handler(request, **url_kwargs)`` returns the response.
 Handler: TypeAlias = Callable[..., Awaitable[HttpResponseBase]]
+
+#: The attribute of a response naming what to call when its client left before it was sent
+#: (the run endpoint sets it under ``on_disconnect="cancel"``: cancel the run).
+ABANDONED_HOOK = "agui_abandoned"
+
+
+def _abandoned(task: asyncio.Task[HttpResponseBase]) -> None:
+    """Done-callback of a write whose client left: log its failure, or run its hook.
+
+    A failure is one ``WARNING`` line: the likeliest is reading a body Django has already
+    closed (the client left before the view read it), which is the client's doing.
+    """
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        logger.warning("A request whose client went away failed: %s: %s", type(exc).__name__, exc)
+        return
+    hook = getattr(task.result(), ABANDONED_HOOK, None)
+    if callable(hook):
+        hook()
+
+
+async def _carried_out(work: Awaitable[HttpResponseBase]) -> HttpResponseBase:
+    """Await ``work`` to its end even if the request is cancelled meanwhile.
+
+    Django's ASGI handler cancels the view when the client disconnects before the response
+    starts. A write received in full (a run, a rename, a delete) must then not stop halfway:
+    a run claimed but never started would stay ``running``, and a run the client sent would
+    be lost. So it goes on in its own task; the cancellation is re-raised to Django.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_abandoned)
+        raise
 
 
 class AGUIView:
@@ -88,6 +129,11 @@ class AGUIView:
         An id in the URL (``thread_id``, ``attachment_id``) outside the id alphabet of
         ``ids.py`` names nothing that can exist: 404, before the handler or a store sees it.
         """
+        if request.method in UNSAFE_METHODS:
+            return await _carried_out(self._respond(request, **kwargs))
+        return await self._respond(request, **kwargs)
+
+    async def _respond(self, request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
         try:
             response = await self._dispatch(request, **kwargs)
         except DatabaseError as exc:

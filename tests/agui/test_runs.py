@@ -416,3 +416,46 @@ async def test_a_run_on_another_worker_is_followed_until_it_ends(alice: Any) -> 
     assert [e["type"] for _, e in frames] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
     assert frames[-1][0] == "r9:7"
     assert frames[1][1]["messages"] == []
+
+
+# A reader that saw the terminal event: it comes again, without an id (no duplicate).
+
+
+async def test_a_finished_run_reattached_after_its_last_event_repeats_the_end_without_an_id(
+    alice: Any,
+) -> None:
+    async with await logged_in(alice) as http:
+        first = await http.post("/stored/", json=run_body())
+        await RunCoordinator.wait_for_all_runs()
+        last_id = sse_frames(first.text)[-1][0]
+        assert last_id is not None
+        after = last_id.rpartition(":")[2]
+        again = await http.get(f"/stored/runs/thread-1/run-1/?after={after}")
+    frames = sse_frames(again.text)
+    assert [e["type"] for _, e in frames] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+    assert [frame_id for frame_id, _ in frames] == [None, None, None]
+    assert_valid_agui([e for _, e in frames])
+
+
+async def test_a_replay_after_the_terminal_event_is_the_start_and_the_end_again() -> None:
+    from ag_ui.core import RunFinishedEvent, RunStartedEvent
+
+    from django_pydantic_agent.agui.runs import replay
+    from django_pydantic_agent.chat_history.manager import StreamPersistenceManager
+
+    class TwoEvents:
+        async def run(self, input: Any) -> Any:
+            yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
+            yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id)
+
+    from ag_ui.core import RunAgentInput
+
+    body = RunAgentInput.model_validate(run_body())
+    async with StreamPersistenceManager(TwoEvents) as manager:
+        handle = await manager.run(body)
+        await handle.wait()
+        frames = sse_frames("".join([frame async for frame in replay(handle, 2)]))
+    assert [(frame_id, e["type"]) for frame_id, e in frames] == [
+        (None, "RUN_STARTED"),
+        (None, "RUN_FINISHED"),
+    ]
