@@ -141,8 +141,10 @@ async def replay_entries(
     """SSE frames of a run's ``(seq, event)`` log for a reader that saw up to ``after``.
 
     ``after == 0`` replays the whole log with its ids; otherwise see the module docstring. A
-    log that ends without a terminal event (a relayed log lost mid-stream) gets the ``*_END``
-    events of what is still open, so the caller can go on with a snapshot.
+    reader that saw the terminal event gets ``RUN_STARTED`` and the terminal event again,
+    without ids (no sequence number twice). A log that ends without a terminal event (a
+    relayed log lost mid-stream) gets the ``*_END`` events of what is still open, so the
+    caller can go on with a snapshot.
     """
     streams = OpenStreams()
     first: BaseEvent | None = None
@@ -152,7 +154,13 @@ async def replay_entries(
             if seq <= after:
                 first = first or event
                 streams.fold(event)
-                if seq == after:
+                if seq == after and event.type in _TERMINAL:
+                    # The reader saw the end: the run's start and its end again, without ids.
+                    ended = True
+                    yield encode_event(first)
+                    if event is not first:
+                        yield encode_event(event)
+                elif seq == after:
                     for opening in [first, *streams.openings()]:
                         yield encode_event(opening)
                 continue

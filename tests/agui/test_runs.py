@@ -459,3 +459,41 @@ async def test_a_replay_after_the_terminal_event_is_the_start_and_the_end_again(
         (None, "RUN_STARTED"),
         (None, "RUN_FINISHED"),
     ]
+
+
+async def test_a_relayed_replay_after_the_terminal_event_repeats_the_end_without_ids() -> None:
+    """The cross-worker path (``relay.replay_entries``) follows the same rule as ``replay``."""
+    from ag_ui.core import (
+        RunFinishedEvent,
+        RunStartedEvent,
+        TextMessageContentEvent,
+        TextMessageEndEvent,
+        TextMessageStartEvent,
+    )
+
+    from django_pydantic_agent.agui.relay import replay_entries
+
+    log = [
+        RunStartedEvent(thread_id="t", run_id="r"),
+        TextMessageStartEvent(message_id="m", role="assistant"),
+        TextMessageContentEvent(message_id="m", delta="hi"),
+        TextMessageEndEvent(message_id="m"),
+        RunFinishedEvent(thread_id="t", run_id="r"),
+    ]
+
+    async def entries() -> Any:
+        for seq, event in enumerate(log, start=1):
+            yield seq, event
+
+    frames = sse_frames("".join([frame async for frame in replay_entries(entries(), "r", 5)]))
+    assert [(frame_id, e["type"]) for frame_id, e in frames] == [
+        (None, "RUN_STARTED"),
+        (None, "RUN_FINISHED"),
+    ]
+    middle = sse_frames("".join([frame async for frame in replay_entries(entries(), "r", 3)]))
+    assert [(frame_id, e["type"]) for frame_id, e in middle] == [
+        (None, "RUN_STARTED"),
+        (None, "TEXT_MESSAGE_START"),
+        ("r:4", "TEXT_MESSAGE_END"),
+        ("r:5", "RUN_FINISHED"),
+    ]
