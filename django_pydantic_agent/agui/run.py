@@ -222,8 +222,11 @@ class RunEndpoint:
         if record is None:
             return None
         handle = self.coordinator.manager.get(thread_id, record.run_id, owner=owner_id)
-        last_seq = record.last_seq if handle is None else handle.last_seq
-        return {"runId": record.run_id, "lastSeq": last_seq}
+        if handle is not None:
+            return {"runId": record.run_id, "lastSeq": handle.last_seq}
+        # Running on another worker: its relayed log is fresher than the record's heartbeat.
+        relayed = await self.coordinator.relay.last_seq(owner_id, thread_id, record.run_id)
+        return {"runId": record.run_id, "lastSeq": max(record.last_seq, relayed or 0)}
 
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         """Validate the run, prepare per-request parts, and return the SSE response.

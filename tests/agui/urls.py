@@ -142,6 +142,11 @@ hanging_durable = stored(hanging_agent(), namespace="hanging-durable")
 hanging_interrupt = stored(
     hanging_agent(), namespace="hanging-interrupt", concurrent_runs="interrupt"
 )
+gated = stored(gated_agent(), namespace="gated")
+# Second servers on the same database and cache: like a second worker, each holds none of the
+# runs its twin started (tests/agui/test_relay.py).
+gated_2 = stored(gated_agent(), namespace="gated-2")
+hanging_durable_2 = stored(hanging_agent(), namespace="hanging-durable-2")
 scoped_anonymous = AGUIServer(
     scripted_agent(),
     conversation_store=ScopedConversationStore(
@@ -216,7 +221,9 @@ urlpatterns = [
     path("one-thread/", one_thread.urls),
     path("urls-default/", urls_default.urls),
     path("urls-allowed/", urls_allowed.urls),
-    path("gated/", stored(gated_agent(), namespace="gated").urls),
+    path("gated/", gated.urls),
+    path("gated-2/", gated_2.urls),
+    path("hanging-durable-2/", hanging_durable_2.urls),
     path("hanging-durable/", hanging_durable.urls),
     path("approval/", stored(approval_agent(), namespace="approval").urls),
     path("reader/", stored(reader_agent(), namespace="reader").urls),
