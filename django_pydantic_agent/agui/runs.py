@@ -31,7 +31,7 @@ import os
 import socket
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 from ag_ui.core import (
@@ -56,7 +56,7 @@ from django_pydantic_agent.agui.relay import (
     replay_entries,
     run_digest,
 )
-from django_pydantic_agent.agui.sse import encode_event, sse_response, with_heartbeat
+from django_pydantic_agent.agui.sse import aclose, encode_event, sse_response, with_heartbeat
 from django_pydantic_agent.chat_history import (
     RunHandle,
     StreamPersistenceManager,
@@ -131,6 +131,39 @@ def _close_old_connections() -> None:
     for connection in connections.all(initialized_only=True):
         if not connection.in_atomic_block:
             connection.close_if_unusable_or_obsolete()
+
+
+async def _until_ended(
+    entries: AsyncIterator[tuple[int, BaseEvent]],
+    still_running: Callable[[], Awaitable[bool]],
+    poll: float,
+    gave_up: list[bool],
+) -> AsyncIterator[tuple[int, BaseEvent]]:
+    """``entries`` of a relayed log, given up (``gave_up`` set) once ``still_running()`` is
+    false after ``poll`` seconds without an entry: a dead worker's log never ends by itself."""
+
+    async def next_entry() -> tuple[int, BaseEvent]:
+        return await anext(entries)
+
+    pending: asyncio.Future[tuple[int, BaseEvent]] | None = None
+    try:
+        while True:
+            pending = asyncio.ensure_future(next_entry())
+            while not (await asyncio.wait({pending}, timeout=poll))[0]:
+                if not await still_running():
+                    gave_up.append(True)
+                    return
+            try:
+                entry = pending.result()
+            except StopAsyncIteration:
+                return
+            pending = None
+            yield entry
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            await asyncio.wait({pending})
+        await aclose(entries)
 
 
 def _cancel_elsewhere(task: asyncio.Task[Any]) -> None:
@@ -472,10 +505,21 @@ class RunEndpoints:
         self, request: HttpRequest, owner_id: str, record: RunRecord, log: RelayedLog, after: int
     ) -> AsyncIterator[str]:
         """A run held by another worker, from its relayed log; from storage if the log is lost
-        mid-stream (evicted), after closing what it left open."""
-        async for frame in replay_entries(log.entries(), record.run_id, after):
+        mid-stream (evicted), or if the run's record ends without its terminal event in the
+        log (its worker died and the sweeper ended it), after closing what it left open."""
+        run_store = self._coordinator.run_store
+
+        async def still_running() -> bool:
+            found = await run_store.get(
+                owner_id=owner_id, thread_id=record.thread_id, run_id=record.run_id
+            )
+            return found is not None and found.running
+
+        gave_up: list[bool] = []
+        entries = _until_ended(log.entries(), still_running, self._poll, gave_up)
+        async for frame in replay_entries(entries, record.run_id, after):
             yield frame
-        if log.lost:
+        if log.lost or gave_up:
             async for frame in self._from_storage(request, owner_id, record, started=True):
                 yield frame
 

@@ -153,6 +153,50 @@ async def test_the_first_request_sweeps_a_run_a_dead_worker_left_running(alice: 
     )
 
 
+async def test_a_reattach_following_a_dead_workers_relayed_log_ends_once_it_is_swept(
+    alice: Any,
+) -> None:
+    from django_pydantic_agent.agui.relay import run_digest
+
+    owner = str(alice.pk)
+    await dead_run(owner)
+    # What the dead worker had relayed to the shared cache before it was killed.
+    key = f"django_pydantic_agent:relay:{run_digest(owner, 'thread-1', 'run-1')}"
+    logged = [
+        '{"type":"RUN_STARTED","threadId":"thread-1","runId":"run-1"}',
+        '{"type":"TEXT_MESSAGE_START","messageId":"answer-run-1","role":"assistant"}',
+        '{"type":"TEXT_MESSAGE_CONTENT","messageId":"answer-run-1","delta":"Once upon a"}',
+    ]
+    await cache.aset_many(
+        {
+            f"{key}:head": {"batches": 1, "last_seq": 3, "terminal": False},
+            f"{key}:1": [(seq, raw) for seq, raw in enumerate(logged, start=1)],
+        }
+    )
+    async with await logged_in(alice) as http:
+        # The "never" mount does not sweep, so the reattach follows the relayed log...
+        reattach = asyncio.ensure_future(http.get("/never/runs/thread-1/run-1/?after=1"))
+        await asyncio.sleep(0.5)
+        assert not reattach.done()
+        # ...until another worker's sweeper ends the run.
+        assert [run.run_id for run in await sweeping.sweep() or []] == ["run-1"]
+        resumed = await asyncio.wait_for(reattach, timeout=20)
+    frames = sse_frames(resumed.text)
+    types = [event["type"] for _, event in frames]
+    assert types == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "MESSAGES_SNAPSHOT",
+        "RUN_ERROR",
+    ]
+    assert frames[-1][1]["message"] == SWEPT_ERROR
+    snapshot = frames[-2][1]["messages"]
+    assert [m["content"] for m in snapshot if m["role"] == "assistant"] == ["Once upon a"]
+    assert_valid_agui([event for _, event in frames])
+
+
 async def test_a_live_run_is_left_alone(alice: Any) -> None:
     await DefaultRunStore().start(owner_id=str(alice.pk), thread_id="thread-1", run_id="run-1")
     store = CountingRunStore()
