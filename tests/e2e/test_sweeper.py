@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -109,12 +110,23 @@ def stored_answer(client: httpx.Client) -> dict[str, Any] | None:
     return answers[-1] if answers and answers[-1].get("content") else None
 
 
-def test_a_killed_workers_run_is_swept_by_the_next_worker(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cache", ["per-process", "redis"])
+def test_a_killed_workers_run_is_swept_by_the_next_worker(
+    cache: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     database = tmp_path / "example.sqlite3"
     prepare_database(database)
+    shared: dict[str, str] = {}
+    if cache == "redis":
+        # Both workers on one Redis: the second follows the first's relayed log until the
+        # sweep ends the run.
+        shared = {
+            "REDIS_URL": request.getfixturevalue("redis_url"),
+            "EXAMPLE_CACHE_PREFIX": f"sweeper-e2e-{uuid.uuid4().hex[:8]}",
+        }
     # Worker 1 keeps the example's defaults for runs (10 s heartbeat, 60 s lease); its words
     # come slowly, so the answer is still streaming when it dies.
-    with worker(database, tmp_path / "worker-1.log", DEMO_WORD_DELAY="0.2") as first:
+    with worker(database, tmp_path / "worker-1.log", DEMO_WORD_DELAY="0.2", **shared) as first:
         client = httpx.Client(base_url=first.url, timeout=30)
         csrf = login(client)
         cookies = dict(client.cookies.items())
@@ -152,6 +164,7 @@ def test_a_killed_workers_run_is_swept_by_the_next_worker(tmp_path: Path) -> Non
         AGENT_RUN_HEARTBEAT_SECONDS="0.5",
         AGENT_RUN_LEASE_SECONDS="2",
         AGENT_SWEEP_SECONDS="0.5",
+        **shared,
     ) as second:
         with httpx.Client(base_url=second.url, cookies=cookies, timeout=60) as reloaded:
             # The reloaded page reattaches to the run it was reading: the mount's first request
@@ -163,7 +176,14 @@ def test_a_killed_workers_run_is_swept_by_the_next_worker(tmp_path: Path) -> Non
         log = second.log.read_text()
     assert reattach.status_code == 200
     events = parse_sse(reattach.text)
-    assert [e["type"] for e in events] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_ERROR"]
+    types = [e["type"] for e in events]
+    # From storage (RUN_STARTED, the snapshot) or, over Redis, first what the dead worker had
+    # relayed, its open message closed; then the run's end as the sweep recorded it.
+    assert types[0] == "RUN_STARTED"
+    assert types[-2:] == ["MESSAGES_SNAPSHOT", "RUN_ERROR"]
+    if cache == "redis":
+        assert "TEXT_MESSAGE_CONTENT" in types
+        assert types[-3] == "TEXT_MESSAGE_END"
     assert events[-1]["message"] == SWEPT_ERROR
     assert_valid_agui(events)
     assert run_rows(database) == [(RUN, "errored", SWEPT_ERROR)]
