@@ -315,6 +315,15 @@ class RunEndpoint:
                     f"Run {run_id!r} already ran on thread {thread_id!r} ({record.status}); "
                     "start a new run with a new runId, or reattach to this one.",
                 )
+            ending = self.coordinator.manager.get(thread_id, record.run_id, owner=owner_id)
+            if ending is not None and ending.terminal_event is not None:
+                # Its stream has ended and only its persistence is finishing (the client may
+                # already have read RUN_FINISHED): wait for its record, then claim the thread.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        ending.wait(), timeout=self._options.interrupt_wait_seconds
+                    )
+                continue
             if self._options.concurrent_runs != "interrupt":
                 response = error_response(
                     409, THREAD_BUSY.format(thread_id=thread_id, run_id=record.run_id)
