@@ -14,7 +14,9 @@ keys derive from a digest of (owner, thread, run), so no id appears in a key and
 only ever read its own runs. Layout, under ``django_pydantic_agent:relay:<digest>``:
 
 - ``…:head``: ``{"batches": n, "last_seq": s, "terminal": bool}``, rewritten with each batch;
-- ``…:<i>``: batch ``i`` (from 1), a list of ``(seq, event JSON)``.
+- ``…:<i>``: batch ``i`` (from 1), a list of ``(seq, event)``, pickled by the cache as any
+  value is (several times cheaper than the events' JSON serialization, and done in the cache
+  call's worker thread, off the event loop).
 
 Each batch and its head are written in one ``set_many`` (a pipelined transaction on Redis),
 the batch first, so a reader that sees head ``n`` finds batch ``n``. Every entry expires
@@ -36,7 +38,6 @@ from typing import Any, Final
 
 from ag_ui.core import (
     BaseEvent,
-    Event,
     EventType,
     ReasoningEndEvent,
     ReasoningMessageEndEvent,
@@ -48,13 +49,13 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 from asgiref.sync import sync_to_async
-from pydantic import TypeAdapter, ValidationError
 
 from django_pydantic_agent.agui.sse import encode_event
 from django_pydantic_agent.chat_history import RunHandle
 from django_pydantic_agent.chat_history.manager import RunLogTruncatedError
 
 __all__ = [
+    "ALIVE_CHECK_SECONDS",
     "RELAY_INTERVAL_SECONDS",
     "RELAY_TTL_SECONDS",
     "OpenStreams",
@@ -71,11 +72,12 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 RELAY_INTERVAL_SECONDS: Final[float] = 0.1
 #: How long a relayed log stays in the cache after its last write.
 RELAY_TTL_SECONDS: Final[float] = 3600.0
+#: How long a follower waits for a new batch before it asks whether the run still runs.
+ALIVE_CHECK_SECONDS: Final[float] = 2.0
 _PREFIX = "django_pydantic_agent:relay"
 _TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
 # A follower fetches at most this many batches per cache call.
 _FETCH_CHUNK = 200
-_EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 
 
 def event_id(run_id: str, seq: int) -> str:
@@ -221,8 +223,15 @@ class RelayedLog:
             self.head = head
         return self.last_seq >= seq
 
-    async def entries(self) -> AsyncIterator[tuple[int, BaseEvent]]:
-        """The run's ``(seq, event)`` from seq 1, then the live tail (see the class)."""
+    async def entries(
+        self, *, still_running: Callable[[], Awaitable[bool]] | None = None
+    ) -> AsyncIterator[tuple[int, BaseEvent]]:
+        """The run's ``(seq, event)`` from seq 1, then the live tail (see the class).
+
+        ``still_running()`` is asked every ``ALIVE_CHECK_SECONDS`` while no new batch comes:
+        once it says no, a log that stopped short of its terminal event is lost (its worker
+        died), so a follower never waits on it forever.
+        """
         relay = self._relay
         read = 0
         expected = 1
@@ -234,24 +243,32 @@ class RelayedLog:
                 if not isinstance(batch, list):
                     self.lost = True
                     return
-                for seq, raw in batch:
-                    if seq != expected:
-                        self.lost = True
-                        return
-                    try:
-                        event: BaseEvent = _EVENT.validate_json(raw)
-                    except ValidationError:
+                for seq, event in batch:
+                    if seq != expected or not isinstance(event, BaseEvent):
                         self.lost = True
                         return
                     yield seq, event
                     expected += 1
                     if event.type in _TERMINAL:
                         return
+            idle = 0.0
             while int(self.head["batches"]) <= read:
                 if self.terminal:
                     self.lost = True  # a terminal head whose batches did not hold it
                     return
+                if idle >= ALIVE_CHECK_SECONDS and still_running is not None:
+                    idle = 0.0
+                    if not await still_running():
+                        # Ended without relaying its terminal event (its worker died and
+                        # the sweeper ended it): one last look, then storage has the ending.
+                        head = await relay._get(f"{self._key}:head")
+                        if not isinstance(head, dict) or int(head["batches"]) <= read:
+                            self.lost = True
+                            return
+                        self.head = head
+                        continue
                 await asyncio.sleep(relay.interval)
+                idle += relay.interval
                 head = await relay._get(f"{self._key}:head")
                 if not isinstance(head, dict):
                     self.lost = True
@@ -344,13 +361,13 @@ class RunRelay:
         last = handle.last_seq
         if publication.announced and last == publication.seq:
             return
-        entries: list[tuple[int, str]] = []
+        entries: list[tuple[int, BaseEvent]] = []
         terminal = False
         reader = handle.sequenced_events(after=publication.seq)
         try:
             if last > publication.seq:
                 async for seq, event in reader:
-                    entries.append((seq, event.model_dump_json(by_alias=True)))
+                    entries.append((seq, event))
                     terminal = event.type in _TERMINAL
                     if seq >= last:
                         break

@@ -31,7 +31,7 @@ import os
 import socket
 import time
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 from ag_ui.core import (
@@ -56,7 +56,7 @@ from django_pydantic_agent.agui.relay import (
     replay_entries,
     run_digest,
 )
-from django_pydantic_agent.agui.sse import aclose, encode_event, sse_response, with_heartbeat
+from django_pydantic_agent.agui.sse import encode_event, sse_response, with_heartbeat
 from django_pydantic_agent.chat_history import (
     RunHandle,
     StreamPersistenceManager,
@@ -75,6 +75,7 @@ __all__ = [
     "CANCEL_POLL_SECONDS",
     "DEFAULT_SWEEP_INTERVAL_SECONDS",
     "RUN_NOT_FOUND",
+    "SETTLE_SECONDS",
     "SWEEP_LEASE_PREFIX",
     "RunCoordinator",
     "RunEndpoints",
@@ -90,6 +91,8 @@ _TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
 RUN_NOT_FOUND: Final[str] = "No such run."
 #: The longest the owning worker goes without reading a run's cancel intent while it streams.
 CANCEL_POLL_SECONDS: Final[float] = 0.5
+#: The longest a thread read waits for a finished run's last writes (``RunCoordinator.settle``).
+SETTLE_SECONDS: Final[float] = 5.0
 _CANCEL_PREFIX = "django_pydantic_agent:cancel"
 _CANCEL_TTL = 24 * 3600
 # How long a reattach waits for another worker's relayed log to appear, or to catch up with
@@ -131,39 +134,6 @@ def _close_old_connections() -> None:
     for connection in connections.all(initialized_only=True):
         if not connection.in_atomic_block:
             connection.close_if_unusable_or_obsolete()
-
-
-async def _until_ended(
-    entries: AsyncIterator[tuple[int, BaseEvent]],
-    still_running: Callable[[], Awaitable[bool]],
-    poll: float,
-    gave_up: list[bool],
-) -> AsyncIterator[tuple[int, BaseEvent]]:
-    """``entries`` of a relayed log, given up (``gave_up`` set) once ``still_running()`` is
-    false after ``poll`` seconds without an entry: a dead worker's log never ends by itself."""
-
-    async def next_entry() -> tuple[int, BaseEvent]:
-        return await anext(entries)
-
-    pending: asyncio.Future[tuple[int, BaseEvent]] | None = None
-    try:
-        while True:
-            pending = asyncio.ensure_future(next_entry())
-            while not (await asyncio.wait({pending}, timeout=poll))[0]:
-                if not await still_running():
-                    gave_up.append(True)
-                    return
-            try:
-                entry = pending.result()
-            except StopAsyncIteration:
-                return
-            pending = None
-            yield entry
-    finally:
-        if pending is not None and not pending.done():
-            pending.cancel()
-            await asyncio.wait({pending})
-        await aclose(entries)
 
 
 def _cancel_elsewhere(task: asyncio.Task[Any]) -> None:
@@ -234,6 +204,20 @@ class RunCoordinator(RunObserver):
             handles = list(self._handles)
             await asyncio.wait([asyncio.ensure_future(h.wait()) for h in handles])
             self._handles.difference_update(handles)
+
+    async def settle(self, owner_id: str, thread_id: str | None) -> None:
+        """Wait (at most ``SETTLE_SECONDS``) for this worker's runs of ``owner_id`` on
+        ``thread_id`` (``None``: any thread) that sent their terminal event to finish storing."""
+        runs = self.manager.runs(thread_id, owner=owner_id)
+        finalizing = [handle for handle in runs if handle.finalizing]
+        if not finalizing:
+            return
+        waiters = [asyncio.ensure_future(handle.wait()) for handle in finalizing]
+        _done, late = await asyncio.wait(waiters, timeout=SETTLE_SECONDS)
+        for waiter in late:
+            waiter.cancel()
+        if late:
+            await asyncio.wait(late)
 
     @classmethod
     async def wait_for_all_runs(cls) -> None:
@@ -505,8 +489,7 @@ class RunEndpoints:
         self, request: HttpRequest, owner_id: str, record: RunRecord, log: RelayedLog, after: int
     ) -> AsyncIterator[str]:
         """A run held by another worker, from its relayed log; from storage if the log is lost
-        mid-stream (evicted), or if the run's record ends without its terminal event in the
-        log (its worker died and the sweeper ended it), after closing what it left open."""
+        mid-stream (evicted), after closing what it left open."""
         run_store = self._coordinator.run_store
 
         async def still_running() -> bool:
@@ -515,11 +498,10 @@ class RunEndpoints:
             )
             return found is not None and found.running
 
-        gave_up: list[bool] = []
-        entries = _until_ended(log.entries(), still_running, self._poll, gave_up)
+        entries = log.entries(still_running=still_running)
         async for frame in replay_entries(entries, record.run_id, after):
             yield frame
-        if log.lost or gave_up:
+        if log.lost:
             async for frame in self._from_storage(request, owner_id, record, started=True):
                 yield frame
 

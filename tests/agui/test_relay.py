@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from ag_ui.core import RunStartedEvent
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 from django.core.cache import cache
 from django.core.cache.backends.locmem import LocMemCache
@@ -267,11 +268,11 @@ async def test_a_2000_delta_run_makes_a_few_cache_writes_not_one_per_event(
 async def test_a_log_with_a_gap_or_an_unreadable_event_is_reported_lost() -> None:
     relay = RunRelay(interval=0.01)
     key = f"{_RELAY}:{run_digest('o', 't', 'r')}"
-    started = '{"type":"RUN_STARTED","threadId":"t","runId":"r"}'
+    started = RunStartedEvent(thread_id="t", run_id="r")
     await cache.aset_many(
         {f"{key}:head": {"batches": 1, "last_seq": 3, "terminal": False}, f"{key}:1": []}
     )
-    for batch in ([(1, started), (3, started)], [(1, '{"type":"NOPE"}')], "garbage"):
+    for batch in ([(1, started), (3, started)], [(1, "not an event")], "garbage"):
         await cache.aset(f"{key}:1", batch)
         log = await relay.follow("o", "t", "r")
         assert log is not None
@@ -287,3 +288,175 @@ async def test_a_log_with_a_gap_or_an_unreadable_event_is_reported_lost() -> Non
 async def test_the_relay_refuses_a_non_positive_interval() -> None:
     with pytest.raises(ValueError, match="must be positive"):
         RunRelay(interval=0)
+
+
+# The relay on its own, over a manager's handles.
+
+
+class _Script:
+    """A runnable agent that yields ``count`` text deltas, pausing at ``pause`` until set."""
+
+    def __init__(self, count: int, pause: asyncio.Event | None = None) -> None:
+        self.count = count
+        self.pause = pause
+
+    async def run(self, input: Any) -> AsyncIterator[Any]:
+        from ag_ui.core import (
+            RunFinishedEvent,
+            TextMessageContentEvent,
+            TextMessageEndEvent,
+            TextMessageStartEvent,
+        )
+
+        yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
+        yield TextMessageStartEvent(message_id="m1", role="assistant")
+        if self.pause is not None:
+            await self.pause.wait()
+        for index in range(self.count):
+            yield TextMessageContentEvent(message_id="m1", delta=f"{index} ")
+        yield TextMessageEndEvent(message_id="m1")
+        yield RunFinishedEvent(thread_id=input.thread_id, run_id=input.run_id)
+
+
+def _input(run_id: str) -> Any:
+    from ag_ui.core import RunAgentInput
+
+    return RunAgentInput.model_validate(run_body(thread_id="t-relay", run_id=run_id))
+
+
+async def test_a_failed_cache_write_is_retried_and_a_failing_tick_is_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django_pydantic_agent.chat_history import StreamPersistenceManager
+
+    failures = [True]
+    original_set_many = LocMemCache.set_many
+
+    def flaky_set_many(self: LocMemCache, data: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        if failures and any(key.startswith(_RELAY) for key in data):
+            failures.pop()
+            raise ConnectionError("the cache is down")
+        return original_set_many(self, data, *args, **kw)
+
+    async def broken_tick(handle: Any) -> None:
+        raise RuntimeError("tick")
+
+    monkeypatch.setattr(LocMemCache, "set_many", flaky_set_many)
+    relay = RunRelay(interval=0.01, on_tick=broken_tick)
+    pause = asyncio.Event()
+    async with StreamPersistenceManager(lambda: _Script(5, pause)) as manager:
+        handle = await manager.run(_input("r-flaky"))
+        relay.publish(handle, "owner")
+        relay.publish(handle, "owner")  # once is enough
+        await asyncio.sleep(0.05)
+        pause.set()
+        await handle.wait()
+        relay.nudge(handle)
+        await relay.finish(handle)
+        await relay.finish(handle)  # nothing left to finish
+    assert "Could not relay run 'r-flaky'" in caplog.text
+    assert "The relay's tick failed" in caplog.text
+    log = await relay.follow("owner", "t-relay", "r-flaky")
+    assert log is not None
+    assert [seq async for seq, _ in log.entries()] == list(range(1, handle.last_seq + 1))
+
+
+async def test_a_relay_that_fell_behind_the_bounded_log_withdraws_it() -> None:
+    from django_pydantic_agent.chat_history import StreamPersistenceManager
+
+    relay = RunRelay(interval=30.0)  # no tick comes before the run is over
+    pause = asyncio.Event()
+    async with StreamPersistenceManager(lambda: _Script(50, pause), max_log_events=5) as manager:
+        handle = await manager.run(_input("r-behind"))
+        relay.publish(handle, "owner")
+        await asyncio.sleep(0.05)  # the first (empty) head is written
+        assert await relay.last_seq("owner", "t-relay", "r-behind") is not None
+        pause.set()
+        await handle.wait()
+        await relay.finish(handle)
+    # Events 1..48 are gone from memory: followers answer from storage instead.
+    assert await relay.follow("owner", "t-relay", "r-behind") is None
+    assert await relay.last_seq("owner", "t-relay", "r-behind") is None
+
+
+async def test_a_follower_waits_for_the_relay_to_catch_up_with_its_reader() -> None:
+    relay = RunRelay(interval=0.01)
+    key = f"{_RELAY}:{run_digest('o', 't', 'lag')}"
+    started = RunStartedEvent(thread_id="t", run_id="lag")
+    head = {"batches": 1, "last_seq": 1, "terminal": False}
+    await cache.aset_many({f"{key}:head": head, f"{key}:1": [(1, started)]})
+    log = await relay.follow("o", "t", "lag")
+    assert log is not None
+    assert not await log.wait_for(3, seconds=0.05)  # still behind
+    await cache.aset(f"{key}:head", {"batches": 1, "last_seq": 3, "terminal": False})
+    assert await log.wait_for(3, seconds=1.0)
+    await cache.adelete(f"{key}:head")
+    assert not await log.wait_for(9, seconds=1.0)  # the log went away
+    # A terminal head whose batches never held the terminal event is a lost log.
+    await cache.aset(f"{key}:head", {"batches": 1, "last_seq": 1, "terminal": True})
+    log = await relay.follow("o", "t", "lag")
+    assert log is not None
+    assert [seq async for seq, _ in log.entries()] == [1]
+    assert log.lost
+    await cache.adelete_many([f"{key}:head", f"{key}:1"])
+
+
+async def test_an_unreadable_cache_means_no_relayed_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: LocMemCache, *args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("the cache is down")
+
+    relay = RunRelay(interval=0.01)
+    key = f"{_RELAY}:{run_digest('o', 't', 'down')}"
+    await cache.aset(f"{key}:head", {"batches": 1, "last_seq": 1, "terminal": False})
+    monkeypatch.setattr(LocMemCache, "get_many", broken)
+    assert await relay.follow("o", "t", "down") is None
+    monkeypatch.setattr(LocMemCache, "get", broken)
+    assert await relay.follow("o", "t", "down") is None
+    monkeypatch.undo()
+    await cache.adelete(f"{key}:head")
+
+
+async def test_a_reattach_to_a_dead_workers_run_ends_once_the_sweeper_ends_it(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its worker relayed the start of the run, then died: nothing more comes. Once the run's
+    # record ends (the sweeper), the follower stops waiting and answers from storage.
+    from ag_ui.core import TextMessageStartEvent
+
+    from django_pydantic_agent.agui import relay as relay_module
+    from tests.agui.urls import gated_2
+
+    monkeypatch.setattr(relay_module, "ALIVE_CHECK_SECONDS", 0.2)
+    store = coordinator_of(gated_2).run_store
+    owner = str(alice.pk)
+    await store.start(owner_id=owner, thread_id="t-dead", run_id="r-dead", worker_id="dead:1")
+    key = relay_key(alice, "t-dead", "r-dead")
+    batch = [
+        (1, RunStartedEvent(thread_id="t-dead", run_id="r-dead")),
+        (2, TextMessageStartEvent(message_id="m-dead", role="assistant")),
+    ]
+    head = {"batches": 1, "last_seq": 2, "terminal": False}
+    await cache.aset_many({f"{key}:head": head, f"{key}:1": batch})
+    async with await logged_in(alice) as http:
+        reattach = asyncio.ensure_future(http.get("/gated-2/runs/t-dead/r-dead/?after=1"))
+        await asyncio.sleep(0.5)
+        assert not reattach.done()  # still waiting for the run's next events
+        await store.finish(
+            owner_id=owner,
+            thread_id="t-dead",
+            run_id="r-dead",
+            status="errored",
+            error="The run's worker stopped.",
+        )
+        response = await asyncio.wait_for(reattach, timeout=10)
+    await cache.adelete_many([f"{key}:head", f"{key}:1"])
+    events = [event for _, event in sse_frames(response.text)]
+    assert [e["type"] for e in events] == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_END",
+        "MESSAGES_SNAPSHOT",
+        "RUN_ERROR",
+    ]
+    assert events[-1]["message"] == "The run's worker stopped."
+    assert_valid_agui(events)

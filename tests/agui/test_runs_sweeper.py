@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from ag_ui.core import RunStartedEvent, TextMessageContentEvent, TextMessageStartEvent
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 from asgiref.sync import sync_to_async
 from django.core.cache import cache
@@ -163,9 +164,9 @@ async def test_a_reattach_following_a_dead_workers_relayed_log_ends_once_it_is_s
     # What the dead worker had relayed to the shared cache before it was killed.
     key = f"django_pydantic_agent:relay:{run_digest(owner, 'thread-1', 'run-1')}"
     logged = [
-        '{"type":"RUN_STARTED","threadId":"thread-1","runId":"run-1"}',
-        '{"type":"TEXT_MESSAGE_START","messageId":"answer-run-1","role":"assistant"}',
-        '{"type":"TEXT_MESSAGE_CONTENT","messageId":"answer-run-1","delta":"Once upon a"}',
+        RunStartedEvent(thread_id="thread-1", run_id="run-1"),
+        TextMessageStartEvent(message_id="answer-run-1", role="assistant"),
+        TextMessageContentEvent(message_id="answer-run-1", delta="Once upon a"),
     ]
     await cache.aset_many(
         {
