@@ -44,6 +44,8 @@ async def _async_test_teardown() -> AsyncIterator[None]:
     runs = sys.modules.get("django_pydantic_agent.agui.runs")
     if runs is not None:
         await asyncio.wait_for(runs.RunCoordinator.wait_for_all_runs(), timeout=30)
+        # A mount's first request starts its run sweeper; the test's loop ends here, so does it.
+        await runs.RunCoordinator.aclose_all()
         # A cancelled model stream's helper tasks settle a moment after its producer ends.
         await asyncio.sleep(0.05)
     # Stores run the ORM in asgiref's worker thread; close its connections so PostgreSQL can

@@ -15,6 +15,8 @@ from typing import Any, Literal, TypeAlias
 from django.http import HttpRequest
 
 from django_pydantic_agent.agui.http import json_body_limit
+from django_pydantic_agent.agui.runs import DEFAULT_SWEEP_INTERVAL_SECONDS
+from django_pydantic_agent.persistence.runs import DEFAULT_LEASE_SECONDS
 
 __all__ = [
     "DEFAULT_ATTACHMENT_MAX_BYTES",
@@ -28,6 +30,7 @@ __all__ = [
     "check_choice",
     "check_flag",
     "check_positive",
+    "check_run_lease",
     "file_url_schemes",
     "mime_types",
 ]
@@ -80,6 +83,10 @@ class RunOptions:
     concurrent_runs: ConcurrentRuns = "reject"
     #: Seconds between a durable run's heartbeats (its record's lease and cancel check).
     run_heartbeat_seconds: float = 10.0
+    #: Seconds without a heartbeat after which a run's worker counts as dead (swept as errored).
+    run_lease_seconds: float = DEFAULT_LEASE_SECONDS
+    #: Seconds between two sweeps of stale runs (once across workers); ``0`` turns it off.
+    sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS
     #: How long ``concurrent_runs="interrupt"`` waits for the cancelled run to end.
     interrupt_wait_seconds: float = 10.0
 
@@ -142,4 +149,14 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ValueError(
             f"{name}={value!r} is not one of {', '.join(repr(c) for c in choices)}; pass one."
+        )
+
+
+def check_run_lease(lease: float, heartbeat: float) -> None:
+    """Raise ``ValueError`` unless a run's lease outlasts its heartbeat interval."""
+    if lease <= heartbeat:
+        raise ValueError(
+            f"run_lease_seconds={lease!r} must exceed run_heartbeat_seconds={heartbeat!r}: a "
+            "run renews its lease on every heartbeat, so a shorter lease would sweep live "
+            f"runs. Pass a lease of a few heartbeats, such as {max(3 * heartbeat, 1.0):g}."
         )

@@ -177,6 +177,8 @@ class RunEndpoint:
                 self._storage_agent,
                 run_store=run_store,
                 heartbeat_seconds=options.run_heartbeat_seconds,
+                lease_seconds=options.run_lease_seconds,
+                sweep_interval_seconds=options.sweep_interval_seconds,
             )
 
     def _storage_agent(

@@ -7,7 +7,10 @@ start, a heartbeat with the last sequence number, the final status and token usa
 relays each live run's log to Django's cache (``relay.RunRelay``), and reads the run's cancel
 intent from the cache at most every ``CANCEL_POLL_SECONDS``, after events and from the relay's
 tick alike (so a model silent between events is still stopped), so a cancel posted to any
-worker stops the run on the worker that runs it.
+worker stops the run on the worker that runs it. It also owns the mount's sweeper: a periodic
+task (started by the mount's first request, or by ``start_sweeper()``) that finalises runs
+whose worker died, at most once per interval across every worker sharing Django's cache
+(``sweep``).
 
 ``RunEndpoints`` are the ``runs/<thread_id>/<run_id>/`` routes: ``GET`` reattaches (the run's
 log after ``?after=<seq>`` or ``Last-Event-ID``, opened with ``RUN_STARTED`` and every message
@@ -23,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import math
 import os
 import socket
 import time
@@ -40,6 +44,7 @@ from ag_ui.core import (
     RunStartedEvent,
 )
 from asgiref.sync import sync_to_async
+from django.db import connections
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from django_pydantic_agent.agui.http import error_response
@@ -59,12 +64,19 @@ from django_pydantic_agent.chat_history import (
 )
 from django_pydantic_agent.chat_history.manager import RunObserver
 from django_pydantic_agent.persistence import StoreError, resolve_owner_id, serves_anonymous
-from django_pydantic_agent.persistence.runs import RunRecord, RunStatus, RunStore
+from django_pydantic_agent.persistence.runs import (
+    DEFAULT_LEASE_SECONDS,
+    RunRecord,
+    RunStatus,
+    RunStore,
+)
 
 __all__ = [
     "CANCEL_POLL_SECONDS",
+    "DEFAULT_SWEEP_INTERVAL_SECONDS",
     "RUN_NOT_FOUND",
     "SETTLE_SECONDS",
+    "SWEEP_LEASE_PREFIX",
     "RunCoordinator",
     "RunEndpoints",
     "event_id",
@@ -88,6 +100,10 @@ _CANCEL_TTL = 24 * 3600
 _RELAY_GRACE_SECONDS = 1.0
 #: This process, as the ``worker`` of the runs it executes.
 WORKER_ID: Final[str] = f"{socket.gethostname()}:{os.getpid()}"
+#: Seconds between two sweeps of stale runs, the default ``sweep_interval_seconds``.
+DEFAULT_SWEEP_INTERVAL_SECONDS: Final[float] = 60.0
+#: The cache key prefix of the sweep lease (``<prefix>:<run store class>``, value: the worker).
+SWEEP_LEASE_PREFIX: Final[str] = "django_pydantic_agent:sweep"
 
 
 def parse_after(request: HttpRequest, run_id: str) -> int | None:
@@ -107,6 +123,24 @@ def parse_after(request: HttpRequest, run_id: str) -> int | None:
     if not raw.isdigit():
         return None
     return int(raw)
+
+
+def _close_old_connections() -> None:
+    """Django's ``close_old_connections`` for a thread no request cycle cleans up after.
+
+    A connection inside an atomic block (a test's transaction, say) is left alone: closing it
+    would break the transaction around it.
+    """
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
+
+
+def _cancel_elsewhere(task: asyncio.Task[Any]) -> None:
+    """Cancel a task of another event loop (a closed loop's task is gone with it)."""
+    loop = task.get_loop()
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(task.cancel)
 
 
 def _status_of(handle: RunHandle) -> str:
@@ -140,12 +174,17 @@ class RunCoordinator(RunObserver):
         heartbeat_seconds: float = 10.0,
         cache_alias: str = "default",
         relay_interval: float = RELAY_INTERVAL_SECONDS,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
     ) -> None:
         self.run_store = run_store
         self._cache_alias = cache_alias
         self.relay = RunRelay(
             cache_alias=cache_alias, interval=relay_interval, on_tick=self._poll_cancel
         )
+        self.lease_seconds = lease_seconds
+        self.sweep_interval_seconds = sweep_interval_seconds
+        self._sweeper: asyncio.Task[None] | None = None
         self._owners: dict[RunHandle, str] = {}
         self._last_cancel_check: dict[RunHandle, float] = {}
         self.manager: StreamPersistenceManager[Any] = StreamPersistenceManager(
@@ -185,6 +224,93 @@ class RunCoordinator(RunObserver):
         """``wait_for_runs`` of every live coordinator in this process (tests, shutdown)."""
         for coordinator in list(cls._instances):
             await coordinator.wait_for_runs()
+
+    # -- the sweeper ----------------------------------------------------------------------
+
+    @property
+    def sweep_lease_key(self) -> str:
+        """The cache key whose holder sweeps this interval (one per run store class)."""
+        kind = type(self.run_store)
+        return f"{SWEEP_LEASE_PREFIX}:{kind.__module__}.{kind.__qualname__}"
+
+    def _claim_sweep(self) -> bool:
+        _close_old_connections()
+        # Whole seconds, rounded up: Redis and Memcached truncate a timeout to an integer, and
+        # a lease shorter than the interval would let a second worker sweep within it.
+        timeout = max(1, math.ceil(self.sweep_interval_seconds or 1))
+        return bool(self._cache.add(self.sweep_lease_key, WORKER_ID, timeout))
+
+    async def sweep(self) -> list[RunRecord] | None:
+        """Sweep stale runs now, unless another worker swept within the interval.
+
+        Takes the interval's lease first (``cache.add``, atomic on Redis and Memcached, so
+        one worker of a deployment wins it); ``None`` when another worker holds it, else the
+        runs finalised as ``errored`` (``run_store.sweep(lease=lease_seconds)``). Database
+        connections of the sweeping thread are closed when old, before and after, since no
+        request cycle does it for a background task.
+        """
+        if not await sync_to_async(self._claim_sweep)():
+            return None
+        try:
+            return await self.run_store.sweep(lease=self.lease_seconds)
+        finally:
+            await sync_to_async(_close_old_connections)()
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            try:
+                swept = await self.sweep()
+            except Exception:
+                logger.exception(
+                    "Sweeping stale runs failed; retrying in %s s.", self.sweep_interval_seconds
+                )
+            else:
+                if swept:
+                    logger.info("Swept %d stale run(s) as errored.", len(swept))
+            await asyncio.sleep(self.sweep_interval_seconds)
+
+    def start_sweeper(self) -> bool:
+        """Start the periodic sweep on the running event loop, once; whether it runs now.
+
+        The first sweep happens at once (a start-up sweep), then every
+        ``sweep_interval_seconds``; ``0`` never starts it. Safe to call on every request: the
+        mount's views do. The task runs in a fresh ``contextvars.Context`` (nothing of the
+        request that started it follows it) until ``aclose()``.
+        """
+        if not self.sweep_interval_seconds:
+            return False
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        task = self._sweeper
+        if task is not None and not task.done():
+            if task.get_loop() is loop:
+                return True
+            _cancel_elsewhere(task)
+        self._sweeper = loop.create_task(
+            self._sweep_forever(),
+            name=f"agent run sweeper ({type(self.run_store).__name__})",
+            context=contextvars.Context(),
+        )
+        return True
+
+    async def aclose(self) -> None:
+        """Stop the sweeper (if running) and wait for it; the coordinator stays usable."""
+        task, self._sweeper = self._sweeper, None
+        if task is None or task.done():
+            return
+        if task.get_loop() is not asyncio.get_running_loop():
+            _cancel_elsewhere(task)
+            return
+        task.cancel()
+        await asyncio.wait({task})
+
+    @classmethod
+    async def aclose_all(cls) -> None:
+        """``aclose`` every live coordinator of this process (test teardown, shutdown)."""
+        for coordinator in list(cls._instances):
+            await coordinator.aclose()
 
     # -- the cancel intent ----------------------------------------------------------------
 

@@ -85,6 +85,8 @@ class AGUIView:
     it unset and checks its own cap. A ``DatabaseError`` raised before a response exists is a
     JSON 503 (lock or timeout, with ``Retry-After``) or 500, logged once. Every answer that is not
     a stream and sets no ``Cache-Control`` gets ``private, no-store``: it is one caller's data.
+    ``on_request()``, when given, is called first on every request, before authentication
+    (the server starts its run sweeper with it); it must be cheap and must not raise.
     """
 
     csrf_exempt = True
@@ -102,6 +104,7 @@ class AGUIView:
         not_found: str = "Not found.",
         max_body_bytes: Callable[[], int] | None = None,
         too_big: str = "send a smaller body.",
+        on_request: Callable[[], object] | None = None,
     ) -> None:
         self.agui_csrf_enforced = not policy.csrf_exempt
         self._policy = policy
@@ -110,6 +113,7 @@ class AGUIView:
         self._not_found = not_found
         self._max_body_bytes = max_body_bytes
         self._too_big = too_big
+        self._on_request = on_request
         self._allow = ", ".join(sorted(self._handlers))
         markcoroutinefunction(self)
 
@@ -129,6 +133,8 @@ class AGUIView:
         An id in the URL (``thread_id``, ``attachment_id``) outside the id alphabet of
         ``ids.py`` names nothing that can exist: 404, before the handler or a store sees it.
         """
+        if self._on_request is not None:
+            self._on_request()
         if request.method in UNSAFE_METHODS:
             return await _carried_out(self._respond(request, **kwargs))
         return await self._respond(request, **kwargs)

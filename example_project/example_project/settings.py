@@ -37,6 +37,11 @@ Environment variables (all optional):
     Seconds between the scripted model's words (default ``0.04``).
 ``AGENT_HEARTBEAT_SECONDS``
     Silence after which the stream gets a ``: ping`` comment (default ``15``).
+``AGENT_RUN_HEARTBEAT_SECONDS``, ``AGENT_RUN_LEASE_SECONDS``, ``AGENT_SWEEP_SECONDS``
+    Durable runs: seconds between a run's heartbeats (default ``10``), without a heartbeat
+    before its worker counts as dead (default ``60``), and between two sweeps that end such
+    runs as ``errored`` (default ``60``; ``0`` turns the sweeper off). See
+    ``docs/deployment.md``.
 ``AGENT_REQUESTS_PER_MINUTE``
     Runs plus uploads one user may start per minute (default ``30``; ``0`` turns the throttle
     off). Further requests get 429 with ``Retry-After``.
@@ -209,6 +214,10 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 AGENT_MODEL = os.environ.get("AGENT_MODEL", "").strip()
 DEMO_WORD_DELAY = float(os.environ.get("DEMO_WORD_DELAY", "0.04"))
 AGENT_HEARTBEAT_SECONDS = float(os.environ.get("AGENT_HEARTBEAT_SECONDS", "15"))
+#: Durable runs: heartbeat, lease (a run silent that long is dead) and sweep interval, seconds.
+AGENT_RUN_HEARTBEAT_SECONDS = float(os.environ.get("AGENT_RUN_HEARTBEAT_SECONDS") or 10)
+AGENT_RUN_LEASE_SECONDS = float(os.environ.get("AGENT_RUN_LEASE_SECONDS") or 60)
+AGENT_SWEEP_SECONDS = float(os.environ.get("AGENT_SWEEP_SECONDS") or 60)
 #: Uploads: at most this many bytes, of these types (``AGUIServer`` enforces both; the ASGI
 #: wrapper in ``asgi.py`` refuses an oversized body before Django reads it).
 AGENT_ATTACHMENT_MAX_BYTES = int(os.environ.get("AGENT_ATTACHMENT_MAX_BYTES") or 5 * 1024 * 1024)

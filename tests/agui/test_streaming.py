@@ -144,6 +144,7 @@ async def test_a_disconnect_on_a_cancel_on_disconnect_mount_keeps_what_streamed(
     # The anonymous session was created before streaming: its cookie left with the headers.
     session = session_id(sent)
     await RunCoordinator.wait_for_all_runs()
+    await RunCoordinator.aclose_all()  # the mount's sweeper, started by its first request
     # on_disconnect="cancel": the disconnect cancelled the model's stream, and no task is left.
     assert HANG_LOG == ["started", "cancelled"]
     assert asyncio.all_tasks() == {asyncio.current_task()}

@@ -437,6 +437,7 @@ async def thread_after_disconnect(prefix: str, *, until: bytes) -> tuple[list[An
     assert sent[0]["status"] == 200
     # These mounts cancel a run whose client went away (on_disconnect="cancel").
     await RunCoordinator.wait_for_all_runs()
+    await RunCoordinator.aclose_all()  # the mount's sweeper, started by its first request
     assert asyncio.all_tasks() == {asyncio.current_task()}
     async with browser() as http:
         http.cookies.set("sessionid", session_id(sent))

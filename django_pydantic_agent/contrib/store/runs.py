@@ -187,18 +187,32 @@ def _errored(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _finalise_records(run: StoredAgentRun) -> int:
-    """Mark the in-progress records the run wrote as ``errored``; return the rows changed."""
+    """Finalise the records the run wrote as the storage agent does for a crashed run.
+
+    In-progress messages, tool calls and reasoning steps become ``errored`` with
+    ``SWEPT_ERROR``, and the run's last answer carries its outcome (``type: error``). Returns
+    the rows changed.
+    """
     from django_pydantic_agent.contrib.store.models import StoredMessage
 
-    rows = StoredMessage.objects.filter(
-        conversation__owner_id=run.owner_id,
-        conversation__thread_id=run.thread_id,
-        run_id=run.run_id,
-        message_uuid__isnull=False,
-    ).select_for_update()
+    rows = list(
+        StoredMessage.objects.filter(
+            conversation__owner_id=run.owner_id,
+            conversation__thread_id=run.thread_id,
+            run_id=run.run_id,
+            message_uuid__isnull=False,
+        )
+        .order_by("position")
+        .select_for_update()
+    )
+    answers = [row for row in rows if row.role not in ("user", "activity")]
+    carrier = answers[-1] if answers else None
     changed: list[StoredMessage] = []
     for row in rows:
         record = _errored(dict(row.record or {}))
+        if row is carrier and not record.get("run_outcome"):
+            outcome = {"run_id": run.run_id, "type": "error", "message": SWEPT_ERROR}
+            record = {**record, "run_outcome": outcome}
         calls = [_errored(dict(c)) for c in row.tool_calls or []]
         steps = [_errored(dict(s)) for s in row.reasonings or []]
         if (record, calls, steps) == (row.record, row.tool_calls, row.reasonings):
