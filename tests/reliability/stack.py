@@ -25,6 +25,10 @@ from tests.agui.conftest import asgi_app
 
 __all__ = ["HOLD", "Served", "echo_agent", "serve", "user_texts"]
 
+# Built now, at collection: building it runs django.setup(), which re-applies LOGGING and would
+# detach pytest's log capture if it happened inside a test.
+asgi_app()
+
 #: A prompt containing this word makes ``echo_agent`` wait (until cancelled) after one word.
 HOLD = "HOLD-THE-RUN"
 
