@@ -230,8 +230,9 @@ class RunEndpoint:
         415 (not ``application/json``), 413 (body over ``body_limit()``), 400 (invalid
         ``RunAgentInput`` or history, or a client tool shadowing a server tool, each logged as
         one ``WARNING`` line), 403 (a persisting store refuses this caller) and 409 (the thread
-        is running another run, with ``concurrent_runs="reject"``). Afterwards, failures are
-        ``RUN_ERROR``, and every stream ends with ``RUN_FINISHED`` or ``RUN_ERROR``.
+        is running another run, with ``concurrent_runs="reject"``; a run of this worker that
+        only stores its last writes after its stream ended is waited for instead). Afterwards,
+        failures are ``RUN_ERROR``, and every stream ends with ``RUN_FINISHED`` or ``RUN_ERROR``.
         """
         options = self._options
         refusal = await self._access.check_throttle(request)
@@ -298,7 +299,7 @@ class RunEndpoint:
         assert self.coordinator is not None
         run_store = self.coordinator.run_store
         thread_id, run_id = run_input.thread_id, run_input.run_id
-        for _attempt in range(2):
+        for attempt in range(2):
             record, started = await run_store.start(
                 owner_id=owner_id, thread_id=thread_id, run_id=run_id, worker_id=WORKER_ID
             )
@@ -310,6 +311,12 @@ class RunEndpoint:
                     f"Run {run_id!r} already ran on thread {thread_id!r} ({record.status}); "
                     "start a new run with a new runId, or reattach to this one.",
                 )
+            busy = self.coordinator.manager.get(thread_id, record.run_id, owner=owner_id)
+            if attempt == 0 and busy is not None and busy.finalizing:
+                # Its client already saw its end (a follow-up sent at once, or a client-side
+                # tool's result): wait for its last writes instead of refusing.
+                await self._wait_until_idle(owner_id, thread_id, record.run_id)
+                continue
             if self._options.concurrent_runs != "interrupt":
                 response = error_response(
                     409, THREAD_BUSY.format(thread_id=thread_id, run_id=record.run_id)

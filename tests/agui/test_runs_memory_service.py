@@ -75,3 +75,27 @@ async def test_a_run_on_the_memory_service_is_stored_and_reattaches_from_storage
     assert [e["type"] for e in replayed] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
     assert replayed[1]["messages"][-1]["content"] == "The sum is 5."
     assert stranger.status_code == 404
+
+
+async def test_a_follow_up_sent_as_the_stream_ends_waits_for_the_last_writes(
+    server: AGUIServer, alice: Any
+) -> None:
+    from django_pydantic_agent.contrib.memory_service_emulator import Fault, fault_injector
+
+    factory = RequestFactory()
+    first = as_user(factory.post("/", data=run_body(), content_type="application/json"), alice)
+    follow_up = run_body(run_id="run-2", text="And 3 + 4?")
+    # Slow writes: the run's last flush is still going on when its stream has ended.
+    with fault_injector.inject(Fault.latency(0.2, methods=["POST", "PATCH"])):
+        ended = sse_frames(await body_of(await server.run_view(first)))
+        second = await server.run_view(
+            as_user(factory.post("/", data=follow_up, content_type="application/json"), alice)
+        )
+        assert second.status_code == 200
+        answered = sse_frames(await body_of(second))
+    await RunCoordinator.wait_for_all_runs()
+    thread = await server.thread_view(as_user(factory.get("/"), alice), thread_id="thread-1")
+    assert ended[-1][1]["type"] == "RUN_FINISHED"
+    assert answered[-1][1]["type"] == "RUN_FINISHED"
+    users = [m["content"] for m in json.loads(thread.content)["messages"] if m["role"] == "user"]
+    assert users == ["What is 2 + 3?", "And 3 + 4?"]
