@@ -1,11 +1,14 @@
 """The cross-owner matrix: every route x every store x four identities, over real HTTP.
 
-Owner A (user alice) creates, on each store, a finished thread with a secret in its prompt and
-title, a run held open (for reattach and cancel) and an attachment. Then B (user bob) and two
-anonymous visitors, each with a real session, try every route on A's ids. A response leaks if
-any byte of A's secret appears in it; a "not yours" answer must be byte-identical (status,
-headers, body) to the answer for an id that never existed; and A's data must read the same
-afterwards, with A's held run still running until A cancels it.
+On each store an owner creates a finished thread with a secret in its prompt and title, a run
+held open (for reattach and cancel) and an attachment. The owners are user A on every store and
+anonymous visitor 1 on the stores that serve visitors; each of the three other identities
+(users A and B, anonymous visitors 1 and 2, each with a real session) tries every route on the
+owner's ids. A response leaks if any byte of the owner's secret appears in it; a "not yours"
+answer must be byte-identical (status, headers, body) to the answer for an id that never
+existed; and the owner's data must read the same afterwards, its held run still running until
+the owner cancels it. On the store that refuses visitors, their every request is refused with
+the documented status (403 from the store's policy; 404 on the run routes).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -43,15 +46,15 @@ from tests.support.emulator import no_faults_armed
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
 
-#: Every piece of A's content carries this; no other identity may ever see it.
-SECRET = "alice-secret-5c1e"
+#: Every piece of an owner's content carries its secret; no other identity may ever see it.
+SECRETS = {"user-a": "alice-secret-5c1e", "anonymous-1": "visitor-secret-9b2d"}
 #: Headers that legitimately differ between two answers (a clock, a session refresh).
 _VOLATILE_HEADERS = frozenset({"date", "set-cookie"})
 
 #: Which stores serve anonymous visitors (the others refuse them with the documented status).
 STORES = ("session", "default", "scoped", "memory")
 SERVES_ANONYMOUS = {"session": True, "default": False, "scoped": True, "memory": True}
-IDENTITIES = ("user-b", "anonymous-1", "anonymous-2")
+IDENTITIES = ("user-a", "user-b", "anonymous-1", "anonymous-2")
 
 
 def _servers(client: DRMemoryServiceClient | None) -> dict[str, AGUIServer]:
@@ -123,8 +126,8 @@ class Answer:
         }
         return cls(response.status_code, headers, response.content)
 
-    def leaks(self) -> bool:
-        return SECRET.encode() in self.body or any(SECRET in v for v in self.headers.values())
+    def leaks(self, secret: str) -> bool:
+        return secret.encode() in self.body or any(secret in v for v in self.headers.values())
 
 
 @pytest.fixture
@@ -161,9 +164,9 @@ async def _run(http: httpx.AsyncClient, store: str, body: dict[str, Any]) -> htt
     return await http.post(f"/{store}/", json=body)
 
 
-async def _hold(http: httpx.AsyncClient, store: str, thread: str, run: str) -> None:
+async def _hold(http: httpx.AsyncClient, store: str, thread: str, run: str, secret: str) -> None:
     """Start a run that waits until cancelled; read until its first text, then hang up."""
-    body = run_body(thread_id=thread, run_id=run, text=f"{HOLD} {SECRET}")
+    body = run_body(thread_id=thread, run_id=run, text=f"{HOLD} {secret}")
     seen = ""
     async with http.stream("POST", f"/{store}/", json=body) as response:
         assert response.status_code == 200
@@ -173,30 +176,31 @@ async def _hold(http: httpx.AsyncClient, store: str, thread: str, run: str) -> N
                 break
 
 
-async def _create(http: httpx.AsyncClient, store: str) -> Owned:
+async def _create(http: httpx.AsyncClient, store: str, owner: str) -> Owned:
+    secret = SECRETS[owner]
     owned = Owned(
-        finished_thread=f"{store}-notes",
-        finished_run="run-notes",
-        held_thread=f"{store}-live",
-        held_run="run-live",
+        finished_thread=f"{store}-{owner}-notes",
+        finished_run=f"run-{owner}-notes",
+        held_thread=f"{store}-{owner}-live",
+        held_run=f"run-{owner}-live",
         attachment="",
     )
     body = run_body(
-        thread_id=owned.finished_thread, run_id=owned.finished_run, text=f"plans {SECRET}"
+        thread_id=owned.finished_thread, run_id=owned.finished_run, text=f"plans {secret}"
     )
     done = await _run(http, store, body)
     assert sse_events(done.text)[-1]["type"] == "RUN_FINISHED", done.text
     renamed = await http.patch(
-        f"/{store}/threads/{owned.finished_thread}/", json={"title": f"Title {SECRET}"}
+        f"/{store}/threads/{owned.finished_thread}/", json={"title": f"Title {secret}"}
     )
     assert renamed.status_code == 200, renamed.text
     upload = await http.post(
         f"/{store}/attachments/",
-        files={"file": (f"{SECRET}.txt", f"bytes of {SECRET}".encode(), "text/plain")},
+        files={"file": (f"{secret}.txt", f"bytes of {secret}".encode(), "text/plain")},
     )
     assert upload.status_code == 201, upload.text
     owned.attachment = upload.json()["id"]
-    await _hold(http, store, owned.held_thread, owned.held_run)
+    await _hold(http, store, owned.held_thread, owned.held_run, secret)
     return owned
 
 
@@ -298,147 +302,136 @@ _EXPECTED = {
     "attachment get": (404, 403),
     "attachment delete": (204, 403),
     "attachment upload": (201, 403),
-    "run on A's thread": (200, 403),
-    "run as A's live run": (200, 403),
+    "run on the owner's thread": (200, 403),
+    "run as the owner's live run": (200, 403),
 }
+
+
+@dataclass
+class Tally:
+    requests: int = 0
+    cells: int = 0
+    leaks: int = 0
+    mismatches: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+async def _attack(
+    owner: str, clients: dict[str, httpx.AsyncClient], stores: list[str], tally: Tally
+) -> None:
+    """``owner`` creates data on ``stores``; every other identity tries every route on it."""
+    secret = SECRETS[owner]
+    mine = clients[owner]
+    owned = {store: await _create(mine, store, owner) for store in stores}
+    before = {store: await _snapshot(mine, store, owned[store]) for store in stores}
+    # The probes can see a leak: the owner itself reads its secret on every store.
+    for store in stores:
+        assert secret in json.dumps(before[store][1])
+        assert secret.encode() in before[store][3]
+
+    def judge(store: str, identity: str, route: str, answer: Answer) -> None:
+        tally.cells += 1
+        served_here = SERVES_ANONYMOUS[store] or identity.startswith("user-")
+        expected = _EXPECTED[route][0 if served_here else 1]
+        if answer.leaks(secret):
+            tally.leaks += 1
+            tally.problems.append(f"LEAK {owner}'s data on {store} to {identity}: {route}")
+        if answer.status != expected:
+            tally.problems.append(
+                f"{store} {identity} on {owner}'s ids, {route}: {answer.status}, expected "
+                f"{expected}: {answer.body[:200]!r}"
+            )
+
+    for store in stores:
+        ids = owned[store]
+        for identity, http in clients.items():
+            if identity == owner:
+                continue
+            for probe in _probes(store, ids):
+                answer = await _send(http, probe.method, probe.url, probe.json)
+                tally.requests += 1
+                judge(store, identity, probe.route, answer)
+                if probe.route == "thread list" and answer.status == 200:
+                    listed = {row["threadId"] for row in json.loads(answer.body)["threads"]}
+                    if {ids.finished_thread, ids.held_thread} & listed:
+                        tally.leaks += 1
+                        tally.problems.append(f"LEAK {store} {identity} lists {owner}'s thread")
+                if probe.missing_url is not None:
+                    missing = await _send(http, probe.method, probe.missing_url, probe.json)
+                    tally.requests += 1
+                    if missing != answer:
+                        tally.mismatches += 1
+                        tally.problems.append(
+                            f"{store} {identity} {probe.route}: not-yours {answer} != "
+                            f"missing {missing}"
+                        )
+            # Writes naming the owner's ids: an upload, runs on its thread and its run id.
+            upload = Answer.of(
+                await http.post(
+                    f"/{store}/attachments/",
+                    files={"file": ("theirs.txt", b"their own bytes", "text/plain")},
+                )
+            )
+            judge(store, identity, "attachment upload", upload)
+            if upload.status == 201 and json.loads(upload.body)["id"] == ids.attachment:
+                tally.leaks += 1
+                tally.problems.append(f"LEAK {store} {identity} got {owner}'s attachment id")
+            for route, thread, run in (
+                ("run on the owner's thread", ids.finished_thread, f"run-{identity}-on-{owner}"),
+                ("run as the owner's live run", ids.held_thread, ids.held_run),
+            ):
+                body = run_body(thread_id=thread, run_id=run, text=f"hello from {identity}")
+                answer = Answer.of(await _run(http, store, body))
+                judge(store, identity, route, answer)
+                if answer.status == 200:
+                    events = sse_events(answer.body.decode())
+                    if events[-1]["type"] != "RUN_FINISHED":
+                        tally.problems.append(f"{store} {identity} {route}: {events[-1]}")
+            tally.requests += 3
+
+    after = {store: await _snapshot(mine, store, owned[store]) for store in stores}
+    for store in stores:
+        if after[store] != before[store]:
+            tally.problems.append(f"{owner}'s data on {store} changed: {after[store]}")
+    # The held runs were never stopped by a stranger: the owner cancels them now.
+    for store in stores:
+        thread, run = owned[store].held_thread, owned[store].held_run
+        cancelled = await mine.post(f"/{store}/runs/{thread}/{run}/cancel/")
+        assert cancelled.status_code == 202, (store, cancelled.text)
+        tail = await mine.get(f"/{store}/runs/{thread}/{run}/")
+        assert sse_events(tail.text)[-1]["type"] == "RUN_FINISHED"
 
 
 async def test_no_identity_reaches_another_owners_threads_runs_or_files(
     stack: tuple[Served, dict[str, AGUIServer]], alice: Any, bob: Any
 ) -> None:
     served, _ = stack
-    owner = await _client(served, alice)
-    others = {
+    clients = {
+        "user-a": await _client(served, alice),
         "user-b": await _client(served, bob),
         "anonymous-1": await _client(served),
         "anonymous-2": await _client(served),
     }
+    tally = Tally()
     try:
         for name in ("anonymous-1", "anonymous-2"):  # a real session of their own
-            own = await others[name].post(
+            own = await clients[name].post(
                 "/session/attachments/",
                 files={"file": ("mine.txt", name.encode(), "text/plain")},
             )
             assert own.status_code == 201
-        assert others["anonymous-1"].cookies.get(settings.SESSION_COOKIE_NAME) != others[
-            "anonymous-2"
-        ].cookies.get(settings.SESSION_COOKIE_NAME)
-        owned = {store: await _create(owner, store) for store in STORES}
-        before = {store: await _snapshot(owner, store, owned[store]) for store in STORES}
-        # The probes can see a leak: A itself reads its secret on every store.
-        for store in STORES:
-            assert SECRET in json.dumps(before[store][1])
-            assert SECRET.encode() in before[store][3]
-
-        requests = leaks = mismatches = 0
-        problems: list[str] = []
-        for store in STORES:
-            for identity in IDENTITIES:
-                http = others[identity]
-                served_here = SERVES_ANONYMOUS[store] or identity == "user-b"
-                for probe in _probes(store, owned[store]):
-                    answer = await _send(http, probe.method, probe.url, probe.json)
-                    requests += 1
-                    expected = _EXPECTED[probe.route][0 if served_here else 1]
-                    if answer.leaks():
-                        leaks += 1
-                        problems.append(f"LEAK {store} {identity} {probe.route}")
-                    if answer.status != expected:
-                        problems.append(
-                            f"{store} {identity} {probe.route}: {answer.status}, expected "
-                            f"{expected}: {answer.body[:200]!r}"
-                        )
-                    if probe.route == "thread list" and answer.status == 200:
-                        ids = [row["threadId"] for row in json.loads(answer.body)["threads"]]
-                        if {owned[store].finished_thread, owned[store].held_thread} & set(ids):
-                            leaks += 1
-                            problems.append(f"LEAK {store} {identity} list shows A's thread")
-                    if probe.missing_url is not None:
-                        missing = await _send(http, probe.method, probe.missing_url, probe.json)
-                        requests += 1
-                        if missing != answer:
-                            mismatches += 1
-                            problems.append(
-                                f"{store} {identity} {probe.route}: not-yours {answer} "
-                                f"!= missing {missing}"
-                            )
-                # Writes that name A's ids: an upload, and runs on A's thread and run ids.
-                upload = Answer.of(
-                    await http.post(
-                        f"/{store}/attachments/",
-                        files={"file": ("theirs.txt", b"their own bytes", "text/plain")},
-                    )
-                )
-                posted = [
-                    (
-                        "run on A's thread",
-                        Answer.of(
-                            await _run(
-                                http,
-                                store,
-                                run_body(
-                                    thread_id=owned[store].finished_thread,
-                                    run_id=f"run-{identity}",
-                                    text=f"hello from {identity}",
-                                ),
-                            )
-                        ),
-                    ),
-                    (
-                        "run as A's live run",
-                        Answer.of(
-                            await _run(
-                                http,
-                                store,
-                                run_body(
-                                    thread_id=owned[store].held_thread,
-                                    run_id=owned[store].held_run,
-                                    text=f"hi from {identity}",
-                                ),
-                            )
-                        ),
-                    ),
-                ]
-                requests += 3
-                for route, answer in [("attachment upload", upload), *posted]:
-                    expected = _EXPECTED[route][0 if served_here else 1]
-                    if answer.leaks():
-                        leaks += 1
-                        problems.append(f"LEAK {store} {identity} {route}")
-                    if answer.status != expected:
-                        problems.append(
-                            f"{store} {identity} {route}: {answer.status}, expected {expected}"
-                        )
-                if (
-                    upload.status == 201
-                    and json.loads(upload.body)["id"] == owned[store].attachment
-                ):
-                    leaks += 1
-                    problems.append(f"LEAK {store} {identity} upload reused A's attachment id")
-                for route, answer in posted:
-                    if answer.status == 200:
-                        events = sse_events(answer.body.decode())
-                        if events[-1]["type"] != "RUN_FINISHED":
-                            problems.append(f"{store} {identity} {route}: {events[-1]}")
-
-        after = {store: await _snapshot(owner, store, owned[store]) for store in STORES}
-        changed = [store for store in STORES if after[store] != before[store]]
-        cells = len(STORES) * len(IDENTITIES) * (len(_probes("x", owned["session"])) + 3)
-        print(
-            f"FIGURE cross-owner matrix: {len(STORES)} stores x {len(IDENTITIES)} identities x "
-            f"{cells // (len(STORES) * len(IDENTITIES))} routes = {cells} cells, "
-            f"{requests} requests; leaks={leaks}; not-yours!=missing={mismatches}; "
-            f"A's data changed on {len(changed)} stores"
-        )
-        assert problems == []
-        assert changed == []
-        # A's held runs were never stopped by a stranger: A cancels them now.
-        for store in STORES:
-            thread, run = owned[store].held_thread, owned[store].held_run
-            cancelled = await owner.post(f"/{store}/runs/{thread}/{run}/cancel/")
-            assert cancelled.status_code == 202, (store, cancelled.text)
-            tail = await owner.get(f"/{store}/runs/{thread}/{run}/")
-            assert sse_events(tail.text)[-1]["type"] == "RUN_FINISHED"
+        sessions = {clients[name].cookies.get(settings.SESSION_COOKIE_NAME) for name in clients}
+        assert len(sessions) == 4
+        await _attack("user-a", clients, list(STORES), tally)
+        await _attack("anonymous-1", clients, [s for s in STORES if SERVES_ANONYMOUS[s]], tally)
     finally:
-        for http in [owner, *others.values()]:
+        for http in clients.values():
             await http.aclose()
+    print(
+        f"FIGURE cross-owner matrix: {len(STORES)} stores x {len(IDENTITIES)} identities x "
+        f"{len(_EXPECTED)} routes; owners user-a (4 stores) and anonymous-1 (the 3 stores "
+        f"serving visitors), each probed by the 3 others: {tally.cells} cells, "
+        f"{tally.requests} requests; leaks={tally.leaks}; "
+        f"not-yours-404 != missing-404: {tally.mismatches}"
+    )
+    assert tally.problems == []
