@@ -266,6 +266,7 @@ async def _post_run(http: httpx.AsyncClient, store: str, body: bytes) -> httpx.R
     body=plausible_bodies | run_bodies | mutated_bodies | json_values | st.binary(max_size=64),
 )
 @example(store="default", body=b"[" * 5000 + b"]" * 5000)
+@example(store="default", body=b'{"threadId": "' + b"x" * 3_000_000 + b'"}')
 @example(store="default", body={**run_body(), "messages": [{"id": "u", "role": "user"}]})
 @example(
     store="default",

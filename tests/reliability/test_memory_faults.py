@@ -4,7 +4,7 @@ The emulator and the AG-UI server are served by uvicorn on a loopback port; the 
 Service store talks to the emulator over that socket. The emulator answers about one request
 in ten with a 429 (with and without ``Retry-After``), a 503, a timeout (the client's read
 timeout passes; sometimes after the write happened) or a dropped connection (sometimes after
-the write happened). Ten threads take four turns each (40 runs, half with a tool call); every
+the write happened). Fifteen threads take four turns each (60 runs, half with a tool call); every
 frame's arrival is timed on the client. Then, with the faults disarmed, the stored threads are
 compared with what was streamed.
 """
@@ -43,14 +43,14 @@ from tests.support.emulator import no_faults_armed
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
 
-THREADS = 10
+THREADS = 15
 TURNS = 4
 HEARTBEAT = 0.25
 #: The Memory Service client's read timeout, and how long a timeout fault holds a request.
-CLIENT_TIMEOUT = 0.5
-HELD = 0.8
+CLIENT_TIMEOUT = 1.0
+HELD = 1.3
 #: A stream that is silent for this many heartbeat intervals counts as stalled.
-STALL_INTERVALS = 8
+STALL_INTERVALS = 12
 
 
 def _faults() -> list[Fault]:
