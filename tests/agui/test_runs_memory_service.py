@@ -106,6 +106,7 @@ async def test_a_memory_service_outage_is_a_json_503_never_a_500(
     live_server: Any, alice: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     from django_pydantic_agent.agui.http import MEMORY_SERVICE_BUSY
+    from django_pydantic_agent.chat_history.memory_service import RetryPolicy
     from django_pydantic_agent.contrib.memory_service_emulator import Fault, fault_injector
     from django_pydantic_agent.persistence.memory_service import MemoryServiceAttachmentStore
 
@@ -119,7 +120,10 @@ async def test_a_memory_service_outage_is_a_json_503_never_a_500(
             server = AGUIServer(
                 scripted_agent(),
                 conversation_store=MemoryServiceConversationStore(client, space),
-                attachment_store=MemoryServiceAttachmentStore(client, space),
+                # One attempt: the 503 comes at once instead of after the store's retries.
+                attachment_store=MemoryServiceAttachmentStore(
+                    client, space, retry=RetryPolicy(attempts=1)
+                ),
                 csrf_exempt=True,
             )
             upload = factory.post("/", data={"file": io.BytesIO(b"notes")})
