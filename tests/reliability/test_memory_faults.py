@@ -36,8 +36,11 @@ from django_pydantic_agent.agui.errors import REDACTED_RUN_ERROR, REDACTED_SAVE_
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.contrib.memory_service_emulator import Fault, fault_injector
 from django_pydantic_agent.memory_service import DRMemoryServiceClient
-from django_pydantic_agent.persistence.memory_service import MemoryServiceConversationStore
-from tests.agui.conftest import session_cookie
+from django_pydantic_agent.persistence.memory_service import (
+    MemoryServiceAttachmentStore,
+    MemoryServiceConversationStore,
+)
+from tests.agui.conftest import run_body, session_cookie
 from tests.reliability.stack import serve, user_texts
 from tests.support.emulator import no_faults_armed
 
@@ -298,3 +301,102 @@ async def test_runs_lose_and_repeat_nothing_when_the_memory_service_fails_one_re
             assert (lost, duplicated) == (0, 0)
             assert all(run.pings > 0 for run in all_runs)
             assert max_gap <= STALL_INTERVALS * HEARTBEAT
+
+
+DRAWER_ROUNDS = 30
+
+
+async def test_the_thread_drawer_and_attachments_answer_json_under_the_same_faults(
+    alice: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every answer is a success or a JSON 503 with ``Retry-After``; what succeeded is stored."""
+    caplog.set_level(logging.INFO, logger="django_pydantic_agent")
+    with no_faults_armed():
+        async with (
+            serve() as served,
+            httpx.AsyncClient(timeout=CLIENT_TIMEOUT) as pool,
+            httpx.AsyncClient(base_url=served.origin, timeout=60) as http,
+        ):
+            client = DRMemoryServiceClient(
+                endpoint=f"{served.origin}/api/v2", api_token="token-drawer", http_client=pool
+            )
+            space = f"drawer-{uuid.uuid4().hex}"
+            store = MemoryServiceConversationStore(client, space)
+            await store.memory_space()
+            attachments = MemoryServiceAttachmentStore(client, space)
+            server = AGUIServer(
+                fault_agent(),
+                conversation_store=store,
+                attachment_store=attachments,
+                csrf_exempt=True,
+                heartbeat_seconds=HEARTBEAT,
+                namespace="drawer",
+            )
+            served.mount([path("drawer/", server.urls)])
+            http.cookies.set(settings.SESSION_COOKIE_NAME, await session_cookie(alice))
+            for n in range(3):
+                body = run_body(thread_id=f"thread-{n}", run_id="run-0", text=f"text {n}")
+                assert (await http.post("/drawer/", json=body)).status_code == 200
+            await RunCoordinator.wait_for_all_runs()
+            statuses: Counter[tuple[str, int]] = Counter()
+            unclear: list[str] = []
+            uploaded: dict[str, bytes] = {}
+            titles: dict[str, str] = {}
+
+            def judge(route: str, response: httpx.Response, ok: int) -> bool:
+                statuses[(route, response.status_code)] += 1
+                if response.status_code == ok:
+                    return True
+                if response.status_code != 503 or not response.headers.get("Retry-After"):
+                    unclear.append(f"{route}: {response.status_code} {response.text[:200]}")
+                elif response.headers["content-type"] != "application/json":
+                    unclear.append(f"{route}: 503 {response.headers['content-type']}")
+                return False
+
+            fault_injector.seed(7)
+            with fault_injector.inject(*_faults()):
+                for n in range(DRAWER_ROUNDS):
+                    thread = f"thread-{n % 3}"
+                    judge("list", await http.get("/drawer/threads/"), 200)
+                    judge("get", await http.get(f"/drawer/threads/{thread}/"), 200)
+                    title = f"Title {n}"
+                    renamed = await http.patch(f"/drawer/threads/{thread}/", json={"title": title})
+                    if judge("rename", renamed, 200):
+                        titles[thread] = title
+                    data = f"file {n} ".encode() * 50
+                    upload = await http.post(
+                        "/drawer/attachments/", files={"file": (f"{n}.txt", data, "text/plain")}
+                    )
+                    if judge("upload", upload, 201):
+                        uploaded[upload.json()["id"]] = data
+                        got = await http.get(f"/drawer/attachments/{upload.json()['id']}/")
+                        if judge("download", got, 200) and got.content != data:
+                            unclear.append(f"download {n}: other bytes")
+            fired = fault_injector.fired()
+            # With the faults gone: every rename and upload that was answered as done is stored.
+            listed = (await http.get("/drawer/threads/")).json()["threads"]
+            stored_titles = {row["threadId"]: row["title"] for row in listed}
+            lost_renames = [t for t, title in titles.items() if stored_titles.get(t) != title]
+            lost_files = []
+            for attachment_id, data in uploaded.items():
+                got = await http.get(f"/drawer/attachments/{attachment_id}/")
+                if got.status_code != 200 or got.content != data:
+                    lost_files.append(attachment_id)
+    errors = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.ERROR and r.name.startswith("django_pydantic_agent")
+    ]
+    answered = sum(statuses.values())
+    busy = sum(n for (_, status), n in statuses.items() if status == 503)
+    print(
+        f"FIGURE memory-service faults, drawer and attachments: {answered} requests "
+        f"({DRAWER_ROUNDS} rounds of list, get, rename, upload, download), {fired} faults "
+        f"fired; answered 503 with Retry-After: {busy} "
+        f"({', '.join(f'{r}={n}' for (r, s), n in sorted(statuses.items()) if s == 503)}); "
+        f"other failures {len(unclear)}; lost renames {len(lost_renames)}, lost files "
+        f"{len(lost_files)} of {len(uploaded)}; ERROR records {len(errors)}"
+    )
+    assert unclear == []
+    assert (lost_renames, lost_files) == ([], [])
+    assert errors == []
