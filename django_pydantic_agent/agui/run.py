@@ -251,8 +251,9 @@ class RunEndpoint:
         415 (not ``application/json``), 413 (body over ``body_limit()``), 400 (invalid
         ``RunAgentInput`` or history, or a client tool shadowing a server tool, each logged as
         one ``WARNING`` line), 403 (a persisting store refuses this caller) and 409 (the thread
-        is running another run, with ``concurrent_runs="reject"``). Afterwards, failures are
-        ``RUN_ERROR``, and every stream ends with ``RUN_FINISHED`` or ``RUN_ERROR``.
+        is running another run, with ``concurrent_runs="reject"``; a run of this worker that
+        only stores its last writes after its stream ended is waited for instead). Afterwards,
+        failures are ``RUN_ERROR``, and every stream ends with ``RUN_FINISHED`` or ``RUN_ERROR``.
         """
         options = self._options
         refusal = await self._access.check_throttle(request)

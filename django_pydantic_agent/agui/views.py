@@ -23,8 +23,10 @@ from django_pydantic_agent.agui.http import (
     database_error_response,
     declared_length,
     error_response,
+    memory_service_error_response,
 )
 from django_pydantic_agent.agui.ids import is_valid_id
+from django_pydantic_agent.memory_service import DRMemoryServiceError
 
 __all__ = ["ABANDONED_HOOK", "AGUIView", "Handler"]
 
@@ -83,7 +85,8 @@ class AGUIView:
     ``max_body_bytes`` (called per request) caps the body of a JSON route: a declared
     ``Content-Length`` over it is a 413 before anything reads the body. The upload route leaves
     it unset and checks its own cap. A ``DatabaseError`` raised before a response exists is a
-    JSON 503 (lock or timeout, with ``Retry-After``) or 500, logged once. Every answer that is not
+    JSON 503 (lock or timeout, with ``Retry-After``) or 500, logged once; so is a Memory Service
+    error (503 for an outage, timeout or rate limit). Every answer that is not
     a stream and sets no ``Cache-Control`` gets ``private, no-store``: it is one caller's data.
     ``on_request()``, when given, is called first on every request, before authentication
     (the server starts its run sweeper with it); it must be cheap and must not raise.
@@ -144,6 +147,8 @@ class AGUIView:
             response = await self._dispatch(request, **kwargs)
         except DatabaseError as exc:
             response = database_error_response(request, exc)
+        except DRMemoryServiceError as exc:
+            response = memory_service_error_response(request, exc)
         if not isinstance(response, StreamingHttpResponse) and not response.has_header(
             "Cache-Control"
         ):
