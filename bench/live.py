@@ -98,7 +98,15 @@ def served(
     processes: list[subprocess.Popen[bytes]] = []
     try:
         if emulator:
-            live, process = _uvicorn("django.core.asgi:get_asgi_application", _env(base), cwd=ROOT)
+            # The emulator keeps its events in a database file of its own, as a real Memory
+            # Service is another system: its writes never queue behind this package's.
+            emulator_env = _env({**base, "BENCH_DB": "emulator.sqlite3"})
+            emulator_env.pop("DATABASE_URL", None)
+            migrate = [sys.executable, "-m", "django", "migrate", "--verbosity", "0"]
+            subprocess.run(migrate, cwd=ROOT, env=emulator_env, check=True)
+            live, process = _uvicorn(
+                "django.core.asgi:get_asgi_application", emulator_env, cwd=ROOT
+            )
             processes.append(process)
             base["BENCH_EMULATOR"] = f"{live.origin}/api/v2"
         servers = []

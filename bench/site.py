@@ -38,3 +38,11 @@ if os.environ.get("REDIS_URL"):
             "KEY_PREFIX": os.environ.get("BENCH_CACHE_PREFIX", "dpa-bench"),
         }
     }
+
+# Server errors (a 500) are printed with their traceback, so a failing run is visible.
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "loggers": {"django.request": {"handlers": ["stderr"], "level": "ERROR"}},
+}

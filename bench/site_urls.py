@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -52,12 +54,15 @@ class Latency(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         await asyncio.sleep(self.delay)
+        if TRACE:
+            print(f"{time.perf_counter():.3f} {request.method} {request.url.path}", file=sys.stderr)
         return await self.inner.handle_async_request(request)
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
+TRACE = bool(os.environ.get("BENCH_TRACE"))
 emulator = os.environ.get("BENCH_EMULATOR", "http://127.0.0.1:1/api/v2")
 
 
