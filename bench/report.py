@@ -10,7 +10,8 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,8 @@ def machine(database: str | None = None) -> str:
 
             database = f"SQLite {sqlite3.sqlite_version}"
         elif database == "postgresql":
-            database = f"PostgreSQL {connection.cursor().connection.info.server_version}"
+            version = connection.cursor().connection.info.server_version
+            database = f"PostgreSQL {version // 10000}.{version % 10000}"
     return (
         f"{_cpu()}, {os.cpu_count()} cores (shared), Linux {platform.release()}, "
         f"Python {platform.python_version()}, Django {django.get_version()}, {database}"
@@ -360,10 +362,10 @@ def runs_suite(report: Report, args: Any) -> None:
     note = "One worker uses the process's cache."
     redis = os.environ.get("REDIS_URL")
     if redis:
-        env = {"REDIS_URL": redis, "BENCH_CACHE_PREFIX": f"dpa-bench-{uuid.uuid4().hex[:8]}"}
-        with served(2, env=env, emulator=False) as [first, second]:
-            across = asyncio.run(cancel_latency(first, second, samples=samples))
-        cancel.append(cancel_row("the other worker (two uvicorn processes, Redis cache)", across))
+        row, database = _cancel_across_workers(os.environ.get("POSTGRES_URL"), redis, samples)
+        cancel.append(row)
+        if database:
+            note += f" The two workers share {database} (a fresh database) and Redis."
         note += (
             " Across workers the cancel intent travels through Redis and the running worker "
             "reads it at most every 0.5 s (CANCEL_POLL_SECONDS)."
@@ -396,7 +398,9 @@ def sweeper_suite(report: Report, args: Any) -> None:
     )
 
 
-def _sweep_on_postgres(url: str, runs: int) -> tuple[str, str]:
+@contextmanager
+def fresh_postgres(url: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database on the server of ``url``; its URL. Dropped after."""
     import psycopg
 
     name = f"dpa_bench_{uuid.uuid4().hex[:8]}"
@@ -404,19 +408,70 @@ def _sweep_on_postgres(url: str, runs: int) -> tuple[str, str]:
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        database = urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
-        env = {**os.environ, "DATABASE_URL": database, "PYTHONPATH": str(ROOT)}
-        env.pop("DJANGO_SETTINGS_MODULE", None)
-        argv = [sys.executable, "-m", "bench", "--suite", "sweeper", "--runs", str(runs)]
-        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-        if done.returncode:
-            raise RuntimeError(f"The PostgreSQL sweep failed:\n{done.stderr}")
-        row = next(line for line in done.stdout.splitlines() if line.startswith("| postgresql"))
-        command = f"DATABASE_URL=postgres://…/{name} python -m bench --suite sweeper --runs {runs}"
-        return row, command
+        yield urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _bench_env(database: str) -> dict[str, str]:
+    env = {**os.environ, "DATABASE_URL": database, "PYTHONPATH": str(ROOT)}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    return env
+
+
+def _sweep_on_postgres(url: str, runs: int) -> tuple[str, str]:
+    with fresh_postgres(url) as database:
+        argv = [sys.executable, "-m", "bench", "--suite", "sweeper", "--runs", str(runs)]
+        done = subprocess.run(
+            argv, cwd=ROOT, env=_bench_env(database), capture_output=True, text=True, check=False
+        )
+        if done.returncode:
+            raise RuntimeError(f"The PostgreSQL sweep failed:\n{done.stderr}")
+        row = next(line for line in done.stdout.splitlines() if line.startswith("| postgresql"))
+    name = urlsplit(database).path
+    command = f"DATABASE_URL=postgres://…{name} python -m bench --suite sweeper --runs {runs}"
+    return row, command
+
+
+def _cancel_across_workers(postgres: str | None, redis: str, samples: int) -> tuple[str, str]:
+    """Cancel through the other of two workers sharing Redis, on PostgreSQL when given."""
+    from bench.live import served
+    from bench.runs import cancel_latency, cancel_row
+
+    env = {"REDIS_URL": redis, "BENCH_CACHE_PREFIX": f"dpa-bench-{uuid.uuid4().hex[:8]}"}
+    if postgres is None:
+        with served(2, env=env, emulator=False) as [first, second]:
+            across = asyncio.run(cancel_latency(first, second, samples=samples))
+        return cancel_row("the other worker (two uvicorn processes, SQLite, Redis)", across), ""
+    with fresh_postgres(postgres) as database:
+        prepare = _bench_env(database) | {"DJANGO_SETTINGS_MODULE": "bench.settings"}
+        subprocess.run(
+            [sys.executable, "-m", "django", "migrate", "--verbosity", "0"],
+            cwd=ROOT,
+            env=prepare,
+            check=True,
+        )
+        user = (
+            "from django.contrib.auth import get_user_model; "
+            "get_user_model().objects.get_or_create(username='bench')"
+        )
+        subprocess.run(
+            [sys.executable, "-m", "django", "shell", "-c", user], cwd=ROOT, env=prepare, check=True
+        )
+        with served(2, env={**env, "DATABASE_URL": database}, emulator=False) as [first, second]:
+            across = asyncio.run(cancel_latency(first, second, samples=samples))
+    label = "the other worker (two uvicorn processes, PostgreSQL, Redis)"
+    return cancel_row(label, across), machine_db_postgres(postgres)
+
+
+def machine_db_postgres(url: str) -> str:
+    """``PostgreSQL <major>.<minor>`` of the server at ``url``."""
+    import psycopg
+
+    admin = urlunsplit(urlsplit(url)._replace(path="/postgres"))
+    with psycopg.connect(admin) as conn:
+        return f"PostgreSQL {conn.info.server_version // 10000}.{conn.info.server_version % 10000}"
 
 
 def run_suites(report: Report, args: Any, suites: Sequence[str]) -> None:

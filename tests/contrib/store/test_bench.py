@@ -60,7 +60,20 @@ def test_main_rejects_non_positive_sizes(capsys: pytest.CaptureFixture[str]) -> 
 
 # Toy sizes, and one chat-history turn: the full 50-turn request budget has its own tests
 # (tests/chat_history/test_memory_service.py).
-TOY = ["--suite", "store", "--messages", "4", "--threads", "3", "--orphans", "2", "--samples", "1", "--turns", "1"]
+TOY = [
+    "--suite",
+    "store",
+    "--messages",
+    "4",
+    "--threads",
+    "3",
+    "--orphans",
+    "2",
+    "--samples",
+    "1",
+    "--turns",
+    "1",
+]
 
 
 def _start_bench(env_overrides: dict[str, str]) -> subprocess.Popen[str]:
@@ -166,7 +179,8 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     text = page.read_text()
-    assert text.startswith("# Benchmarks\n\nprose kept\n") and text.endswith("\ntail kept\n")
+    assert text.startswith("# Benchmarks\n\nprose kept\n")
+    assert text.endswith("\ntail kept\n")
     assert "old figures" not in text
     for title in (
         "contrib.store operations",
