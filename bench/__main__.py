@@ -84,7 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     call_command("migrate", verbosity=0)
     from bench.report import Report, run_suites
 
-    report = Report(command=" ".join(["python -m bench", *argv]))
+    shown = [
+        f"{name}=…"
+        for name in ("DATABASE_URL", "POSTGRES_URL", "REDIS_URL")
+        if os.environ.get(name)
+    ]
+    report = Report(command=" ".join([*shown, "python -m bench", *argv]))
     run_suites(report, args, SUITES if args.suite == "all" else (args.suite,))
     text = report.markdown()
     print(text)
