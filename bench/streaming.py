@@ -21,9 +21,9 @@ from bench.live import Stream, run_body, stream
 __all__ = ["FIRST_EVENT_HEADER", "HEADER", "Row", "first_event_table", "measure_mounts"]
 
 HEADER = (
-    "| server | persistence | events | events/s | vs off | first byte ms | first event ms "
-    "| RUN_FINISHED → close ms | runs |\n"
-    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    "| server | persistence | events | events/s | min to max | vs off | first byte ms "
+    "| first event ms | RUN_FINISHED → close ms | runs |\n"
+    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 )
 
 
@@ -42,12 +42,14 @@ class Row:
         return self.median(lambda s: s.events_per_second)
 
     def row(self) -> str:
+        rates = [s.events_per_second for s in self.streams]
+        low, high = min(rates), max(rates)
         ratio = (
             "" if self.baseline is None else f"{self.events_per_second / self.baseline:.2f}\u00d7"
         )
         return (
             f"| {self.server} | {self.persistence} | {self.streams[0].events} "
-            f"| {self.events_per_second:,.0f} | {ratio} "
+            f"| {self.events_per_second:,.0f} | {low:,.0f} to {high:,.0f} | {ratio} "
             f"| {self.median(lambda s: s.first_byte) * 1000:.1f} "
             f"| {self.median(lambda s: s.first_event) * 1000:.1f} "
             f"| {self.median(lambda s: s.finished_to_close_ms):.2f} | {len(self.streams)} |"
