@@ -104,14 +104,12 @@ def served(
             emulator_env.pop("DATABASE_URL", None)
             migrate = [sys.executable, "-m", "django", "migrate", "--verbosity", "0"]
             subprocess.run(migrate, cwd=ROOT, env=emulator_env, check=True)
-            live, process = _uvicorn(
-                "django.core.asgi:get_asgi_application", emulator_env, cwd=ROOT
-            )
+            live, process = _uvicorn("bench.asgi:application", emulator_env, cwd=ROOT)
             processes.append(process)
             base["BENCH_EMULATOR"] = f"{live.origin}/api/v2"
         servers = []
         for _ in range(workers):
-            live, process = _uvicorn("django.core.asgi:get_asgi_application", _env(base), cwd=ROOT)
+            live, process = _uvicorn("bench.asgi:application", _env(base), cwd=ROOT)
             processes.append(process)
             servers.append(live)
         yield servers
