@@ -339,6 +339,22 @@ def run_path_suite(report: Report, args: Any) -> None:
     )
 
 
+def append_suite(report: Report, args: Any) -> None:
+    from bench.runpath import APPEND_HEADER, append_costs
+
+    large = max(40, args.messages)
+    lines = asyncio.run(append_costs(large=large, samples=max(3, min(args.samples, 20))))
+    report.table(
+        f"The run path's writes alone, at message 10 and at message {large:,}",
+        [APPEND_HEADER, *lines],
+        note=(
+            "One turn's writes as the storage agent makes them (the user message, the answer, "
+            "two deltas and the final status: five flushes) through OrmMessageRepository on a "
+            "warm worker, in process: what an append costs without the history the agent reads."
+        ),
+    )
+
+
 def runs_suite(report: Report, args: Any) -> None:
     from bench.live import served
     from bench.runs import (
@@ -457,7 +473,11 @@ def _cancel_across_workers(postgres: str | None, redis: str, samples: int) -> tu
             "get_user_model().objects.get_or_create(username='bench')"
         )
         subprocess.run(
-            [sys.executable, "-m", "django", "shell", "-c", user], cwd=ROOT, env=prepare, check=True
+            [sys.executable, "-m", "django", "shell", "-c", user],
+            cwd=ROOT,
+            env=prepare,
+            check=True,
+            capture_output=True,
         )
         with served(2, env={**env, "DATABASE_URL": database}, emulator=False) as [first, second]:
             across = asyncio.run(cancel_latency(first, second, samples=samples))
@@ -485,6 +505,7 @@ def run_suites(report: Report, args: Any, suites: Sequence[str]) -> None:
             streaming_suite(report, args)
         elif suite == "run-path":
             run_path_suite(report, args)
+            append_suite(report, args)
         elif suite == "runs":
             runs_suite(report, args)
         elif suite == "sweeper":

@@ -188,14 +188,15 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "Streaming a 2,000-delta run over HTTP",
         "Time to the first event on a new thread",
         "The run path: a turn at message 10",
+        "The run path's writes alone, at message 10",
         "Reattach latency",
         "Cancel latency",
         "Upload RSS",
         "The sweeper on 20 stale runs",
     ):
         assert f"### {title}" in text
-    assert text.count("Machine: ") == 9
-    assert text.count("$ python -m bench --quick --no-predecessors --write") >= 9
+    assert text.count("Machine: ") == 10
+    assert text.count("$ python -m bench --quick --no-predecessors --write") >= 10
     # Each streaming row counts the whole run: RUN_STARTED, 2,000 deltas with their
     # start and end, RUN_FINISHED.
     streaming = [line for line in text.splitlines() if line.startswith("| django-pydantic-agent")]
