@@ -220,8 +220,26 @@ class RunEndpoint:
         if record is None:
             return None
         handle = self.coordinator.manager.get(thread_id, record.run_id, owner=owner_id)
-        last_seq = record.last_seq if handle is None else handle.last_seq
-        return {"runId": record.run_id, "lastSeq": last_seq}
+        if handle is not None:
+            return {"runId": record.run_id, "lastSeq": handle.last_seq}
+        # Running on another worker: its relayed log is fresher than the record's heartbeat.
+        relayed = await self.coordinator.relay.last_seq(owner_id, thread_id, record.run_id)
+        return {"runId": record.run_id, "lastSeq": max(record.last_seq, relayed or 0)}
+
+    async def settle(self, request: HttpRequest, thread_id: str | None) -> None:
+        """Return once this worker's finished runs of the caller on ``thread_id`` are stored.
+
+        A stream ends at its terminal event while the run's last writes go on behind it; a
+        thread read waits for them (bounded by ``SETTLE_SECONDS``), so it sees what the stream
+        showed. ``thread_id`` ``None`` waits for the caller's runs on every thread.
+        """
+        if self.coordinator is None:
+            return
+        try:
+            owner_id = await self.owner_id(request)
+        except StoreError:
+            return
+        await self.coordinator.settle(owner_id, thread_id)
 
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         """Validate the run, prepare per-request parts, and return the SSE response.
@@ -271,6 +289,11 @@ class RunEndpoint:
         try:
             owner_id = await self.owner_id(request)
             chat_repo, message_repo, user_uuid = await self.repositories(request)
+            # A repository that can tell a run would create a thread over quota says so now,
+            # as a 413, rather than in a RUN_ERROR once streaming started.
+            refuse_over_quota = getattr(chat_repo, "refuse_over_quota", None)
+            if refuse_over_quota is not None:
+                await refuse_over_quota(run_input.thread_id)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
         coordinator = self.coordinator
@@ -310,6 +333,8 @@ class RunEndpoint:
                     f"Run {run_id!r} already ran on thread {thread_id!r} ({record.status}); "
                     "start a new run with a new runId, or reattach to this one.",
                 )
+            if await self._finishing(owner_id, thread_id, record.run_id):
+                continue  # it ended for its readers and has now stored its last events
             if self._options.concurrent_runs != "interrupt":
                 response = error_response(
                     409, THREAD_BUSY.format(thread_id=thread_id, run_id=record.run_id)
@@ -319,6 +344,21 @@ class RunEndpoint:
             await self.coordinator.request_cancel(owner_id, thread_id, record.run_id)
             await self._wait_until_idle(owner_id, thread_id, record.run_id)
         return error_response(409, THREAD_BUSY.format(thread_id=thread_id, run_id="?"))
+
+    async def _finishing(self, owner_id: str, thread_id: str, run_id: str) -> bool:
+        """Wait (a bounded time) for a run of this worker that already sent its terminal event
+        and is still storing its last events; ``True`` once it is done.
+
+        A client sends its next turn as soon as it reads ``RUN_FINISHED``: that turn must not
+        find the thread busy with a run that has ended for every reader.
+        """
+        assert self.coordinator is not None
+        handle = self.coordinator.manager.get(thread_id, run_id, owner=owner_id)
+        if handle is None or handle.terminal_event is None:
+            return False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(handle.wait(), timeout=self._options.interrupt_wait_seconds)
+        return handle.done()
 
     async def _wait_until_idle(self, owner_id: str, thread_id: str, run_id: str) -> None:
         """Wait (a bounded time) for a cancelled run to end, here or on another worker."""

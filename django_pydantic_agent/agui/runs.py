@@ -3,22 +3,25 @@
 ``RunCoordinator`` owns the mount's ``StreamPersistenceManager`` (one per ``AGUIServer``): every
 persisting run executes in a task it owns, so a client that goes away stops only its reading.
 As the manager's ``RunObserver`` it keeps the run's record in the run store (``running`` at
-start, a heartbeat with the last sequence number, the final status and token usage at the end)
-and reads the run's cancel intent from Django's cache (at most every ``CANCEL_POLL_SECONDS``),
-so a cancel posted to any worker stops the run on the worker that runs it.
+start, a heartbeat with the last sequence number, the final status and token usage at the end),
+relays each live run's log to Django's cache (``relay.RunRelay``), and reads the run's cancel
+intent from the cache at most every ``CANCEL_POLL_SECONDS``, after events and from the relay's
+tick alike (so a model silent between events is still stopped), so a cancel posted to any
+worker stops the run on the worker that runs it.
 
 ``RunEndpoints`` are the ``runs/<thread_id>/<run_id>/`` routes: ``GET`` reattaches (the run's
 log after ``?after=<seq>`` or ``Last-Event-ID``, opened with ``RUN_STARTED`` and every message
-still streaming re-opened, then the live tail; a run this worker does not hold answers from
-storage with ``MESSAGES_SNAPSHOT`` and its terminal event), ``POST .../cancel/`` cancels. Both
-are owner-checked through the run store: a stranger's run is a 404 exactly like a missing one.
+still streaming re-opened, then the live tail, from this worker's handle or, for a run running
+on another worker, from the relayed log in the cache; a finished run, or one whose log the
+cache does not hold, answers from storage with ``MESSAGES_SNAPSHOT`` and its terminal event),
+``POST .../cancel/`` cancels. Both are owner-checked through the run store: a stranger's run is
+a 404 exactly like a missing one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import hashlib
 import logging
 import os
 import socket
@@ -31,23 +34,23 @@ from ag_ui.core import (
     BaseEvent,
     EventType,
     MessagesSnapshotEvent,
-    ReasoningEndEvent,
-    ReasoningMessageEndEvent,
-    ReasoningMessageStartEvent,
-    ReasoningStartEvent,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunStartedEvent,
-    TextMessageEndEvent,
-    TextMessageStartEvent,
-    ToolCallEndEvent,
-    ToolCallStartEvent,
 )
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from django_pydantic_agent.agui.http import error_response
+from django_pydantic_agent.agui.relay import (
+    RELAY_INTERVAL_SECONDS,
+    RelayedLog,
+    RunRelay,
+    event_id,
+    replay_entries,
+    run_digest,
+)
 from django_pydantic_agent.agui.sse import encode_event, sse_response, with_heartbeat
 from django_pydantic_agent.chat_history import (
     RunHandle,
@@ -61,6 +64,7 @@ from django_pydantic_agent.persistence.runs import RunRecord, RunStatus, RunStor
 __all__ = [
     "CANCEL_POLL_SECONDS",
     "RUN_NOT_FOUND",
+    "SETTLE_SECONDS",
     "RunCoordinator",
     "RunEndpoints",
     "event_id",
@@ -69,19 +73,21 @@ __all__ = [
 
 logger = logging.getLogger("django_pydantic_agent.agui")
 
+_TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+
 #: The 404 of the run routes (a stranger's run reads the same).
 RUN_NOT_FOUND: Final[str] = "No such run."
 #: The longest the owning worker goes without reading a run's cancel intent while it streams.
 CANCEL_POLL_SECONDS: Final[float] = 0.5
+#: The longest a thread read waits for a finished run's last writes (``RunCoordinator.settle``).
+SETTLE_SECONDS: Final[float] = 5.0
 _CANCEL_PREFIX = "django_pydantic_agent:cancel"
 _CANCEL_TTL = 24 * 3600
+# How long a reattach waits for another worker's relayed log to appear, or to catch up with
+# the ``after`` its client saw (the relay lags the live stream by up to one interval).
+_RELAY_GRACE_SECONDS = 1.0
 #: This process, as the ``worker`` of the runs it executes.
 WORKER_ID: Final[str] = f"{socket.gethostname()}:{os.getpid()}"
-
-
-def event_id(run_id: str, seq: int) -> str:
-    """The SSE ``id:`` of event ``seq`` of run ``run_id``: ``<run_id>:<seq>``."""
-    return f"{run_id}:{seq}"
 
 
 def parse_after(request: HttpRequest, run_id: str) -> int | None:
@@ -101,10 +107,6 @@ def parse_after(request: HttpRequest, run_id: str) -> int | None:
     if not raw.isdigit():
         return None
     return int(raw)
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 
 def _status_of(handle: RunHandle) -> str:
@@ -137,9 +139,13 @@ class RunCoordinator(RunObserver):
         run_store: RunStore,
         heartbeat_seconds: float = 10.0,
         cache_alias: str = "default",
+        relay_interval: float = RELAY_INTERVAL_SECONDS,
     ) -> None:
         self.run_store = run_store
         self._cache_alias = cache_alias
+        self.relay = RunRelay(
+            cache_alias=cache_alias, interval=relay_interval, on_tick=self._poll_cancel
+        )
         self._owners: dict[RunHandle, str] = {}
         self._last_cancel_check: dict[RunHandle, float] = {}
         self.manager: StreamPersistenceManager[Any] = StreamPersistenceManager(
@@ -160,6 +166,20 @@ class RunCoordinator(RunObserver):
             await asyncio.wait([asyncio.ensure_future(h.wait()) for h in handles])
             self._handles.difference_update(handles)
 
+    async def settle(self, owner_id: str, thread_id: str | None) -> None:
+        """Wait (at most ``SETTLE_SECONDS``) for this worker's runs of ``owner_id`` on
+        ``thread_id`` (``None``: any thread) that sent their terminal event to finish storing."""
+        runs = self.manager.runs(thread_id, owner=owner_id)
+        finalizing = [handle for handle in runs if handle.finalizing]
+        if not finalizing:
+            return
+        waiters = [asyncio.ensure_future(handle.wait()) for handle in finalizing]
+        _done, late = await asyncio.wait(waiters, timeout=SETTLE_SECONDS)
+        for waiter in late:
+            waiter.cancel()
+        if late:
+            await asyncio.wait(late)
+
     @classmethod
     async def wait_for_all_runs(cls) -> None:
         """``wait_for_runs`` of every live coordinator in this process (tests, shutdown)."""
@@ -175,20 +195,33 @@ class RunCoordinator(RunObserver):
         return caches[self._cache_alias]
 
     def _cancel_key(self, owner_id: str, thread_id: str, run_id: str) -> str:
-        return f"{_CANCEL_PREFIX}:{_digest(owner_id, thread_id, run_id)}"
+        return f"{_CANCEL_PREFIX}:{run_digest(owner_id, thread_id, run_id)}"
 
     async def request_cancel(self, owner_id: str, thread_id: str, run_id: str) -> None:
         """Record a durable cancel intent for the run, and stop it now if it runs here."""
         key = self._cancel_key(owner_id, thread_id, run_id)
         await sync_to_async(self._cache.set)(key, True, _CANCEL_TTL)
-        self.manager.cancel(thread_id, run_id, owner=owner_id)
+        handle = self.manager.get(thread_id, run_id, owner=owner_id)
+        if handle is not None and handle.cancel():
+            self.relay.nudge(handle)
 
     # -- RunObserver ----------------------------------------------------------------------
 
     def track(self, handle: RunHandle, owner_id: str) -> None:
-        """Remember the run-store owner of a run this coordinator started."""
+        """Remember the run-store owner of a run this coordinator started; start its relay."""
         self._owners[handle] = owner_id
         self._handles.add(handle)
+        self.relay.publish(handle, owner_id)
+
+    async def _poll_cancel(self, handle: RunHandle) -> None:
+        """The relay's tick: stop the run if its cancel intent is set (polls are throttled)."""
+        if handle.terminal_event is None and await self.cancel_requested(handle):
+            handle.cancel()
+            self.relay.nudge(handle)
+
+    async def on_event(self, handle: RunHandle, seq: int, event: BaseEvent) -> None:
+        if event.type in _TERMINAL:
+            self.relay.nudge(handle)
 
     async def cancel_requested(self, handle: RunHandle) -> bool:
         owner_id = self._owners.get(handle)
@@ -212,6 +245,7 @@ class RunCoordinator(RunObserver):
             )
 
     async def on_done(self, handle: RunHandle) -> None:
+        await self.relay.finish(handle)
         owner_id = self._owners.pop(handle, None)
         self._last_cancel_check.pop(handle, None)
         if owner_id is None:
@@ -231,54 +265,6 @@ class RunCoordinator(RunObserver):
         )
 
 
-class _OpenStreams:
-    """The messages, tool calls and reasoning steps a run's events opened and not yet closed."""
-
-    def __init__(self) -> None:
-        self._open: dict[tuple[str, str], BaseEvent] = {}
-
-    def fold(self, event: BaseEvent) -> None:
-        """Account for ``event``."""
-        if isinstance(event, TextMessageStartEvent):
-            self._open[("text", event.message_id)] = event
-        elif isinstance(event, ToolCallStartEvent):
-            self._open[("tool", event.tool_call_id)] = event
-        elif isinstance(event, ReasoningStartEvent):
-            self._open[("reasoning", event.message_id)] = event
-        elif isinstance(event, ReasoningMessageStartEvent):
-            self._open[("reasoning-message", event.message_id)] = event
-        elif isinstance(event, TextMessageEndEvent):
-            self._open.pop(("text", event.message_id), None)
-        elif isinstance(event, ToolCallEndEvent):
-            self._open.pop(("tool", event.tool_call_id), None)
-        elif isinstance(event, ReasoningEndEvent):
-            self._open.pop(("reasoning", event.message_id), None)
-        elif isinstance(event, ReasoningMessageEndEvent):
-            self._open.pop(("reasoning-message", event.message_id), None)
-
-    def openings(self) -> list[BaseEvent]:
-        """The ``*_START`` events of what is open, in the order they opened."""
-        return list(self._open.values())
-
-    def closings(self) -> list[BaseEvent]:
-        """``*_END`` events closing what is open, innermost (latest) first."""
-        ends: list[BaseEvent] = []
-        for kind, ident in reversed(self._open):
-            if kind == "text":
-                ends.append(TextMessageEndEvent(message_id=ident))
-            elif kind == "tool":
-                ends.append(ToolCallEndEvent(tool_call_id=ident))
-            elif kind == "reasoning-message":
-                ends.append(ReasoningMessageEndEvent(message_id=ident))
-            else:
-                ends.append(ReasoningEndEvent(message_id=ident))
-        self._open.clear()
-        return ends
-
-
-_TERMINAL = (EventType.RUN_FINISHED, EventType.RUN_ERROR)
-
-
 async def replay(handle: RunHandle, after: int) -> AsyncIterator[str]:
     """SSE frames of ``handle`` for a reader that saw up to ``after``, then the live tail.
 
@@ -288,25 +274,16 @@ async def replay(handle: RunHandle, after: int) -> AsyncIterator[str]:
     A run stopped mid-message (cancelled) gets the missing ``*_END`` events, without ids,
     before its terminal event, so AG-UI clients' verifiers accept the stream.
     """
-    streams = _OpenStreams()
-    first: BaseEvent | None = None
-    entries = handle.sequenced_events(after=0)
-    try:
-        async for seq, event in entries:
-            if seq <= after:
-                first = first or event
-                streams.fold(event)
-                if seq == after:
-                    for opening in [first, *streams.openings()]:
-                        yield encode_event(opening)
-                continue
-            if event.type in _TERMINAL:
-                for closing in streams.closings():
-                    yield encode_event(closing)
-            streams.fold(event)
-            yield encode_event(event, event_id=event_id(handle.run_id, seq))
-    finally:
-        await entries.aclose()
+    async for frame in replay_entries(handle.sequenced_events(after=0), handle.run_id, after):
+        yield frame
+
+
+def _beyond(run_id: str, after: int, last_seq: int) -> HttpResponseBase:
+    return error_response(
+        400,
+        f"after={after} is beyond run {run_id!r}'s last event ({last_seq}); "
+        "pass a sequence number the stream sent.",
+    )
 
 
 class RunEndpoints:
@@ -361,28 +338,56 @@ class RunEndpoints:
         frames: AsyncIterator[str]
         if handle is not None:
             if after > handle.last_seq:
-                return error_response(
-                    400,
-                    f"after={after} is beyond run {run_id!r}'s last event ({handle.last_seq}); "
-                    "pass a sequence number the stream sent.",
-                )
+                return _beyond(run_id, after, handle.last_seq)
             if after and after < handle.first_seq:
                 frames = self._from_storage(request, owner_id, record)
             else:
                 frames = replay(handle, after)
+        elif record.running:
+            # Running on another worker: follow its log relayed through the cache, if any.
+            relay = self._coordinator.relay
+            log = await relay.follow(owner_id, thread_id, run_id, grace=_RELAY_GRACE_SECONDS)
+            if log is None:
+                frames = self._from_storage(request, owner_id, record)
+            elif not await log.wait_for(after, seconds=_RELAY_GRACE_SECONDS):
+                return _beyond(run_id, after, log.last_seq)
+            else:
+                frames = self._relayed(request, owner_id, record, log, after)
         else:
             frames = self._from_storage(request, owner_id, record)
         if self._heartbeat:
             frames = with_heartbeat(frames, self._heartbeat)
         return sse_response(frames)
 
+    async def _relayed(
+        self, request: HttpRequest, owner_id: str, record: RunRecord, log: RelayedLog, after: int
+    ) -> AsyncIterator[str]:
+        """A run held by another worker, from its relayed log; from storage if the log is lost
+        mid-stream (evicted), after closing what it left open."""
+        run_store = self._coordinator.run_store
+
+        async def still_running() -> bool:
+            found = await run_store.get(
+                owner_id=owner_id, thread_id=record.thread_id, run_id=record.run_id
+            )
+            return found is not None and found.running
+
+        entries = log.entries(still_running=still_running)
+        async for frame in replay_entries(entries, record.run_id, after):
+            yield frame
+        if log.lost:
+            async for frame in self._from_storage(request, owner_id, record, started=True):
+                yield frame
+
     async def _from_storage(
-        self, request: HttpRequest, owner_id: str, record: RunRecord
+        self, request: HttpRequest, owner_id: str, record: RunRecord, *, started: bool = False
     ) -> AsyncIterator[str]:
         """A run this worker does not hold: wait while it runs elsewhere, then answer from
-        storage with ``RUN_STARTED``, ``MESSAGES_SNAPSHOT`` and its terminal event."""
+        storage with ``RUN_STARTED`` (unless ``started``), ``MESSAGES_SNAPSHOT`` and its
+        terminal event."""
         thread_id, run_id = record.thread_id, record.run_id
-        yield encode_event(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+        if not started:
+            yield encode_event(RunStartedEvent(thread_id=thread_id, run_id=run_id))
         while record.running:
             await asyncio.sleep(self._poll)
             found = await self._coordinator.run_store.get(

@@ -235,6 +235,7 @@ class AGUIServer:
             list_limit=self.thread_list_limit,
             body_limit=self.body_limit,
             active_run=run.active_run,
+            settle=run.settle,
         )
         attachments = AttachmentEndpoints(
             attachment_store, access=self.access, options=self.attachment_options

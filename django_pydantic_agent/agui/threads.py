@@ -20,6 +20,7 @@ from django_pydantic_agent.agui.http import error_response, read_json_body, refu
 from django_pydantic_agent.agui.input import NESTED_TOO_DEEPLY
 from django_pydantic_agent.agui.owners import owns_nothing
 from django_pydantic_agent.persistence import ConversationMeta, ConversationStore, StoreError
+from django_pydantic_agent.persistence.wire import BOOKKEEPING_KEY
 
 __all__ = ["MAX_TITLE_LENGTH", "NOT_FOUND", "TITLE_TOO_BIG", "ThreadEndpoints"]
 
@@ -34,13 +35,25 @@ TITLE_TOO_BIG = "send only the title."
 
 def _with_status(message: Any) -> Any:
     """``message`` with a top-level ``status`` (``complete`` / ``active`` / ``interrupted`` /
-    ``errored``): the store's own key, or its bookkeeping's, else ``complete``."""
-    if not isinstance(message, dict) or isinstance(message.get("status"), str):
+    ``errored``): the store's own key, or its bookkeeping's, else ``complete``.
+
+    The message that carries a failed run's outcome (its last, ``chatHistory.runOutcome`` of
+    type ``error``) reads ``errored`` even when its own text was complete, so a page reloaded
+    after a crash still shows the answer as failed.
+    """
+    if not isinstance(message, dict):
         return message
-    metadata = message.get("metadata")
-    book = metadata.get("django_pydantic_agent") if isinstance(metadata, dict) else None
-    status = book.get("status") if isinstance(book, dict) else None
-    return {**message, "status": status if isinstance(status, str) else "complete"}
+    status = message.get("status")
+    if not isinstance(status, str):
+        metadata = message.get("metadata")
+        book = metadata.get("django_pydantic_agent") if isinstance(metadata, dict) else None
+        status = book.get("status") if isinstance(book, dict) else None
+        status = status if isinstance(status, str) else "complete"
+    records = message.get(BOOKKEEPING_KEY)
+    outcome = records.get("runOutcome") if isinstance(records, dict) else None
+    if status == "complete" and isinstance(outcome, dict) and outcome.get("type") == "error":
+        status = "errored"
+    return message if message.get("status") == status else {**message, "status": status}
 
 
 def _meta_json(meta: ConversationMeta) -> dict[str, Any]:
@@ -59,6 +72,9 @@ class ThreadEndpoints:
     ``list_limit`` is the default and largest ``?limit=`` of the list; ``body_limit()`` the
     byte cap of a rename's JSON body, read per request. ``active_run(request, thread_id)``, when
     given, returns the caller's running run on the thread (``{"runId", "lastSeq"}`` or ``None``).
+    ``settle(request, thread_id)``, when given, returns once this worker's runs of the caller
+    that already sent their terminal event have stored it (``thread_id`` ``None``: every
+    thread), so a client that reads right after its stream ended sees its last words.
     """
 
     def __init__(
@@ -68,11 +84,13 @@ class ThreadEndpoints:
         list_limit: int,
         body_limit: Callable[[], int],
         active_run: Callable[[HttpRequest, str], Awaitable[dict[str, Any] | None]] | None = None,
+        settle: Callable[[HttpRequest, str | None], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._list_limit = list_limit
         self._body_limit = body_limit
         self._active_run = active_run
+        self._settle = settle
 
     async def _owns_nothing(self, request: HttpRequest) -> bool:
         return await owns_nothing(request, self._store)
@@ -99,6 +117,8 @@ class ThreadEndpoints:
             limit = min(limit, cap)
         if await self._owns_nothing(request):
             return JsonResponse({"threads": []})
+        if self._settle is not None:
+            await self._settle(request, None)
         try:
             metas = await self._store.list(request=request, limit=limit)
         except StoreError as exc:
@@ -113,6 +133,8 @@ class ThreadEndpoints:
         """
         if await self._owns_nothing(request):
             return error_response(404, NOT_FOUND)
+        if self._settle is not None:
+            await self._settle(request, thread_id)
         try:
             conversation = await self._store.load(thread_id, request=request)
         except StoreError as exc:

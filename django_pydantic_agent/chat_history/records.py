@@ -61,6 +61,7 @@ from pydantic import (
     model_validator,
 )
 
+from django_pydantic_agent.chat_history.errors import StaleDeltaError
 from django_pydantic_agent.memory_service import DRDeduplicationKey, DREvent, DRRangeKey, DRSession
 from django_pydantic_agent.memory_service.event import EmitterType
 
@@ -521,7 +522,8 @@ def apply_update(record: BaseModel, update: BaseModel) -> dict[str, Any]:
     declare (and cannot keep as extras) are logged and skipped.
 
     Raises:
-        ValueError: If a delta's offset is past the end of the stored value.
+        StaleDeltaError: If a delta's offset is past the end of the stored value (a
+            ``ValueError``).
     """
     changes = update_fields(update)
     applied: dict[str, Any] = {}
@@ -535,7 +537,7 @@ def apply_update(record: BaseModel, update: BaseModel) -> dict[str, Any]:
             offset = changes[f"{base}_offset"]
             current = getattr(record, base) or ""
             if len(current) < offset:
-                raise ValueError(
+                raise StaleDeltaError(
                     f"Cannot append to {type(record).__name__}.{base} at offset {offset}: the "
                     f"stored value has only {len(current)} characters; resend the full value."
                 )

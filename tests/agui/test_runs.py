@@ -265,6 +265,32 @@ async def test_a_second_run_on_a_busy_thread_is_a_409_by_default(alice: Any) -> 
     assert "already ran" in replayed.json()["error"]
 
 
+async def test_the_next_turn_right_after_run_finished_waits_for_the_last_writes(
+    alice: Any,
+) -> None:
+    from tests.agui.urls import LAGGING_RUNS
+
+    LAGGING_RUNS.hold()
+    try:
+        async with await logged_in(alice) as http:
+            first = await http.post("/lagging/", json=run_body())
+            # The client read RUN_FINISHED; the run's record is not final yet.
+            still_running = await active_run(http, "/lagging/")
+            second = await http.post("/lagging/", json=run_body(run_id="run-2", text="And 3 + 4?"))
+            await RunCoordinator.wait_for_all_runs()
+            thread = await http.get("/lagging/threads/thread-1/")
+    finally:
+        LAGGING_RUNS.release()
+    assert [e for _, e in sse_frames(first.text)][-1]["type"] == "RUN_FINISHED"
+    assert still_running is not None
+    assert still_running["runId"] == "run-1"
+    # The next turn waited for the first run to end instead of finding the thread busy.
+    assert second.status_code == 200, second.text
+    assert [e for _, e in sse_frames(second.text)][-1]["type"] == "RUN_FINISHED"
+    users = [m["content"] for m in thread.json()["messages"] if m["role"] == "user"]
+    assert users == ["What is 2 + 3?", "And 3 + 4?"]
+
+
 async def test_interrupt_policy_cancels_the_running_run_and_starts_the_new_one(
     alice: Any,
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -236,6 +237,8 @@ async def test_a_failed_run_saves_the_users_turn_and_the_partial_answer(alice: A
         {"id": "user-run-1", "role": "user", "content": "Please keep this"},
         {"id": answer_id, "role": "assistant", "content": "Partial "},
     ]
+    statuses = [m["status"] for m in response.json()["messages"]]
+    assert statuses == ["complete", "errored"], "a reloaded page shows the answer as failed"
 
 
 async def run_with_failing_save(
@@ -757,3 +760,96 @@ async def test_csrf_is_enforced_on_rename_and_delete(alice: Any) -> None:
     assert thread["title"] != "Pwned"
     assert renamed.status_code == 200
     assert removed.status_code == 204
+
+
+async def test_a_thread_read_right_after_the_stream_sees_the_runs_last_write(alice: Any) -> None:
+    """The stream ends at RUN_FINISHED while the last flush goes on; a read waits for it."""
+    from django.http import StreamingHttpResponse
+    from django.test import RequestFactory
+
+    from django_pydantic_agent.agui import AGUIServer
+    from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+    from tests.agui.agents import text_agent
+
+    class SlowLastWrite:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        async def create_message(self, data: Any) -> Any:
+            if data.role == "assistant" and data.status == "complete":
+                await asyncio.sleep(0.3)  # a slow store: the stream has ended by now
+            return await self._inner.create_message(data)
+
+        async def update_message(self, message_uuid: Any, update: Any) -> Any:
+            if update.status == "complete":
+                await asyncio.sleep(0.3)
+            return await self._inner.update_message(message_uuid, update)
+
+    class SlowStore(DefaultConversationStore):
+        async def repositories(self, *, request: Any) -> Any:
+            chats, messages = await super().repositories(request=request)
+            return chats, SlowLastWrite(messages)
+
+    async def auser() -> Any:
+        return alice
+
+    server = AGUIServer(text_agent(), conversation_store=SlowStore(), csrf_exempt=True)
+    factory = RequestFactory()
+    request = factory.post("/", data=run_body(), content_type="application/json")
+    request.auser, request.user = auser, alice
+    response = await server.run_view(request)
+    assert isinstance(response, StreamingHttpResponse)
+    events = sse_events("".join([bytes(chunk).decode() async for chunk in response]))
+    assert events[-1]["type"] == "RUN_FINISHED"
+    streamed = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+    read = factory.get("/threads/thread-1/")
+    read.auser, read.user = auser, alice
+    thread = await server.thread_view(read, thread_id="thread-1")
+    assert thread.status_code == 200
+    answer = [m for m in json.loads(thread.content)["messages"] if m["role"] == "assistant"][-1]
+    assert (answer["content"], answer["status"]) == (streamed, "complete")
+    await RunCoordinator.wait_for_all_runs()
+
+
+async def test_a_run_that_would_create_a_thread_over_quota_is_a_413_before_streaming(
+    alice: Any,
+) -> None:
+    from django.http import StreamingHttpResponse
+    from django.test import RequestFactory
+
+    from django_pydantic_agent.agui import AGUIServer
+    from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+    from tests.agui.agents import text_agent
+
+    async def auser() -> Any:
+        return alice
+
+    store = DefaultConversationStore(max_threads_per_owner=1)
+    server = AGUIServer(text_agent(), conversation_store=store, csrf_exempt=True)
+
+    async def post(thread_id: str, run_id: str) -> Any:
+        body = run_body(thread_id=thread_id, run_id=run_id)
+        request = RequestFactory().post("/", data=body, content_type="application/json")
+        request.auser, request.user = auser, alice
+        response = await server.run_view(request)
+        if isinstance(response, StreamingHttpResponse):
+            return sse_events("".join([bytes(chunk).decode() async for chunk in response]))
+        return response
+
+    first = await post("kept", "r1")
+    assert first[-1]["type"] == "RUN_FINISHED"
+    await RunCoordinator.wait_for_all_runs()
+    refused = await post("one-too-many", "r2")
+    assert refused.status_code == 413
+    assert "max_threads_per_owner=1" in json.loads(refused.content)["error"]
+    again = await post("kept", "r3")  # the thread it keeps still takes runs
+    assert again[-1]["type"] == "RUN_FINISHED"
+    await RunCoordinator.wait_for_all_runs()
+    from django_pydantic_agent.contrib.store.models import StoredConversation
+
+    threads = StoredConversation.objects.filter(owner_id=str(alice.pk)).values_list("thread_id")
+    assert [row async for row in threads] == [("kept",)]

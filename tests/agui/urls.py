@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
 from django.contrib.auth import get_user_model
@@ -62,6 +63,36 @@ class BrokenQueryStore(DefaultConversationStore):
 
         await sync_to_async(query)()
         raise AssertionError("the query above always fails")  # pragma: no cover
+
+
+class LaggingRunStore:
+    """A ``RunStore`` whose ``finish`` waits, once ``hold()`` is called, until a second run finds
+    the thread busy: the gap between a run's ``RUN_FINISHED`` and the end of its record (the
+    last events still being stored) held open, then closed by the next turn's arrival."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._busy_seen: asyncio.Event | None = None
+
+    def hold(self) -> None:
+        self._busy_seen = asyncio.Event()
+
+    def release(self) -> None:
+        self._busy_seen = None
+
+    async def start(self, **kwargs: Any) -> Any:
+        record, started = await self._inner.start(**kwargs)
+        if not started and self._busy_seen is not None:
+            self._busy_seen.set()
+        return record, started
+
+    async def finish(self, **kwargs: Any) -> Any:
+        if self._busy_seen is not None:
+            await asyncio.wait_for(self._busy_seen.wait(), timeout=10)
+        return await self._inner.finish(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def stored(agent: Any = None, **kwargs: Any) -> AGUIServer:
@@ -142,6 +173,13 @@ hanging_durable = stored(hanging_agent(), namespace="hanging-durable")
 hanging_interrupt = stored(
     hanging_agent(), namespace="hanging-interrupt", concurrent_runs="interrupt"
 )
+gated = stored(gated_agent(), namespace="gated")
+# Second servers on the same database and cache: like a second worker, each holds none of the
+# runs its twin started (tests/agui/test_relay.py).
+gated_2 = stored(gated_agent(), namespace="gated-2")
+hanging_durable_2 = stored(hanging_agent(), namespace="hanging-durable-2")
+LAGGING_RUNS = LaggingRunStore(DefaultConversationStore().run_store())
+lagging = stored(namespace="lagging", run_store=LAGGING_RUNS)
 scoped_anonymous = AGUIServer(
     scripted_agent(),
     conversation_store=ScopedConversationStore(
@@ -216,11 +254,14 @@ urlpatterns = [
     path("one-thread/", one_thread.urls),
     path("urls-default/", urls_default.urls),
     path("urls-allowed/", urls_allowed.urls),
-    path("gated/", stored(gated_agent(), namespace="gated").urls),
+    path("gated/", gated.urls),
+    path("gated-2/", gated_2.urls),
+    path("hanging-durable-2/", hanging_durable_2.urls),
     path("hanging-durable/", hanging_durable.urls),
     path("approval/", stored(approval_agent(), namespace="approval").urls),
     path("reader/", stored(reader_agent(), namespace="reader").urls),
     path("hanging-interrupt/", hanging_interrupt.urls),
+    path("lagging/", lagging.urls),
     path("scoped/", scoped_anonymous.urls),
     path("scoped-session/", scoped_session.urls),
     path(

@@ -66,6 +66,7 @@ from django_pydantic_agent.chat_history.records import (
     update_fields,
 )
 from django_pydantic_agent.persistence import derive_preview
+from django_pydantic_agent.persistence.owner import owner_user_uuid
 from django_pydantic_agent.persistence.wire import WireRecords, wire_to_records
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ __all__ = [
 logger = logging.getLogger("django_pydantic_agent.contrib.store")
 
 OWNER_NAMESPACE: Final[UUID] = UUID("6f1c2f0e-5a43-4f0e-9d38-2f5b8a1c7e11")
-"""The uuid5 namespace of :func:`owner_uuid` and of the ids derived for wire rows."""
+"""The uuid5 namespace of the ids derived for wire rows."""
 
 _MAX_KEY = 255
 _OWN_EXCLUDE: Final[frozenset[str]] = frozenset(
@@ -92,11 +93,16 @@ _EXTRAS = "wire_extras"
 
 
 def owner_uuid(owner_id: str) -> UUID:
-    """The ``chat_history`` user uuid of a store owner id (the id itself when it is a uuid)."""
+    """The ``chat_history`` user uuid of a store owner id.
+
+    ``persistence.owner_user_uuid``, the mapping every store shares, except that an owner id
+    which already is a uuid (a chat created through unscoped repositories for a ``user_uuid``)
+    maps to itself.
+    """
     try:
         return UUID(owner_id)
     except ValueError:
-        return uuid.uuid5(OWNER_NAMESPACE, owner_id)
+        return owner_user_uuid(owner_id)
 
 
 def _now_iso() -> str:
@@ -350,6 +356,24 @@ class OrmChatRepository:
                     raise
                 return self._remember(winner, winner.top)
         return self._remember(row, None)
+
+    def _refuse_over_quota_sync(self, thread_id: str) -> None:
+        from django_pydantic_agent.contrib.store.stores import _refuse_new_thread
+
+        owner, limit = self.owner_id, self.max_threads_per_owner
+        if owner is None or limit is None:
+            return
+        if not self._rows().filter(owner_id=owner, thread_id=thread_id).exists():
+            _refuse_new_thread(owner, limit)
+
+    async def refuse_over_quota(self, thread_id: str) -> None:
+        """Raise ``StoreLimitError`` if a run on ``thread_id`` would create a thread over quota.
+
+        The run endpoint calls this before it streams, so a run that cannot be stored is a 413
+        JSON answer instead of a stream ending in ``RUN_ERROR``. ``create_chat`` still checks
+        under the owner lock: this is the early, clear answer, not the race-safe one.
+        """
+        await sync_to_async(self._refuse_over_quota_sync)(thread_id)
 
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         """Create the owner's thread (idempotent by thread id) or return the existing one.
