@@ -559,6 +559,18 @@ class OrmMessageRepository:
 
     # Transactions -------------------------------------------------------------------------
 
+    def _records_snapshot(self) -> dict[UUID, Message]:
+        """The cached records as a rollback restores them: writes replace a record (copy on
+        write) rather than change it, so the dict is copied, not its records; only those a
+        legacy conversion renumbers in place are copied as well. O(1) per record, where a
+        deep copy of each made every flush of a long thread cost O(thread)."""
+        records = dict(self._records)
+        for legacy in self._legacy.values():
+            for message_uuid in legacy.positions:
+                if message_uuid in records:
+                    records[message_uuid] = self._copy(records[message_uuid])
+        return records
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
         """Apply the writes made inside the block as one database transaction (all or none)."""
@@ -570,7 +582,7 @@ class OrmMessageRepository:
             self._owner_task = task
             self._pending = {}
             snapshot = (
-                {k: self._copy(v) for k, v in self._records.items()},
+                self._records_snapshot(),
                 dict(self._children),
                 copy.deepcopy(self._legacy),
                 {k: copy.copy(v) for k, v in self.chats._states.items()},

@@ -48,6 +48,10 @@ SWEPT_ERROR: Final[str] = (
 """The ``error`` of a swept run and of the records it left in progress."""
 
 
+#: How often ``start`` inserts again after the thread's running run ended in its way.
+_START_ATTEMPTS: Final[int] = 3
+
+
 def _record(row: StoredAgentRun) -> RunRecord:
     return RunRecord(
         owner_id=row.owner_id,
@@ -79,22 +83,29 @@ class DefaultRunStore:
         known = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id).first()
         if known is not None:
             return _record(known), known.status == RunStatus.RUNNING
-        try:
-            with transaction.atomic():
-                row = _rows().create(
-                    owner_id=owner_id, thread_id=thread_id, run_id=run_id, worker_id=worker_id
+        for attempt in range(_START_ATTEMPTS):
+            try:
+                with transaction.atomic():
+                    row = _rows().create(
+                        owner_id=owner_id, thread_id=thread_id, run_id=run_id, worker_id=worker_id
+                    )
+            except IntegrityError:
+                active = (
+                    _rows()
+                    .filter(owner_id=owner_id, thread_id=thread_id, status=RunStatus.RUNNING)
+                    .first()
                 )
-        except IntegrityError:
-            active = (
-                _rows()
-                .filter(owner_id=owner_id, thread_id=thread_id, status=RunStatus.RUNNING)
-                .first()
-            )
-            if active is None:  # the same run id raced itself: return that row
-                same = _rows().get(owner_id=owner_id, thread_id=thread_id, run_id=run_id)
-                return _record(same), False
-            return _record(active), False
-        return _record(row), True
+                if active is not None:
+                    return _record(active), False
+                same = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id)
+                if (found := same.first()) is not None:  # the same run id raced itself
+                    return _record(found), False
+                # The thread's running run ended between the INSERT and this read: try again.
+                if attempt == _START_ATTEMPTS - 1:
+                    raise
+                continue
+            return _record(row), True
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def start(
         self, *, owner_id: str, thread_id: str, run_id: str, worker_id: str = ""

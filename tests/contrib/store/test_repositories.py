@@ -382,6 +382,37 @@ async def test_a_failed_flush_writes_nothing_and_keeps_the_cache_as_before() -> 
     assert fresh.content == "kept"
 
 
+async def test_a_flush_copies_only_what_it_writes_however_long_the_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression: every transaction deep-copied each cached record of the thread as its
+    rollback snapshot, so a turn at message 1,000 cost about 13 times one at message 10 on the
+    run path (bench/runpath.py). A flush now copies the records it writes, not the thread."""
+    chats = OrmChatRepository(owner_id="owner-long")
+    messages = OrmMessageRepository(chats)
+    chat = await chats.create_chat(ChatCreate(thread_id="long", user_uuid=chats.user_uuid))
+    async with messages.transaction():
+        for i in range(200):
+            await messages.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content=f"m{i}"))
+    last = (await messages.get_chat_messages(chat.chat_uuid))[-1]
+    copies: list[object] = []
+    real_copy = OrmMessageRepository._copy
+
+    def counting(message: Any) -> Any:
+        copies.append(message)
+        return real_copy(message)
+
+    monkeypatch.setattr(OrmMessageRepository, "_copy", staticmethod(counting))
+    async with messages.transaction():
+        await messages.update_message(last.message_uuid, MessageUpdate(content="grown"))
+        await messages.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="next"))
+    assert len(copies) <= 4
+    monkeypatch.undo()
+    stored = await messages.get_chat_messages(chat.chat_uuid)
+    assert [m.content for m in stored[-2:]] == ["grown", "next"]
+    assert len(stored) == 201
+
+
 async def test_threads_saved_whole_are_read_as_records_and_upgraded_on_first_write(
     alice: User, request_as: Callable[[Any], HttpRequest]
 ) -> None:

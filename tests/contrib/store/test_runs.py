@@ -76,6 +76,70 @@ async def test_two_workers_starting_on_one_thread_at_once_cannot_both_win() -> N
     assert await sync_to_async(StoredAgentRun.objects.filter(status="running").count)() == 1
 
 
+def _finishing_after_the_failed_insert(run_id: str) -> Any:
+    """A query wrapper: once a run's INSERT has failed, ``run_id`` ends (its own commit,
+    after the INSERT's savepoint rolled back) before the next query runs, as a worker
+    finishing that run between the INSERT and the re-read would."""
+    failed = [False]
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if failed[0]:
+            failed[0] = False
+            context["cursor"].execute(
+                f"UPDATE {StoredAgentRun._meta.db_table} SET status = 'complete' WHERE run_id = %s",
+                [run_id],
+            )
+        try:
+            return execute(sql, params, many, context)
+        except Exception:
+            if sql.startswith("INSERT") and "storedagentrun" in sql:
+                failed[0] = True
+            raise
+
+    return wrapper
+
+
+def test_a_run_started_as_the_threads_last_run_ends_starts_instead_of_failing() -> None:
+    """Regression: the previous run finishing between a refused INSERT and the re-read was
+    taken for a run id racing itself, and the lookup of that row raised (a 500 in the run
+    endpoint of a client that posted its next turn right after RUN_FINISHED)."""
+    store = DefaultRunStore()
+    store._start_sync("o", "t", "r1", "w")
+    with connection.execute_wrapper(_finishing_after_the_failed_insert("r1")):
+        record, started = store._start_sync("o", "t", "r2", "w")
+    assert (record.run_id, record.status, started) == ("r2", "running", True)
+    statuses = dict(StoredAgentRun.objects.values_list("run_id", "status"))
+    assert statuses == {"r1": "complete", "r2": "running"}
+
+
+def test_a_thread_whose_runs_keep_ending_in_the_way_gives_up_with_the_integrity_error() -> None:
+    from django.db import IntegrityError
+
+    store = DefaultRunStore()
+    table = StoredAgentRun._meta.db_table
+    inside = [False]
+
+    def churn(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        """Before each INSERT of ``never``, another run starts; once refused, it ends."""
+        if inside[0] or not (sql.startswith("INSERT") and "storedagentrun" in sql):
+            return execute(sql, params, many, context)
+        inside[0] = True
+        try:
+            other = StoredAgentRun.objects.create(owner_id="o", thread_id="t", run_id=f"o{id(sql)}")
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                context["cursor"].execute(
+                    f"UPDATE {table} SET status = 'complete' WHERE id = %s", [other.pk]
+                )
+        finally:
+            inside[0] = False
+
+    with connection.execute_wrapper(churn), pytest.raises(IntegrityError):
+        store._start_sync("o", "t", "never", "w")
+    assert not StoredAgentRun.objects.filter(run_id="never").exists()
+
+
 async def test_the_sweeper_leaves_live_runs_alone() -> None:
     store = DefaultRunStore()
     await store.start(owner_id="o", thread_id="t", run_id="r1")
