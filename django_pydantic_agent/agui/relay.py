@@ -30,6 +30,7 @@ cache such as ``LocMemCache`` on another worker, or an expired log), ``follow`` 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import logging
@@ -57,6 +58,7 @@ from django_pydantic_agent.chat_history.manager import RunLogTruncatedError
 __all__ = [
     "ALIVE_CHECK_SECONDS",
     "RELAY_INTERVAL_SECONDS",
+    "RELAY_RETIRE_SECONDS",
     "RELAY_TTL_SECONDS",
     "OpenStreams",
     "RelayedLog",
@@ -70,8 +72,13 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 
 #: How often a live run's new events are published to the cache (and a follower polls).
 RELAY_INTERVAL_SECONDS: Final[float] = 0.1
-#: How long a relayed log stays in the cache after its last write.
+#: How long a relayed log stays in the cache after its last write (the longest a run's log
+#: can outlive a worker that died before retiring it).
 RELAY_TTL_SECONDS: Final[float] = 3600.0
+#: How long a finished run's relayed log is kept for followers still reading it; after that
+#: it is deleted (a finished run is answered from storage), so a busy worker's logs do not
+#: crowd run records and cancel intents out of a bounded cache such as ``LocMemCache``.
+RELAY_RETIRE_SECONDS: Final[float] = 2.0
 #: How long a follower waits for a new batch before it asks whether the run still runs.
 ALIVE_CHECK_SECONDS: Final[float] = 2.0
 _PREFIX = "django_pydantic_agent:relay"
@@ -300,6 +307,7 @@ class RunRelay:
         cache_alias: str = "default",
         interval: float = RELAY_INTERVAL_SECONDS,
         ttl: float = RELAY_TTL_SECONDS,
+        retire_after: float = RELAY_RETIRE_SECONDS,
         on_tick: Callable[[RunHandle], Awaitable[None]] | None = None,
     ) -> None:
         if interval <= 0 or ttl <= 0:
@@ -307,8 +315,11 @@ class RunRelay:
         self.cache_alias = cache_alias
         self.interval = interval
         self.ttl = ttl
+        self.retire_after = retire_after
         self._on_tick = on_tick
         self._published: dict[RunHandle, _Publication] = {}
+        # Finished runs' keys, oldest first, with the loop time after which they are deleted.
+        self._retiring: collections.deque[tuple[float, list[str]]] = collections.deque()
 
     @property
     def _cache(self) -> Any:
@@ -348,6 +359,23 @@ class RunRelay:
         if not done:
             publication.task.cancel()
             await asyncio.wait({publication.task})
+        now = asyncio.get_running_loop().time()
+        keys = [f"{publication.key}:head"]
+        keys += [f"{publication.key}:{n}" for n in range(1, publication.batches + 1)]
+        self._retiring.append((now + self.retire_after, keys))
+        await self._retire(now)
+
+    async def _retire(self, now: float) -> None:
+        """Delete the relayed logs of runs that finished more than ``retire_after`` ago."""
+        due: list[str] = []
+        while self._retiring and self._retiring[0][0] <= now:
+            due += self._retiring.popleft()[1]
+        if not due:
+            return
+        try:
+            await sync_to_async(self._cache.delete_many)(due)
+        except Exception:
+            logger.warning("Could not delete %d finished relay keys.", len(due), exc_info=True)
 
     async def _publish_loop(self, publication: _Publication) -> None:
         await self._flush(publication)

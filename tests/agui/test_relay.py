@@ -460,3 +460,31 @@ async def test_a_reattach_to_a_dead_workers_run_ends_once_the_sweeper_ends_it(
     ]
     assert events[-1]["message"] == "The run's worker stopped."
     assert_valid_agui(events)
+
+
+async def test_a_finished_runs_relayed_log_is_retired_once_the_next_run_finishes() -> None:
+    """Finished runs are answered from storage: their batches leave the cache, so a busy worker
+    does not crowd run records out of a bounded cache (LocMemCache keeps 300 entries)."""
+    from django_pydantic_agent.chat_history import StreamPersistenceManager
+
+    relay = RunRelay(interval=0.01, retire_after=0.0)
+    async with StreamPersistenceManager(lambda: _Script(30)) as manager:
+        first = await manager.run(_input("r-old"))
+        relay.publish(first, "owner")
+        await first.wait()
+        await relay.finish(first)
+        key = f"{_RELAY}:{run_digest('owner', 't-relay', 'r-old')}"
+        assert await cache.aget(f"{key}:head") is None, "retired at once with retire_after=0"
+        assert await cache.aget(f"{key}:1") is None
+
+    kept = RunRelay(interval=0.01)  # the default keeps a finished log for late followers
+    async with StreamPersistenceManager(lambda: _Script(30)) as manager:
+        second = await manager.run(_input("r-kept"))
+        kept.publish(second, "owner")
+        await second.wait()
+        await kept.finish(second)
+    log = await kept.follow("owner", "t-relay", "r-kept")
+    assert log is not None
+    assert log.terminal
+    key = f"{_RELAY}:{run_digest('owner', 't-relay', 'r-kept')}"
+    await cache.adelete_many([f"{key}:head", *(f"{key}:{n}" for n in range(1, 50))])
