@@ -362,7 +362,14 @@ class RunEndpoint:
         """
         assert self.coordinator is not None
         handle = self.coordinator.manager.get(thread_id, run_id, owner=owner_id)
-        if handle is None or handle.terminal_event is None:
+        if handle is None:
+            # Gone from this worker, or never here: it may have ended between the claim's read
+            # and now (its record was finished just after the claim read it as running).
+            record = await self.coordinator.run_store.get(
+                owner_id=owner_id, thread_id=thread_id, run_id=run_id
+            )
+            return record is None or not record.running
+        if handle.terminal_event is None:
             return False
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(handle.wait(), timeout=self._options.interrupt_wait_seconds)

@@ -291,6 +291,24 @@ async def test_the_next_turn_right_after_run_finished_waits_for_the_last_writes(
     assert users == ["What is 2 + 3?", "And 3 + 4?"]
 
 
+async def test_the_next_turn_that_read_the_previous_run_as_running_just_before_it_ended_starts(
+    alice: Any,
+) -> None:
+    """The claim read the previous run's record a moment before it was finished, and its run
+    is no longer on this worker: the record is read again instead of answering 409."""
+    from tests.agui.urls import STALE_RUNS
+
+    async with await logged_in(alice) as http:
+        first = await http.post("/stale-start/", json=run_body())
+        await RunCoordinator.wait_for_all_runs()
+        STALE_RUNS.stale()
+        second = await http.post("/stale-start/", json=run_body(run_id="run-2", text="And?"))
+        await RunCoordinator.wait_for_all_runs()
+    assert [e for _, e in sse_frames(first.text)][-1]["type"] == "RUN_FINISHED"
+    assert second.status_code == 200, second.text
+    assert [e for _, e in sse_frames(second.text)][-1]["type"] == "RUN_FINISHED"
+
+
 async def test_interrupt_policy_cancels_the_running_run_and_starts_the_new_one(
     alice: Any,
 ) -> None:

@@ -95,6 +95,33 @@ class LaggingRunStore:
         return getattr(self._inner, name)
 
 
+class StaleStartRunStore:
+    """A ``RunStore`` whose next ``start``, once ``stale()`` is called, reports the thread busy
+    with the previous run as it was read just before that run's record was finished: the
+    claim raced the end of the previous run."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._stale = False
+
+    def stale(self) -> None:
+        self._stale = True
+
+    async def start(self, **kwargs: Any) -> Any:
+        if self._stale:
+            self._stale = False
+            previous = await self._inner.get(
+                owner_id=kwargs["owner_id"], thread_id=kwargs["thread_id"], run_id="run-1"
+            )
+            from dataclasses import replace
+
+            return replace(previous, status="running"), False
+        return await self._inner.start(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 def stored(agent: Any = None, **kwargs: Any) -> AGUIServer:
     options: dict[str, Any] = {
         "conversation_store": DefaultConversationStore(),
@@ -180,6 +207,8 @@ gated_2 = stored(gated_agent(), namespace="gated-2")
 hanging_durable_2 = stored(hanging_agent(), namespace="hanging-durable-2")
 LAGGING_RUNS = LaggingRunStore(DefaultConversationStore().run_store())
 lagging = stored(namespace="lagging", run_store=LAGGING_RUNS)
+STALE_RUNS = StaleStartRunStore(DefaultConversationStore().run_store())
+stale_start = stored(namespace="stale-start", run_store=STALE_RUNS)
 scoped_anonymous = AGUIServer(
     scripted_agent(),
     conversation_store=ScopedConversationStore(
@@ -262,6 +291,7 @@ urlpatterns = [
     path("reader/", stored(reader_agent(), namespace="reader").urls),
     path("hanging-interrupt/", hanging_interrupt.urls),
     path("lagging/", lagging.urls),
+    path("stale-start/", stale_start.urls),
     path("scoped/", scoped_anonymous.urls),
     path("scoped-session/", scoped_session.urls),
     path(
