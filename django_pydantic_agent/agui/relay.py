@@ -468,6 +468,11 @@ class RunRelay:
         head = await self._get(f"{self._key(owner_id, thread_id, run_id)}:head")
         return int(head["last_seq"]) if isinstance(head, dict) else None
 
+    async def ended(self, owner_id: str, thread_id: str, run_id: str) -> bool:
+        """Whether the run's relayed log holds its terminal event (it ended for its readers)."""
+        head = await self._get(f"{self._key(owner_id, thread_id, run_id)}:head")
+        return isinstance(head, dict) and bool(head.get("terminal"))
+
     async def follow(
         self, owner_id: str, thread_id: str, run_id: str, *, grace: float = 0.0
     ) -> RelayedLog | None:

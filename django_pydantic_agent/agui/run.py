@@ -363,17 +363,34 @@ class RunEndpoint:
         assert self.coordinator is not None
         handle = self.coordinator.manager.get(thread_id, run_id, owner=owner_id)
         if handle is None:
-            # Gone from this worker, or never here: it may have ended between the claim's read
-            # and now (its record was finished just after the claim read it as running).
-            record = await self.coordinator.run_store.get(
-                owner_id=owner_id, thread_id=thread_id, run_id=run_id
-            )
-            return record is None or not record.running
+            return await self._finishing_elsewhere(owner_id, thread_id, run_id)
         if handle.terminal_event is None:
             return False
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(handle.wait(), timeout=self._options.interrupt_wait_seconds)
         return handle.done()
+
+    async def _finishing_elsewhere(self, owner_id: str, thread_id: str, run_id: str) -> bool:
+        """The same for a run this worker does not hold: ``True`` once its record has ended.
+
+        It may have ended between the claim's read and now; or it runs on another worker and
+        has relayed its terminal event, and then its record is waited for (bounded).
+        """
+        assert self.coordinator is not None
+        coordinator = self.coordinator
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._options.interrupt_wait_seconds
+        while True:
+            record = await coordinator.run_store.get(
+                owner_id=owner_id, thread_id=thread_id, run_id=run_id
+            )
+            if record is None or not record.running:
+                return True
+            if loop.time() >= deadline or not await coordinator.relay.ended(
+                owner_id, thread_id, run_id
+            ):
+                return False
+            await asyncio.sleep(0.05)
 
     async def _wait_until_idle(self, owner_id: str, thread_id: str, run_id: str) -> None:
         """Wait (a bounded time) for a cancelled run to end, here or on another worker."""

@@ -291,6 +291,27 @@ async def test_the_next_turn_right_after_run_finished_waits_for_the_last_writes(
     assert users == ["What is 2 + 3?", "And 3 + 4?"]
 
 
+async def test_the_next_turn_on_another_worker_right_after_run_finished_waits_too(
+    alice: Any,
+) -> None:
+    """The previous run ended for its readers on worker 1 (its relayed log holds the terminal
+    event) while its record is still being finished: worker 2 waits instead of a 409."""
+    from tests.agui.urls import LAGGING_RUNS
+
+    LAGGING_RUNS.hold(linger=0.3)  # the record ends well after worker 2 first reads it
+    try:
+        async with await logged_in(alice) as http:
+            first = await http.post("/lagging/", json=run_body())
+            body = run_body(run_id="run-2", text="And 3 + 4?")
+            second = await http.post("/lagging-2/", json=body)
+            await RunCoordinator.wait_for_all_runs()
+    finally:
+        LAGGING_RUNS.release()
+    assert [e for _, e in sse_frames(first.text)][-1]["type"] == "RUN_FINISHED"
+    assert second.status_code == 200, second.text
+    assert [e for _, e in sse_frames(second.text)][-1]["type"] == "RUN_FINISHED"
+
+
 async def test_the_next_turn_that_read_the_previous_run_as_running_just_before_it_ended_starts(
     alice: Any,
 ) -> None:

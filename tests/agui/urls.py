@@ -73,9 +73,12 @@ class LaggingRunStore:
     def __init__(self, inner: Any) -> None:
         self._inner = inner
         self._busy_seen: asyncio.Event | None = None
+        self._linger = 0.0
 
-    def hold(self) -> None:
+    def hold(self, *, linger: float = 0.0) -> None:
+        """Hold ``finish`` until a run finds the thread busy, then ``linger`` seconds more."""
         self._busy_seen = asyncio.Event()
+        self._linger = linger
 
     def release(self) -> None:
         self._busy_seen = None
@@ -89,6 +92,7 @@ class LaggingRunStore:
     async def finish(self, **kwargs: Any) -> Any:
         if self._busy_seen is not None:
             await asyncio.wait_for(self._busy_seen.wait(), timeout=10)
+            await asyncio.sleep(self._linger)
         return await self._inner.finish(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -207,6 +211,7 @@ gated_2 = stored(gated_agent(), namespace="gated-2")
 hanging_durable_2 = stored(hanging_agent(), namespace="hanging-durable-2")
 LAGGING_RUNS = LaggingRunStore(DefaultConversationStore().run_store())
 lagging = stored(namespace="lagging", run_store=LAGGING_RUNS)
+lagging_2 = stored(namespace="lagging-2", run_store=LAGGING_RUNS)  # a second worker
 STALE_RUNS = StaleStartRunStore(DefaultConversationStore().run_store())
 stale_start = stored(namespace="stale-start", run_store=STALE_RUNS)
 scoped_anonymous = AGUIServer(
@@ -291,6 +296,7 @@ urlpatterns = [
     path("reader/", stored(reader_agent(), namespace="reader").urls),
     path("hanging-interrupt/", hanging_interrupt.urls),
     path("lagging/", lagging.urls),
+    path("lagging-2/", lagging_2.urls),
     path("stale-start/", stale_start.urls),
     path("scoped/", scoped_anonymous.urls),
     path("scoped-session/", scoped_session.urls),
