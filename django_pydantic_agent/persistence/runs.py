@@ -137,6 +137,10 @@ class RunStore(Protocol):
         ...
 
 
+#: The error of a run a ``CacheRunStore`` found stale (no heartbeat within the lease).
+_WORKER_STOPPED = "The run's worker stopped."
+
+
 def _digest(*parts: str) -> str:
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
@@ -148,8 +152,9 @@ class CacheRunStore:
     run of a thread is claimed with ``cache.add`` (atomic on Redis, Memcached and locmem); a
     claim whose run is stale (no heartbeat for ``lease`` seconds) or gone is taken over, the
     stale run finalised as ``errored``. Entries live ``timeout`` seconds (a week by default)
-    after their last write. ``sweep`` finalises nothing (a cache cannot be listed): stale runs
-    end when their thread is next used, and no entry outlives its timeout.
+    after their last write. ``sweep`` finalises nothing (a cache cannot be listed): a stale run
+    ends as ``errored`` when it is next read (a reattach, a thread read, a cancel) or when its
+    thread is next used, and no entry outlives its timeout.
     """
 
     def __init__(
@@ -185,6 +190,13 @@ class CacheRunStore:
         found = self._cache.get(self._run_key(owner_id, thread_id, run_id))
         return found if isinstance(found, RunRecord) else None
 
+    def _read_live(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
+        """``_read``, with a stale running run ended as ``errored`` first (its worker died)."""
+        record = self._read(owner_id, thread_id, run_id)
+        if record is not None and record.stale(self.lease):
+            record = self._end(record, RunStatus.ERRORED.value, error=_WORKER_STOPPED)
+        return record
+
     def _end(self, record: RunRecord, status: str, **changes: Any) -> RunRecord:
         ended = replace(record, status=status, finished_at=timezone.now(), **changes)
         self._write(ended)
@@ -212,7 +224,7 @@ class CacheRunStore:
             if active is not None and active.running and not active.stale(self.lease):
                 return active, False
             if active is not None and active.running:
-                self._end(active, RunStatus.ERRORED.value, error="The run's worker stopped.")
+                self._end(active, RunStatus.ERRORED.value, error=_WORKER_STOPPED)
             self._cache.delete(active_key)
         raise RuntimeError(f"Could not claim thread {thread_id!r} for run {run_id!r}.")
 
@@ -279,14 +291,14 @@ class CacheRunStore:
         )
 
     async def get(self, *, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
-        """Return the owner's run, or ``None``."""
-        return await sync_to_async(self._read)(owner_id, thread_id, run_id)
+        """Return the owner's run, or ``None``; a stale running run is ended ``errored``."""
+        return await sync_to_async(self._read_live)(owner_id, thread_id, run_id)
 
     def _active_sync(self, owner_id: str, thread_id: str) -> RunRecord | None:
         holder = self._cache.get(self._active_key(owner_id, thread_id))
         if holder is None:
             return None
-        record = self._read(owner_id, thread_id, str(holder))
+        record = self._read_live(owner_id, thread_id, str(holder))
         return record if record is not None and record.running else None
 
     async def active_run_for_thread(self, *, owner_id: str, thread_id: str) -> RunRecord | None:

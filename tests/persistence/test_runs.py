@@ -77,6 +77,25 @@ async def test_a_stale_run_is_taken_over_and_ended_as_errored(store: CacheRunSto
     assert (ended.status, ended.error) == ("errored", "The run's worker stopped.")
 
 
+async def test_a_stale_run_read_before_its_thread_is_used_again_is_ended(
+    store: CacheRunStore,
+) -> None:
+    """A cache cannot be swept: a dead worker's run ends when a reattach or a thread read
+    looks at it, so no reader waits on it forever."""
+    old, _ = await store.start(owner_id="o", thread_id="t", run_id="r1")
+    fresh = await store.get(owner_id="o", thread_id="t", run_id="r1")
+    assert fresh is not None
+    assert fresh.running, "a run within its lease is left alone"
+    store._write(replace(old, heartbeat_at=old.heartbeat_at - timedelta(seconds=31)))
+    assert await store.active_run_for_thread(owner_id="o", thread_id="t") is None
+    ended = await store.get(owner_id="o", thread_id="t", run_id="r1")
+    assert ended is not None
+    assert (ended.status, ended.error) == ("errored", "The run's worker stopped.")
+    assert ended.finished_at is not None
+    _, started = await store.start(owner_id="o", thread_id="t", run_id="r2")
+    assert started, "the thread is free again"
+
+
 async def test_a_claim_whose_record_expired_is_taken_over(store: CacheRunStore) -> None:
     await store.start(owner_id="o", thread_id="t", run_id="r1")
     caches["default"].delete(store._run_key("o", "t", "r1"))
