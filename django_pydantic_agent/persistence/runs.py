@@ -19,6 +19,7 @@ stale run over when a new run starts on its thread, and lets entries expire).
 from __future__ import annotations
 
 import hashlib
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -34,6 +35,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "RunStore",
+    "SyncRunStore",
     "check_terminal",
 ]
 
@@ -137,6 +139,84 @@ class RunStore(Protocol):
         ...
 
 
+class SyncRunStore(ABC):
+    """A ``RunStore`` written as synchronous methods, each run in one worker-thread hop.
+
+    Subclasses implement ``_start_sync``, ``_heartbeat_sync``, ``_finish_sync``, ``_get_sync``,
+    ``_active_sync`` and ``sweep``; the async methods of ``RunStore`` are written here once,
+    one ``sync_to_async`` per call (so ORM and cache work stays off the event loop).
+    """
+
+    @abstractmethod
+    def _start_sync(
+        self, owner_id: str, thread_id: str, run_id: str, worker_id: str
+    ) -> tuple[RunRecord, bool]: ...
+
+    @abstractmethod
+    def _heartbeat_sync(
+        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
+    ) -> bool: ...
+
+    @abstractmethod
+    def _finish_sync(
+        self,
+        owner_id: str,
+        thread_id: str,
+        run_id: str,
+        status: str,
+        usage: dict[str, Any] | None,
+        last_seq: int | None,
+        error: str,
+    ) -> RunRecord | None: ...
+
+    @abstractmethod
+    def _get_sync(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None: ...
+
+    @abstractmethod
+    def _active_sync(self, owner_id: str, thread_id: str) -> RunRecord | None: ...
+
+    @abstractmethod
+    async def sweep(self, *, lease: float = DEFAULT_LEASE_SECONDS) -> list[RunRecord]:
+        """Finalise stale runs as ``errored`` and return them."""
+
+    async def start(
+        self, *, owner_id: str, thread_id: str, run_id: str, worker_id: str = ""
+    ) -> tuple[RunRecord, bool]:
+        """Record a new ``running`` run, or return the thread's active run and ``False``."""
+        return await sync_to_async(self._start_sync)(owner_id, thread_id, run_id, worker_id)
+
+    async def heartbeat(
+        self, *, owner_id: str, thread_id: str, run_id: str, last_seq: int | None = None
+    ) -> bool:
+        """Renew a running run's heartbeat (and ``last_seq``); ``False`` if it is not running."""
+        return await sync_to_async(self._heartbeat_sync)(owner_id, thread_id, run_id, last_seq)
+
+    async def finish(
+        self,
+        *,
+        owner_id: str,
+        thread_id: str,
+        run_id: str,
+        status: str,
+        usage: dict[str, Any] | None = None,
+        last_seq: int | None = None,
+        error: str = "",
+    ) -> RunRecord | None:
+        """End a running run (``ValueError`` for a status that is not final); an ended run is
+        returned unchanged, an unknown one as ``None``."""
+        return await sync_to_async(self._finish_sync)(
+            owner_id, thread_id, run_id, status, usage, last_seq, error
+        )
+
+    async def get(self, *, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
+        """Return the owner's run, or ``None``."""
+        return await sync_to_async(self._get_sync)(owner_id, thread_id, run_id)
+
+    async def active_run_for_thread(self, *, owner_id: str, thread_id: str) -> RunRecord | None:
+        """Return the thread's running run, or ``None``."""
+        return await sync_to_async(self._active_sync)(owner_id, thread_id)
+
+
 #: The error of a run a ``CacheRunStore`` found stale (no heartbeat within the lease).
 _WORKER_STOPPED = "The run's worker stopped."
 
@@ -145,7 +225,7 @@ def _digest(*parts: str) -> str:
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
 
-class CacheRunStore:
+class CacheRunStore(SyncRunStore):
     """A ``RunStore`` in Django's cache (``caches[alias]``), for stores without run tables.
 
     Keys are hashed (owner, thread, run), so no owner id appears in a cache key. The active
@@ -190,7 +270,7 @@ class CacheRunStore:
         found = self._cache.get(self._run_key(owner_id, thread_id, run_id))
         return found if isinstance(found, RunRecord) else None
 
-    def _read_live(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
+    def _get_sync(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
         """``_read``, with a stale running run ended as ``errored`` first (its worker died)."""
         record = self._read(owner_id, thread_id, run_id)
         if record is not None and record.stale(self.lease):
@@ -228,12 +308,6 @@ class CacheRunStore:
             self._cache.delete(active_key)
         raise RuntimeError(f"Could not claim thread {thread_id!r} for run {run_id!r}.")
 
-    async def start(
-        self, *, owner_id: str, thread_id: str, run_id: str, worker_id: str = ""
-    ) -> tuple[RunRecord, bool]:
-        """Record a new running run, or return the thread's active run and ``False``."""
-        return await sync_to_async(self._start_sync)(owner_id, thread_id, run_id, worker_id)
-
     def _heartbeat_sync(
         self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
     ) -> bool:
@@ -246,12 +320,6 @@ class CacheRunStore:
         self._write(replace(record, **changes))
         self._cache.touch(self._active_key(owner_id, thread_id), self.timeout)
         return True
-
-    async def heartbeat(
-        self, *, owner_id: str, thread_id: str, run_id: str, last_seq: int | None = None
-    ) -> bool:
-        """Renew the heartbeat of a running run; ``False`` when it is not running."""
-        return await sync_to_async(self._heartbeat_sync)(owner_id, thread_id, run_id, last_seq)
 
     def _finish_sync(
         self,
@@ -274,36 +342,12 @@ class CacheRunStore:
             changes["last_seq"] = last_seq
         return self._end(record, status, **changes)
 
-    async def finish(
-        self,
-        *,
-        owner_id: str,
-        thread_id: str,
-        run_id: str,
-        status: str,
-        usage: dict[str, Any] | None = None,
-        last_seq: int | None = None,
-        error: str = "",
-    ) -> RunRecord | None:
-        """End a running run (``ValueError`` for a status that is not final)."""
-        return await sync_to_async(self._finish_sync)(
-            owner_id, thread_id, run_id, status, usage, last_seq, error
-        )
-
-    async def get(self, *, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
-        """Return the owner's run, or ``None``; a stale running run is ended ``errored``."""
-        return await sync_to_async(self._read_live)(owner_id, thread_id, run_id)
-
     def _active_sync(self, owner_id: str, thread_id: str) -> RunRecord | None:
         holder = self._cache.get(self._active_key(owner_id, thread_id))
         if holder is None:
             return None
-        record = self._read_live(owner_id, thread_id, str(holder))
+        record = self._get_sync(owner_id, thread_id, str(holder))
         return record if record is not None and record.running else None
-
-    async def active_run_for_thread(self, *, owner_id: str, thread_id: str) -> RunRecord | None:
-        """Return the thread's running run, or ``None``."""
-        return await sync_to_async(self._active_sync)(owner_id, thread_id)
 
     async def sweep(self, *, lease: float = DEFAULT_LEASE_SECONDS) -> list[RunRecord]:
         """Nothing to list in a cache: stale runs are taken over by ``start`` (see above)."""

@@ -26,6 +26,7 @@ from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
     RunRecord,
     RunStatus,
+    SyncRunStore,
     check_terminal,
 )
 
@@ -74,7 +75,7 @@ def _rows() -> Any:
     return StoredAgentRun.objects
 
 
-class DefaultRunStore:
+class DefaultRunStore(SyncRunStore):
     """A ``RunStore`` over ``StoredAgentRun`` rows (see the module docstring)."""
 
     def _start_sync(
@@ -107,12 +108,6 @@ class DefaultRunStore:
             return _record(row), True
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def start(
-        self, *, owner_id: str, thread_id: str, run_id: str, worker_id: str = ""
-    ) -> tuple[RunRecord, bool]:
-        """Record a new ``running`` run, or return the thread's active run and ``False``."""
-        return await sync_to_async(self._start_sync)(owner_id, thread_id, run_id, worker_id)
-
     def _heartbeat_sync(
         self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
     ) -> bool:
@@ -124,12 +119,6 @@ class DefaultRunStore:
             .filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id, status=RunStatus.RUNNING)
             .update(**values)
         )
-
-    async def heartbeat(
-        self, *, owner_id: str, thread_id: str, run_id: str, last_seq: int | None = None
-    ) -> bool:
-        """Renew a running run's heartbeat (one ``UPDATE``); ``False`` if it is not running."""
-        return await sync_to_async(self._heartbeat_sync)(owner_id, thread_id, run_id, last_seq)
 
     def _finish_sync(
         self,
@@ -152,39 +141,15 @@ class DefaultRunStore:
         row = rows.first()
         return None if row is None else _record(row)
 
-    async def finish(
-        self,
-        *,
-        owner_id: str,
-        thread_id: str,
-        run_id: str,
-        status: str,
-        usage: dict[str, Any] | None = None,
-        last_seq: int | None = None,
-        error: str = "",
-    ) -> RunRecord | None:
-        """End a running run; an ended run is returned unchanged, an unknown one as ``None``."""
-        return await sync_to_async(self._finish_sync)(
-            owner_id, thread_id, run_id, status, usage, last_seq, error
-        )
-
     def _get_sync(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
         row = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id).first()
         return None if row is None else _record(row)
-
-    async def get(self, *, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
-        """Return the owner's run, or ``None``."""
-        return await sync_to_async(self._get_sync)(owner_id, thread_id, run_id)
 
     def _active_sync(self, owner_id: str, thread_id: str) -> RunRecord | None:
         row = (
             _rows().filter(owner_id=owner_id, thread_id=thread_id, status=RunStatus.RUNNING).first()
         )
         return None if row is None else _record(row)
-
-    async def active_run_for_thread(self, *, owner_id: str, thread_id: str) -> RunRecord | None:
-        """Return the thread's running run, or ``None``."""
-        return await sync_to_async(self._active_sync)(owner_id, thread_id)
 
     async def sweep(self, *, lease: float = DEFAULT_LEASE_SECONDS) -> list[RunRecord]:
         """Finalise stale runs (see :func:`sweep_runs`)."""
