@@ -54,10 +54,6 @@ from django_pydantic_agent.chat_history.records import (
     ChatCreate,
     Message,
     MessageCreate,
-    MessageReasoningCreate,
-    MessageReasoningUpdate,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
     MessageUpdate,
     Reasoning,
     ToolCall,
@@ -65,6 +61,7 @@ from django_pydantic_agent.chat_history.records import (
     nested_record_class,
     update_fields,
 )
+from django_pydantic_agent.chat_history.repositories import NestedRecordWrites
 from django_pydantic_agent.persistence import derive_preview
 from django_pydantic_agent.persistence.owner import owner_user_uuid
 from django_pydantic_agent.persistence.wire import WireRecords, wire_to_records
@@ -437,7 +434,7 @@ class OrmChatRepository:
         return await sync_to_async(self._delete_sync)(chat_uuid)
 
 
-class OrmMessageRepository:
+class OrmMessageRepository(NestedRecordWrites):
     """A ``MessageRepositoryLike`` over ``StoredMessage`` rows (see the module docstring).
 
     Attributes:
@@ -857,30 +854,6 @@ class OrmMessageRepository:
             if not pending.created:
                 pending.fields.add(field_name)
             return child.model_copy(deep=True)
-
-    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
-        """Append a tool call to its parent (``ValueError`` if the parent is missing)."""
-        result: ToolCall = await self._append_child("tool_calls", self.tool_call_class, data)
-        return result
-
-    async def update_message_tool_call(
-        self, uuid: UUID, update: MessageToolCallUpdate
-    ) -> ToolCall | None:
-        """Apply an update to a nested tool call; ``None`` when it is unknown."""
-        result: ToolCall | None = await self._update_child("tool_calls", uuid, update)
-        return result
-
-    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
-        """Append a reasoning step to its parent (``ValueError`` if the parent is missing)."""
-        result: Reasoning = await self._append_child("reasonings", self.reasoning_class, data)
-        return result
-
-    async def update_message_reasoning(
-        self, uuid: UUID, update: MessageReasoningUpdate
-    ) -> Reasoning | None:
-        """Apply an update to a nested reasoning step; ``None`` when it is unknown."""
-        result: Reasoning | None = await self._update_child("reasonings", uuid, update)
-        return result
 
     # Reads --------------------------------------------------------------------------------
 
