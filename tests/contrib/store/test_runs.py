@@ -119,25 +119,37 @@ def test_a_thread_whose_runs_keep_ending_in_the_way_gives_up_with_the_integrity_
     table = StoredAgentRun._meta.db_table
     inside = [False]
 
+    ended: list[int] = []
+    started = [0]
+
     def churn(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        """Before each INSERT of ``never``, another run starts; once refused, it ends."""
-        if inside[0] or not (sql.startswith("INSERT") and "storedagentrun" in sql):
+        """Before each INSERT of ``never``, another run starts; once refused, it ends.
+
+        It ends at the store's next read: on PostgreSQL nothing else runs in a transaction
+        whose INSERT failed until it is rolled back to its savepoint.
+        """
+        if inside[0] or "storedagentrun" not in sql:
             return execute(sql, params, many, context)
         inside[0] = True
         try:
-            other = StoredAgentRun.objects.create(owner_id="o", thread_id="t", run_id=f"o{id(sql)}")
-            try:
-                return execute(sql, params, many, context)
-            finally:
+            if ended and sql.startswith("SELECT"):
                 context["cursor"].execute(
-                    f"UPDATE {table} SET status = 'complete' WHERE id = %s", [other.pk]
+                    f"UPDATE {table} SET status = 'complete' WHERE id = %s", [ended.pop()]
                 )
+            elif sql.startswith("INSERT"):
+                started[0] += 1
+                other = StoredAgentRun.objects.create(
+                    owner_id="o", thread_id="t", run_id=f"other-{started[0]}"
+                )
+                ended.append(other.pk)
+            return execute(sql, params, many, context)
         finally:
             inside[0] = False
 
     with connection.execute_wrapper(churn), pytest.raises(IntegrityError):
         store._start_sync("o", "t", "never", "w")
     assert not StoredAgentRun.objects.filter(run_id="never").exists()
+    assert started[0] >= 2, "the store tried again after a run ended in its way"
 
 
 async def test_the_sweeper_leaves_live_runs_alone() -> None:
