@@ -11,7 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 .PHONY: help demo dev test lint type docs docs-serve test-latest test-harness test-postgres \
-	test-django6 test-e2e tox sdk-venv bench clean
+	test-django6 test-e2e test-reliability tox sdk-venv bench clean
 
 help:
 	@echo "make demo          - install the example project and serve it at http://$(HOST):$(PORT)/"
@@ -19,6 +19,7 @@ help:
 	@echo "make test-postgres - tox: the suite on PostgreSQL (DATABASE_URL, default a local server)"
 	@echo "make test-django6  - tox: the suite under Python 3.13 and Django 6"
 	@echo "make test-e2e      - tox: Chromium, @ag-ui/client, uvicorn and the official SDK"
+	@echo "make test-reliability - tox: faults, disconnects, hostile input, two workers, crashes"
 	@echo "make dev           - everything in .venv, for an editor and for running pytest by hand"
 
 $(BIN)/python:
@@ -88,8 +89,16 @@ tests/e2e/js/node_modules/.package-lock.json: tests/e2e/js/package-lock.json
 test-e2e: tox $(SDK_VENV)/.installed tests/e2e/js/node_modules/.package-lock.json
 	DATAROBOT_SDK_PYTHON=$(DATAROBOT_SDK_PYTHON) $(TOX) run -e e2e
 
+# The reliability suite: each test prints its figure (docs/reliability.md explains them).
+test-reliability: tox tests/e2e/js/node_modules/.package-lock.json
+	$(TOX) run -e reliability
+
+# Every suite of bench/ (0.28.3 and django-ag-ui 0.70 in venvs of their own, made on first use),
+# written into docs/benchmarks.md. REDIS_URL and POSTGRES_URL add the two-worker cancel and the
+# sweeper on PostgreSQL. BENCH_ARGS are the sizes (docs/benchmarks.md says why they are these).
+BENCH_ARGS ?= --threads 10000 --orphans 1000 --samples 20 --runs 2000 --streams 9
 bench: $(VENV)/.installed-test
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH_ARGS) --write docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) $(SDK_VENV) .tox .coverage htmlcov .pytest_cache .mypy_cache .ruff_cache

@@ -1,67 +1,100 @@
-"""``python -m bench``: measure contrib.store on a fresh database and print a Markdown table.
+"""``python -m bench``: the benchmark suites, each printed as Markdown.
 
-Options: ``--messages`` (default 1000), ``--threads`` (10000), ``--orphans`` (5000),
-``--samples`` (50). ``DATABASE_URL`` selects the database (default: SQLite in a temporary
-directory, or under ``BENCH_DIR``); blobs go to a filesystem directory next to it.
-``--suite chat-history`` prints only the Memory Service request table (``--turns``, default
-50); ``--suite store`` only the store timings.
+``--suite`` picks one (default ``all``): ``store`` (contrib.store timings, and with ``all``
+the same against 0.28.3), ``chat-history`` (Memory Service requests per turn), ``streaming``
+(events/s and time to first event over HTTP, persistence on and off, and django-ag-ui 0.70),
+``run-path`` (an append at message 10 and at message 1,000), ``runs`` (reattach, cancel,
+upload RSS) and ``sweeper`` (``sweep_runs`` on stale runs). ``--quick`` shrinks every size
+to a smoke test. ``--write FILE`` replaces the text between the bench markers of FILE (the
+docs page) with the output. ``DATABASE_URL`` selects the database (default: SQLite under
+``BENCH_DIR`` or a temporary directory); ``POSTGRES_URL`` adds the sweeper on PostgreSQL,
+``REDIS_URL`` the cancel across two workers.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 
+SUITES = ("store", "chat-history", "streaming", "run-path", "runs", "sweeper")
 
-def main(argv: list[str] | None = None) -> int:
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--messages", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=10_000)
     parser.add_argument("--orphans", type=int, default=5000)
     parser.add_argument("--samples", type=int, default=50)
     parser.add_argument("--turns", type=int, default=50)
-    parser.add_argument("--suite", choices=("all", "store", "chat-history"), default="all")
+    parser.add_argument("--runs", type=int, default=10_000, help="stale runs for the sweeper")
+    parser.add_argument("--streams", type=int, default=5, help="runs per streaming figure")
+    parser.add_argument("--upload-mb", type=int, default=50)
+    parser.add_argument("--suite", choices=("all", *SUITES), default="all")
+    parser.add_argument("--quick", action="store_true", help="toy sizes: a smoke test")
+    parser.add_argument(
+        "--no-predecessors",
+        action="store_true",
+        help="skip 0.28.3 and django-ag-ui (no virtualenvs installed)",
+    )
+    parser.add_argument("--write", metavar="FILE", help="rewrite FILE between the bench markers")
+    return parser
+
+
+QUICK = {
+    "messages": 20,
+    "threads": 20,
+    "orphans": 5,
+    "samples": 2,
+    "turns": 2,
+    "runs": 20,
+    "streams": 1,
+    "upload_mb": 2,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _parser()
     args = parser.parse_args(argv)
-    for name in ("messages", "threads", "orphans", "samples", "turns"):
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(args, name, min(getattr(args, name), value))
+    for name in (
+        "messages",
+        "threads",
+        "orphans",
+        "samples",
+        "turns",
+        "runs",
+        "streams",
+        "upload_mb",
+    ):
         if getattr(args, name) < 1:
-            parser.error(f"--{name}={getattr(args, name)!r} is not valid: pass a positive integer.")
+            option = name.replace("_", "-")
+            parser.error(
+                f"--{option}={getattr(args, name)!r} is not valid: pass a positive integer."
+            )
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     import django
-    from django.conf import settings
     from django.core.management import call_command
-    from django.db import connection
 
     django.setup()
     call_command("migrate", verbosity=0)
-    vendor = connection.vendor
-    if vendor == "sqlite":
-        import sqlite3
+    from bench.report import Report, run_suites
 
-        vendor += f" {sqlite3.sqlite_version}"
-    print(f"Python {platform.python_version()}, Django {django.get_version()}, {vendor}")
-    print(f"database: {settings.DATABASES['default']['NAME']}")
-    if args.suite in ("all", "store"):
-        from bench.measure import HEADER
-        from bench.scenarios import run_all
-
-        figures = run_all(
-            messages=args.messages,
-            threads=args.threads,
-            orphans=args.orphans,
-            samples=args.samples,
-        )
-        print()
-        print(HEADER)
-        for figure in figures:
-            print(figure.row())
-    if args.suite in ("all", "chat-history"):
-        from bench.chat_history_requests import run
-
-        print()
-        run(turns=args.turns)
+    shown = [
+        f"{name}=…"
+        for name in ("DATABASE_URL", "POSTGRES_URL", "REDIS_URL")
+        if os.environ.get(name)
+    ]
+    report = Report(command=" ".join([*shown, "python -m bench", *argv]))
+    run_suites(report, args, SUITES if args.suite == "all" else (args.suite,))
+    text = report.markdown()
+    print(text)
+    if args.write:
+        report.write(args.write)
     return 0
 
 

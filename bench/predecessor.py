@@ -103,6 +103,17 @@ def run(messages: int, threads: int, orphans: int, samples: int) -> list[Figure]
         measure(scenario, "load", max(1, samples // 5), lambda _: store._fetch(thread, owner))
     )
 
+    def grow_thread(i: int) -> None:
+        # As in bench.scenarios: saves of 1, 2, ..., ``messages`` messages.
+        growing = []
+        for n in range(messages):
+            growing.append(message(n))
+            store._store(Conversation(thread_id=f"{thread}-grown-{i}", messages=growing), owner)
+
+    figures.append(
+        measure(scenario, f"grow to {messages} messages, one save each (total)", 1, grow_thread)
+    )
+
     now = timezone.now()
     rows = [
         StoredConversation(

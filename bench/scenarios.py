@@ -54,6 +54,17 @@ def bench_append(messages: int = 1000, samples: int = 50) -> list[Figure]:
     figures.append(
         measure(scenario, "load", max(1, samples // 5), lambda _: store._fetch(thread, owner))
     )
+
+    def grow_thread(i: int) -> None:
+        # A caller saving after every message: saves of 1, 2, ..., ``messages`` messages.
+        growing: list[dict[str, object]] = []
+        for n in range(messages):
+            growing.append(message(n))
+            store._store(Conversation(thread_id=f"{thread}-grown-{i}", messages=growing), owner)
+
+    figures.append(
+        measure(scenario, f"grow to {messages} messages, one save each (total)", 1, grow_thread)
+    )
     return figures
 
 

@@ -38,10 +38,14 @@ if _database_url:
 
     DATABASES = {"default": dj_database_url.parse(_database_url)}
 else:
+    # ``BENCH_DB`` names another file in BENCH_DIR: the emulator's, so a Memory Service
+    # write never waits for this package's lock. IMMEDIATE and a timeout, as a deployment on
+    # SQLite needs (docs/deployment.md): a writer waits its turn instead of failing.
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": str(BENCH_DIR / "bench.sqlite3"),
+            "NAME": str(BENCH_DIR / os.environ.get("BENCH_DB", "bench.sqlite3")),
+            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
         }
     }
 STORAGES = {

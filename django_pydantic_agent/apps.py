@@ -13,7 +13,12 @@ class DjangoPydanticAgentConfig(AppConfig):
     verbose_name = "Pydantic-AI agent"
 
     def ready(self) -> None:
-        from django_pydantic_agent.checks import check_attachment_storage, check_mounted_stores
+        from django_pydantic_agent.checks import (
+            check_attachment_storage,
+            check_mounted_stores,
+            check_run_cache,
+        )
 
         checks.register(check_mounted_stores, checks.Tags.urls)
         checks.register(check_attachment_storage, checks.Tags.files)
+        checks.register(check_run_cache, checks.Tags.caches)

@@ -19,6 +19,7 @@ import inspect
 import os
 import re
 import socket
+import sys
 from collections.abc import AsyncIterator, Generator, Iterator
 from typing import cast
 
@@ -38,6 +39,15 @@ pydantic_ai.models.ALLOW_MODEL_REQUESTS = False
 async def _async_test_teardown() -> AsyncIterator[None]:
     before = asyncio.all_tasks()
     yield
+    # Durable runs outlive their request (and persist after their terminal event): let those
+    # the test started end before looking for tasks left running.
+    runs = sys.modules.get("django_pydantic_agent.agui.runs")
+    if runs is not None:
+        await asyncio.wait_for(runs.RunCoordinator.wait_for_all_runs(), timeout=30)
+        # A mount's first request starts its run sweeper; the test's loop ends here, so does it.
+        await runs.RunCoordinator.aclose_all()
+        # A cancelled model stream's helper tasks settle a moment after its producer ends.
+        await asyncio.sleep(0.05)
     # Stores run the ORM in asgiref's worker thread; close its connections so PostgreSQL can
     # drop the test database at the end of the session.
     await sync_to_async(connections.close_all)()

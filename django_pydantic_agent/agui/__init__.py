@@ -17,9 +17,12 @@ back (``tests/agui/test_layout.py`` holds that):
 - ``http``: JSON error bodies, body caps, 400 refusals, database errors as JSON.
 - ``ids``: the id alphabet of thread, run and attachment ids.
 - ``input``: ``RunAgentInput`` parsing and the checks that refuse it before the agent runs.
-- ``inner``: the pydantic-ai agent adapted to one run: adapter, deps, reasoning filter.
+- ``inner``: the pydantic-ai agent adapted to one run (``PydanticAIAgent``, the storage agent's
+  inner agent): adapter, deps, reasoning filter, token usage.
 - ``sse``: SSE frames (with an optional ``id:``), the heartbeat, the streaming response.
-- ``run``: the run endpoint (``POST``), and for now its end-of-run save through ``transcript``.
+- ``run``: the run endpoint (``POST``): stateless on a Null store, else through the storage
+  agent and the mount's run manager.
+- ``runs``: durable runs: the run manager and records (``RunCoordinator``), reattach and cancel.
 - ``threads``, ``attachments``: the thread and attachment routes.
 - ``asgi``: ``BodyLimitMiddleware``, body caps before Django's ASGI handler reads the body.
 """

@@ -16,6 +16,7 @@ that a route exists at a path they already sent an oversized body to.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -63,6 +64,13 @@ def _route_limit(scope: Scope, default: int | None) -> tuple[int, bool] | None:
     return None if cap is None else (int(cap), False)
 
 
+def _is_agui_write(scope: Scope) -> bool:
+    """Whether ``scope`` is a ``POST``/``PUT``/``PATCH``/``DELETE`` to an ``AGUIServer`` route."""
+    if scope.get("method") not in {"POST", "PUT", "PATCH", "DELETE"}:
+        return False
+    return getattr(_resolved_view(scope), "agui_server", None) is not None
+
+
 def _declared_length(scope: Scope) -> int | None:
     for name, value in scope.get("headers", []):
         if name.lower() == b"content-length":
@@ -103,6 +111,11 @@ class BodyLimitMiddleware:
     ``agui_max_body_bytes`` attribute (every other AG-UI route, and any view of yours you give
     one) takes that many bytes. ``max_body_bytes`` caps every other request; the default
     ``None`` passes them through untouched. A refusal is a JSON 413 with ``Connection: close``.
+
+    A write to an AG-UI route (a run, a cancel, a rename, a delete, an upload) whose client
+    leaves after sending it in full is carried out: Django's handler hears of the disconnect
+    only once the answer has started, so it cannot cancel the view halfway (a run sent and
+    then abandoned is started, and kept, or cancelled under ``on_disconnect="cancel"``).
     """
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int | None = None) -> None:
@@ -137,9 +150,12 @@ class BodyLimitMiddleware:
             return
         received = 0
         refused = False
+        whole = False  # the body has been received in full
+        hold = _is_agui_write(scope)
+        answered = asyncio.Event()
 
         async def limited_receive() -> Message:
-            nonlocal received, refused
+            nonlocal received, refused, whole
             if refused:
                 return {"type": "http.disconnect"}
             message = await receive()
@@ -150,9 +166,19 @@ class BodyLimitMiddleware:
                     await _send_413(send, limit, upload=upload)
                     # Django sees a disconnect and serves nothing; the 413 is already out.
                     return {"type": "http.disconnect"}
+                whole = not message.get("more_body", False)
+            elif message["type"] == "http.disconnect" and hold and whole:
+                # The client sent a whole write, then left. Django would cancel the view
+                # before it answers (a run never started); it learns once the answer starts.
+                await answered.wait()
             return message
 
-        await self.app(scope, limited_receive, send)
+        async def answering_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                answered.set()
+            await send(message)
+
+        await self.app(scope, limited_receive, answering_send)
 
 
 #: The first name of ``BodyLimitMiddleware``, from when it capped only uploads.

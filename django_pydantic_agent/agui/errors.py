@@ -38,10 +38,11 @@ __all__ = [
 REDACTED_RUN_ERROR = "The agent run failed. The error has been logged on the server."
 #: The message of a ``STORE_FAILED`` ``RUN_ERROR`` unless the server exposes error messages.
 REDACTED_SAVE_ERROR = (
-    "The agent run finished but could not be saved. The error has been logged on the server."
+    "The run could not be stored, so the agent did not run. The error has been logged on the "
+    "server."
 )
 
-#: ``RUN_ERROR`` codes the run endpoint sets itself, when a finished run could not be saved.
+#: ``RUN_ERROR`` codes the run endpoint sets itself, when the store refused or failed a run.
 STORE_LIMIT_CODE = "STORE_LIMIT"
 STORE_REFUSED_CODE = "STORE_REFUSED"
 STORE_FAILED_CODE = "STORE_FAILED"

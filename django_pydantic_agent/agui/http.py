@@ -1,10 +1,11 @@
-"""HTTP plumbing shared by the AG-UI routes: JSON bodies, body caps, refusals and database errors.
+"""HTTP plumbing shared by the AG-UI routes: JSON bodies, body caps, refusals and backend errors.
 
-Each route answers in JSON whatever goes wrong before a stream starts. Three helpers here make
+Each route answers in JSON whatever goes wrong before a stream starts. Four helpers here make
 that uniform: ``read_json_body`` reads an ``application/json`` body without ever reading more than
 the route's cap, ``refuse_input`` answers a 400 and logs it as one ``WARNING`` line, and
-``database_error_response`` turns a ``DatabaseError`` into a 503 (lock or timeout, with
-``Retry-After``) or a 500, logged once with its detail and never shown to the client.
+``database_error_response`` (a ``DatabaseError``) and ``memory_service_error_response`` (a
+``DRMemoryServiceError``) answer a 503 (lock, timeout, outage or rate limit, with
+``Retry-After``) or a 500, logged once with the detail, which the client never sees.
 """
 
 from __future__ import annotations
@@ -15,10 +16,18 @@ from django.conf import settings
 from django.db import DatabaseError, OperationalError
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
+from django_pydantic_agent.memory_service import (
+    DRMemoryRateLimitError,
+    DRMemoryServiceError,
+    DRMemoryUnavailableError,
+)
+
 __all__ = [
     "DATABASE_BUSY",
     "DATABASE_FAILED",
     "DEFAULT_MAX_BODY_BYTES",
+    "MEMORY_SERVICE_BUSY",
+    "MEMORY_SERVICE_FAILED",
     "RETRY_AFTER_SECONDS",
     "binary_size",
     "body_too_big_response",
@@ -29,6 +38,7 @@ __all__ = [
     "is_json_request",
     "is_transient_database_error",
     "json_body_limit",
+    "memory_service_error_response",
     "not_json_response",
     "read_json_body",
     "refuse_input",
@@ -45,6 +55,13 @@ RETRY_AFTER_SECONDS = 1
 DATABASE_BUSY = "The database is busy; retry in a moment."
 #: The 500 message for any other database error (the detail is logged, never sent).
 DATABASE_FAILED = "A database error stopped this request. The error has been logged on the server."
+
+#: The 503 message when the Memory Service is unreachable, overloaded or rate-limiting.
+MEMORY_SERVICE_BUSY = "The Memory Service is unavailable or busy; retry in a moment."
+#: The 500 message for any other Memory Service error (the detail is logged, never sent).
+MEMORY_SERVICE_FAILED = (
+    "A Memory Service error stopped this request. The error has been logged on the server."
+)
 
 # SQLSTATEs of PostgreSQL errors worth retrying: lock_not_available (lock_timeout),
 # query_canceled (statement_timeout), deadlock_detected, serialization_failure.
@@ -196,5 +213,37 @@ def database_error_response(request: HttpRequest, exc: DatabaseError) -> JsonRes
         response = error_response(503, DATABASE_BUSY, Retry_After=str(RETRY_AFTER_SECONDS))
     else:
         response = error_response(500, DATABASE_FAILED)
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
+
+
+def _transient_memory_service_error(exc: DRMemoryServiceError) -> bool:
+    if isinstance(exc, DRMemoryRateLimitError | DRMemoryUnavailableError):
+        return True
+    return exc.status_code in (502, 503, 504)
+
+
+def memory_service_error_response(request: HttpRequest, exc: DRMemoryServiceError) -> JsonResponse:
+    """The JSON answer to a Memory Service error raised while serving ``request``, logged once.
+
+    An outage, a timeout or a rate limit (no response, 429, 502-504) is a 503 with
+    ``Retry-After`` (the service's own for a 429, else ``RETRY_AFTER_SECONDS``) and a
+    ``WARNING``; any other error is a 500 and an ``ERROR``. Both log the exception with its
+    traceback; the client sees neither.
+    """
+    transient = _transient_memory_service_error(exc)
+    logger.log(
+        logging.WARNING if transient else logging.ERROR,
+        "%s %s failed with a Memory Service error%s.",
+        request.method,
+        _logged_path(request),
+        "; answered 503 so the client retries" if transient else "",
+        exc_info=exc,
+    )
+    if transient:
+        wait = getattr(exc, "retry_after", None) or RETRY_AFTER_SECONDS
+        response = error_response(503, MEMORY_SERVICE_BUSY, Retry_After=str(wait))
+    else:
+        response = error_response(500, MEMORY_SERVICE_FAILED)
     response._has_been_logged = True  # type: ignore[attr-defined]
     return response

@@ -3,30 +3,45 @@
 ``build_adapter`` wraps the mount's agent in pydantic-ai's ``AGUIAdapter`` for one
 ``RunAgentInput``, converting the posted history up front so an unusable one is refused before
 streaming. Its event stream logs the agent's own failures and redacts their ``RUN_ERROR`` (see
-``errors.redact_run_error``). ``build_deps`` makes the per-run deps, and ``without_reasoning``
-drops chain-of-thought events. Nothing about a request is ever stored on the agent.
+``errors.redact_run_error``). ``PydanticAIAgent`` is the same adapter as a chat-history
+``AGUIAgent`` (what ``AGUIStorageAgent`` wraps): one per run, it never raises (a failure is a
+redacted ``RUN_ERROR``) and puts the run's token usage on ``RUN_FINISHED``. ``build_deps``
+makes the per-run deps, and ``without_reasoning`` drops chain-of-thought events. Nothing about
+a request is ever stored on the agent.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ag_ui.core import BaseEvent, RunAgentInput, RunErrorEvent
+from ag_ui.core import (
+    BaseEvent,
+    EventType,
+    RunAgentInput,
+    RunErrorEvent,
+    RunFinishedEvent,
+    RunStartedEvent,
+    TokenUsage,
+)
 from django.http import HttpRequest
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.ui.ag_ui import AGUIAdapter, AGUIEventStream
 
 from django_pydantic_agent.agui.access import call_hook
-from django_pydantic_agent.agui.errors import redact_run_error
+from django_pydantic_agent.agui.errors import redact_run_error, run_error
+from django_pydantic_agent.agui.sse import aclose
+from django_pydantic_agent.chat_history import AGUIAgent
 
 if TYPE_CHECKING:
+    from pydantic_ai.agent import AgentRunResult
     from pydantic_ai.ui import UIEventStream
 
 __all__ = [
     "AgentDeps",
+    "PydanticAIAgent",
     "RedactingAGUIAdapter",
     "build_adapter",
     "build_deps",
@@ -41,23 +56,29 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 class AgentDeps:
     """The default per-run deps: the authenticated user and the request.
 
-    Tools read ``ctx.deps.user`` (server-resolved, never client-chosen). Pass ``deps_factory``
+    Tools read ``ctx.deps.user`` (server-resolved, never client-chosen), and
+    ``tools.read_attachment`` reads ``attachment_store``. Pass ``deps_factory``
     to ``AGUIServer`` to supply your own deps type instead.
     """
 
     user: Any
     request: HttpRequest
+    #: The mount's attachment store (``None`` when uploads are off), for ``tools.read_attachment``.
+    attachment_store: Any = None
 
 
 async def build_deps(
-    deps_factory: Callable[[HttpRequest], Any] | None, request: HttpRequest
+    deps_factory: Callable[[HttpRequest], Any] | None,
+    request: HttpRequest,
+    *,
+    attachment_store: Any = None,
 ) -> Any:
     """The deps for one run: ``deps_factory(request)`` (sync or async), else ``AgentDeps``.
 
     A sync factory runs in a worker thread, so it may use the ORM.
     """
     if deps_factory is None:
-        return AgentDeps(user=request.user, request=request)
+        return AgentDeps(user=request.user, request=request, attachment_store=attachment_store)
     return await call_hook(deps_factory, request)
 
 
@@ -133,3 +154,89 @@ async def without_reasoning(events: AsyncIterator[BaseEvent]) -> AsyncIterator[B
     async for event in events:
         if not event.type.value.startswith("REASONING_"):
             yield event
+
+
+def token_usage(result: AgentRunResult[Any]) -> list[TokenUsage]:
+    """``RUN_FINISHED.usage`` of a completed run: one ``TokenUsage`` for its model."""
+    usage = result.usage
+    response = result.response
+    return [
+        TokenUsage(
+            provider=response.provider_name,
+            model=response.model_name,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            total_tokens=usage.input_tokens + usage.output_tokens,
+            reasoning_tokens=usage.output_reasoning_tokens or None,
+            cached_input_tokens=usage.cache_read_tokens or None,
+            cache_write_input_tokens=usage.cache_write_tokens or None,
+        )
+    ]
+
+
+class PydanticAIAgent(AGUIAgent):
+    """The mount's pydantic-ai agent as a chat-history ``AGUIAgent``, built for one run.
+
+    ``run(input)`` converts ``input`` (the history ``AGUIStorageAgent`` replays, or the posted
+    one) with ``build_adapter`` and streams the adapter's events, reasoning dropped unless
+    ``forward_reasoning``. It never raises: a failure, even while converting the history, is
+    logged and ends the stream with ``RUN_ERROR`` (after a ``RUN_STARTED``), redacted unless
+    ``expose_error_messages``. ``RUN_FINISHED`` carries the run's token usage.
+    """
+
+    def __init__(
+        self,
+        agent: AbstractAgent[Any, Any],
+        *,
+        deps: Any,
+        accept: str | None,
+        instructions: Any,
+        allowed_file_url_schemes: frozenset[str],
+        expose_error_messages: bool,
+        forward_reasoning: bool,
+    ) -> None:
+        self.name = agent.name or "agent"
+        self._agent = agent
+        self._deps = deps
+        self._accept = accept
+        self._instructions = instructions
+        self._schemes = allowed_file_url_schemes
+        self._expose = expose_error_messages
+        self._forward_reasoning = forward_reasoning
+
+    async def run(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
+        usage: list[TokenUsage] = []
+
+        async def complete(result: AgentRunResult[Any]) -> None:
+            usage.extend(token_usage(result))
+
+        started = ended = False
+        try:
+            adapter = build_adapter(
+                self._agent,
+                input,
+                accept=self._accept,
+                allowed_file_url_schemes=self._schemes,
+                expose_error_messages=self._expose,
+            )
+            source = adapter.run_stream(
+                deps=self._deps, instructions=self._instructions, on_complete=complete
+            )
+            events = source if self._forward_reasoning else without_reasoning(source)
+            try:
+                async for event in events:
+                    started = started or event.type == EventType.RUN_STARTED
+                    ended = event.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+                    if isinstance(event, RunFinishedEvent) and usage and not event.usage:
+                        event.usage = usage
+                    yield event
+            finally:
+                await aclose(events)
+                await aclose(source)  # in case a filter failed without closing it
+        except Exception as exc:
+            log_run_failure(input, exc)
+            if ended:  # pragma: no cover - pydantic-ai yields nothing after the terminal event
+                return
+            if not started:
+                yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
+            yield run_error(exc, expose=self._expose)

@@ -10,24 +10,35 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 from django.http import HttpRequest
 
 from django_pydantic_agent.agui.http import json_body_limit
+from django_pydantic_agent.agui.runs import DEFAULT_SWEEP_INTERVAL_SECONDS
+from django_pydantic_agent.persistence.runs import DEFAULT_LEASE_SECONDS
 
 __all__ = [
     "DEFAULT_ATTACHMENT_MAX_BYTES",
     "DEFAULT_THREAD_LIST_LIMIT",
     "AttachmentOptions",
     "BodyLimit",
+    "ConcurrentRuns",
+    "OnDisconnect",
     "RunOptions",
     "check_callable",
+    "check_choice",
     "check_flag",
     "check_positive",
+    "check_run_lease",
     "file_url_schemes",
     "mime_types",
 ]
+
+#: What a client disconnect does to a durable run: keep it going, or cancel it.
+OnDisconnect: TypeAlias = Literal["continue", "cancel"]
+#: What a second run on a busy thread does: refuse it (409), or cancel the running one first.
+ConcurrentRuns: TypeAlias = Literal["reject", "interrupt"]
 
 #: Ten mebibytes, the default ``attachment_max_bytes``.
 DEFAULT_ATTACHMENT_MAX_BYTES = 10 * 1024 * 1024
@@ -66,6 +77,18 @@ class RunOptions:
     instructions: Any = None
     #: ``deps_factory(request)`` (sync or async), or ``None`` for ``AgentDeps``.
     deps_factory: Callable[[HttpRequest], Any] | None = None
+    #: ``"continue"``: a durable run outlives its client; ``"cancel"``: a disconnect cancels it.
+    on_disconnect: OnDisconnect = "continue"
+    #: ``"reject"``: a second run on a busy thread is a 409; ``"interrupt"``: cancel the first.
+    concurrent_runs: ConcurrentRuns = "reject"
+    #: Seconds between a durable run's heartbeats (its record's lease and cancel check).
+    run_heartbeat_seconds: float = 10.0
+    #: Seconds without a heartbeat after which a run's worker counts as dead (swept as errored).
+    run_lease_seconds: float = DEFAULT_LEASE_SECONDS
+    #: Seconds between two sweeps of stale runs (once across workers); ``0`` turns it off.
+    sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS
+    #: How long ``concurrent_runs="interrupt"`` waits for the cancelled run to end.
+    interrupt_wait_seconds: float = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,3 +142,21 @@ def file_url_schemes(value: Collection[str]) -> frozenset[str]:
             "example ('https',), or () to refuse client file URLs."
         )
     return frozenset(scheme.lower() for scheme in value)
+
+
+def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(
+            f"{name}={value!r} is not one of {', '.join(repr(c) for c in choices)}; pass one."
+        )
+
+
+def check_run_lease(lease: float, heartbeat: float) -> None:
+    """Raise ``ValueError`` unless a run's lease outlasts its heartbeat interval."""
+    if lease <= heartbeat:
+        raise ValueError(
+            f"run_lease_seconds={lease!r} must exceed run_heartbeat_seconds={heartbeat!r}: a "
+            "run renews its lease on every heartbeat, so a shorter lease would sweep live "
+            f"runs. Pass a lease of a few heartbeats, such as {max(3 * heartbeat, 1.0):g}."
+        )

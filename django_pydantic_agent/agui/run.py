@@ -1,29 +1,35 @@
 """The run endpoint: ``RunAgentInput`` JSON in, an AG-UI event stream out as SSE.
 
 ``RunEndpoint`` refuses what it can before streaming (``input.py`` parses and checks the body,
-``inner.py`` builds the adapter), then hands an async generator to ``sse_response``
-(``sse.py``). Between the pydantic-ai adapter and the socket sit, in order: the redacting error
-hook (``inner.py``), the reasoning filter (when ``forward_reasoning`` is off), the transcript
-observer (when persisting, it folds each forwarded event, see ``transcript.py``), a guard that
-turns any other exception into ``RUN_ERROR``, the save (when persisting: the terminal event is
-held back until the run is saved, and a failed save ends the stream with ``RUN_ERROR`` instead of
-``RUN_FINISHED``), the SSE encoder and the heartbeat. A client disconnect cancels the whole chain
-in the task that runs it; persistence then still runs, shielded, before the cancellation is
-re-raised, and saves what the stream announced.
+``inner.py`` converts the posted history), then streams one of two ways:
+
+- with a Null store, stateless: the mount's agent runs on the posted history inside the
+  request (``inner.PydanticAIAgent``), and a client disconnect ends the run;
+- with any other store, durably: the request owner's chat-history repositories (the store's
+  own, or the generic adapter of ``persistence.repositories``) back an ``AGUIStorageAgent``
+  wrapping ``PydanticAIAgent``, started in the mount's ``StreamPersistenceManager``
+  (``runs.RunCoordinator``). The stored history is what the agent sees; a posted turn that
+  is not stored and is not a new user message or an answer to a stored open call is refused
+  with ``RUN_ERROR`` ``INVALID_INPUT`` and nothing is written. The request only reads the
+  run's log, so a disconnect stops the reading, not the run (``on_disconnect="cancel"``
+  cancels it instead). A store failure ends the stream with ``RUN_ERROR`` ``STORE_*``.
+
+Every frame carries ``id: <run_id>:<seq>``, the run's per-run sequence number.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
 
-from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunErrorEvent, RunStartedEvent
-from django.http import HttpRequest, HttpResponseBase
+from ag_ui.core import BaseEvent, RunAgentInput, RunStartedEvent
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from pydantic_ai.agent import AbstractAgent
-from pydantic_ai.ui.ag_ui import AGUIAdapter
 
 from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.errors import (
@@ -36,9 +42,9 @@ from django_pydantic_agent.agui.errors import (
     store_refusal,
     store_refusal_event,
 )
-from django_pydantic_agent.agui.http import read_json_body, refuse_input
+from django_pydantic_agent.agui.http import error_response, read_json_body, refuse_input
 from django_pydantic_agent.agui.inner import (
-    RedactingAGUIAdapter,
+    PydanticAIAgent,
     build_adapter,
     build_deps,
     log_run_failure,
@@ -54,6 +60,7 @@ from django_pydantic_agent.agui.input import (
 )
 from django_pydantic_agent.agui.options import RunOptions
 from django_pydantic_agent.agui.owners import ensure_anonymous_session
+from django_pydantic_agent.agui.runs import WORKER_ID, RunCoordinator, event_id, replay
 from django_pydantic_agent.agui.sse import (
     SSE_HEARTBEAT,
     aclose,
@@ -62,17 +69,18 @@ from django_pydantic_agent.agui.sse import (
     warn_if_wsgi,
     with_heartbeat,
 )
-from django_pydantic_agent.agui.transcript import Transcript, wire_message
+from django_pydantic_agent.agui.views import ABANDONED_HOOK
+from django_pydantic_agent.chat_history import AGUIStorageAgent
 from django_pydantic_agent.persistence import (
-    Conversation,
     ConversationStore,
     StoreError,
     is_persistent,
+    resolve_owner_id,
+    serves_anonymous,
 )
-
-if TYPE_CHECKING:
-    from pydantic_ai.agent import AgentRunResult
-    from pydantic_ai.messages import ModelMessage
+from django_pydantic_agent.persistence.owner import owner_user_uuid
+from django_pydantic_agent.persistence.repositories import repositories_for
+from django_pydantic_agent.persistence.runs import RunStore
 
 __all__ = [
     "NESTED_TOO_DEEPLY",
@@ -84,6 +92,7 @@ __all__ = [
     "STORE_LIMIT_CODE",
     "STORE_REFUSED_CODE",
     "RunEndpoint",
+    "StoreGuard",
     "parse_run_input",
     "with_heartbeat",
     "without_reasoning",
@@ -93,65 +102,54 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 
 #: What the 413 of the run endpoint asks the caller to send instead.
 RUN_TOO_BIG = "send a shorter history, or raise the limit."
-
-_TERMINAL_EVENTS = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
-_T = TypeVar("_T")
-
-
-@dataclass
-class _RunRecord:
-    """What a persisting run saves: the folded stream, and the run's result if it completed."""
-
-    transcript: Transcript
-    new_messages: list[ModelMessage] | None = None
-    #: Whether the thread was stored when the run started: if it is gone by the end, a DELETE
-    #: arrived meanwhile, and saving would bring it back.
-    thread_existed: bool = False
-    #: Set once a save has started, so a run is saved exactly once however it ends.
-    saving: bool = False
-
-    async def complete(self, result: AgentRunResult[Any]) -> None:
-        """``on_complete`` hook: keep the run's new messages (async: no worker thread)."""
-        self.new_messages = result.new_messages()
-
-    async def observe(self, events: AsyncIterator[BaseEvent]) -> AsyncIterator[BaseEvent]:
-        """Pass ``events`` through, folding each into the transcript as it is forwarded."""
-        async for event in events:
-            self.transcript.fold(event)
-            yield event
-
-    def saved_messages(self) -> list[dict[str, Any]]:
-        """The run's messages to save after the posted ones, however the run ended.
-
-        A completed run saves its result (``dump_messages``, which keeps tool outcomes and
-        provider metadata) re-keyed to the streamed ids; a run cut short by an error or a
-        client disconnect has no result, so it saves what the stream announced.
-        """
-        if self.new_messages is not None:
-            return self.transcript.align(AGUIAdapter.dump_messages(self.new_messages))
-        return self.transcript.messages()
+#: The 409 of a second run on a busy thread (``concurrent_runs="reject"``).
+THREAD_BUSY = (
+    "Thread {thread_id!r} is running run {run_id!r}; wait for it to end, cancel it "
+    "(POST runs/<thread_id>/<run_id>/cancel/), or reattach to it."
+)
 
 
-async def _finish_even_if_cancelled(work: Callable[[], Awaitable[_T]]) -> _T:
-    """Run the coroutine ``work()`` to completion even when the caller is being cancelled.
+class StoreGuard:
+    """The storage agent of one run, with its store failures before streaming turned into
+    ``RUN_STARTED`` + ``RUN_ERROR`` (``STORE_REFUSED`` / ``STORE_LIMIT`` for a refusal,
+    ``STORE_FAILED`` redacted for anything else), so a client learns its run was not kept."""
 
-    The work runs in its own task; a cancellation of the caller waits for it, then propagates.
-    Returns what ``work()`` returned.
-    """
-    task = asyncio.ensure_future(work())
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await task
-        raise
+    def __init__(self, agent: AGUIStorageAgent, *, expose_error_messages: bool) -> None:
+        self.agent = agent
+        self._expose = expose_error_messages
+
+    async def run(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
+        started = False
+        stream = self.agent.run(input)
+        try:
+            async for event in stream:
+                started = True
+                yield event
+        except Exception as exc:
+            if started:
+                raise
+            log_run_failure(input, exc)
+            yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
+            if isinstance(exc, StoreError):
+                yield store_refusal_event(exc, store="conversation")
+            else:
+                yield run_error(
+                    exc,
+                    expose=self._expose,
+                    code=STORE_FAILED_CODE,
+                    redacted=REDACTED_SAVE_ERROR,
+                )
+        finally:
+            await stream.aclose()
 
 
 class RunEndpoint:
     """The ``POST <mount>/`` handler: run ``agent`` for one ``RunAgentInput``, stream it as SSE.
 
-    ``store`` is the conversation store (a Null store: stateless, nothing saved); ``access``
-    supplies the throttle, ``body_limit()`` the body cap per request, and ``options`` how the
-    agent runs and streams.
+    ``store`` is the conversation store (a Null store: stateless, nothing saved) and
+    ``run_store`` where its runs are recorded; ``access`` supplies the throttle,
+    ``body_limit()`` the body cap per request, and ``options`` how the agent runs and streams.
+    ``coordinator`` is the mount's run manager (``None`` for a Null store).
     """
 
     def __init__(
@@ -162,12 +160,89 @@ class RunEndpoint:
         access: AccessPolicy,
         body_limit: Callable[[], int],
         options: RunOptions,
+        run_store: RunStore | None = None,
+        attachment_store: Any = None,
     ) -> None:
         self._agent = agent
+        self._attachment_store = attachment_store
         self._store = store
         self._access = access
         self._body_limit = body_limit
         self._options = options
+        self.coordinator: RunCoordinator | None = None
+        if is_persistent(store):
+            if run_store is None:
+                raise ValueError("A persisting RunEndpoint needs a run_store.")
+            self.coordinator = RunCoordinator(
+                self._storage_agent,
+                run_store=run_store,
+                heartbeat_seconds=options.run_heartbeat_seconds,
+                lease_seconds=options.run_lease_seconds,
+                sweep_interval_seconds=options.sweep_interval_seconds,
+            )
+
+    def _storage_agent(
+        self,
+        chat_repo: Any,
+        message_repo: Any,
+        user_uuid: uuid.UUID,
+        inner: PydanticAIAgent,
+    ) -> StoreGuard:
+        agent = AGUIStorageAgent(inner.name, user_uuid, chat_repo, message_repo, inner)
+        return StoreGuard(agent, expose_error_messages=self._options.expose_error_messages)
+
+    async def repositories(self, request: HttpRequest) -> tuple[Any, Any, uuid.UUID]:
+        """The request owner's ``(chat_repo, message_repo, user_uuid)`` on the store.
+
+        Raises the store's ``StoreError`` (an anonymous caller it refuses, for example).
+        """
+        chat_repo, message_repo = await repositories_for(self._store, request=request)
+        user_uuid = getattr(chat_repo, "user_uuid", None)
+        if not isinstance(user_uuid, uuid.UUID):
+            owner_id = await self.owner_id(request)
+            user_uuid = owner_user_uuid(owner_id)
+        return chat_repo, message_repo, user_uuid
+
+    async def owner_id(self, request: HttpRequest) -> str:
+        """The store owner of ``request`` (``StoreError`` if the store refuses the caller)."""
+        return await sync_to_async(resolve_owner_id)(
+            request, allow_anonymous=serves_anonymous(self._store)
+        )
+
+    async def active_run(self, request: HttpRequest, thread_id: str) -> dict[str, Any] | None:
+        """``{"runId", "lastSeq"}`` of the caller's running run on ``thread_id``, or ``None``."""
+        if self.coordinator is None:
+            return None
+        try:
+            owner_id = await self.owner_id(request)
+        except StoreError:
+            return None
+        record = await self.coordinator.run_store.active_run_for_thread(
+            owner_id=owner_id, thread_id=thread_id
+        )
+        if record is None:
+            return None
+        handle = self.coordinator.manager.get(thread_id, record.run_id, owner=owner_id)
+        if handle is not None:
+            return {"runId": record.run_id, "lastSeq": handle.last_seq}
+        # Running on another worker: its relayed log is fresher than the record's heartbeat.
+        relayed = await self.coordinator.relay.last_seq(owner_id, thread_id, record.run_id)
+        return {"runId": record.run_id, "lastSeq": max(record.last_seq, relayed or 0)}
+
+    async def settle(self, request: HttpRequest, thread_id: str | None) -> None:
+        """Return once this worker's finished runs of the caller on ``thread_id`` are stored.
+
+        A stream ends at its terminal event while the run's last writes go on behind it; a
+        thread read waits for them (bounded by ``SETTLE_SECONDS``), so it sees what the stream
+        showed. ``thread_id`` ``None`` waits for the caller's runs on every thread.
+        """
+        if self.coordinator is None:
+            return
+        try:
+            owner_id = await self.owner_id(request)
+        except StoreError:
+            return
+        await self.coordinator.settle(owner_id, thread_id)
 
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         """Validate the run, prepare per-request parts, and return the SSE response.
@@ -175,9 +250,10 @@ class RunEndpoint:
         Every refusal happens before streaming starts and is a JSON error: 429 (throttle),
         415 (not ``application/json``), 413 (body over ``body_limit()``), 400 (invalid
         ``RunAgentInput`` or history, or a client tool shadowing a server tool, each logged as
-        one ``WARNING`` line) and 403 (a persisting store refuses this caller). Afterwards,
-        failures are ``RUN_ERROR``, and every stream ends with ``RUN_FINISHED`` or
-        ``RUN_ERROR``.
+        one ``WARNING`` line), 403 (a persisting store refuses this caller) and 409 (the thread
+        is running another run, with ``concurrent_runs="reject"``; a run of this worker that
+        only stores its last writes after its stream ended is waited for instead). Afterwards,
+        failures are ``RUN_ERROR``, and every stream ends with ``RUN_FINISHED`` or ``RUN_ERROR``.
         """
         options = self._options
         refusal = await self._access.check_throttle(request)
@@ -193,177 +269,188 @@ class RunEndpoint:
         problem = history_problem(run_input) or clashing_tool_problem(self._agent, run_input)
         if problem is not None:
             return refuse_input(request, problem)
+        accept = request.headers.get("accept")
         try:
-            adapter = build_adapter(
+            build_adapter(
                 self._agent,
                 run_input,
-                accept=request.headers.get("accept"),
+                accept=accept,
                 allowed_file_url_schemes=options.allowed_file_url_schemes,
                 expose_error_messages=options.expose_error_messages,
             )
         except (ValueError, TypeError):
             return refuse_input(request, unconvertible_history_problem(run_input))
-        persisting = is_persistent(self._store)
-        thread_existed = False
-        if persisting:
-            # The session cookie must go out with the response headers, so an anonymous
-            # caller's session is created now, never after streaming started.
-            await ensure_anonymous_session(request, self._store)
-            try:
-                # Fail before streaming if the store refuses this caller.
-                thread_existed = await self._store.exists(run_input.thread_id, request=request)
-            except StoreError as exc:
-                return store_refusal(exc, store="conversation")
         warn_if_wsgi(request)
-        deps = await build_deps(options.deps_factory, request)
-        return sse_response(
-            self._stream(
-                request, adapter, deps, persisting=persisting, thread_existed=thread_existed
+        if self.coordinator is None:
+            deps = await build_deps(
+                options.deps_factory, request, attachment_store=self._attachment_store
             )
-        )
+            events = self._inner(request, deps, accept).run(run_input)
+            return sse_response(self._frames(events, run_input.run_id))
+        # The session cookie must go out with the response headers, so an anonymous caller's
+        # session is created now, never after streaming started.
+        await ensure_anonymous_session(request, self._store)
+        try:
+            owner_id = await self.owner_id(request)
+            chat_repo, message_repo, user_uuid = await self.repositories(request)
+            # A repository that can tell a run would create a thread over quota says so now,
+            # as a 413, rather than in a RUN_ERROR once streaming started.
+            refuse_over_quota = getattr(chat_repo, "refuse_over_quota", None)
+            if refuse_over_quota is not None:
+                await refuse_over_quota(run_input.thread_id)
+        except StoreError as exc:
+            return store_refusal(exc, store="conversation")
+        coordinator = self.coordinator
+        handle = coordinator.manager.get(run_input.thread_id, run_input.run_id, owner=owner_id)
+        if handle is None:
+            busy = await self._claim(owner_id, run_input)
+            if busy is not None:
+                return busy
+            deps = await build_deps(
+                options.deps_factory, request, attachment_store=self._attachment_store
+            )
+            handle = await coordinator.manager.run_as(
+                owner_id,
+                run_input,
+                chat_repo,
+                message_repo,
+                user_uuid,
+                self._inner(request, deps, accept),
+            )
+            coordinator.track(handle, owner_id)
+        response = sse_response(self._read(handle))
+        if options.on_disconnect == "cancel":
+            # The client left before the response started: no reader will ever close it.
+            setattr(response, ABANDONED_HOOK, handle.cancel)
+        return response
 
-    async def _stream(
-        self,
-        request: HttpRequest,
-        adapter: RedactingAGUIAdapter,
-        deps: Any,
-        *,
-        persisting: bool,
-        thread_existed: bool,
-    ) -> AsyncIterator[str]:
+    async def _claim(self, owner_id: str, run_input: RunAgentInput) -> HttpResponseBase | None:
+        """Record the run as ``running``; a 409 if the thread is busy (or the run ran)."""
+        assert self.coordinator is not None
+        run_store = self.coordinator.run_store
+        thread_id, run_id = run_input.thread_id, run_input.run_id
+        for _attempt in range(2):
+            record, started = await run_store.start(
+                owner_id=owner_id, thread_id=thread_id, run_id=run_id, worker_id=WORKER_ID
+            )
+            if started:
+                return None
+            if record.run_id == run_id:
+                return error_response(
+                    409,
+                    f"Run {run_id!r} already ran on thread {thread_id!r} ({record.status}); "
+                    "start a new run with a new runId, or reattach to this one.",
+                )
+            if await self._finishing(owner_id, thread_id, record.run_id):
+                continue  # it ended for its readers and has now stored its last events
+            if self._options.concurrent_runs != "interrupt":
+                response = error_response(
+                    409, THREAD_BUSY.format(thread_id=thread_id, run_id=record.run_id)
+                )
+                assert isinstance(response, JsonResponse)
+                return response
+            await self.coordinator.request_cancel(owner_id, thread_id, record.run_id)
+            await self._wait_until_idle(owner_id, thread_id, record.run_id)
+        return error_response(409, THREAD_BUSY.format(thread_id=thread_id, run_id="?"))
+
+    async def _finishing(self, owner_id: str, thread_id: str, run_id: str) -> bool:
+        """Wait (a bounded time) for a run of this worker that already sent its terminal event
+        and is still storing its last events; ``True`` once it is done.
+
+        A client sends its next turn as soon as it reads ``RUN_FINISHED``: that turn must not
+        find the thread busy with a run that has ended for every reader.
+        """
+        assert self.coordinator is not None
+        handle = self.coordinator.manager.get(thread_id, run_id, owner=owner_id)
+        if handle is None:
+            return await self._finishing_elsewhere(owner_id, thread_id, run_id)
+        if handle.terminal_event is None:
+            return False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(handle.wait(), timeout=self._options.interrupt_wait_seconds)
+        return handle.done()
+
+    async def _finishing_elsewhere(self, owner_id: str, thread_id: str, run_id: str) -> bool:
+        """The same for a run this worker does not hold: ``True`` once its record has ended.
+
+        It may have ended between the claim's read and now; or it runs on another worker and
+        has relayed its terminal event, and then its record is waited for (bounded).
+        """
+        assert self.coordinator is not None
+        coordinator = self.coordinator
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._options.interrupt_wait_seconds
+        while True:
+            record = await coordinator.run_store.get(
+                owner_id=owner_id, thread_id=thread_id, run_id=run_id
+            )
+            if record is None or not record.running:
+                return True
+            if loop.time() >= deadline or not await coordinator.relay.ended(
+                owner_id, thread_id, run_id
+            ):
+                return False
+            await asyncio.sleep(0.05)
+
+    async def _wait_until_idle(self, owner_id: str, thread_id: str, run_id: str) -> None:
+        """Wait (a bounded time) for a cancelled run to end, here or on another worker."""
+        assert self.coordinator is not None
+        handle = self.coordinator.manager.get(thread_id, run_id, owner=owner_id)
+        if handle is not None:
+            with contextlib.suppress(TimeoutError):  # still running: the caller answers 409
+                await asyncio.wait_for(handle.wait(), timeout=self._options.interrupt_wait_seconds)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._options.interrupt_wait_seconds
+        while loop.time() < deadline:
+            record = await self.coordinator.run_store.get(
+                owner_id=owner_id, thread_id=thread_id, run_id=run_id
+            )
+            if record is None or not record.running:
+                return
+            await asyncio.sleep(0.1)
+
+    def _inner(self, request: HttpRequest, deps: Any, accept: str | None) -> PydanticAIAgent:
         options = self._options
-        run_input = adapter.run_input
-        record = _RunRecord(
-            Transcript(include_reasoning=options.forward_reasoning), thread_existed=thread_existed
+        return PydanticAIAgent(
+            self._agent,
+            deps=deps,
+            accept=accept,
+            instructions=options.instructions,
+            allowed_file_url_schemes=options.allowed_file_url_schemes,
+            expose_error_messages=options.expose_error_messages,
+            forward_reasoning=options.forward_reasoning,
         )
 
-        async def agent_events() -> AsyncIterator[BaseEvent]:
-            # Inside the generator, so an exception raised while starting the run is caught
-            # by ``_guarded`` like any other.
-            events = adapter.run_stream(
-                deps=deps,
-                instructions=options.instructions,
-                on_complete=record.complete if persisting else None,
-            )
+    def _frames(self, events: AsyncIterator[BaseEvent], run_id: str) -> AsyncIterator[str]:
+        """The stateless stream: ``events`` as SSE frames numbered from 1, with heartbeats."""
+
+        async def numbered() -> AsyncIterator[str]:
+            seq = 0
             try:
                 async for event in events:
-                    yield event
+                    seq += 1
+                    yield encode_event(event, event_id=event_id(run_id, seq))
             finally:
                 await aclose(events)
 
-        root = agent_events()
-        events: AsyncIterator[BaseEvent] = root
-        if not options.forward_reasoning:
-            events = without_reasoning(events)
-        if persisting:
-            events = record.observe(events)
-        events = self._guarded(events, run_input)
-        if persisting:
-            events = self._saved_before_the_end(events, request, run_input, record)
-        frames: AsyncIterator[str] = (encode_event(event) async for event in events)
-        if options.heartbeat_seconds:
-            frames = with_heartbeat(frames, options.heartbeat_seconds)
+        frames: AsyncIterator[str] = numbered()
+        if self._options.heartbeat_seconds:
+            frames = with_heartbeat(frames, self._options.heartbeat_seconds)
+        return frames
+
+    async def _read(self, handle: Any) -> AsyncIterator[str]:
+        """The durable stream: the run's log from the start, then its live tail.
+
+        Closing it (a disconnect) stops only this reader, unless ``on_disconnect="cancel"``.
+        """
+        frames: AsyncIterator[str] = replay(handle, 0)
+        if self._options.heartbeat_seconds:
+            frames = with_heartbeat(frames, self._options.heartbeat_seconds)
         try:
             async for frame in frames:
                 yield frame
         finally:
             await aclose(frames)
-            await aclose(root)  # in case a layer above it failed without closing it
-            if persisting and not record.saving:
-                # The client went away before the run ended: save what it was shown.
-                record.saving = True
-                await _finish_even_if_cancelled(lambda: self._persist(request, run_input, record))
-
-    async def _guarded(
-        self, events: AsyncIterator[BaseEvent], run_input: RunAgentInput
-    ) -> AsyncIterator[BaseEvent]:
-        """Pass ``events`` through; turn an exception into ``RUN_STARTED`` + ``RUN_ERROR``.
-
-        pydantic-ai reports the agent's own failures as ``RUN_ERROR``; this catches what it
-        cannot (a failure while starting the run, or in a filter), so no stream ever ends
-        without a terminal event. The error is logged, and redacted unless exposed.
-        """
-        started = ended = False
-        try:
-            async for event in events:
-                started = started or event.type == EventType.RUN_STARTED
-                ended = event.type in _TERMINAL_EVENTS
-                yield event
-        except Exception as exc:
-            log_run_failure(run_input, exc)
-            if ended:  # pragma: no cover - pydantic-ai yields nothing after the terminal event
-                return
-            if not started:
-                yield RunStartedEvent(thread_id=run_input.thread_id, run_id=run_input.run_id)
-            yield run_error(exc, expose=self._options.expose_error_messages)
-        finally:
-            await aclose(events)
-
-    async def _saved_before_the_end(
-        self,
-        events: AsyncIterator[BaseEvent],
-        request: HttpRequest,
-        run_input: RunAgentInput,
-        record: _RunRecord,
-    ) -> AsyncIterator[BaseEvent]:
-        """Hold back the terminal event until the run is saved.
-
-        ``RUN_FINISHED`` goes out only once the save succeeded; a failed save replaces it with
-        ``RUN_ERROR`` (code ``STORE_LIMIT``, ``STORE_REFUSED`` or ``STORE_FAILED``), so a
-        client never believes an unsaved run was kept. A run that already failed keeps its own
-        ``RUN_ERROR``. The save is shielded: a disconnect meanwhile does not interrupt it.
-        """
-        try:
-            async for event in events:
-                if event.type not in _TERMINAL_EVENTS:
-                    yield event
-                    continue
-                record.saving = True
-                failure = await _finish_even_if_cancelled(
-                    lambda: self._persist(request, run_input, record)
-                )
-                yield event if failure is None or event.type == EventType.RUN_ERROR else failure
-        finally:
-            await aclose(events)
-
-    async def _persist(
-        self, request: HttpRequest, run_input: RunAgentInput, record: _RunRecord
-    ) -> RunErrorEvent | None:
-        """Save posted + run messages; return ``None``, or the ``RUN_ERROR`` for a failure.
-
-        A thread that existed when the run started and is gone now was deleted meanwhile: the
-        save is skipped (logged at ``INFO``), so the run does not bring it back. Never raises: a
-        failure is logged, and described by the returned event.
-        """
-        store = self._store
-        try:
-            if record.thread_existed and not await store.exists(
-                run_input.thread_id, request=request
-            ):
-                logger.info(
-                    "Thread %r was deleted while run %r streamed; the run is not saved.",
-                    run_input.thread_id,
-                    run_input.run_id,
-                )
-                return None
-            messages = [wire_message(message) for message in run_input.messages]
-            messages.extend(record.saved_messages())
-            conversation = Conversation(thread_id=run_input.thread_id, messages=messages)
-            await store.save(conversation, request=request)
-        except Exception as exc:
-            logger.error(
-                "Saving thread %r after run %r failed; the run was not persisted.",
-                run_input.thread_id,
-                run_input.run_id,
-                exc_info=exc,
-            )
-            if isinstance(exc, StoreError):
-                # Store refusals are written for the caller, as in the thread routes' answers.
-                return store_refusal_event(exc, store="conversation")
-            return run_error(
-                exc,
-                expose=self._options.expose_error_messages,
-                code=STORE_FAILED_CODE,
-                redacted=REDACTED_SAVE_ERROR,
-            )
-        return None
+            if self._options.on_disconnect == "cancel" and handle.terminal_event is None:
+                handle.cancel()

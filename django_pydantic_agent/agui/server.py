@@ -23,15 +23,25 @@ from django_pydantic_agent.agui.options import (
     DEFAULT_THREAD_LIST_LIMIT,
     AttachmentOptions,
     BodyLimit,
+    ConcurrentRuns,
+    OnDisconnect,
     RunOptions,
     check_callable,
+    check_choice,
     check_flag,
     check_positive,
+    check_run_lease,
     file_url_schemes,
     mime_types,
 )
 from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing
 from django_pydantic_agent.agui.run import RUN_TOO_BIG, RunEndpoint
+from django_pydantic_agent.agui.runs import (
+    DEFAULT_SWEEP_INTERVAL_SECONDS,
+    RUN_NOT_FOUND,
+    RunCoordinator,
+    RunEndpoints,
+)
 from django_pydantic_agent.agui.threads import NOT_FOUND as THREAD_NOT_FOUND
 from django_pydantic_agent.agui.threads import TITLE_TOO_BIG, ThreadEndpoints
 from django_pydantic_agent.agui.views import AGUIView, Handler
@@ -41,6 +51,13 @@ from django_pydantic_agent.persistence import (
     NullAttachmentStore,
     NullConversationStore,
     is_persistent,
+    wrapped_stores,
+)
+from django_pydantic_agent.persistence.runs import (
+    DEFAULT_LEASE_SECONDS,
+    CacheRunStore,
+    RunRecord,
+    RunStore,
 )
 
 if TYPE_CHECKING:
@@ -53,6 +70,20 @@ __all__ = ["AGUIServer", "AgentDeps", "UnsafeCSRFExemptionWarning"]
 # Shared defaults: the Null stores hold no state.
 _NULL_CONVERSATIONS = NullConversationStore()
 _NULL_ATTACHMENTS = NullAttachmentStore()
+
+
+def default_run_store(
+    store: ConversationStore, *, lease_seconds: float = DEFAULT_LEASE_SECONDS
+) -> RunStore:
+    """Where runs on ``store`` are recorded: its own ``run_store()`` (looked up through
+    wrappers), else ``CacheRunStore`` in Django's default cache (with ``lease_seconds``)."""
+    for candidate in wrapped_stores(store):
+        factory = getattr(candidate, "run_store", None)
+        if callable(factory):
+            found = factory()
+            if isinstance(found, RunStore):
+                return found
+    return CacheRunStore(lease=lease_seconds)
 
 
 class UnsafeCSRFExemptionWarning(UserWarning):
@@ -104,6 +135,12 @@ class AGUIServer:
         thread_list_limit: int = DEFAULT_THREAD_LIST_LIMIT,
         allowed_file_url_schemes: Collection[str] = (),
         max_body_bytes: int | None = None,
+        on_disconnect: OnDisconnect = "continue",
+        concurrent_runs: ConcurrentRuns = "reject",
+        run_store: RunStore | None = None,
+        run_heartbeat_seconds: float = 10.0,
+        run_lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise TypeError(
@@ -140,6 +177,17 @@ class AGUIServer:
         check_positive("thread_list_limit", thread_list_limit)
         if max_body_bytes is not None:
             check_positive("max_body_bytes", max_body_bytes)
+        check_positive("run_heartbeat_seconds", run_heartbeat_seconds)
+        check_positive("run_lease_seconds", run_lease_seconds)
+        check_run_lease(run_lease_seconds, run_heartbeat_seconds)
+        check_positive("sweep_interval_seconds", sweep_interval_seconds, allow_zero=True)
+        check_choice("on_disconnect", on_disconnect, ("continue", "cancel"))
+        check_choice("concurrent_runs", concurrent_runs, ("reject", "interrupt"))
+        if run_store is not None and not isinstance(run_store, RunStore):
+            raise TypeError(
+                f"run_store={run_store!r} does not implement RunStore (async start, heartbeat, "
+                "finish, get, active_run_for_thread, sweep)."
+            )
         allowed_types = mime_types(attachment_allowed_types)
         schemes = file_url_schemes(allowed_file_url_schemes)
         if not namespace or ":" in namespace:
@@ -180,7 +228,19 @@ class AGUIServer:
             allowed_file_url_schemes=schemes,
             instructions=instructions,
             deps_factory=deps_factory,
+            on_disconnect=on_disconnect,
+            concurrent_runs=concurrent_runs,
+            run_heartbeat_seconds=float(run_heartbeat_seconds),
+            run_lease_seconds=float(run_lease_seconds),
+            sweep_interval_seconds=float(sweep_interval_seconds),
         )
+        self.run_store: RunStore | None = None
+        if is_persistent(conversation_store):
+            self.run_store = (
+                run_store
+                if run_store is not None
+                else default_run_store(conversation_store, lease_seconds=run_lease_seconds)
+            )
         self.attachment_options = AttachmentOptions(
             max_bytes=int(attachment_max_bytes), allowed_types=allowed_types
         )
@@ -191,9 +251,17 @@ class AGUIServer:
             access=self.access,
             body_limit=self.body_limit,
             options=self.run_options,
+            run_store=self.run_store,
+            attachment_store=attachment_store if is_persistent(attachment_store) else None,
         )
+        self.run_endpoint = run
+        self.coordinator: RunCoordinator | None = run.coordinator
         threads = ThreadEndpoints(
-            conversation_store, list_limit=self.thread_list_limit, body_limit=self.body_limit
+            conversation_store,
+            list_limit=self.thread_list_limit,
+            body_limit=self.body_limit,
+            active_run=run.active_run,
+            settle=run.settle,
         )
         attachments = AttachmentEndpoints(
             attachment_store, access=self.access, options=self.attachment_options
@@ -205,6 +273,15 @@ class AGUIServer:
             not_found=THREAD_NOT_FOUND,
             too_big=TITLE_TOO_BIG,
         )
+        if run.coordinator is not None:
+            runs = RunEndpoints(
+                run.coordinator,
+                conversation_store,
+                repositories=run.repositories,
+                heartbeat_seconds=self.run_options.heartbeat_seconds,
+            )
+            self.run_reattach_view = self._view({"GET": runs.reattach}, not_found=RUN_NOT_FOUND)
+            self.run_cancel_view = self._view({"POST": runs.cancel}, not_found=RUN_NOT_FOUND)
         self.attachments_view = self._view(
             {"POST": attachments.upload}, check_csrf=False, capped=False
         )
@@ -230,6 +307,7 @@ class AGUIServer:
             not_found=not_found,
             max_body_bytes=self.body_limit if capped else None,
             too_big=too_big,
+            on_request=None if self.coordinator is None else self.coordinator.start_sweeper,
         )
         # A marker for discovery (system checks, pages stating the limits); the view never
         # reads it.
@@ -242,6 +320,43 @@ class AGUIServer:
     def heartbeat_seconds(self) -> float:
         """Seconds of silence before an SSE heartbeat; ``0.0`` when turned off."""
         return self.run_options.heartbeat_seconds
+
+    @property
+    def run_heartbeat_seconds(self) -> float:
+        """Seconds between a durable run's heartbeats (its lease renewal)."""
+        return self.run_options.run_heartbeat_seconds
+
+    @property
+    def run_lease_seconds(self) -> float:
+        """Seconds without a heartbeat after which a run is swept as ``errored``."""
+        return self.run_options.run_lease_seconds
+
+    @property
+    def sweep_interval_seconds(self) -> float:
+        """Seconds between sweeps of stale runs; ``0.0`` when the server never sweeps."""
+        return self.run_options.sweep_interval_seconds
+
+    # The sweeper, for projects that start it themselves (ASGI lifespan, a management loop).
+
+    def start_sweeper(self) -> bool:
+        """Start this mount's periodic sweep of stale runs now; whether it is running.
+
+        The mount's first request starts it anyway; call this from an ASGI lifespan
+        start-up (inside the running event loop) to sweep before any request arrives.
+        ``False`` without durable runs, with ``sweep_interval_seconds=0``, or outside an
+        event loop.
+        """
+        return self.coordinator is not None and self.coordinator.start_sweeper()
+
+    async def sweep(self) -> list[RunRecord] | None:
+        """Sweep stale runs once now (see ``RunCoordinator.sweep``): the run records swept,
+        ``None`` when another worker swept within the interval or runs are not durable."""
+        return None if self.coordinator is None else await self.coordinator.sweep()
+
+    async def aclose(self) -> None:
+        """Stop the sweeper and wait for it (ASGI lifespan shutdown); runs are not touched."""
+        if self.coordinator is not None:
+            await self.coordinator.aclose()
 
     @property
     def forward_reasoning(self) -> bool:
@@ -317,6 +432,16 @@ class AGUIServer:
             patterns += [
                 path("threads/", self.threads_view, name="threads"),
                 path("threads/<str:thread_id>/", self.thread_view, name="thread"),
+                path(
+                    "runs/<str:thread_id>/<str:run_id>/",
+                    self.run_reattach_view,
+                    name="run-reattach",
+                ),
+                path(
+                    "runs/<str:thread_id>/<str:run_id>/cancel/",
+                    self.run_cancel_view,
+                    name="run-cancel",
+                ),
             ]
         if self.accepts_attachments:
             patterns += [
@@ -345,4 +470,8 @@ class AGUIServer:
 
     async def build_deps(self, request: HttpRequest) -> Any:
         """The deps for one run: ``deps_factory(request)`` (sync or async), else ``AgentDeps``."""
-        return await build_deps(self.run_options.deps_factory, request)
+        return await build_deps(
+            self.run_options.deps_factory,
+            request,
+            attachment_store=self.attachment_store if self.accepts_attachments else None,
+        )

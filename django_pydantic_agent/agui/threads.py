@@ -10,7 +10,7 @@ session owns nothing: reads answer empty, and no session is created for them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
@@ -20,6 +20,7 @@ from django_pydantic_agent.agui.http import error_response, read_json_body, refu
 from django_pydantic_agent.agui.input import NESTED_TOO_DEEPLY
 from django_pydantic_agent.agui.owners import owns_nothing
 from django_pydantic_agent.persistence import ConversationMeta, ConversationStore, StoreError
+from django_pydantic_agent.persistence.wire import BOOKKEEPING_KEY
 
 __all__ = ["MAX_TITLE_LENGTH", "NOT_FOUND", "TITLE_TOO_BIG", "ThreadEndpoints"]
 
@@ -30,6 +31,29 @@ MAX_TITLE_LENGTH = 200
 NOT_FOUND = "No such thread."
 #: What the 413 of ``PATCH threads/<id>/`` asks the caller to send instead.
 TITLE_TOO_BIG = "send only the title."
+
+
+def _with_status(message: Any) -> Any:
+    """``message`` with a top-level ``status`` (``complete`` / ``active`` / ``interrupted`` /
+    ``errored``): the store's own key, or its bookkeeping's, else ``complete``.
+
+    The message that carries a failed run's outcome (its last, ``chatHistory.runOutcome`` of
+    type ``error``) reads ``errored`` even when its own text was complete, so a page reloaded
+    after a crash still shows the answer as failed.
+    """
+    if not isinstance(message, dict):
+        return message
+    status = message.get("status")
+    if not isinstance(status, str):
+        metadata = message.get("metadata")
+        book = metadata.get("django_pydantic_agent") if isinstance(metadata, dict) else None
+        status = book.get("status") if isinstance(book, dict) else None
+        status = status if isinstance(status, str) else "complete"
+    records = message.get(BOOKKEEPING_KEY)
+    outcome = records.get("runOutcome") if isinstance(records, dict) else None
+    if status == "complete" and isinstance(outcome, dict) and outcome.get("type") == "error":
+        status = "errored"
+    return message if message.get("status") == status else {**message, "status": status}
 
 
 def _meta_json(meta: ConversationMeta) -> dict[str, Any]:
@@ -46,15 +70,27 @@ class ThreadEndpoints:
     """Handlers for ``threads/`` and ``threads/<thread_id>/`` over one conversation store.
 
     ``list_limit`` is the default and largest ``?limit=`` of the list; ``body_limit()`` the
-    byte cap of a rename's JSON body, read per request.
+    byte cap of a rename's JSON body, read per request. ``active_run(request, thread_id)``, when
+    given, returns the caller's running run on the thread (``{"runId", "lastSeq"}`` or ``None``).
+    ``settle(request, thread_id)``, when given, returns once this worker's runs of the caller
+    that already sent their terminal event have stored it (``thread_id`` ``None``: every
+    thread), so a client that reads right after its stream ended sees its last words.
     """
 
     def __init__(
-        self, store: ConversationStore, *, list_limit: int, body_limit: Callable[[], int]
+        self,
+        store: ConversationStore,
+        *,
+        list_limit: int,
+        body_limit: Callable[[], int],
+        active_run: Callable[[HttpRequest, str], Awaitable[dict[str, Any] | None]] | None = None,
+        settle: Callable[[HttpRequest, str | None], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
         self._list_limit = list_limit
         self._body_limit = body_limit
+        self._active_run = active_run
+        self._settle = settle
 
     async def _owns_nothing(self, request: HttpRequest) -> bool:
         return await owns_nothing(request, self._store)
@@ -81,6 +117,8 @@ class ThreadEndpoints:
             limit = min(limit, cap)
         if await self._owns_nothing(request):
             return JsonResponse({"threads": []})
+        if self._settle is not None:
+            await self._settle(request, None)
         try:
             metas = await self._store.list(request=request, limit=limit)
         except StoreError as exc:
@@ -88,16 +126,29 @@ class ThreadEndpoints:
         return JsonResponse({"threads": [_meta_json(meta) for meta in metas[:limit]]})
 
     async def get(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
-        """``GET threads/<id>/``: ``{"threadId", "messages"}`` as stored, or 404."""
+        """``GET threads/<id>/``: ``{"threadId", "messages", "activeRun"}``, or 404.
+
+        ``messages`` are as stored (each with its ``status``); ``activeRun`` is the caller's
+        running run on the thread, ``{"runId", "lastSeq"}`` to reattach with, or ``null``.
+        """
         if await self._owns_nothing(request):
             return error_response(404, NOT_FOUND)
+        if self._settle is not None:
+            await self._settle(request, thread_id)
         try:
             conversation = await self._store.load(thread_id, request=request)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
         if conversation is None:
             return error_response(404, NOT_FOUND)
-        return JsonResponse({"threadId": thread_id, "messages": list(conversation.messages)})
+        active = None if self._active_run is None else await self._active_run(request, thread_id)
+        return JsonResponse(
+            {
+                "threadId": thread_id,
+                "messages": [_with_status(message) for message in conversation.messages],
+                "activeRun": active,
+            }
+        )
 
     async def rename(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``PATCH threads/<id>/`` with ``{"title": "..."}``: 200, 400, 404, 413 or 415.

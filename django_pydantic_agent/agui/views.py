@@ -8,6 +8,8 @@ holds the handlers it was given and nothing else of the server's.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
@@ -21,13 +23,54 @@ from django_pydantic_agent.agui.http import (
     database_error_response,
     declared_length,
     error_response,
+    memory_service_error_response,
 )
 from django_pydantic_agent.agui.ids import is_valid_id
+from django_pydantic_agent.memory_service import DRMemoryServiceError
 
-__all__ = ["AGUIView", "Handler"]
+__all__ = ["ABANDONED_HOOK", "AGUIView", "Handler"]
+
+logger = logging.getLogger("django_pydantic_agent.agui")
 
 #: A route handler: ``await handler(request, **url_kwargs)`` returns the response.
 Handler: TypeAlias = Callable[..., Awaitable[HttpResponseBase]]
+
+#: The attribute of a response naming what to call when its client left before it was sent
+#: (the run endpoint sets it under ``on_disconnect="cancel"``: cancel the run).
+ABANDONED_HOOK = "agui_abandoned"
+
+
+def _abandoned(task: asyncio.Task[HttpResponseBase]) -> None:
+    """Done-callback of a write whose client left: log its failure, or run its hook.
+
+    A failure is one ``WARNING`` line: the likeliest is reading a body Django has already
+    closed (the client left before the view read it), which is the client's doing.
+    """
+    if task.cancelled():
+        return
+    exc = task.exception()
+    if exc is not None:
+        logger.warning("A request whose client went away failed: %s: %s", type(exc).__name__, exc)
+        return
+    hook = getattr(task.result(), ABANDONED_HOOK, None)
+    if callable(hook):
+        hook()
+
+
+async def _carried_out(work: Awaitable[HttpResponseBase]) -> HttpResponseBase:
+    """Await ``work`` to its end even if the request is cancelled meanwhile.
+
+    Django's ASGI handler cancels the view when the client disconnects before the response
+    starts. A write received in full (a run, a rename, a delete) must then not stop halfway:
+    a run claimed but never started would stay ``running``, and a run the client sent would
+    be lost. So it goes on in its own task; the cancellation is re-raised to Django.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_abandoned)
+        raise
 
 
 class AGUIView:
@@ -42,8 +85,11 @@ class AGUIView:
     ``max_body_bytes`` (called per request) caps the body of a JSON route: a declared
     ``Content-Length`` over it is a 413 before anything reads the body. The upload route leaves
     it unset and checks its own cap. A ``DatabaseError`` raised before a response exists is a
-    JSON 503 (lock or timeout, with ``Retry-After``) or 500, logged once. Every answer that is not
+    JSON 503 (lock or timeout, with ``Retry-After``) or 500, logged once; so is a Memory Service
+    error (503 for an outage, timeout or rate limit). Every answer that is not
     a stream and sets no ``Cache-Control`` gets ``private, no-store``: it is one caller's data.
+    ``on_request()``, when given, is called first on every request, before authentication
+    (the server starts its run sweeper with it); it must be cheap and must not raise.
     """
 
     csrf_exempt = True
@@ -61,6 +107,7 @@ class AGUIView:
         not_found: str = "Not found.",
         max_body_bytes: Callable[[], int] | None = None,
         too_big: str = "send a smaller body.",
+        on_request: Callable[[], object] | None = None,
     ) -> None:
         self.agui_csrf_enforced = not policy.csrf_exempt
         self._policy = policy
@@ -69,6 +116,7 @@ class AGUIView:
         self._not_found = not_found
         self._max_body_bytes = max_body_bytes
         self._too_big = too_big
+        self._on_request = on_request
         self._allow = ", ".join(sorted(self._handlers))
         markcoroutinefunction(self)
 
@@ -88,10 +136,19 @@ class AGUIView:
         An id in the URL (``thread_id``, ``attachment_id``) outside the id alphabet of
         ``ids.py`` names nothing that can exist: 404, before the handler or a store sees it.
         """
+        if self._on_request is not None:
+            self._on_request()
+        if request.method in UNSAFE_METHODS:
+            return await _carried_out(self._respond(request, **kwargs))
+        return await self._respond(request, **kwargs)
+
+    async def _respond(self, request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
         try:
             response = await self._dispatch(request, **kwargs)
         except DatabaseError as exc:
             response = database_error_response(request, exc)
+        except DRMemoryServiceError as exc:
+            response = memory_service_error_response(request, exc)
         if not isinstance(response, StreamingHttpResponse) and not response.has_header(
             "Cache-Control"
         ):

@@ -14,6 +14,7 @@ from django_pydantic_agent.chat_history.errors import (
     ErrorCodes,
     InvalidInputError,
     PersistenceBacklogError,
+    StaleDeltaError,
 )
 from django_pydantic_agent.chat_history.keys import (
     DEDUPLICATION_KEY_LENGTH,
@@ -117,6 +118,7 @@ __all__ = [
     "RunLogTruncatedError",
     "RunObserver",
     "SequencedEvent",
+    "StaleDeltaError",
     "StorageState",
     "StreamPersistenceManager",
     "ToolCall",

@@ -22,6 +22,7 @@ from django_pydantic_agent.chat_history._tracking import (
     TrackedRecord,
     TrackedToolCall,
 )
+from django_pydantic_agent.chat_history.errors import StaleDeltaError
 from django_pydantic_agent.chat_history.records import (
     MessageReasoningUpdate,
     MessageToolCallUpdate,
@@ -32,6 +33,26 @@ from django_pydantic_agent.chat_history.repositories import MessageRepositoryLik
 __all__ = ["Flusher"]
 
 logger = logging.getLogger("django_pydantic_agent.chat_history")
+
+
+#: HTTP statuses of a busy, rate-limited or unreachable backend (errors that carry ``status_code``).
+_TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
+
+
+def _expected(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure retrying answers: a timeout, a lost connection, a busy backend.
+
+    Those are logged as one line; anything else keeps its traceback. A ``StaleDeltaError`` (the
+    store holds less than this run wrote, e.g. a cached copy another request refreshed) is one
+    too: the next flush re-reads the record and resends the full value. An error with a
+    ``status_code`` of ``None`` (the Memory Service client's "no response") counts as lost.
+    """
+    if isinstance(exc, TimeoutError | ConnectionError | StaleDeltaError):
+        return True
+    if not hasattr(exc, "status_code"):
+        return False
+    status = exc.status_code
+    return status is None or status in _TRANSIENT_STATUSES
 
 
 class Flusher:
@@ -56,11 +77,13 @@ class Flusher:
                     await self._write_message(state, message, commits)
                 for call in state.foreign:
                     await self._write_tool_call(call, call.message_uuid, commits)
-        except Exception:
+        except Exception as exc:
+            expected = _expected(exc)
             logger.warning(
-                "Persisting run %r failed; the changes are kept and retried.",
+                "Persisting run %r failed; the changes are kept and retried.%s",
                 state.run_id,
-                exc_info=True,
+                f" ({type(exc).__name__}: {exc})" if expected else "",
+                exc_info=not expected,
             )
             state.needs_recovery = True
             state.flush_due = asyncio.get_running_loop().time() + self.retry_after

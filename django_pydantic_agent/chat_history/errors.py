@@ -6,6 +6,8 @@
     ├── InvalidInputError        an inbound message list the server refuses (INVALID_INPUT)
     └── PersistenceBacklogError  the persistence queue overflowed; records may be incomplete
 
+    StaleDeltaError (a ValueError)  an append whose offset is past the stored value's end
+
 Repositories raise plain ``ValueError`` for a create whose chat or parent does not exist (the
 reference's contract) and return ``None`` for anything unknown; backend errors propagate.
 """
@@ -19,6 +21,7 @@ __all__ = [
     "ErrorCodes",
     "InvalidInputError",
     "PersistenceBacklogError",
+    "StaleDeltaError",
 ]
 
 
@@ -51,3 +54,12 @@ class InvalidInputError(ChatHistoryError):
 
 class PersistenceBacklogError(ChatHistoryError):
     """The persistence queue overflowed, so some events of the run were not stored."""
+
+
+class StaleDeltaError(ValueError):
+    """An append (``*_delta`` at ``*_offset``) past the end of the value the store holds.
+
+    The writer's view of the record is ahead of the store's (an earlier write was lost, or
+    another reader refreshed a cached copy): re-read the record and resend the full value. The
+    storage agent does exactly that on its next flush.
+    """

@@ -28,6 +28,9 @@ load unchanged):
 - ``activity_type`` / ``activity_content`` on ``Message`` (role ``activity``): an
   ``ACTIVITY_SNAPSHOT`` (with its deltas applied), which AG-UI clients keep as an
   ``ActivityMessage`` and echo back.
+- ``wire_extra`` on ``Message``: the keys a posted AG-UI message carried beyond the fields
+  the record models (``attachments``, ``metadata``...), as JSON, written back on the wire
+  message so a reloaded thread shows them.
 
 Placeholder codec: the Memory Service refuses empty strings in some body fields, so values are
 encoded with U+200B ZERO WIDTH SPACE on the wire. The rule is lossless (a real ``"\\u200b"``
@@ -58,6 +61,7 @@ from pydantic import (
     model_validator,
 )
 
+from django_pydantic_agent.chat_history.errors import StaleDeltaError
 from django_pydantic_agent.memory_service import DRDeduplicationKey, DREvent, DRRangeKey, DRSession
 from django_pydantic_agent.memory_service.event import EmitterType
 
@@ -286,6 +290,8 @@ class Message(DREvent, session=Chat):
     """For role ``activity`` (an ``ACTIVITY_SNAPSHOT`` the client turns into a message)."""
     activity_content: dict[str, Any] | None = None
     """The activity's structured content (snapshot, with later deltas applied)."""
+    wire_extra: dict[str, Any] | None = None
+    """The posted AG-UI message's keys the record does not model (``attachments``...)."""
 
     @field_validator("content", mode="before")
     @classmethod
@@ -381,6 +387,7 @@ class MessageCreate(_DTO):
     run_outcome: dict[str, Any] | None = None
     activity_type: str | None = None
     activity_content: dict[str, Any] | None = None
+    wire_extra: dict[str, Any] | None = None
 
 
 class _Update(_DTO):
@@ -515,7 +522,8 @@ def apply_update(record: BaseModel, update: BaseModel) -> dict[str, Any]:
     declare (and cannot keep as extras) are logged and skipped.
 
     Raises:
-        ValueError: If a delta's offset is past the end of the stored value.
+        StaleDeltaError: If a delta's offset is past the end of the stored value (a
+            ``ValueError``).
     """
     changes = update_fields(update)
     applied: dict[str, Any] = {}
@@ -529,7 +537,7 @@ def apply_update(record: BaseModel, update: BaseModel) -> dict[str, Any]:
             offset = changes[f"{base}_offset"]
             current = getattr(record, base) or ""
             if len(current) < offset:
-                raise ValueError(
+                raise StaleDeltaError(
                     f"Cannot append to {type(record).__name__}.{base} at offset {offset}: the "
                     f"stored value has only {len(current)} characters; resend the full value."
                 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
@@ -48,6 +49,7 @@ __all__ = [
     "InMemoryChatRepository",
     "InMemoryMessageRepository",
     "MessageRepositoryLike",
+    "NestedRecordWrites",
 ]
 
 
@@ -216,7 +218,53 @@ class InMemoryChatRepository:
         return None if chat is None else chat.model_copy(deep=True)
 
 
-class InMemoryMessageRepository:
+class NestedRecordWrites(ABC):
+    """The four nested-record methods of ``MessageRepositoryLike``, over two primitives.
+
+    A repository implements ``_append_child(field, record_class, data)`` and
+    ``_update_child(field, uuid, update)`` for ``field`` ``"tool_calls"`` or ``"reasonings"``,
+    and sets ``tool_call_class`` / ``reasoning_class``; this mixin gives it
+    ``create_message_tool_call``, ``update_message_tool_call``, ``create_message_reasoning``
+    and ``update_message_reasoning``.
+    """
+
+    tool_call_class: type[Any]
+    reasoning_class: type[Any]
+
+    @abstractmethod
+    async def _append_child(self, field: str, record_class: type[Any], data: Any) -> Any:
+        """Append a nested record built from ``data`` to its parent message; return it."""
+
+    @abstractmethod
+    async def _update_child(self, field: str, uuid: UUID, update: BaseModel) -> Any:
+        """Apply ``update`` to the nested record ``uuid``; return it, or ``None``."""
+
+    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
+        """Append a tool call to its parent (``ValueError`` if the parent is missing)."""
+        result: ToolCall = await self._append_child("tool_calls", self.tool_call_class, data)
+        return result
+
+    async def update_message_tool_call(
+        self, uuid: UUID, update: MessageToolCallUpdate
+    ) -> ToolCall | None:
+        """Apply an update to a nested tool call; ``None`` when it is unknown."""
+        result: ToolCall | None = await self._update_child("tool_calls", uuid, update)
+        return result
+
+    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
+        """Append a reasoning step to its parent (``ValueError`` if the parent is missing)."""
+        result: Reasoning = await self._append_child("reasonings", self.reasoning_class, data)
+        return result
+
+    async def update_message_reasoning(
+        self, uuid: UUID, update: MessageReasoningUpdate
+    ) -> Reasoning | None:
+        """Apply an update to a nested reasoning step; ``None`` when it is unknown."""
+        result: Reasoning | None = await self._update_child("reasonings", uuid, update)
+        return result
+
+
+class InMemoryMessageRepository(NestedRecordWrites):
     """A ``MessageRepositoryLike`` over an :class:`InMemoryChatRepository`.
 
     Messages are ordered by an application sequence (``sequence_id``, from 1 in creation order).
@@ -372,30 +420,6 @@ class InMemoryMessageRepository:
                     setattr(child, name, value)
                 self.writes.append((f"update_{field}", uuid))
             return child.model_copy(deep=True)
-
-    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
-        """Append a tool call to its parent (``ValueError`` if the parent is missing)."""
-        result: ToolCall = await self._append_child("tool_calls", self.tool_call_class, data)
-        return result
-
-    async def update_message_tool_call(
-        self, uuid: UUID, update: MessageToolCallUpdate
-    ) -> ToolCall | None:
-        """Apply an update to a nested tool call; ``None`` when it is unknown."""
-        result: ToolCall | None = await self._update_child("tool_calls", uuid, update)
-        return result
-
-    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
-        """Append a reasoning step to its parent (``ValueError`` if the parent is missing)."""
-        result: Reasoning = await self._append_child("reasonings", self.reasoning_class, data)
-        return result
-
-    async def update_message_reasoning(
-        self, uuid: UUID, update: MessageReasoningUpdate
-    ) -> Reasoning | None:
-        """Apply an update to a nested reasoning step; ``None`` when it is unknown."""
-        result: Reasoning | None = await self._update_child("reasonings", uuid, update)
-        return result
 
     # Reads --------------------------------------------------------------------------------
 

@@ -125,6 +125,16 @@ _THINKING = (  # ag-ui 0.1.x only; registered when the installed ag-ui still has
 )
 
 
+_MODELLED_USER_FIELDS: Final = frozenset({"id", "role", "name", "encrypted_value", "content"})
+"""The ``UserMessage`` fields a user ``Message`` record models itself."""
+
+
+def _wire_extra(message: UserMessage) -> dict[str, Any] | None:
+    """The posted message's other keys (``attachments``, ``metadata``...) as camelCase JSON."""
+    keep = (message.model_fields_set - _MODELLED_USER_FIELDS) | set(message.model_extra or {})
+    return message.model_dump(mode="json", by_alias=True, include=keep) or None
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -288,6 +298,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             timestamp=datetime.now(UTC),
             encrypted_value=message.encrypted_value,
             run_id=run_id,
+            wire_extra=_wire_extra(message),
         )
 
     def build_tool_call_create(

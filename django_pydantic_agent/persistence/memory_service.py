@@ -430,8 +430,9 @@ class MemoryServiceAttachmentStore:
     (under the service's 100 000-character cap); the session's metadata holds the name, mime
     type, size, SHA-256 and chunk count. ``open`` checks the count, size and hash, so a
     partial or damaged upload opens as missing (``None``). Files over ``max_bytes`` (default
-    10 MiB) are refused with ``StoreLimitError`` before anything is sent. Owner scoping and
-    ``allow_anonymous`` as for ``MemoryServiceConversationStore``.
+    10 MiB) are refused with ``StoreLimitError`` before anything is sent. Owner scoping,
+    ``allow_anonymous`` and ``retry`` (transient failures, a ``RetryPolicy``) as for
+    ``MemoryServiceConversationStore``; a retried create adopts the session it may have made.
 
     Raises ``ValueError`` at construction for a ``max_bytes`` that is not a positive integer.
     """
@@ -445,6 +446,7 @@ class MemoryServiceAttachmentStore:
         *,
         allow_anonymous: bool = False,
         max_bytes: int = DEFAULT_MAX_ATTACHMENT_BYTES,
+        retry: RetryPolicy | None = None,
     ) -> None:
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
             raise ValueError(
@@ -454,6 +456,7 @@ class MemoryServiceAttachmentStore:
         self._space = _SpaceHolder(client, space)
         self._allow_anonymous = _check_allow_anonymous(allow_anonymous)
         self._max_bytes = max_bytes
+        self._retry = retry if retry is not None else RetryPolicy()
 
     def __repr__(self) -> str:
         return (
@@ -477,8 +480,10 @@ class MemoryServiceAttachmentStore:
         if not attachment_id or "/" in attachment_id:
             return None
         space = await self._space.get()
-        found = await StoredAttachment.list(
-            space, attachment_id=attachment_id, participant=participant_id(user)
+        found = await self._retry.run(
+            lambda: StoredAttachment.list(
+                space, attachment_id=attachment_id, participant=participant_id(user)
+            )
         )
         for session in found:
             if session.attachment_id == attachment_id and session.user_uuid == user:
@@ -510,16 +515,20 @@ class MemoryServiceAttachmentStore:
             mime=upload.content_type or "application/octet-stream",
             size=len(data),
         )
-        session = await StoredAttachment.post(
-            space,
-            participants=[participant_id(user)],
-            attachment_id=ref.id,
-            name=ref.name,
-            mime=ref.mime,
-            size=ref.size,
-            sha256=hashlib.sha256(data).hexdigest(),
-            chunks=len(chunks),
-            user_uuid=user,
+        session = await self._retry.run(
+            lambda: StoredAttachment.post(
+                space,
+                participants=[participant_id(user)],
+                attachment_id=ref.id,
+                name=ref.name,
+                mime=ref.mime,
+                size=ref.size,
+                sha256=hashlib.sha256(data).hexdigest(),
+                chunks=len(chunks),
+                user_uuid=user,
+            ),
+            # A create whose answer was lost may have happened: adopt it, never make a second.
+            recheck=lambda: self._find(ref.id, user),
         )
         for start in range(0, len(chunks), _CHUNKS_PER_POST):
             batch = [
@@ -530,7 +539,10 @@ class MemoryServiceAttachmentStore:
                 }
                 for offset, chunk in enumerate(chunks[start : start + _CHUNKS_PER_POST])
             ]
-            await StoredAttachmentChunk.post_batch(session, batch)
+            # A repeated batch only repeats chunks by index, which ``open`` reads once.
+            await self._retry.run(
+                lambda batch=batch: StoredAttachmentChunk.post_batch(session, batch)  # type: ignore[misc]
+            )
         return ref
 
     async def open(self, attachment_id: str, *, request: HttpRequest) -> OpenedAttachment | None:
@@ -542,7 +554,11 @@ class MemoryServiceAttachmentStore:
         parts: dict[int, bytes] = {}
         offset = 0
         while len(parts) < session.chunks:
-            page = await StoredAttachmentChunk.list(session, offset=offset, limit=100)
+            page = await self._retry.run(
+                lambda offset=offset: StoredAttachmentChunk.list(  # type: ignore[misc]
+                    session, offset=offset, limit=100
+                )
+            )
             if not page:
                 break
             for event in page:
@@ -566,6 +582,6 @@ class MemoryServiceAttachmentStore:
         session = await self._find(attachment_id, user)
         if session is not None:
             try:
-                await session.delete()
-            except DRMemoryNotFoundError:
+                await self._retry.run(session.delete)
+            except DRMemoryNotFoundError:  # gone meanwhile, or a retry after a lost answer
                 return

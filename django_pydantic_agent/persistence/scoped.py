@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from django_pydantic_agent.persistence.base import (
@@ -37,6 +37,11 @@ class _ScopedChats:
     def __init__(self, inner: ChatRepositoryLike, prefix: str) -> None:
         self._inner = inner
         self._prefix = prefix
+
+    @property
+    def user_uuid(self) -> Any:
+        """The inner repository's ``user_uuid`` (the user its owner's chats are filed under)."""
+        return getattr(self._inner, "user_uuid", None)
 
     def _out(self, chat: Chat | None) -> Chat | None:
         if chat is None or not chat.thread_id.startswith(self._prefix):

@@ -21,6 +21,9 @@ Bookkeeping travels in extra keys, which AG-UI clients ignore and the thread rou
   the call's ``uuid``, ``status``, ``inProgress``, ``createdAt``, ``hasResult`` and when set
   ``runId``, ``error``, ``role``.
 
+Every other key of a message (``attachments``, ``metadata``...) is a record's ``wire_extra``:
+``wire_to_records`` reads it into the record and ``records_to_wire`` writes it out again.
+
 Messages without ``chatHistory`` (written by a client-posted save, another transport or an
 older version) are read too: each becomes a complete record with a deterministic uuid, and a
 tool message answers the call with its ``toolCallId``.
@@ -28,7 +31,8 @@ tool message answers the call with its ``toolCallId``.
 Nothing is rewritten that did not change: ``wire_to_records`` returns, per record, the stored
 messages it was read from and a fingerprint of the record as read; ``records_to_wire`` writes
 those messages back verbatim while the record's fingerprint is unchanged, and converts it
-(keeping its unmanaged keys, such as ``attachments``) once a run has changed it.
+(keeping its unmanaged keys, such as ``attachments``, and those of the record's
+``wire_extra``) once a run has changed it.
 """
 
 from __future__ import annotations
@@ -260,7 +264,8 @@ def _anchor_book(message: Message, wire_id: str) -> dict[str, Any]:
 
 def _message_wire(message: Message, extra: Mapping[str, Any]) -> list[dict[str, Any]]:
     wire_id = message.agui_id or str(message.message_uuid)
-    anchor: dict[str, Any] = {k: v for k, v in extra.items() if k not in MANAGED_KEYS}
+    kept = {**(message.wire_extra or {}), **extra}
+    anchor: dict[str, Any] = {k: v for k, v in kept.items() if k not in MANAGED_KEYS}
     anchor.update(id=wire_id, role=message.role)
     book = _anchor_book(message, wire_id)
     out: list[dict[str, Any]] = []
@@ -481,6 +486,7 @@ class _Reader:
             run_outcome=dict(book["runOutcome"])
             if isinstance(book.get("runOutcome"), Mapping)
             else None,
+            wire_extra={k: v for k, v in wire.items() if k not in MANAGED_KEYS} or None,
             **fields,
         )
         self.add(message, wire)

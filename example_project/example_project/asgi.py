@@ -9,9 +9,11 @@ before the upload view could refuse it. The wrapper answers 413 from the declare
 ``Content-Length``, or cuts a chunked body off at the cap, before Django sees a byte.
 
 Outermost, ``LifespanShutdown`` answers the ASGI lifespan protocol (which Django's handler
-does not speak): under ``uvicorn --lifespan on`` the process's Memory Service client
-(``AGENT_STORE=memory-service``) is closed at shutdown. ``make demo`` runs with
-``--lifespan off``; the client then goes with the process.
+does not speak): under ``uvicorn --lifespan on`` the AG-UI server's run sweeper starts with the
+process (instead of at the first request) and stops at shutdown, and the process's Memory
+Service client (``AGENT_STORE=memory-service``) is closed at shutdown. ``make demo`` runs with
+``--lifespan off``; the sweeper then starts with the first request to ``/agent/``, and both
+go with the process.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ _django_application = get_asgi_application()
 class LifespanShutdown:
     """Answer ``lifespan`` scopes; pass every other scope to ``app``.
 
-    Startup needs nothing; at shutdown the Memory Service client, if one was made, is closed.
+    At startup the AG-UI server's sweeper starts (a sweep of runs whose worker died, then one
+    every ``AGENT_SWEEP_SECONDS``); at shutdown it stops, and the Memory Service client, if one
+    was made, is closed.
     """
 
     def __init__(self, app: Any) -> None:
@@ -44,10 +48,16 @@ class LifespanShutdown:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                from example_project.urls import server
+
+                server.start_sweeper()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 from chat.stores import aclose_memory_service_client
 
+                from example_project.urls import server
+
+                await server.aclose()
                 await aclose_memory_service_client()
                 await send({"type": "lifespan.shutdown.complete"})
                 return

@@ -11,8 +11,19 @@ Environment variables (all optional):
     Comma-separated host names; defaults to the loopback names.
 ``DJANGO_SECURE_COOKIES``
     With ``DEBUG`` off, send the session and CSRF cookies over HTTPS only (default ``1``).
+``DATABASE_URL``
+    A database URL such as ``postgres://user:password@host:5432/name`` (parsed by
+    ``dj-database-url``); unset means SQLite.
 ``EXAMPLE_DATABASE_PATH``
-    The SQLite file; defaults to ``db.sqlite3`` beside ``manage.py``.
+    The SQLite file when ``DATABASE_URL`` is unset; defaults to ``db.sqlite3`` beside
+    ``manage.py``.
+``REDIS_URL``
+    A Redis URL such as ``redis://127.0.0.1:6379/0``: Django's cache becomes Redis
+    (``RedisCache``), shared by every worker: the throttle, run records of cache-backed stores,
+    cancel intents and the relayed live runs that a second worker reattaches to. Unset means a
+    per-process ``LocMemCache``, which is right for one process only.
+``EXAMPLE_CACHE_PREFIX``
+    The cache's ``KEY_PREFIX`` (default empty), to keep several projects apart on one Redis.
 ``EXAMPLE_SERVE_STATIC``
     Serve ``/static/`` from the ASGI application (default ``1``; fine for the demo only).
 ``EXAMPLE_MEDIA_ROOT``
@@ -26,6 +37,11 @@ Environment variables (all optional):
     Seconds between the scripted model's words (default ``0.04``).
 ``AGENT_HEARTBEAT_SECONDS``
     Silence after which the stream gets a ``: ping`` comment (default ``15``).
+``AGENT_RUN_HEARTBEAT_SECONDS``, ``AGENT_RUN_LEASE_SECONDS``, ``AGENT_SWEEP_SECONDS``
+    Durable runs: seconds between a run's heartbeats (default ``10``), without a heartbeat
+    before its worker counts as dead (default ``60``), and between two sweeps that end such
+    runs as ``errored`` (default ``60``; ``0`` turns the sweeper off). See
+    ``docs/deployment.md``.
 ``AGENT_REQUESTS_PER_MINUTE``
     Runs plus uploads one user may start per minute (default ``30``; ``0`` turns the throttle
     off). Further requests get 429 with ``Retry-After``.
@@ -46,6 +62,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -113,7 +130,7 @@ TEMPLATES = [
     }
 ]
 
-DATABASES = {
+DATABASES: dict[str, Any] = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("EXAMPLE_DATABASE_PATH") or str(BASE_DIR / "db.sqlite3"),
@@ -125,6 +142,23 @@ DATABASES = {
             "timeout": 20,
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         },
+    }
+}
+
+if os.environ.get("DATABASE_URL", "").strip():
+    # Several worker processes on one database (docs/deployment.md).
+    import dj_database_url
+
+    DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"].strip())}
+
+_REDIS_URL = os.environ.get("REDIS_URL", "").strip()
+CACHES: dict[str, Any] = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache"
+        if _REDIS_URL
+        else "django.core.cache.backends.locmem.LocMemCache",
+        "KEY_PREFIX": os.environ.get("EXAMPLE_CACHE_PREFIX", "").strip(),
+        **({"LOCATION": _REDIS_URL} if _REDIS_URL else {}),
     }
 }
 
@@ -180,6 +214,10 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 AGENT_MODEL = os.environ.get("AGENT_MODEL", "").strip()
 DEMO_WORD_DELAY = float(os.environ.get("DEMO_WORD_DELAY", "0.04"))
 AGENT_HEARTBEAT_SECONDS = float(os.environ.get("AGENT_HEARTBEAT_SECONDS", "15"))
+#: Durable runs: heartbeat, lease (a run silent that long is dead) and sweep interval, seconds.
+AGENT_RUN_HEARTBEAT_SECONDS = float(os.environ.get("AGENT_RUN_HEARTBEAT_SECONDS") or 10)
+AGENT_RUN_LEASE_SECONDS = float(os.environ.get("AGENT_RUN_LEASE_SECONDS") or 60)
+AGENT_SWEEP_SECONDS = float(os.environ.get("AGENT_SWEEP_SECONDS") or 60)
 #: Uploads: at most this many bytes, of these types (``AGUIServer`` enforces both; the ASGI
 #: wrapper in ``asgi.py`` refuses an oversized body before Django reads it).
 AGENT_ATTACHMENT_MAX_BYTES = int(os.environ.get("AGENT_ATTACHMENT_MAX_BYTES") or 5 * 1024 * 1024)

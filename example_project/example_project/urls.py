@@ -47,6 +47,11 @@ server = AGUIServer(
     # in the X-CSRFToken header.
     csrf_exempt=False,
     heartbeat_seconds=_setting("AGENT_HEARTBEAT_SECONDS"),
+    # A run whose worker died (no heartbeat within the lease) is swept as errored: by the first
+    # worker to take the sweep lease in the cache, at start-up and every AGENT_SWEEP_SECONDS.
+    run_heartbeat_seconds=_setting("AGENT_RUN_HEARTBEAT_SECONDS"),
+    run_lease_seconds=_setting("AGENT_RUN_LEASE_SECONDS"),
+    sweep_interval_seconds=_setting("AGENT_SWEEP_SECONDS"),
 )
 
 urlpatterns = [

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Literal
 
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import Agent, DeferredToolRequests, RunContext
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaThinkingPart, DeltaToolCall, FunctionModel
 
@@ -205,3 +205,82 @@ async def _gated(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator
 def gated_agent() -> Agent[None, str]:
     """Streams one word, then waits for ``GATE.released`` before it finishes."""
     return Agent(FunctionModel(stream_function=_gated))
+
+
+#: What ``approval_agent``'s tool did: one entry per executed (approved) call.
+SENT_EMAILS: list[str] = []
+
+
+async def _asks_approval(
+    messages: list[ModelMessage], info: AgentInfo
+) -> AsyncIterator[str | dict[int, DeltaToolCall]]:
+    """Call ``send_email(to="bob")`` (which needs approval), then answer once it returned."""
+    if _after_tool(messages):
+        yield "Sent."
+        return
+    yield {0: DeltaToolCall(name="send_email", json_args='{"to": "bob"}', tool_call_id="call-send")}
+
+
+def approval_agent() -> Agent[None, str | DeferredToolRequests]:
+    """A tool with ``requires_approval=True``: the first run ends waiting for a human."""
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(stream_function=_asks_approval), output_type=[str, DeferredToolRequests]
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def send_email(to: str) -> str:
+        """Send an email."""
+        SENT_EMAILS.append(to)
+        return f"Sent to {to}."
+
+    return agent
+
+
+#: What ``reader_agent``'s model saw after calling ``read_attachment``: text, files, retries.
+READ_BACK: list[object] = []
+
+
+def _seen(part: object) -> list[object]:
+    from pydantic_ai.messages import BinaryContent, RetryPromptPart, UserPromptPart
+
+    if isinstance(part, RetryPromptPart):
+        return [f"retry: {part.model_response()}"]
+    content = getattr(part, "content", None)
+    items = content if isinstance(content, list) else [content]
+    found: list[object] = []
+    for item in items:
+        if isinstance(item, BinaryContent):
+            found.append((item.media_type, item.data))
+        elif isinstance(item, str) and not isinstance(part, UserPromptPart):
+            found.append(item)
+    return found
+
+
+async def _reader(
+    messages: list[ModelMessage], info: AgentInfo
+) -> AsyncIterator[str | dict[int, DeltaToolCall]]:
+    """Call ``read_attachment`` with the last word of the user's message, then answer."""
+    import json
+
+    from pydantic_ai.messages import RetryPromptPart, UserPromptPart
+
+    last = messages[-1]
+    assert isinstance(last, ModelRequest)
+    if any(isinstance(p, ToolReturnPart | RetryPromptPart) for p in last.parts):
+        for part in last.parts:
+            READ_BACK.extend(_seen(part))
+        yield "Read."
+        return
+    [prompt] = [p for p in last.parts if isinstance(p, UserPromptPart)]
+    text = prompt.content if isinstance(prompt.content, str) else str(prompt.content[0])
+    args = json.dumps({"attachment_id": text.split()[-1]})
+    yield {0: DeltaToolCall(name="read_attachment", json_args=args, tool_call_id="call-read")}
+
+
+def reader_agent() -> Agent[AgentDeps, str]:
+    """Reads the attachment the user names, through ``agui.tools.read_attachment``."""
+    from django_pydantic_agent.agui.tools import read_attachment
+
+    return Agent(
+        FunctionModel(stream_function=_reader), deps_type=AgentDeps, tools=[read_attachment]
+    )

@@ -30,13 +30,22 @@ def run_body(
     }
 
 
+def sse_frames(body: str) -> list[tuple[str | None, dict[str, Any]]]:
+    """Decode the frames of an SSE body as ``(id or None, event)`` (comments skipped)."""
+    frames = []
+    for frame in body.split("\n\n"):
+        frame_id = None
+        for line in frame.split("\n"):
+            if line.startswith("id: "):
+                frame_id = line.removeprefix("id: ")
+            elif line.startswith("data: "):
+                frames.append((frame_id, json.loads(line.removeprefix("data: "))))
+    return frames
+
+
 def sse_events(body: str) -> list[dict[str, Any]]:
     """Decode the ``data:`` frames of an SSE body (comments skipped)."""
-    events = []
-    for frame in body.split("\n\n"):
-        if frame.startswith("data: "):
-            events.append(json.loads(frame.removeprefix("data: ")))
-    return events
+    return [event for _, event in sse_frames(body)]
 
 
 def event_types(body: str) -> list[str]:

@@ -333,3 +333,58 @@ def test_a_bad_cap_is_refused_at_construction(value: Any) -> None:
 
 def test_the_old_name_is_the_same_middleware() -> None:
     assert UploadLimitMiddleware is BodyLimitMiddleware
+
+
+# A write whose client left after sending it in full is carried out.
+
+
+async def test_a_run_whose_client_left_right_after_sending_it_is_started_and_kept() -> None:
+    from django_pydantic_agent.agui.runs import RunCoordinator
+    from django_pydantic_agent.contrib.store.models import StoredAgentRun
+
+    body = json.dumps(run_body()).encode()
+    messages: list[dict[str, Any]] = [
+        {"type": "http.request", "body": body, "more_body": False},
+        {"type": "http.disconnect"},  # the client is gone before any answer
+    ]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop(0)
+        return {"type": "http.disconnect"}
+
+    sent: list[MutableMapping[str, Any]] = []
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    app = BodyLimitMiddleware(asgi_app())
+    await asyncio.wait_for(app(scope("/anon/", headers=headers), receive, send), timeout=10)
+    await RunCoordinator.wait_for_all_runs()
+    assert [m["status"] for m in sent if m["type"] == "http.response.start"] == [200]
+    statuses = [run.status async for run in StoredAgentRun.objects.filter(run_id="run-1")]
+    assert statuses == ["complete"]
+
+
+async def test_a_read_or_another_route_hears_of_a_disconnect_at_once() -> None:
+    heard: list[str] = []
+
+    async def app(request_scope: Any, receive: Any, send: Any) -> None:
+        await receive()
+        heard.append((await receive())["type"])  # nothing answered yet
+
+    async def receive() -> dict[str, Any]:
+        if not heard and not getattr(receive, "sent", False):
+            receive.sent = True  # type: ignore[attr-defined]
+            return {"type": "http.request", "body": b"", "more_body": False}
+        return {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:  # pragma: no cover - the app answers nothing
+        raise AssertionError(message)
+
+    wrapped = BodyLimitMiddleware(app, max_body_bytes=100)
+    for method, path in (("GET", "/anon/threads/"), ("POST", "/admin/")):
+        receive.sent = False  # type: ignore[attr-defined]
+        await asyncio.wait_for(wrapped(scope(path, method=method), receive, send), timeout=5)
+    assert heard == ["http.disconnect", "http.disconnect"]

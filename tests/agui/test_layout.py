@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 from pathlib import Path
@@ -19,6 +20,7 @@ import django_pydantic_agent.agui as agui_package
 from django_pydantic_agent.agui import AGUIServer, AGUIView
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
 from django_pydantic_agent.agui.run import RunEndpoint
+from django_pydantic_agent.agui.runs import RunEndpoints
 from django_pydantic_agent.agui.threads import ThreadEndpoints
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
@@ -28,7 +30,7 @@ from tests.agui.agents import text_agent
 
 PACKAGE = "django_pydantic_agent.agui"
 MODULES = sorted(f"{PACKAGE}.{info.name}" for info in pkgutil.iter_modules(agui_package.__path__))
-HANDLERS = [RunEndpoint, ThreadEndpoints, AttachmentEndpoints, AGUIView]
+HANDLERS = [RunEndpoint, RunEndpoints, ThreadEndpoints, AttachmentEndpoints, AGUIView]
 
 
 def imported_modules(module_name: str) -> set[str]:
@@ -64,9 +66,10 @@ def test_only_the_package_init_imports_the_server(module_name: str) -> None:
         assert f"{PACKAGE}.server" not in imported_modules(module_name)
 
 
-def test_the_transcript_is_imported_by_the_run_endpoint_only() -> None:
-    importers = [name for name in MODULES if f"{PACKAGE}.transcript" in imported_modules(name)]
-    assert importers == [f"{PACKAGE}.run"]
+def test_the_end_of_run_transcript_is_gone() -> None:
+    # Runs persist through chat_history's storage agent; the event fold exists once, there.
+    assert f"{PACKAGE}.transcript" not in MODULES
+    assert importlib.util.find_spec(f"{PACKAGE}.transcript") is None
 
 
 @pytest.mark.parametrize("handler", HANDLERS, ids=lambda handler: handler.__name__)
@@ -94,6 +97,7 @@ def test_no_handler_keeps_the_server() -> None:
             handlers.add(getattr(method, "__self__", method))
     assert {type(handler) for handler in handlers} == {
         RunEndpoint,
+        RunEndpoints,
         ThreadEndpoints,
         AttachmentEndpoints,
     }

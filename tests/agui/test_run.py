@@ -298,7 +298,7 @@ async def test_a_failure_at_the_start_of_the_stream_is_still_a_valid_run_error(
 async def test_a_failure_mid_stream_outside_the_agent_still_ends_with_run_error(
     alice: Any, monkeypatch: Any
 ) -> None:
-    from django_pydantic_agent.agui import run as run_module
+    from django_pydantic_agent.agui import inner as inner_module
 
     async def broken_filter(events: Any) -> Any:
         async for event in events:
@@ -306,7 +306,7 @@ async def test_a_failure_mid_stream_outside_the_agent_still_ends_with_run_error(
             if event.type.value == "TEXT_MESSAGE_END":
                 raise RuntimeError("a filter broke")
 
-    monkeypatch.setattr(run_module, "without_reasoning", broken_filter)
+    monkeypatch.setattr(inner_module, "without_reasoning", broken_filter)
     async with await logged_in(alice) as http:
         response = await http.post("/quiet/", json=run_body())
     events = sse_events(response.text)

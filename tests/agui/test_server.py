@@ -91,7 +91,15 @@ def test_persisting_server_mounts_every_route_with_a_back_pointer() -> None:
         text_agent(), conversation_store=store, attachment_store=files, csrf_exempt=True
     )
     patterns, _, _ = server.urls
-    assert [p.name for p in patterns] == ["run", "threads", "thread", "attachments", "attachment"]
+    assert [p.name for p in patterns] == [
+        "run",
+        "threads",
+        "thread",
+        "run-reattach",
+        "run-cancel",
+        "attachments",
+        "attachment",
+    ]
     for pattern in patterns:
         assert isinstance(pattern.callback, AGUIView)
         assert pattern.callback.agui_server is server
@@ -106,7 +114,13 @@ def test_only_conversations_mounts_no_attachment_routes() -> None:
     server = AGUIServer(
         text_agent(), conversation_store=DefaultConversationStore(), csrf_exempt=True
     )
-    assert [p.name for p in server.urlpatterns] == ["run", "threads", "thread"]
+    assert [p.name for p in server.urlpatterns] == [
+        "run",
+        "threads",
+        "thread",
+        "run-reattach",
+        "run-cancel",
+    ]
 
 
 @pytest.mark.urls("tests.agui.urls")

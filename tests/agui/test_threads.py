@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 
 from django_pydantic_agent.agui import REDACTED_RUN_ERROR
+from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.persistence import AnonymousOperationError, StoreError, StoreLimitError
 from tests.agui.agents import PARTIAL_ANSWER
 from tests.agui.conftest import (
@@ -23,6 +25,15 @@ from tests.agui.conftest import (
 )
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.agui.urls")]
+
+
+#: The keys of a stored message an AG-UI client reads; the rest is the store's bookkeeping.
+_WIRE_KEYS = ("id", "role", "content", "toolCalls", "toolCallId")
+
+
+def essentials(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stored messages as an AG-UI client sees them (bookkeeping keys left out)."""
+    return [{key: m[key] for key in _WIRE_KEYS if key in m} for m in messages]
 
 
 async def run(http: httpx.AsyncClient, prefix: str = "/stored/", **kwargs: Any) -> list[Any]:
@@ -39,12 +50,19 @@ async def test_a_run_is_saved_with_the_streamed_message_ids(alice: Any) -> None:
     body = response.json()
     assert body["threadId"] == "thread-1"
     messages = body["messages"]
-    assert messages[0] == {"id": "user-run-1", "role": "user", "content": "What is 2 + 3?"}
+    assert essentials(messages)[0] == {
+        "id": "user-run-1",
+        "role": "user",
+        "content": "What is 2 + 3?",
+    }
+    assert {m["status"] for m in messages} == {"complete"}
+    assert body["activeRun"] is None
     roles = [m["role"] for m in messages]
     assert roles == ["user", "reasoning", "assistant", "tool", "assistant"]
     tool_call = messages[2]["toolCalls"][0]
     assert tool_call["id"] == "call-add"
-    assert tool_call["function"] == {"name": "add", "arguments": '{"a":2,"b":3}'}
+    # The arguments as streamed.
+    assert tool_call["function"] == {"name": "add", "arguments": '{"a": 2, "b": 3}'}
     assert messages[3]["toolCallId"] == "call-add"
     assert messages[4]["content"] == "The sum is 5."
     # Every stored id is the one the client saw in the stream, so a reload matches.
@@ -215,16 +233,18 @@ async def test_a_failed_run_saves_the_users_turn_and_the_partial_answer(alice: A
         response = await http.get("/failing-stored/threads/thread-1/")
     assert events[-1]["type"] == "RUN_ERROR"
     [answer_id] = [e["messageId"] for e in events if e["type"] == "TEXT_MESSAGE_START"]
-    assert response.json()["messages"] == [
+    assert essentials(response.json()["messages"]) == [
         {"id": "user-run-1", "role": "user", "content": "Please keep this"},
         {"id": answer_id, "role": "assistant", "content": "Partial "},
     ]
+    statuses = [m["status"] for m in response.json()["messages"]]
+    assert statuses == ["complete", "errored"], "a reloaded page shows the answer as failed"
 
 
 async def run_with_failing_save(
     user: Any, error: Exception, *, agent: Any = None, **options: Any
 ) -> list[dict[str, Any]]:
-    """Run a server whose store's ``save`` raises ``error``; return the decoded events."""
+    """Run a server whose store fails the run's first write with ``error``; return the events."""
     from django.http import StreamingHttpResponse
     from django.test import RequestFactory
 
@@ -232,9 +252,20 @@ async def run_with_failing_save(
     from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
     from tests.agui.agents import text_agent
 
-    class FailingStore(DefaultConversationStore):
-        async def save(self, conversation: Any, *, request: Any) -> None:
+    class FailingChats:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        async def create_chat(self, chat_data: Any) -> Any:
             raise error
+
+    class FailingStore(DefaultConversationStore):
+        async def repositories(self, *, request: Any) -> Any:
+            chats, messages = await super().repositories(request=request)
+            return FailingChats(chats), messages
 
     async def auser() -> Any:
         return user
@@ -244,6 +275,7 @@ async def run_with_failing_save(
     )
     request = RequestFactory().post("/", data=run_body(), content_type="application/json")
     request.auser = auser
+    request.user = user
     response = await server.run_view(request)
     assert isinstance(response, StreamingHttpResponse)
     body = "".join([bytes(chunk).decode() async for chunk in response])
@@ -262,7 +294,7 @@ async def test_a_failed_save_ends_the_stream_with_run_error_and_is_logged(
     assert "/var/secret" not in events[-1]["message"]
     assert_valid_agui(events)
     [record] = caplog.records
-    assert "Saving thread 'thread-1' after run 'run-1' failed" in record.getMessage()
+    assert "The agent run 'run-1' on thread 'thread-1' failed" in record.getMessage()
     assert record.exc_info is not None
     assert isinstance(record.exc_info[1], OSError)
 
@@ -292,16 +324,6 @@ async def test_a_store_refusing_the_save_is_a_run_error_with_its_code(
     assert events[-1]["code"] == code
     assert message in events[-1]["message"]
     assert "secret-key" not in events[-1]["message"]
-    assert_valid_agui(events)
-
-
-async def test_a_failed_run_keeps_its_own_run_error_when_the_save_fails(alice: Any) -> None:
-    from tests.agui.agents import failing_agent
-
-    events = await run_with_failing_save(alice, OSError("disk full"), agent=failing_agent())
-    assert events[-1]["type"] == "RUN_ERROR"
-    assert events[-1]["message"] == REDACTED_RUN_ERROR
-    assert "code" not in events[-1]
     assert_valid_agui(events)
 
 
@@ -413,6 +435,9 @@ async def thread_after_disconnect(prefix: str, *, until: bytes) -> tuple[list[An
     """Run ``prefix`` until the stream shows ``until``, disconnect, then reload the thread."""
     sent = await drive_until_disconnect(prefix, run_body(text=WEATHER_QUESTION), until=until)
     assert sent[0]["status"] == 200
+    # These mounts cancel a run whose client went away (on_disconnect="cancel").
+    await RunCoordinator.wait_for_all_runs()
+    await RunCoordinator.aclose_all()  # the mount's sweeper, started by its first request
     assert asyncio.all_tasks() == {asyncio.current_task()}
     async with browser() as http:
         http.cookies.set("sessionid", session_id(sent))
@@ -434,7 +459,7 @@ async def test_a_disconnect_mid_answer_saves_what_the_user_saw(prefix: str, capl
     assert "RUN_FINISHED" not in types
     seen = shown(events)
     assert seen["args"] == '{"city": "Oslo"}'
-    assert response.json()["messages"] == expected_thread(seen)
+    assert essentials(response.json()["messages"]) == expected_thread(seen)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
@@ -443,18 +468,31 @@ async def test_a_disconnect_with_reasoning_withheld_stores_no_reasoning() -> Non
     assert not [e for e in events if e["type"].startswith("REASONING")]
     seen = shown(events)
     assert seen["reasoning_ids"] == []
-    assert response.json()["messages"] == expected_thread(seen)
+    assert essentials(response.json()["messages"]) == expected_thread(seen)
     assert "Let me look that up" not in response.text
 
 
-async def test_a_disconnect_mid_tool_arguments_drops_the_unfinished_call() -> None:
+async def test_a_disconnect_mid_tool_arguments_keeps_the_call_as_streamed() -> None:
     events, response = await thread_after_disconnect("/interrupted-args/", until=b"TOOL_CALL_ARGS")
     assert [e["type"] for e in events][-1] == "TOOL_CALL_ARGS"
     [reasoning_id] = [e["messageId"] for e in events if e["type"] == "REASONING_MESSAGE_START"]
-    # The reasoning was seen whole; the call's arguments ('{"city": ') never finished.
-    assert response.json()["messages"] == [
+    [call] = [e for e in events if e["type"] == "TOOL_CALL_START"]
+    messages = response.json()["messages"]
+    # The reasoning was seen whole; the call is kept with the arguments that streamed.
+    assert essentials(messages)[:3] == [
         {"id": "user-run-1", "role": "user", "content": WEATHER_QUESTION},
         {"id": reasoning_id, "role": "reasoning", "content": "Let me look that up."},
+        {
+            "id": call["parentMessageId"],
+            "role": "assistant",
+            "toolCalls": [
+                {
+                    "id": "call-weather",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"city": '},
+                }
+            ],
+        },
     ]
 
 
@@ -463,7 +501,7 @@ async def test_a_disconnect_while_the_tool_runs_saves_the_call_and_the_thread_re
     assert "TOOL_CALL_RESULT" not in [e["type"] for e in events]
     [reasoning_id] = [e["messageId"] for e in events if e["type"] == "REASONING_MESSAGE_START"]
     [call] = [e for e in events if e["type"] == "TOOL_CALL_START"]
-    saved = response.json()["messages"]
+    saved = essentials(response.json()["messages"])
     assert saved == [
         {"id": "user-run-1", "role": "user", "content": WEATHER_QUESTION},
         {"id": reasoning_id, "role": "reasoning", "content": "Let me look that up."},
@@ -497,10 +535,10 @@ async def test_a_run_error_mid_answer_saves_what_the_user_saw() -> None:
         "message": REDACTED_RUN_ERROR,
         "timestamp": events[-1]["timestamp"],
     }
-    assert response.json()["messages"] == expected_thread(shown(events))
+    assert essentials(response.json()["messages"]) == expected_thread(shown(events))
 
 
-async def test_a_run_error_mid_tool_arguments_drops_the_unparsable_call() -> None:
+async def test_a_run_error_mid_tool_arguments_keeps_what_streamed_as_errored() -> None:
     async with browser() as http:
         events = await run(http, "/erroring-args/", text=WEATHER_QUESTION)
         response = await http.get("/erroring-args/threads/thread-1/")
@@ -509,10 +547,12 @@ async def test_a_run_error_mid_tool_arguments_drops_the_unparsable_call() -> Non
     assert types[-2:] == ["TOOL_CALL_END", "RUN_ERROR"]
     assert "".join(e["delta"] for e in events if e["type"] == "TOOL_CALL_ARGS") == '{"city": '
     [reasoning_id] = [e["messageId"] for e in events if e["type"] == "REASONING_MESSAGE_START"]
-    assert response.json()["messages"] == [
+    messages = response.json()["messages"]
+    assert essentials(messages)[:2] == [
         {"id": "user-run-1", "role": "user", "content": WEATHER_QUESTION},
         {"id": reasoning_id, "role": "reasoning", "content": "Let me look that up."},
     ]
+    assert messages[2]["toolCalls"][0]["function"]["arguments"] == '{"city": '
 
 
 # Hardening of the thread routes.
@@ -678,15 +718,9 @@ async def test_a_thread_deleted_while_a_run_streams_stays_deleted(alice: Any, ca
     events = sse_events(response.text)
     assert events[-1]["type"] == "RUN_FINISHED"
     assert_valid_agui(events)
-    # The end-of-run save did not bring the thread back.
+    # The run's later writes did not bring the thread back.
     assert after.status_code == 404
     assert listing.json() == {"threads": []}
-    [note] = [r for r in caplog.records if "deleted while run" in r.getMessage()]
-    assert note.levelno == logging.INFO
-    assert (
-        note.getMessage()
-        == "Thread 'doomed' was deleted while run 'r2' streamed; the run is not saved."
-    )
 
 
 async def test_a_new_thread_streamed_by_a_gated_run_is_saved(alice: Any) -> None:
@@ -727,3 +761,96 @@ async def test_csrf_is_enforced_on_rename_and_delete(alice: Any) -> None:
     assert thread["title"] != "Pwned"
     assert renamed.status_code == 200
     assert removed.status_code == 204
+
+
+async def test_a_thread_read_right_after_the_stream_sees_the_runs_last_write(alice: Any) -> None:
+    """The stream ends at RUN_FINISHED while the last flush goes on; a read waits for it."""
+    from django.http import StreamingHttpResponse
+    from django.test import RequestFactory
+
+    from django_pydantic_agent.agui import AGUIServer
+    from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+    from tests.agui.agents import text_agent
+
+    class SlowLastWrite:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        async def create_message(self, data: Any) -> Any:
+            if data.role == "assistant" and data.status == "complete":
+                await asyncio.sleep(0.3)  # a slow store: the stream has ended by now
+            return await self._inner.create_message(data)
+
+        async def update_message(self, message_uuid: Any, update: Any) -> Any:
+            if update.status == "complete":
+                await asyncio.sleep(0.3)
+            return await self._inner.update_message(message_uuid, update)
+
+    class SlowStore(DefaultConversationStore):
+        async def repositories(self, *, request: Any) -> Any:
+            chats, messages = await super().repositories(request=request)
+            return chats, SlowLastWrite(messages)
+
+    async def auser() -> Any:
+        return alice
+
+    server = AGUIServer(text_agent(), conversation_store=SlowStore(), csrf_exempt=True)
+    factory = RequestFactory()
+    request = factory.post("/", data=run_body(), content_type="application/json")
+    request.auser, request.user = auser, alice
+    response = await server.run_view(request)
+    assert isinstance(response, StreamingHttpResponse)
+    events = sse_events("".join([bytes(chunk).decode() async for chunk in response]))
+    assert events[-1]["type"] == "RUN_FINISHED"
+    streamed = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+    read = factory.get("/threads/thread-1/")
+    read.auser, read.user = auser, alice
+    thread = await server.thread_view(read, thread_id="thread-1")
+    assert thread.status_code == 200
+    answer = [m for m in json.loads(thread.content)["messages"] if m["role"] == "assistant"][-1]
+    assert (answer["content"], answer["status"]) == (streamed, "complete")
+    await RunCoordinator.wait_for_all_runs()
+
+
+async def test_a_run_that_would_create_a_thread_over_quota_is_a_413_before_streaming(
+    alice: Any,
+) -> None:
+    from django.http import StreamingHttpResponse
+    from django.test import RequestFactory
+
+    from django_pydantic_agent.agui import AGUIServer
+    from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+    from tests.agui.agents import text_agent
+
+    async def auser() -> Any:
+        return alice
+
+    store = DefaultConversationStore(max_threads_per_owner=1)
+    server = AGUIServer(text_agent(), conversation_store=store, csrf_exempt=True)
+
+    async def post(thread_id: str, run_id: str) -> Any:
+        body = run_body(thread_id=thread_id, run_id=run_id)
+        request = RequestFactory().post("/", data=body, content_type="application/json")
+        request.auser, request.user = auser, alice
+        response = await server.run_view(request)
+        if isinstance(response, StreamingHttpResponse):
+            return sse_events("".join([bytes(chunk).decode() async for chunk in response]))
+        return response
+
+    first = await post("kept", "r1")
+    assert first[-1]["type"] == "RUN_FINISHED"
+    await RunCoordinator.wait_for_all_runs()
+    refused = await post("one-too-many", "r2")
+    assert refused.status_code == 413
+    assert "max_threads_per_owner=1" in json.loads(refused.content)["error"]
+    again = await post("kept", "r3")  # the thread it keeps still takes runs
+    assert again[-1]["type"] == "RUN_FINISHED"
+    await RunCoordinator.wait_for_all_runs()
+    from django_pydantic_agent.contrib.store.models import StoredConversation
+
+    threads = StoredConversation.objects.filter(owner_id=str(alice.pk)).values_list("thread_id")
+    assert [row async for row in threads] == [("kept",)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
 from django.contrib.auth import get_user_model
@@ -13,13 +14,18 @@ from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
     DefaultConversationStore,
 )
-from django_pydantic_agent.persistence import DjangoSessionConversationStore
+from django_pydantic_agent.persistence import (
+    DjangoSessionConversationStore,
+    ScopedConversationStore,
+)
 from tests.agui.agents import (
+    approval_agent,
     failing_agent,
     gated_agent,
     hanging_agent,
     interrupted_agent,
     prompt_parts_agent,
+    reader_agent,
     scripted_agent,
     slow_agent,
     text_agent,
@@ -57,6 +63,67 @@ class BrokenQueryStore(DefaultConversationStore):
 
         await sync_to_async(query)()
         raise AssertionError("the query above always fails")  # pragma: no cover
+
+
+class LaggingRunStore:
+    """A ``RunStore`` whose ``finish`` waits, once ``hold()`` is called, until a second run finds
+    the thread busy: the gap between a run's ``RUN_FINISHED`` and the end of its record (the
+    last events still being stored) held open, then closed by the next turn's arrival."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._busy_seen: asyncio.Event | None = None
+        self._linger = 0.0
+
+    def hold(self, *, linger: float = 0.0) -> None:
+        """Hold ``finish`` until a run finds the thread busy, then ``linger`` seconds more."""
+        self._busy_seen = asyncio.Event()
+        self._linger = linger
+
+    def release(self) -> None:
+        self._busy_seen = None
+
+    async def start(self, **kwargs: Any) -> Any:
+        record, started = await self._inner.start(**kwargs)
+        if not started and self._busy_seen is not None:
+            self._busy_seen.set()
+        return record, started
+
+    async def finish(self, **kwargs: Any) -> Any:
+        if self._busy_seen is not None:
+            await asyncio.wait_for(self._busy_seen.wait(), timeout=10)
+            await asyncio.sleep(self._linger)
+        return await self._inner.finish(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class StaleStartRunStore:
+    """A ``RunStore`` whose next ``start``, once ``stale()`` is called, reports the thread busy
+    with the previous run as it was read just before that run's record was finished: the
+    claim raced the end of the previous run."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._stale = False
+
+    def stale(self) -> None:
+        self._stale = True
+
+    async def start(self, **kwargs: Any) -> Any:
+        if self._stale:
+            self._stale = False
+            previous = await self._inner.get(
+                owner_id=kwargs["owner_id"], thread_id=kwargs["thread_id"], run_id="run-1"
+            )
+            from dataclasses import replace
+
+            return replace(previous, status="running"), False
+        return await self._inner.start(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def stored(agent: Any = None, **kwargs: Any) -> AGUIServer:
@@ -122,6 +189,7 @@ hanging_persisting = AGUIServer(
     conversation_store=DefaultConversationStore(allow_anonymous=True),
     require_authenticated=False,
     csrf_exempt=True,
+    on_disconnect="cancel",
 )
 
 # One thread per session: the second thread's save is refused with StoreLimitError.
@@ -130,6 +198,37 @@ one_thread = AGUIServer(
     conversation_store=DjangoSessionConversationStore(max_threads=1),
     require_authenticated=False,
     csrf_exempt=True,
+)
+# Durable runs: a run that waits until cancelled, the interrupt policy, and Scoped stores.
+hanging_durable = stored(hanging_agent(), namespace="hanging-durable")
+hanging_interrupt = stored(
+    hanging_agent(), namespace="hanging-interrupt", concurrent_runs="interrupt"
+)
+gated = stored(gated_agent(), namespace="gated")
+# Second servers on the same database and cache: like a second worker, each holds none of the
+# runs its twin started (tests/agui/test_relay.py).
+gated_2 = stored(gated_agent(), namespace="gated-2")
+hanging_durable_2 = stored(hanging_agent(), namespace="hanging-durable-2")
+LAGGING_RUNS = LaggingRunStore(DefaultConversationStore().run_store())
+lagging = stored(namespace="lagging", run_store=LAGGING_RUNS)
+lagging_2 = stored(namespace="lagging-2", run_store=LAGGING_RUNS)  # a second worker
+STALE_RUNS = StaleStartRunStore(DefaultConversationStore().run_store())
+stale_start = stored(namespace="stale-start", run_store=STALE_RUNS)
+scoped_anonymous = AGUIServer(
+    scripted_agent(),
+    conversation_store=ScopedConversationStore(
+        DefaultConversationStore(allow_anonymous=True), scope="s1"
+    ),
+    require_authenticated=False,
+    csrf_exempt=True,
+    namespace="scoped",
+)
+scoped_session = AGUIServer(
+    scripted_agent(),
+    conversation_store=ScopedConversationStore(DjangoSessionConversationStore(), scope="s2"),
+    require_authenticated=False,
+    csrf_exempt=True,
+    namespace="scoped-session",
 )
 urls_default = AGUIServer(prompt_parts_agent(), require_authenticated=False, csrf_exempt=True)
 urls_allowed = AGUIServer(
@@ -145,11 +244,15 @@ def interrupted(
     during: Literal["answer", "tool_args", "tool"] = "answer",
     **kwargs: Any,
 ) -> AGUIServer:
-    """A run that never finishes, saved for anonymous visitors (keyed to their session)."""
+    """A run that never finishes, saved for anonymous visitors (keyed to their session).
+
+    A disconnect cancels it (``on_disconnect="cancel"``): it would otherwise hang on.
+    """
     options: dict[str, Any] = {
         "conversation_store": DefaultConversationStore(allow_anonymous=True),
         "require_authenticated": False,
         "csrf_exempt": True,
+        "on_disconnect": "cancel",
     }
     options.update(kwargs)
     return AGUIServer(interrupted_agent(ending=ending, during=during), **options)
@@ -185,7 +288,18 @@ urlpatterns = [
     path("one-thread/", one_thread.urls),
     path("urls-default/", urls_default.urls),
     path("urls-allowed/", urls_allowed.urls),
-    path("gated/", stored(gated_agent(), namespace="gated").urls),
+    path("gated/", gated.urls),
+    path("gated-2/", gated_2.urls),
+    path("hanging-durable-2/", hanging_durable_2.urls),
+    path("hanging-durable/", hanging_durable.urls),
+    path("approval/", stored(approval_agent(), namespace="approval").urls),
+    path("reader/", stored(reader_agent(), namespace="reader").urls),
+    path("hanging-interrupt/", hanging_interrupt.urls),
+    path("lagging/", lagging.urls),
+    path("lagging-2/", lagging_2.urls),
+    path("stale-start/", stale_start.urls),
+    path("scoped/", scoped_anonymous.urls),
+    path("scoped-session/", scoped_session.urls),
     path(
         "broken-db/",
         AGUIServer(

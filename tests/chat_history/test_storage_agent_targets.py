@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -27,6 +28,7 @@ from django_pydantic_agent.chat_history import (
     InMemoryMessageRepository,
     Message,
     MessageUpdate,
+    StaleDeltaError,
 )
 from django_pydantic_agent.chat_history.storage_agent import AGUIAgent
 from tests.chat_history.conftest import USER
@@ -123,6 +125,57 @@ async def test_s83_1_a_failed_flush_never_duplicates_text(
     stored = (await messages.get_chat_messages(chat.chat_uuid))[1]
     assert messages.failures == 0  # the failure did happen
     assert (stored.content, stored.status) == ("aaaaabbbbbccccc", "complete")
+
+
+class _Unavailable(Exception):
+    """A backend error with an HTTP status, like the Memory Service client's."""
+
+    def __init__(self, status_code: int | None) -> None:
+        super().__init__(f"status {status_code}")
+        self.status_code = status_code
+
+
+@pytest.mark.parametrize(
+    ("error", "traceback"),
+    [
+        (ConnectionError("the answer was lost"), False),
+        (TimeoutError("no answer in time"), False),
+        (_Unavailable(503), False),
+        (_Unavailable(429), False),
+        (_Unavailable(None), False),
+        (_Unavailable(400), True),
+        (StaleDeltaError("the store holds less than the run wrote"), False),
+        (RuntimeError("a bug in the repository"), True),
+    ],
+)
+async def test_a_transient_flush_failure_logs_one_line_and_a_bug_its_traceback(
+    caplog: pytest.LogCaptureFixture, error: Exception, traceback: bool
+) -> None:
+    chats = InMemoryChatRepository()
+    messages = FlakyRepository(chats)
+    original = messages.update_message
+    failures = [error]
+
+    async def update(message_uuid: Any, update: MessageUpdate) -> Message | None:
+        if failures:
+            raise failures.pop()
+        return await original(message_uuid, update)
+
+    messages.update_message = update  # type: ignore[method-assign]
+    script: list[Any] = [rs(), tms("m1"), tmc("m1", "aaaaa"), tmc("m1", "bbbbb"), tme("m1"), rf()]
+    agent = AGUIStorageAgent(
+        "assistant", USER, chats, messages, ScriptedAgent(script), minimal_chunk_to_persist=5
+    )
+    with caplog.at_level(logging.WARNING, logger="django_pydantic_agent.chat_history"):
+        await _collect(agent, run_input())
+    chat = await chats.get_chat_by_thread_id(USER, "t1")
+    assert chat is not None
+    stored = (await messages.get_chat_messages(chat.chat_uuid))[1]
+    assert (stored.content, stored.status) == ("aaaaabbbbb", "complete"), "nothing is lost"
+    [record] = [r for r in caplog.records if "kept and retried" in r.getMessage()]
+    assert bool(record.exc_info) is traceback
+    if not traceback:
+        assert type(error).__name__ in record.getMessage(), "the line names the error"
 
 
 async def test_s83_1_a_failed_create_is_retried_without_a_duplicate_record() -> None:

@@ -16,6 +16,9 @@ import pytest
 
 from tests.e2e.nodejs import JS_DIR
 from tests.example_project.support import RunningServer, login, serve_example
+from tests.support.services import postgres_database, postgres_url, redis_url
+
+__all__ = ["postgres_database", "postgres_url", "redis_url"]
 
 CHROMIUM = "/usr/bin/chromium"
 

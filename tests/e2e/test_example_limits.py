@@ -33,10 +33,9 @@ def test_quotas_answer_413_and_the_throttle_429_as_json(tmp_path: Path) -> None:
         listing = http.get("/agent/threads/").json()["threads"]
 
     assert parse_sse(first.text)[-1]["type"] == "RUN_FINISHED"
-    refused_run = parse_sse(second.text)[-1]
-    assert refused_run["type"] == "RUN_ERROR"
-    assert refused_run["code"] == "STORE_LIMIT"
-    assert "max_threads_per_owner=1" in refused_run["message"]
+    assert second.status_code == 413, "refused before streaming"
+    assert second.headers["content-type"] == "application/json"
+    assert "max_threads_per_owner=1" in second.json()["error"]
     assert [thread["threadId"] for thread in listing] == ["a"]
     assert [response.status_code for response in uploads] == [201, 413, 429]
     assert uploads[1].headers["content-type"] == "application/json"

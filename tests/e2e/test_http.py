@@ -60,7 +60,7 @@ def test_stream_headers(demo_client: httpx.Client) -> None:
     with demo_client.stream(
         "POST",
         "/agent/",
-        json=run_input("What is 1 + 1?"),
+        json=run_input("What is 1 + 1?", thread_id="headers", run_id="headers-1"),
         headers={"X-CSRFToken": demo_client.cookies["csrftoken"]},
     ) as response:
         body = response.read()
@@ -69,7 +69,9 @@ def test_stream_headers(demo_client: httpx.Client) -> None:
     assert response.headers["content-type"].startswith("text/event-stream")
     assert response.headers["cache-control"] == "no-cache"
     assert response.headers["x-accel-buffering"] == "no"
-    assert body.startswith(b"data: ")
+    frames = [frame for frame in body.split(b"\n\n") if frame and not frame.startswith(b":")]
+    assert frames[0].startswith(b"id: headers-1:1\ndata: "), "every frame names its run and seq"
+    assert all(frame.startswith(b"id: headers-1:") for frame in frames)
     assert b"\n\n: ping\n\n" in body, "the e2e server sends heartbeats between words"
     events = parse_sse(body.decode())
     assert events[0]["type"] == "RUN_STARTED"

@@ -50,7 +50,7 @@ def test_captured_stream_is_conformant(demo_client: httpx.Client, tmp_path: Path
     with demo_client.stream(
         "POST",
         "/agent/",
-        json=run_input("Tell me a long story about 2 + 2"),
+        json=run_input("Tell me a long story about 2 + 2", thread_id="captured", run_id="cap-1"),
         headers={"X-CSRFToken": demo_client.cookies["csrftoken"]},
     ) as response:
         assert response.status_code == 200

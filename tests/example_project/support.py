@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,9 @@ def example_env(database: Path, **extra: str) -> dict[str, str]:
             "AGENT_MODEL",
             "AGENT_ATTACHMENT_MAX_BYTES",
             "AGENT_REQUESTS_PER_MINUTE",
+            "AGENT_RUN_HEARTBEAT_SECONDS",
+            "AGENT_RUN_LEASE_SECONDS",
+            "AGENT_SWEEP_SECONDS",
             "AGENT_MAX_THREADS",
             "AGENT_MAX_FILES",
             "AGENT_MAX_UPLOAD_BYTES",
@@ -54,6 +57,11 @@ def example_env(database: Path, **extra: str) -> dict[str, str]:
             "AGENT_MEMORY_SPACE",
             "DATAROBOT_ENDPOINT",
             "DATAROBOT_API_TOKEN",
+            # The suite's own database and the Redis of the multi-worker tests: an example
+            # server uses them only when a test says so (``serve_example_workers``).
+            "DATABASE_URL",
+            "REDIS_URL",
+            "EXAMPLE_CACHE_PREFIX",
         }
     }
     env.update(
@@ -105,6 +113,8 @@ class RunningServer:
     url: str
     log: Path
     database: Path
+    #: The environment the server runs with, when not ``example_env(database)`` alone.
+    env: dict[str, str] = field(default_factory=dict)
 
     def add_user(self, username: str, password: str) -> None:
         """Create (or refresh) a user in the served project's database."""
@@ -114,7 +124,7 @@ class RunningServer:
             username,
             "--password",
             password,
-            env=example_env(self.database),
+            env=self.env or example_env(self.database),
         )
         assert result.returncode == 0, f"ensure_demo_user failed:\n{result.stderr}"
 
@@ -128,8 +138,49 @@ def serve_example(workdir: Path, **env: str) -> Iterator[RunningServer]:
     """
     database = workdir / "example.sqlite3"
     prepare_database(database)
-    port = free_port()
     log_path = workdir / "uvicorn.log"
+    process, url = _start_uvicorn(example_env(database, **env), log_path)
+    try:
+        _wait_until_up(url, process, log_path)
+        yield RunningServer(url=url, log=log_path, database=database)
+    finally:
+        _stop(process)
+
+
+@contextmanager
+def serve_example_workers(
+    workdir: Path, *, database_url: str, count: int = 2, **env: str
+) -> Iterator[list[RunningServer]]:
+    """Serve the example project as ``count`` uvicorn processes on one database.
+
+    Every process gets ``DATABASE_URL=database_url`` and one shared ``EXAMPLE_MEDIA_ROOT``
+    (``workdir/media``), plus ``env`` (``REDIS_URL`` for a shared cache). The database is
+    migrated and the demo user created once, before the processes start; they are stopped on
+    exit. Each server's output is in its own ``RunningServer.log``.
+    """
+    shared = example_env(workdir / "unused.sqlite3", DATABASE_URL=database_url, **env)
+    for command in (("migrate", "--noinput"), ("ensure_demo_user",)):
+        result = manage(*command, env=shared)
+        assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stderr}"
+    started: list[tuple[subprocess.Popen[bytes], RunningServer]] = []
+    try:
+        for index in range(1, count + 1):
+            log_path = workdir / f"uvicorn-{index}.log"
+            process, url = _start_uvicorn(shared, log_path)
+            server = RunningServer(
+                url=url, log=log_path, database=workdir / "unused.sqlite3", env=shared
+            )
+            started.append((process, server))
+        for process, server in started:
+            _wait_until_up(server.url, process, server.log)
+        yield [server for _, server in started]
+    finally:
+        for process, _ in started:
+            _stop(process)
+
+
+def _start_uvicorn(env: dict[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
     with log_path.open("w") as log:
         process = subprocess.Popen(
             [
@@ -143,21 +194,20 @@ def serve_example(workdir: Path, **env: str) -> Iterator[RunningServer]:
                 "off",
             ],
             cwd=EXAMPLE_DIR,
-            env=example_env(database, **env),
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    url = f"http://127.0.0.1:{port}"
+    return process, f"http://127.0.0.1:{port}"
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
     try:
-        _wait_until_up(url, process, log_path)
-        yield RunningServer(url=url, log=log_path, database=database)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
 
 
 def _wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None:

@@ -165,3 +165,36 @@ async def test_lifespan_shutdown_closes_the_memory_service_client() -> None:
     ]
     assert pool.is_closed
     assert stores._client is None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_lifespan_starts_the_run_sweeper_and_stops_it_at_shutdown() -> None:
+    from django.core.cache import cache
+    from example_project.urls import server
+
+    cache.clear()  # no sweep lease left by another test
+    coordinator = server.coordinator
+    assert coordinator is not None
+    running: list[bool] = []
+    messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+
+    async def receive() -> Message:
+        message = next(messages)
+        if message["type"] == "lifespan.shutdown":
+            task = coordinator._sweeper
+            running.append(task is not None and not task.done())
+            sweeper.append(task)
+        return message
+
+    sweeper: list[Any] = []
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    await _application()({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
+
+    assert running == [True]
+    assert sweeper[0].cancelled()
+    assert coordinator._sweeper is None
+    assert sent[-1] == {"type": "lifespan.shutdown.complete"}

@@ -7,19 +7,27 @@ suite's database and storage.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any, cast
 
 import pytest
 from ag_ui_validate.pytest_plugin import assert_valid_agui
+from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import call_command
 from django.http import StreamingHttpResponse
 from django.test import AsyncClient
 from django.urls import reverse
+from django.utils import timezone
 
-from django_pydantic_agent.contrib.store.models import StoredConversationAttachment
+from django_pydantic_agent.contrib.store.models import (
+    StoredAttachment,
+    StoredConversationAttachment,
+)
 from tests.example_project.support import parse_sse, run_input
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -159,6 +167,33 @@ async def test_an_attachment_goes_with_a_message_and_comes_back_with_the_thread(
     assert download.status_code == 200
     assert await _streamed(download) == b"coffee\n"
     assert download["Content-Disposition"] == 'attachment; filename="notes.txt"'
+
+
+async def test_prune_keeps_an_attachment_a_run_quoted_and_removes_an_orphan(
+    client: AsyncClient,
+) -> None:
+    refs = []
+    for name in ("kept.txt", "orphan.txt"):
+        upload = await client.post(
+            "/agent/attachments/",
+            {"file": SimpleUploadedFile(name, b"data", content_type="text/plain")},
+            headers=_csrf(client),
+        )
+        refs.append(upload.json())
+    kept, orphan = refs
+    body = run_input("Read the kept file.", thread_id="t-prune")
+    body["messages"][0]["attachments"] = [kept]
+    await _stream(client, body)
+    await StoredAttachment.objects.aupdate(created_at=timezone.now() - timedelta(hours=1))
+
+    await sync_to_async(call_command)(
+        "agent_store_prune_attachments", "--older-than", "1s", stdout=io.StringIO()
+    )
+    thread = await client.get("/agent/threads/t-prune/")
+
+    assert (await client.get(f"/agent/attachments/{kept['id']}/")).status_code == 200
+    assert (await client.get(f"/agent/attachments/{orphan['id']}/")).status_code == 404
+    assert thread.json()["messages"][0]["attachments"] == [kept]
 
 
 async def test_a_removed_attachment_is_gone(client: AsyncClient) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 from uuid import uuid4
 
@@ -13,7 +13,12 @@ import httpx
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from django_pydantic_agent.contrib.memory_service_emulator import request_counter
+from django_pydantic_agent.chat_history.memory_service import RetryPolicy
+from django_pydantic_agent.contrib.memory_service_emulator import (
+    Fault,
+    fault_injector,
+    request_counter,
+)
 from django_pydantic_agent.memory_service import DRMemoryServiceClient, DRMemorySpace
 from django_pydantic_agent.persistence import (
     AttachmentStore,
@@ -27,6 +32,7 @@ from django_pydantic_agent.persistence import (
 from django_pydantic_agent.persistence.memory_service import (
     MemoryServiceAttachmentStore,
     MemoryServiceConversationStore,
+    StoredAttachment,
 )
 from django_pydantic_agent.persistence.scoped import _ScopedChats
 from django_pydantic_agent.testing import (
@@ -446,3 +452,40 @@ async def test_the_owners_pair_refuses_other_users(service: Service, actors: Sto
     assert mine.chat_uuid != theirs.chat_uuid
     files = MemoryServiceAttachmentStore(service.client, space, max_bytes=10)
     assert (files.max_bytes, files.allow_anonymous) == (10, False)
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault.unavailable(times=1),
+        Fault.rate_limited(times=1),
+        Fault.dropped_connection(times=1),
+        Fault.dropped_connection(after_processing=True, times=1),
+    ],
+    ids=["503", "429", "dropped", "dropped-after-processing"],
+)
+@pytest.mark.parametrize("route", ["session-list", "event-list", "event-batch", "session-detail"])
+async def test_attachments_survive_one_transient_failure_on_any_request(
+    service: Service, actors: StoreActors, fault: Fault, route: str
+) -> None:
+    quick = RetryPolicy(base_delay=0.0)
+    store = MemoryServiceAttachmentStore(service.client, service.key, retry=quick)
+    data = b"\x00" + bytes(range(256)) * 300  # two chunks
+    alice = actors.request("alice")
+    await _space(service)  # the space exists before the fault is armed
+    armed = replace(fault, routes=frozenset({route}))
+    with fault_injector.inject(armed):
+        ref = await store.save(SimpleUploadedFile("f.bin", data), request=alice)
+        opened = await store.open(ref.id, request=alice)
+        await store.delete(ref.id, request=alice)
+        gone = await store.open(ref.id, request=alice)
+    assert opened is not None
+    with opened.content as content:
+        assert content.read() == data
+    assert gone is None
+    sessions = await StoredAttachment.list(await _space(service), attachment_id=ref.id)
+    assert sessions == []
+
+
+async def _space(service: Service) -> DRMemorySpace:
+    return await DRMemorySpace.post(service.client, deduplication_key=service.key)

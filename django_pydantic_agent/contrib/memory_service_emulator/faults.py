@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-FaultKind = Literal["latency", "rate_limit", "unavailable", "drop"]
+FaultKind = Literal["latency", "rate_limit", "unavailable", "drop", "timeout"]
 
 ROUTE_NAMES: frozenset[str] = frozenset(
     {
@@ -69,7 +69,7 @@ class Fault:
         if self.times is not None and self.times < 1:
             raise ValueError(f"Fault times {self.times!r} must be at least 1, or None for no cap.")
         if self.seconds < 0:
-            raise ValueError(f"Fault latency {self.seconds!r} is negative; pass seconds >= 0.")
+            raise ValueError(f"Fault delay {self.seconds!r} is negative; pass seconds >= 0.")
         if self.routes is not None and not self.routes <= ROUTE_NAMES:
             unknown = sorted(self.routes - ROUTE_NAMES)
             raise ValueError(
@@ -135,6 +135,33 @@ class Fault:
         lost, the case that retries and deduplication keys exist for.
         """
         return cls._rule("drop", rate, times, methods, routes, after_processing=after_processing)
+
+    @classmethod
+    def timeout(
+        cls,
+        seconds: float,
+        *,
+        after_processing: bool = False,
+        rate: float = 1.0,
+        times: int | None = None,
+        methods: Iterable[str] | None = None,
+        routes: Iterable[str] | None = None,
+    ) -> Fault:
+        """Hold the request for ``seconds`` without answering, then drop the connection.
+
+        Pick ``seconds`` above the client's read timeout, so the client gives up first. With
+        ``after_processing=True`` the request is carried out before the wait: the client times
+        out on a write that happened.
+        """
+        return cls._rule(
+            "timeout",
+            rate,
+            times,
+            methods,
+            routes,
+            seconds=seconds,
+            after_processing=after_processing,
+        )
 
     @classmethod
     def _rule(

@@ -147,10 +147,14 @@ def _route(
         if delay:
             time.sleep(delay)
         if fault is not None and not fault.after_processing:
+            if fault.kind == "timeout":
+                time.sleep(fault.seconds)
             return _fault_response(fault, request)
         response = _serve(request, handlers, allowed, requires_auth, kwargs)
-        if fault is not None:  # a connection dropped after the request was carried out
+        if fault is not None:  # the answer is lost after the request was carried out
             response.close()
+            if fault.kind == "timeout":
+                time.sleep(fault.seconds)
             return _fault_response(fault, request)
         return response
 

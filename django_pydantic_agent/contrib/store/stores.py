@@ -14,10 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import marshal
 import math
 import uuid
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, TextField
 from django.db.models.functions import Cast
@@ -40,13 +43,18 @@ from django_pydantic_agent.persistence import (
 if TYPE_CHECKING:
     from django.core.files.storage import Storage
     from django.core.files.uploadedfile import UploadedFile
+    from django.http import HttpRequest
 
     from django_pydantic_agent.contrib.store.memory_store import DefaultMemoryStore
     from django_pydantic_agent.contrib.store.models import (
         StoredAttachment,
         StoredConversation,
-        StoredMessage,
     )
+    from django_pydantic_agent.contrib.store.repositories import (
+        OrmChatRepository,
+        OrmMessageRepository,
+    )
+    from django_pydantic_agent.contrib.store.runs import DefaultRunStore
     from django_pydantic_agent.contrib.store.step_store import DefaultStepStore
 
 __all__ = [
@@ -64,6 +72,17 @@ logger = logging.getLogger("django_pydantic_agent.contrib.store")
 DEFAULT_LIST_LIMIT = 100
 
 _MAX_KEY = 255
+# A row saved whole is a wire row: a record row it replaces loses its record columns.
+_WIRE_FIELDS = ("message_id", "role", "data", "digest")
+_RECORD_FIELDS = (
+    "message_uuid",
+    "content",
+    "record",
+    "tool_calls",
+    "reasonings",
+    "status",
+    "run_id",
+)
 _HASH_CHUNK = 64 * 1024
 _DEDUP_PROBES = 8
 
@@ -103,6 +122,28 @@ def _lock_owner(scope: str, owner_id: str) -> None:
     key = int.from_bytes(digest[:8], "big", signed=True)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+def _refuse_new_thread(owner_id: str, limit: int) -> None:
+    """Raise ``StoreLimitError`` if the owner already keeps ``limit`` threads."""
+    from django_pydantic_agent.contrib.store.models import StoredConversation
+
+    if StoredConversation.objects.filter(owner_id=owner_id).count() >= limit:
+        raise StoreLimitError(
+            f"This conversation store keeps at most {_count(limit, 'thread')} per owner "
+            f"(max_threads_per_owner={limit}), and that many are stored already: delete a "
+            "thread to start a new one."
+        )
+
+
+_FEW = 8
+
+
+def _json_or_none(values: list[Any]) -> str | None:
+    try:
+        return json.dumps(values)
+    except (TypeError, ValueError):
+        return None
 
 
 def _short(value: Any, limit: int) -> str:
@@ -187,26 +228,63 @@ class DefaultConversationStore(ModelConversationStore):
 
     def _refuse_new_thread(self, owner_id: str, limit: int) -> None:
         """Raise ``StoreLimitError`` if the owner already keeps ``limit`` threads."""
-        from django_pydantic_agent.contrib.store.models import StoredConversation
+        _refuse_new_thread(owner_id, limit)
 
-        if StoredConversation.objects.filter(owner_id=owner_id).count() >= limit:
-            raise StoreLimitError(
-                f"This conversation store keeps at most {_count(limit, 'thread')} per owner "
-                f"(max_threads_per_owner={limit}), and that many are stored already: delete a "
-                "thread to start a new one."
-            )
+    def run_store(self) -> DefaultRunStore:
+        """Where ``AGUIServer`` records this store's runs: ``StoredAgentRun`` rows."""
+        from django_pydantic_agent.contrib.store.runs import DefaultRunStore
 
-    def _row(self, thread_id: str, owner_id: str) -> StoredConversation | None:
-        from django_pydantic_agent.contrib.store.models import StoredConversation
+        return DefaultRunStore()
+
+    async def repositories(
+        self, *, request: HttpRequest
+    ) -> tuple[OrmChatRepository, OrmMessageRepository]:
+        """Return the ORM chat-history repositories of the request's owner.
+
+        The pair writes into the rows this store lists and loads (one row per message, one
+        transaction per flush), sees only the owner's threads, refuses a thread over
+        ``max_threads_per_owner`` with ``StoreLimitError``, and never recreates a thread
+        deleted while a run writes to it. Pass ``chat_repository.user_uuid`` to the storage
+        agent as its user id.
+        """
+        from django_pydantic_agent.contrib.store.repositories import (
+            OrmChatRepository,
+            OrmMessageRepository,
+        )
+
+        owner_id = await sync_to_async(self._owner)(request)
+        chats = OrmChatRepository(
+            owner_id=owner_id, max_threads_per_owner=self.max_threads_per_owner
+        )
+        return chats, OrmMessageRepository(chats)
+
+    def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
+        from django.db.models import BooleanField, Case, Exists, OuterRef, Q, Value, When
+
+        from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 
         if len(thread_id) > _MAX_KEY:
             return None
-        return StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id).first()
-
-    def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
-        row = self._row(thread_id, owner_id)
+        # A thread whose last write was a save holds wire rows only (``save_state`` is set by
+        # save and cleared by every flush of the ORM repositories): no need to look.
+        records = StoredMessage.objects.filter(
+            conversation=OuterRef("pk"), message_uuid__isnull=False
+        )
+        row = (
+            StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id)
+            .annotate(
+                has_records=Case(
+                    When(~Q(save_state=""), then=Value(False)),
+                    default=Exists(records),
+                    output_field=BooleanField(),
+                )
+            )
+            .first()
+        )
         if row is None:
             return None
+        if row.has_records:  # written by runs: replayed from the records
+            return Conversation(thread_id=row.thread_id, messages=_replayed(row), owner_id=owner_id)
         # The rows' JSON as text, parsed in one pass: measurably faster than decoding each
         # row through JSONField on both SQLite and PostgreSQL (see docs/benchmarks.md).
         texts = row.message_rows.order_by("position").values_list(
@@ -243,49 +321,30 @@ class DefaultConversationStore(ModelConversationStore):
             .first()
         )
 
-    def _diff(
-        self, row: StoredConversation | None, messages: list[Any]
-    ) -> tuple[list[StoredMessage], list[StoredMessage], bool]:
-        """The rows to create and to update for ``messages``, and whether any go away.
+    def _plan(self, row: StoredConversation | None, messages: list[Any]) -> _Plan:
+        """What saving ``messages`` over ``row``'s messages writes (see ``_SaveState``).
 
+        Fast path: the thread's ``save_state`` proves the posted list starts with the
+        messages of the previous save (but its last one), so only the tail is compared and
+        no message row is read. Otherwise every stored row is read once and compared.
         Checks each new or changed message (``UnstorableMessageError``) before anything is
-        written; unchanged messages are compared by digest only.
+        written.
         """
-        from django_pydantic_agent.contrib.store.models import StoredMessage, message_digest
-
-        stored = (
-            {}
-            if row is None
-            else {
-                position: (pk, digest)
-                for pk, position, digest in row.message_rows.values_list("pk", "position", "digest")
-            }
-        )
-        to_create: list[StoredMessage] = []
-        to_update: list[StoredMessage] = []
-        for position, message in enumerate(messages):
-            digest = message_digest(message)
-            current = stored.get(position)
-            if current is not None and current[1] == digest:
-                continue
-            _check_message(position, message)
-            fields = {
-                "message_id": _short(_field(message, "id"), _MAX_KEY),
-                "role": _short(_field(message, "role"), 32),
-                "data": message,
-                "digest": digest,
-            }
-            if current is None:
-                to_create.append(StoredMessage(position=position, **fields))
-            else:
-                to_update.append(StoredMessage(pk=current[0], position=position, **fields))
-        return to_create, to_update, any(position >= len(messages) for position in stored)
+        plan = None if row is None else _fast_plan(row, messages)
+        if plan is None:
+            plan = _full_plan(row, messages)
+        changed = [*plan.create, *plan.update]
+        if len(changed) > _FEW:  # one encoding of them all proves most lists clean
+            _check_messages(messages, changed, _json_or_none([messages[p] for p in changed]))
+        else:
+            _check_messages(messages, changed, None)
+        return plan
 
     def _store(self, conversation: Conversation, owner_id: str) -> None:
         from django_pydantic_agent.contrib.store.lifecycle import (
             reconcile_conversation_attachments,
         )
-        from django_pydantic_agent.contrib.store.models import StoredMessage
+        from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 
         _check_key("thread_id", conversation.thread_id)
         messages = list(conversation.messages)
@@ -299,24 +358,42 @@ class DefaultConversationStore(ModelConversationStore):
                 row = self._locked_row(conversation.thread_id, owner_id)
                 if row is None:
                     self._refuse_new_thread(owner_id, limit)
-            to_create, to_update, shrunk = self._diff(row, messages)
+            plan = self._plan(row, messages)
+            created_now = False
             if row is None:
-                row, created = self._create(conversation.thread_id, owner_id, messages)
-                if not created:  # a concurrent first save won: diff against its rows
-                    to_create, to_update, shrunk = self._diff(row, messages)
-            if shrunk:
-                row.message_rows.filter(position__gte=len(messages)).delete()
-            if to_update:
-                StoredMessage.objects.bulk_update(
-                    to_update, ["message_id", "role", "data", "digest"], batch_size=500
+                row, created_now = self._create(conversation.thread_id, owner_id, messages)
+                if not created_now:  # a concurrent first save won: compare with its rows
+                    plan = self._plan(row, messages)
+            if plan.delete_from is not None:
+                row.message_rows.filter(position__gte=plan.delete_from).delete()
+            for position, pk in plan.update.items():
+                message = messages[position]
+                target = (
+                    row.message_rows.filter(position=position)
+                    if pk is None
+                    else StoredMessage.objects.filter(pk=pk)
                 )
-            for message_row in to_create:
-                message_row.conversation = row
-            StoredMessage.objects.bulk_create(to_create, batch_size=500)
-            row.preview = derive_preview(messages)
-            row.updated_at = timezone.now()
-            row.save(update_fields=["preview", "updated_at"])
-            reconcile_conversation_attachments(row, messages)
+                target.update(
+                    message_id=_short(_field(message, "id"), _MAX_KEY),
+                    role=_short(_field(message, "role"), 32),
+                    data=message,
+                    **_CLEARED,
+                )
+            _insert_messages(row.pk, messages, plan.create)
+            # Links exist only if the last save left some (its state ends ":1"; unknown
+            # state: maybe) or these messages may quote attachments.
+            if plan.quotes or (created_now is False and not row.save_state.endswith(":0")):
+                # Proven to quote no attachment: only stale links (if any) are dropped.
+                reconcile_conversation_attachments(row, messages if plan.quotes else [])
+            if plan.state:
+                row.save_state = f"{plan.state}:{int(plan.quotes)}"
+            else:
+                row.save_state = ""
+            StoredConversation.objects.filter(pk=row.pk).update(
+                preview=derive_preview(messages),
+                updated_at=timezone.now(),
+                save_state=row.save_state,
+            )
 
     def _remove(self, thread_id: str, owner_id: str) -> None:
         from django_pydantic_agent.contrib.store.lifecycle import delete_conversations
@@ -363,6 +440,220 @@ class DefaultConversationStore(ModelConversationStore):
             # Normalised like a derived title; NUL dropped (PostgreSQL text cannot hold it).
             title=" ".join(str(title).replace("\x00", "").split())[:_MAX_KEY]
         )
+
+
+def _replayed(row: StoredConversation) -> list[Any]:
+    """The AG-UI wire messages of a thread holding record rows (written during runs).
+
+    Written by ``persistence.wire.records_to_wire``, as the generic adapter writes them, so
+    every store shows a message's ``status``, ``runId`` and ``error`` the same way; records
+    read from wire rows and not changed since come back exactly as they were stored.
+    """
+    from django_pydantic_agent.chat_history import Message
+    from django_pydantic_agent.contrib.store.repositories import thread_records
+    from django_pydantic_agent.persistence.wire import records_to_wire
+
+    rows = list(row.message_rows.order_by("position"))
+    records, legacy = thread_records(Message, rows, row.chat_uuid, row.thread_id)
+    wire = legacy.wire
+    return records_to_wire(records, legacy.extras, None if wire is None else wire.originals)
+
+
+# save(): what changed -------------------------------------------------------------------------
+#
+# ``StoredConversation.save_state`` is ``"<n>:<head>:<tail>:<links>"`` after a save of ``n``
+# messages (``<links>`` is ``0`` when that save proved the thread quotes no attachment, so it
+# has no attachment links and the next save skips reconciling them):
+# ``head`` hashes the first ``n - 1`` messages, ``tail`` the last one, each message as its
+# ``marshal`` (format 2: no back-references, so equal values give equal bytes). A later save
+# whose first ``n - 1`` messages hash to ``head`` changed nothing there, so only its tail is
+# compared and written: appending or growing the last message reads no message row, and the
+# whole list costs one C-speed ``marshal.dumps``. Marshal bytes of a list are its items' bytes
+# after a 5-byte header, so the next head extends the hash state instead of starting over. A
+# list marshal cannot encode, or a false mismatch (keys in another order), takes the full
+# comparison. Any other write to a thread's messages (a run through the ORM repositories, the
+# strip command) clears the state, and the next save compares every row (one read).
+
+_MARSHAL_VERSION = 2
+_LIST_HEADER = 5
+_INSERT_BATCH = 500
+_CLEARED: dict[str, Any] = {
+    "digest": "",
+    "message_uuid": None,
+    "content": "",
+    "record": None,
+    "tool_calls": None,
+    "reasonings": None,
+    "status": "",
+    "run_id": "",
+}
+
+
+def _items(messages: list[Any]) -> bytes:
+    """The marshal bytes of the items of ``messages`` (``ValueError`` if one cannot be)."""
+    return marshal.dumps(messages, _MARSHAL_VERSION)[_LIST_HEADER:]
+
+
+def _hash(data: bytes) -> Any:
+    return hashlib.blake2b(data, digest_size=16)
+
+
+@dataclass
+class _Plan:
+    """The writes of one save: positions to insert and to update (``pk``), rows to drop."""
+
+    create: list[int] = field(default_factory=list)
+    update: dict[int, int | None] = field(default_factory=dict)
+    delete_from: int | None = None
+    head: Any = None
+    """The hash state of the first ``head_count`` messages, when the fast path computed it."""
+    head_count: int = 0
+    prefix: bytes = b""
+    """The marshal bytes the head hash covers (searched for attachment refs)."""
+    quotes: bool = True
+    """Whether the messages may quote attachments (``False``: proven they quote none)."""
+    state: str = ""
+
+    def finish(self, messages: list[Any]) -> None:
+        """Compute ``state`` and ``quotes`` for after this save."""
+        count = len(messages)
+        head_count = max(count - 1, 0)
+        try:
+            if self.head is None or self.head_count > head_count:
+                self.prefix = _items(messages[:head_count])
+                self.head, self.head_count = _hash(self.prefix), head_count
+            rest = [marshal.dumps(m, _MARSHAL_VERSION) for m in messages[self.head_count :]]
+        except ValueError:
+            self.state = ""
+            return
+        for item in rest[:-1]:
+            self.head.update(item)
+        self.quotes = b"attachments" in self.prefix or any(b"attachments" in i for i in rest)
+        if rest:
+            tail = _hash(rest[-1]).hexdigest()
+            self.state = f"{count}:{self.head.hexdigest()}:{tail}"
+
+
+def _fast_plan(row: StoredConversation, messages: list[Any]) -> _Plan | None:
+    parts = row.save_state.split(":")
+    if len(parts) != 4 or not parts[0].isdigit() or int(parts[0]) < 1:
+        return None
+    stored, head_hash, tail_hash = int(parts[0]), parts[1], parts[2]
+    count = stored - 1
+    if len(messages) < count:
+        return None
+    try:
+        prefix = _items(messages[:count])
+        head = _hash(prefix)
+        if head.hexdigest() != head_hash:
+            return None
+        plan = _Plan(head=head, head_count=count, prefix=prefix)
+        if len(messages) > count:
+            last = marshal.dumps(messages[count], _MARSHAL_VERSION)
+            if _hash(last).hexdigest() != tail_hash:
+                plan.update[count] = None  # the row at that position
+    except ValueError:
+        return None
+    plan.create = list(range(stored, len(messages)))
+    if len(messages) < stored:
+        plan.delete_from = len(messages)
+    plan.finish(messages)
+    return plan
+
+
+def _full_plan(row: StoredConversation | None, messages: list[Any]) -> _Plan:
+    plan = _Plan()
+    stored: dict[int, tuple[int, str | None, Any]] = {}
+    if row is not None:
+        rows = row.message_rows.values_list(
+            "pk", "position", "message_uuid", Cast("data", output_field=TextField())
+        )
+        stored = {position: (pk, text, uuid_) for pk, position, uuid_, text in rows}
+    for position, message in enumerate(messages):
+        current = stored.get(position)
+        if current is None:
+            plan.create.append(position)
+        elif current[2] is not None or current[1] is None or json.loads(current[1]) != message:
+            plan.update[position] = current[0]
+    if any(position >= len(messages) for position in stored):
+        plan.delete_from = len(messages)
+    plan.finish(messages)
+    return plan
+
+
+def _check_messages(messages: list[Any], positions: list[int], text: str | None) -> None:
+    """``_check_message`` for each position; skipped when ``text`` (their JSON) proves it."""
+    clean = text is not None and not any(w in text for w in ("\\u0000", "NaN", "Infinity"))
+    if clean and not any(messages[p] is None for p in positions):
+        return
+    for position in positions:
+        _check_message(position, messages[position])
+
+
+def _insert_messages(conversation_pk: int, messages: list[Any], positions: list[int]) -> None:
+    """Insert ``messages[p]`` as the wire row at each position ``p``.
+
+    A contiguous run of JSON objects on SQLite or PostgreSQL is encoded once, as one JSON
+    array, and split into rows by the database (``json_each`` / ``jsonb_array_elements``):
+    no model instances, no per-row encoding. Anything else goes through ``bulk_create``.
+    """
+    from django_pydantic_agent.contrib.store.models import StoredMessage
+
+    if not positions:
+        return
+    contiguous = positions == list(range(positions[0], positions[0] + len(positions)))
+    batch = [messages[p] for p in positions]
+    if (
+        connection.vendor in {"sqlite", "postgresql"}
+        and contiguous
+        and all(type(m) is dict for m in batch)
+    ):
+        _insert_array(conversation_pk, positions[0], batch)
+        return
+    StoredMessage.objects.bulk_create(
+        [
+            StoredMessage(
+                conversation_id=conversation_pk,
+                position=position,
+                message_id=_short(_field(messages[position], "id"), _MAX_KEY),
+                role=_short(_field(messages[position], "role"), 32),
+                data=messages[position],
+            )
+            for position in positions
+        ],
+        batch_size=_INSERT_BATCH,
+    )
+
+
+_SQLITE_INSERT = (
+    "INSERT INTO {table} "
+    "(conversation_id, position, message_id, role, data, digest, content, status, run_id) "
+    "SELECT %s, %s + j.key, "
+    "CASE WHEN json_type(j.value, '$.id') = 'text' "
+    "THEN substr(json_extract(j.value, '$.id'), 1, 255) ELSE '' END, "
+    "CASE WHEN json_type(j.value, '$.role') = 'text' "
+    "THEN substr(json_extract(j.value, '$.role'), 1, 32) ELSE '' END, "
+    "j.value, '', '', '', '' FROM json_each(%s) AS j"
+)
+_POSTGRESQL_INSERT = (
+    "INSERT INTO {table} "
+    "(conversation_id, position, message_id, role, data, digest, content, status, run_id) "
+    "SELECT %s, %s + j.n - 1, "
+    "CASE WHEN jsonb_typeof(j.value -> 'id') = 'string' THEN left(j.value ->> 'id', 255) "
+    "ELSE '' END, "
+    "CASE WHEN jsonb_typeof(j.value -> 'role') = 'string' THEN left(j.value ->> 'role', 32) "
+    "ELSE '' END, "
+    "j.value, '', '', '', '' FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS j(value, n)"
+)
+
+
+def _insert_array(conversation_pk: int, first: int, batch: list[Any]) -> None:
+    from django_pydantic_agent.contrib.store.models import StoredMessage
+
+    template = _POSTGRESQL_INSERT if connection.vendor == "postgresql" else _SQLITE_INSERT
+    sql = template.format(table=connection.ops.quote_name(StoredMessage._meta.db_table))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [conversation_pk, first, json.dumps(batch)])
 
 
 def _field(message: Any, name: str) -> Any:

@@ -390,6 +390,31 @@ class RunScenarios(ChatHistoryHarness):
         messages = await self.messages(open_repositories)
         assert [m.content for m in messages] == ["\u200b", "héllo 👋🏽 你好\u200bzw", "\u200b"]
 
+    async def test_s32_a_posted_user_messages_extra_keys_are_kept(
+        self, open_repositories: OpenRepositories
+    ) -> None:
+        extra = {
+            "attachments": [{"id": "9b2c", "name": "notes.txt", "size": 7}],
+            "metadata": {"source": "web", "nested": [1, None, "\u200b"]},
+        }
+        posted = UserMessage.model_validate({"id": "u1", "role": "user", "content": "hi", **extra})
+        await self.play(
+            open_repositories,
+            RS(),
+            TMS("m1"),
+            TMC("m1", "ok"),
+            TME("m1"),
+            RF(),
+            input=run_input(posted),
+        )
+        user, _ = await self.messages(open_repositories)
+        assert user.wire_extra == extra
+        plain = UserMessage(id="u2", content="no extras")
+        await self.play(
+            open_repositories, RS("r2"), RF("r2"), input=run_input(posted, plain, run_id="r2")
+        )
+        assert (await self.messages(open_repositories))[-1].wire_extra is None
+
     async def test_s33_long_content_is_never_duplicated(
         self, open_repositories: OpenRepositories
     ) -> None:

@@ -189,3 +189,38 @@ def test_drop_after_processing_loses_only_the_answer(http: httpx.Client) -> None
     assert retried.status_code == 409
     existing = retried.json()["existingMemorySpaceId"]
     assert http.get("").json()["items"][0]["memorySpaceId"] == existing
+
+
+def test_timeout_holds_the_request_past_the_client_timeout(
+    live_server: Any, transactional_db: None
+) -> None:
+    with httpx.Client(
+        base_url=f"{live_server.url}/api/v2/memory/", headers=HEADERS, timeout=0.2
+    ) as impatient:
+        with fault_injector.inject(Fault.timeout(0.6, times=1, routes=["space-create"])):
+            with pytest.raises(httpx.ReadTimeout):
+                impatient.post("new/", json={"description": "lost"})
+            kept = impatient.post("new/", json={"description": "kept"})
+        listed = impatient.get("").json()
+    assert kept.status_code == 201
+    assert [item["description"] for item in listed["items"]] == ["kept"]
+    assert fault_injector.fired("timeout") == 1
+
+
+def test_timeout_after_processing_times_out_on_a_write_that_happened(
+    live_server: Any, transactional_db: None
+) -> None:
+    with httpx.Client(
+        base_url=f"{live_server.url}/api/v2/memory/", headers=HEADERS, timeout=0.2
+    ) as impatient:
+        fault = Fault.timeout(0.6, after_processing=True, times=1, routes=["space-create"])
+        with fault_injector.inject(fault), pytest.raises(httpx.ReadTimeout):
+            impatient.post("new/", json={"deduplicationKey": "slow"})
+        retried = impatient.post("new/", json={"deduplicationKey": "slow"})
+    assert retried.status_code == 409
+    assert retried.json()["existingMemorySpaceId"]
+
+
+def test_timeout_delay_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        Fault.timeout(-0.5)

@@ -24,7 +24,9 @@ def test_append_scenario_reports_constant_queries_per_append() -> None:
     assert figures["append one message"].queries <= 8
     assert figures["grow the last message"].queries <= 8
     assert figures["load"].queries == 2
-    assert StoredMessage.objects.count() == 43
+    # Growing a second thread one save at a time: 40 saves, each a handful of queries.
+    assert figures["grow to 40 messages, one save each (total)"].queries <= 40 * 6
+    assert StoredMessage.objects.count() == 43 + 40
 
 
 @pytest.mark.django_db
@@ -42,7 +44,8 @@ def test_prune_scenario_removes_only_orphans() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_main_prints_a_markdown_table(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--messages", "6", "--threads", "5", "--orphans", "4", "--samples", "2", "--turns", "1"]
+    argv = ["--suite", "store", "--messages", "6", "--threads", "5", "--orphans", "4"]
+    argv += ["--samples", "2"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "| scenario | operation | median ms | p95 ms | queries | WAL KiB | samples |" in out
@@ -57,7 +60,20 @@ def test_main_rejects_non_positive_sizes(capsys: pytest.CaptureFixture[str]) -> 
 
 # Toy sizes, and one chat-history turn: the full 50-turn request budget has its own tests
 # (tests/chat_history/test_memory_service.py).
-TOY = ["--messages", "4", "--threads", "3", "--orphans", "2", "--samples", "1", "--turns", "1"]
+TOY = [
+    "--suite",
+    "store",
+    "--messages",
+    "4",
+    "--threads",
+    "3",
+    "--orphans",
+    "2",
+    "--samples",
+    "1",
+    "--turns",
+    "1",
+]
 
 
 def _start_bench(env_overrides: dict[str, str]) -> subprocess.Popen[str]:
@@ -137,3 +153,54 @@ def test_the_temporary_directory_is_removed_at_exit(bench_runs: dict[str, BenchR
     result = bench_runs["no BENCH_DIR"]
     assert result.returncode == 0, result.stderr
     assert list(result.directory.iterdir()) == []
+
+
+def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
+    """``python -m bench --quick``: every suite runs over real HTTP and prints its table, and
+    ``--write`` replaces only the text between the markers (no timings are asserted)."""
+    from bench.report import END, START
+
+    page = tmp_path / "benchmarks.md"
+    page.write_text(f"# Benchmarks\n\nprose kept\n\n{START}\nold figures\n{END}\n\ntail kept\n")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL", "POSTGRES_URL")
+    }
+    env["BENCH_DIR"] = str(tmp_path / "bench")
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--no-predecessors", "--write", str(page)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = page.read_text()
+    assert text.startswith("# Benchmarks\n\nprose kept\n")
+    assert text.endswith("\ntail kept\n")
+    assert "old figures" not in text
+    for title in (
+        "contrib.store operations",
+        "Memory Service requests per turn",
+        "Streaming a 2,000-delta run over HTTP",
+        "Time to the first event on a new thread",
+        "The run path: a turn at message 10",
+        "The run path's writes alone, at message 10",
+        "Reattach latency",
+        "Cancel latency",
+        "Upload RSS",
+        "The sweeper on 20 stale runs",
+    ):
+        assert f"### {title}" in text
+    assert text.count("Machine: ") == 10
+    assert text.count("$ python -m bench --quick --no-predecessors --write") >= 10
+    # Each streaming row counts the whole run: RUN_STARTED, 2,000 deltas with their
+    # start and end, RUN_FINISHED.
+    streaming = [line for line in text.splitlines() if line.startswith("| django-pydantic-agent")]
+    assert len(streaming) == 3
+    assert all("| 2004 |" in line for line in streaming)
+    assert "| sqlite | 20 |" in text
+    assert "REDIS_URL is not set" in text

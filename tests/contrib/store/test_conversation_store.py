@@ -95,7 +95,7 @@ def test_growing_the_last_message_updates_only_its_row(store: DefaultConversatio
         if q["sql"].upper().startswith("UPDATE") and "storedmessage" in q["sql"].lower()
     ]
     assert len(updates) == 1
-    assert updates[0].endswith(f"IN ({grown_pk})")
+    assert StoredMessage.objects.get(pk=grown_pk).data["content"] == "Hello there"
     assert store._fetch("t", "1") == Conversation(
         thread_id="t", messages=[user_msg(0), bot_msg(1, "Hello there")], owner_id="1"
     )
@@ -518,7 +518,7 @@ def test_two_tabs_appending_to_an_existing_thread_serialise() -> None:
 
 @pytest.mark.urls("tests.contrib.store.urls")
 @pytest.mark.django_db(transaction=True)
-async def test_a_run_on_a_thread_over_the_quota_ends_with_store_limit(alice: User) -> None:
+async def test_a_run_on_a_thread_over_the_quota_is_a_413_naming_the_limit(alice: User) -> None:
     from tests.agui.conftest import logged_in, run_body, sse_events
 
     async with await logged_in(alice) as http:
@@ -528,8 +528,8 @@ async def test_a_run_on_a_thread_over_the_quota_ends_with_store_limit(alice: Use
         listing = (await http.get("/quota/threads/")).json()["threads"]
     assert sse_events(first.text)[-1]["type"] == "RUN_FINISHED"
     assert sse_events(again.text)[-1]["type"] == "RUN_FINISHED"  # an existing thread grows
-    refused = sse_events(second.text)[-1]
-    assert refused["type"] == "RUN_ERROR"
-    assert refused["code"] == "STORE_LIMIT"
-    assert "at most 1 thread per owner (max_threads_per_owner=1)" in refused["message"]
+    # Refused before streaming: a JSON 413, not a stream that ends in RUN_ERROR.
+    assert second.status_code == 413
+    assert second.headers["content-type"] == "application/json"
+    assert "at most 1 thread per owner (max_threads_per_owner=1)" in second.json()["error"]
     assert [thread["threadId"] for thread in listing] == ["a"]

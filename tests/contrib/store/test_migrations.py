@@ -30,6 +30,7 @@ from django_pydantic_agent.contrib.store.migrations._predecessor import (
 )
 
 APP = "django_pydantic_agent_store"
+LATEST = "0009_chat_records_and_run_records"
 PREDECESSOR_LEAF = (APP, "0005_storedmemory_storedmemoryoperation")
 DEV_MIGRATIONS = {APP: "tests.contrib.store.dev_schema.migrations"}
 SCRATCH = "upgrade_scratch"
@@ -93,6 +94,7 @@ def test_the_chain_starts_with_the_predecessors_history() -> None:
         "0006_successor_schema",
         "0007_copy_predecessor_data",
         "0008_drop_predecessor_columns",
+        "0009_chat_records_and_run_records",
     ]
 
 
@@ -196,7 +198,7 @@ def test_a_fresh_database_and_an_upgraded_one_meet_at_the_same_state(
     scratch: BaseDatabaseWrapper,
 ) -> None:
     _migrate(scratch)
-    assert _applied(scratch)[-1] == "0008_drop_predecessor_columns"
+    assert _applied(scratch)[-1] == LATEST
     with scratch.cursor() as cursor:
         tables = set(scratch.introspection.table_names(cursor))
         conversation = {
@@ -326,16 +328,21 @@ def test_a_database_built_by_the_development_0001_is_left_as_it_is(
     """The unreleased 1.0 ``0001_initial`` built our schema: 0002-0008 only record themselves."""
     with override_settings(MIGRATION_MODULES=DEV_MIGRATIONS):
         _migrate(scratch, (APP, "0001_initial"))
-    from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
+        dev = _apps_at(scratch, (APP, "0001_initial"))
+    from django_pydantic_agent.contrib.store.models import StoredMessage
 
-    row = StoredConversation.objects.using(SCRATCH).create(owner_id="1", thread_id="dev")
-    StoredMessage.objects.using(SCRATCH).create(
+    row = (
+        dev.get_model(APP, "StoredConversation")
+        .objects.using(SCRATCH)
+        .create(owner_id="1", thread_id="dev")
+    )
+    dev.get_model(APP, "StoredMessage").objects.using(SCRATCH).create(
         conversation=row, position=0, data={"id": "m", "role": "user"}
     )
 
     assert isinstance(_plan()[1].operations[0], OnPredecessorSchema)
     _migrate(scratch)
 
-    assert _applied(scratch)[-1] == "0008_drop_predecessor_columns"
+    assert _applied(scratch)[-1] == LATEST
     kept = StoredMessage.objects.using(SCRATCH).get(conversation__thread_id="dev")
     assert kept.data == {"id": "m", "role": "user"}

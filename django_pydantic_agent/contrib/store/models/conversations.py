@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTACHMENT_STORAGE_ALIAS",
+    "StoredAgentRun",
     "StoredAttachment",
     "StoredConversation",
     "StoredConversationAttachment",
@@ -141,8 +142,12 @@ class StoredConversation(models.Model):
 
     owner_id = models.CharField(max_length=255, blank=True, default="")
     thread_id = models.CharField(max_length=255)
+    chat_uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    """The ``chat_history.Chat.chat_uuid`` of the thread (the ORM repositories' handle)."""
     title = models.CharField(max_length=255, blank=True, default="")
     preview = models.TextField(blank=True, default="")
+    save_state = models.CharField(max_length=80, blank=True, default="", editable=False)
+    """What the last ``save`` stored (count and hashes; see ``stores._fast_plan``), or ``""``."""
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
     attachments: models.ManyToManyField[StoredAttachment, StoredConversationAttachment] = (
@@ -174,11 +179,20 @@ class StoredConversation(models.Model):
 
 
 class StoredMessage(models.Model):
-    """One logical AG-UI wire message of a conversation, at ``position`` (0-based).
+    """One logical message of a conversation, at ``position`` (0-based, gaps allowed).
 
-    ``data`` is the wire JSON exactly as saved (camelCase keys, extra fields such as
-    ``attachments`` kept); ``message_id`` and ``role`` copy its ``id`` and ``role`` for the
-    admin and for diffing, and ``digest`` is ``message_digest(data)``.
+    A row holds one of two shapes:
+
+    - a **wire row** (``message_uuid`` is NULL), written by ``DefaultConversationStore.save``:
+      ``data`` is the AG-UI wire JSON exactly as saved (camelCase keys, extra fields such as
+      ``attachments`` kept); ``message_id`` and ``role`` copy its ``id`` and ``role`` for the
+      admin; ``digest`` (``message_digest(data)``) is written by older versions and by
+      ``agent_store_strip_inline_bytes`` only, ``save`` compares the JSON itself;
+    - a **record row** (``message_uuid`` set), written by the ORM chat-history repositories
+      during a run: one ``chat_history.Message`` record. ``content`` is its text (appended in
+      place, O(delta)), ``record`` its other fields, ``tool_calls`` / ``reasonings`` its nested
+      records; ``status`` and ``run_id`` copy the record's for the sweeper and the admin.
+      ``load`` replays record rows as AG-UI wire messages (``translate_messages``).
     """
 
     conversation = models.ForeignKey(
@@ -189,6 +203,13 @@ class StoredMessage(models.Model):
     role = models.CharField(max_length=32, blank=True, default="")
     data = models.JSONField(default=dict)
     digest = models.CharField(max_length=64, blank=True, default="")
+    message_uuid = models.UUIDField(null=True, blank=True, editable=False)
+    content = models.TextField(blank=True, default="")
+    record = models.JSONField(null=True, blank=True)
+    tool_calls = models.JSONField(null=True, blank=True)
+    reasonings = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=16, blank=True, default="")
+    run_id = models.CharField(max_length=255, blank=True, default="")
 
     class Meta:
         verbose_name = "message"
@@ -197,11 +218,68 @@ class StoredMessage(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["conversation", "position"], name="dpa_store_message_position"
+            ),
+            # Partial: wire rows (NULL uuid) cost no index entry on insert.
+            models.UniqueConstraint(
+                fields=["message_uuid"],
+                condition=models.Q(message_uuid__isnull=False),
+                name="dpa_store_message_uuid",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["run_id", "status"],
+                condition=models.Q(message_uuid__isnull=False),
+                name="dpa_store_msg_run_status",
             )
         ]
 
     def __str__(self) -> str:
         return f"{self.role or 'message'} #{self.position}"
+
+
+class StoredAgentRun(models.Model):
+    """One agent run on a thread: who, where, how it went, and whether its worker is alive.
+
+    ``status`` is ``running`` until the run ends (``complete``, ``interrupted``, ``errored``,
+    or ``interrupt`` when it waits for a human). ``heartbeat_at`` is renewed by the worker
+    running it (``worker_id``); a ``running`` run whose heartbeat is older than the lease is
+    finalised as ``errored`` by the sweeper. ``usage`` is the run's token usage (JSON),
+    ``last_seq`` the sequence number of its last event. At most one run per thread is
+    ``running`` (a partial unique constraint).
+    """
+
+    owner_id = models.CharField(max_length=255, blank=True, default="")
+    thread_id = models.CharField(max_length=255)
+    run_id = models.CharField(max_length=255)
+    status = models.CharField(max_length=16, default="running")
+    worker_id = models.CharField(max_length=255, blank=True, default="")
+    heartbeat_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    last_seq = models.PositiveBigIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        verbose_name = "run record"
+        verbose_name_plural = "run records"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner_id", "thread_id", "run_id"], name="dpa_store_arun_unique"
+            ),
+            models.UniqueConstraint(
+                fields=["owner_id", "thread_id"],
+                condition=models.Q(status="running"),
+                name="dpa_store_arun_one_running",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "heartbeat_at"], name="dpa_store_arun_status_hb"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} ({self.status})"
 
 
 class StoredAttachment(models.Model):

@@ -101,6 +101,9 @@ function applySnapshot(run, messages) {
 async function readRun(run, response, { replay = false } = {}) {
   let snapshotSeen = false;
   let outcome = null;
+  // *_END events wait for the next event: when that is a cancelled RUN_FINISHED, the server
+  // closed them because of the cancel, and the text they end was cut short.
+  let ends = [];
   // Read to the end of the body: the status changes only once the response has ended.
   for await (const { event, id } of sseFrames(response)) {
     if (outcome !== null) continue; // nothing comes after the terminal event
@@ -111,6 +114,16 @@ async function readRun(run, response, { replay = false } = {}) {
       run.resumable = true;
       if (!run.detached) liveRun.save(run.threadId, run.runId, run.lastSeq);
     }
+    if (event.type.endsWith("_END")) {
+      if (replay && !snapshotSeen) event.replay = true;
+      ends.push(event);
+      continue;
+    }
+    if (event.type === "RUN_FINISHED" && finishedOutcome(event.outcome) === "cancelled") {
+      run.turn.cutStreaming();
+    }
+    for (const end of ends) run.turn.handle(end);
+    ends = [];
     if (event.type === "MESSAGES_SNAPSHOT") {
       applySnapshot(run, event.messages);
       snapshotSeen = true;
@@ -121,6 +134,7 @@ async function readRun(run, response, { replay = false } = {}) {
     if (event.type === "RUN_FINISHED") outcome = finishedOutcome(event.outcome);
     else if (event.type === "RUN_ERROR") outcome = "error";
   }
+  for (const end of ends) run.turn.handle(end);
   return outcome;
 }
 

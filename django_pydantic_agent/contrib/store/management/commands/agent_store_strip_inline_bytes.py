@@ -9,7 +9,11 @@ from django.db import transaction
 
 from django_pydantic_agent.contrib.store.lifecycle import strip_inline_binary_parts
 from django_pydantic_agent.contrib.store.management.commands._common import StoreCommand
-from django_pydantic_agent.contrib.store.models import StoredMessage, message_digest
+from django_pydantic_agent.contrib.store.models import (
+    StoredConversation,
+    StoredMessage,
+    message_digest,
+)
 
 _BATCH = 500
 
@@ -48,6 +52,10 @@ class Command(StoreCommand):
             if changed and not dry_run:
                 with transaction.atomic():
                     StoredMessage.objects.bulk_update(changed, ["data", "digest"])
+                    # Rows changed behind save()'s back: its next call compares every row.
+                    StoredConversation.objects.filter(
+                        message_rows__pk__in=[row.pk for row in changed]
+                    ).update(save_state="")
             rewritten += len(changed)
             progress.advance(len(batch))
             last = batch[-1][0]

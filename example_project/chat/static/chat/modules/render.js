@@ -106,6 +106,7 @@ export class AssistantTurn {
     this.texts = new Map(); // messageId -> bubble element
     this.reasoning = new Map(); // messageId -> {details, summary, body, started}
     this.status = null; // "stopped" or "failed" once the badge is shown
+    this.cut = new Set(); // text bubbles a cancel closed while they were still streaming
   }
 
   message(id, role) {
@@ -354,13 +355,21 @@ export class AssistantTurn {
     return node;
   }
 
+  // A cancelled run closes what it left open (the server sends the missing *_END events just
+  // before RUN_FINISHED): remember the text that was still streaming as cut.
+  cutStreaming() {
+    for (const bubble of this.texts.values()) {
+      if (bubble.classList.contains("streaming")) this.cut.add(bubble);
+    }
+  }
+
   // Stop cut the answer short: mark the text that was still streaming, and say so.
   stopped() {
     this.markStatus("stopped");
     const note = this.notice("Stopped.");
     note.id = `stopped-${newId()}`;
-    for (const bubble of this.texts.values()) {
-      if (!bubble.classList.contains("streaming")) continue;
+    this.cutStreaming();
+    for (const bubble of this.cut) {
       bubble.classList.add("cut");
       bubble.setAttribute("aria-describedby", note.id);
     }

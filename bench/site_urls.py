@@ -1,0 +1,98 @@
+"""The URLs of ``bench.site``: one AGUIServer per mount (see ``bench.site``) and the emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.urls import path
+from pydantic_ai import Agent
+from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
+
+from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.contrib.memory_service_emulator.urls import memory_service_urls
+from django_pydantic_agent.contrib.store.stores import (
+    DefaultAttachmentStore,
+    DefaultConversationStore,
+)
+from django_pydantic_agent.memory_service import DRMemoryServiceClient
+from django_pydantic_agent.persistence import NullConversationStore
+from django_pydantic_agent.persistence.memory_service import MemoryServiceConversationStore
+
+
+def streaming(deltas: int, delay: float = 0.0) -> Agent[None, str]:
+    async def stream(messages: list[Any], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        for i in range(deltas):
+            if delay:
+                await asyncio.sleep(delay)
+            yield f"w{i} "
+
+    return Agent(FunctionModel(stream_function=stream), name="bench")
+
+
+user: list[Any] = []
+
+
+async def bench_user(request: Any) -> Any:
+    if not user:
+        user.append(await get_user_model().objects.aget(username="bench"))
+    return user[0]
+
+
+class Latency(httpx.AsyncBaseTransport):
+    """Forwards to ``inner`` after ``delay`` seconds: a Memory Service farther away."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, delay: float) -> None:
+        self.inner, self.delay = inner, delay
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(self.delay)
+        if TRACE:
+            print(f"{time.perf_counter():.3f} {request.method} {request.url.path}", file=sys.stderr)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+TRACE = bool(os.environ.get("BENCH_TRACE"))
+emulator = os.environ.get("BENCH_EMULATOR", "http://127.0.0.1:1/api/v2")
+
+
+def memory_service(delay: float) -> MemoryServiceConversationStore:
+    transport: httpx.AsyncBaseTransport = httpx.AsyncHTTPTransport()
+    if delay:
+        transport = Latency(transport, delay)
+    pool = httpx.AsyncClient(transport=transport, timeout=30.0)
+    client = DRMemoryServiceClient(endpoint=emulator, api_token="bench", http_client=pool)
+    return MemoryServiceConversationStore(client, f"bench-{int(delay * 1000)}ms")
+
+
+def mount(name: str, agent: Agent[None, str], **options: Any) -> Any:
+    server = AGUIServer(agent, get_user=bench_user, csrf_exempt=True, namespace=name, **options)
+    return path(f"{name}/", server.urls)
+
+
+agent = streaming(settings.BENCH_DELTAS)
+urlpatterns = [
+    mount("off", agent, conversation_store=NullConversationStore()),
+    mount(
+        "default",
+        agent,
+        conversation_store=DefaultConversationStore(),
+        attachment_store=DefaultAttachmentStore(),
+        attachment_max_bytes=settings.BENCH_UPLOAD_MAX_BYTES,
+    ),
+    mount("ms", agent, conversation_store=memory_service(0.0)),
+    mount("ms20", agent, conversation_store=memory_service(0.020)),
+    mount("slow", streaming(6000, delay=0.010), conversation_store=DefaultConversationStore()),
+    mount("short", streaming(5), conversation_store=DefaultConversationStore()),
+    *memory_service_urls("api/v2/memory/"),
+]

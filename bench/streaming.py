@@ -1,0 +1,139 @@
+"""Streaming over HTTP: one 2,000-delta run, persistence on against off, and django-ag-ui 0.70.
+
+Every figure is the median of ``samples`` runs, each on a new thread, after one warm-up run per
+mount; the client reads the stream over loopback with httpx and splits frames without parsing
+them (the terminal event only), so it costs the server's two cores as little as it can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from bench.live import Stream, run_body, stream
+
+__all__ = ["FIRST_EVENT_HEADER", "HEADER", "Row", "first_event_table", "measure_mounts"]
+
+HEADER = (
+    "| server | persistence | events | events/s | min to max | vs off | first byte ms "
+    "| first event ms | RUN_FINISHED → close ms | runs |\n"
+    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    server: str
+    persistence: str
+    streams: list[Stream]
+    baseline: float | None = None  # events/s of the same server with persistence off
+
+    def median(self, pick: Callable[[Stream], float]) -> float:
+        return statistics.median(pick(s) for s in self.streams)
+
+    @property
+    def events_per_second(self) -> float:
+        return self.median(lambda s: s.events_per_second)
+
+    def row(self) -> str:
+        rates = [s.events_per_second for s in self.streams]
+        low, high = min(rates), max(rates)
+        ratio = (
+            "" if self.baseline is None else f"{self.events_per_second / self.baseline:.2f}\u00d7"
+        )
+        return (
+            f"| {self.server} | {self.persistence} | {self.streams[0].events} "
+            f"| {self.events_per_second:,.0f} | {low:,.0f} to {high:,.0f} | {ratio} "
+            f"| {self.median(lambda s: s.first_byte) * 1000:.1f} "
+            f"| {self.median(lambda s: s.first_event) * 1000:.1f} "
+            f"| {self.median(lambda s: s.finished_to_close_ms):.2f} | {len(self.streams)} |"
+        )
+
+
+async def _runs(client: httpx.AsyncClient, url: str, samples: int) -> list[Stream]:
+    streams = []
+    for i in range(samples + 1):
+        thread = f"t-{uuid.uuid4().hex[:12]}"
+        result = await stream(client, "POST", url, body=run_body(thread, f"r-{i}"))
+        if result.status != 200 or result.terminal_type != "RUN_FINISHED":
+            raise RuntimeError(f"{url} answered {result.status}, ending {result.terminal_type!r}.")
+        if i:  # the first run warms the mount up
+            streams.append(result)
+    return streams
+
+
+async def measure_mounts(
+    server: str, mounts: list[tuple[str, str]], *, samples: int, off: str
+) -> list[Row]:
+    """Rows for ``mounts`` (``(persistence label, url)``), each against the ``off`` label's.
+
+    The mounts are measured in turn, ``samples`` runs each, interleaved round by round so a
+    load spike on the shared machine lands on all of them alike.
+    """
+    results: dict[str, list[Stream]] = {label: [] for label, _ in mounts}
+    async with httpx.AsyncClient(timeout=120.0) as client:
+        for label, url in mounts:
+            results[label].extend(await _runs(client, url, 0))  # warm-up only
+        for _ in range(samples):
+            for label, url in mounts:
+                results[label].extend(await _runs(client, url, 1))
+    baseline = statistics.median(s.events_per_second for s in results[off])
+    return [
+        Row(
+            server=server,
+            persistence=label,
+            streams=results[label],
+            baseline=None if label == off else baseline,
+        )
+        for label, _ in mounts
+    ]
+
+
+FIRST_EVENT_HEADER = (
+    "| mount | first event ms (median) | min | max | over off ms | target | runs |\n"
+    "| --- | ---: | ---: | ---: | ---: | --- | ---: |"
+)
+
+
+async def first_event_table(
+    off_url: str, slow_url: str, *, latency_ms: float, samples: int
+) -> list[str]:
+    """Time to the first event on a new thread: persistence off against a Memory Service
+    with ``latency_ms`` per request (target: at most one request time more)."""
+    times: dict[str, list[float]] = {off_url: [], slow_url: []}
+    async with httpx.AsyncClient(timeout=120.0) as client:
+        for url in times:
+            await _runs(client, url, 0)
+        for _ in range(samples):
+            for url in times:
+                [result] = await _runs(client, url, 1)
+                times[url].append(result.first_event * 1000)
+    off = statistics.median(times[off_url])
+    lines = []
+    for label, url in (
+        ("persistence off", off_url),
+        (f"Memory Service, {latency_ms:g} ms per request", slow_url),
+    ):
+        values = times[url]
+        median = statistics.median(values)
+        over = "" if url == off_url else f"{median - off:.1f}"
+        target = (
+            ""
+            if url == off_url
+            else (f"≤ {latency_ms:g} ms: {'met' if median - off <= latency_ms else 'missed'}")
+        )
+        lines.append(
+            f"| {label} | {median:.1f} | {min(values):.1f} | {max(values):.1f} | {over} "
+            f"| {target} | {len(values)} |"
+        )
+    return lines
+
+
+def run_sync(coro: Any) -> Any:
+    return asyncio.run(coro)

@@ -1,0 +1,571 @@
+"""Durable runs: the mount's run manager, its run records, reattach and cancel.
+
+``RunCoordinator`` owns the mount's ``StreamPersistenceManager`` (one per ``AGUIServer``): every
+persisting run executes in a task it owns, so a client that goes away stops only its reading.
+As the manager's ``RunObserver`` it keeps the run's record in the run store (``running`` at
+start, a heartbeat with the last sequence number, the final status and token usage at the end),
+relays each live run's log to Django's cache (``relay.RunRelay``), and reads the run's cancel
+intent from the cache at most every ``CANCEL_POLL_SECONDS``, after events and from the relay's
+tick alike (so a model silent between events is still stopped), so a cancel posted to any
+worker stops the run on the worker that runs it. It also owns the mount's sweeper: a periodic
+task (started by the mount's first request, or by ``start_sweeper()``) that finalises runs
+whose worker died, at most once per interval across every worker sharing Django's cache
+(``sweep``).
+
+``RunEndpoints`` are the ``runs/<thread_id>/<run_id>/`` routes: ``GET`` reattaches (the run's
+log after ``?after=<seq>`` or ``Last-Event-ID``, opened with ``RUN_STARTED`` and every message
+still streaming re-opened, then the live tail, from this worker's handle or, for a run running
+on another worker, from the relayed log in the cache; a finished run, or one whose log the
+cache does not hold, answers from storage with ``MESSAGES_SNAPSHOT`` and its terminal event),
+``POST .../cancel/`` cancels. Both are owner-checked through the run store: a stranger's run is
+a 404 exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import math
+import os
+import socket
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+from ag_ui.core import (
+    BaseEvent,
+    EventType,
+    MessagesSnapshotEvent,
+    RunErrorEvent,
+    RunFinishedCancelledOutcome,
+    RunFinishedEvent,
+    RunStartedEvent,
+)
+from asgiref.sync import sync_to_async
+from django.db import connections
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
+
+from django_pydantic_agent.agui.http import error_response
+from django_pydantic_agent.agui.relay import (
+    RELAY_INTERVAL_SECONDS,
+    RelayedLog,
+    RunRelay,
+    event_id,
+    replay_entries,
+    run_digest,
+)
+from django_pydantic_agent.agui.sse import encode_event, sse_response, with_heartbeat
+from django_pydantic_agent.chat_history import (
+    RunHandle,
+    StreamPersistenceManager,
+    translate_messages,
+)
+from django_pydantic_agent.chat_history.manager import RunObserver
+from django_pydantic_agent.persistence import StoreError, resolve_owner_id, serves_anonymous
+from django_pydantic_agent.persistence.runs import (
+    DEFAULT_LEASE_SECONDS,
+    RunRecord,
+    RunStatus,
+    RunStore,
+)
+
+__all__ = [
+    "CANCEL_POLL_SECONDS",
+    "DEFAULT_SWEEP_INTERVAL_SECONDS",
+    "RUN_NOT_FOUND",
+    "SETTLE_SECONDS",
+    "SWEEP_LEASE_PREFIX",
+    "RunCoordinator",
+    "RunEndpoints",
+    "event_id",
+    "parse_after",
+]
+
+logger = logging.getLogger("django_pydantic_agent.agui")
+
+_TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+
+#: The 404 of the run routes (a stranger's run reads the same).
+RUN_NOT_FOUND: Final[str] = "No such run."
+#: The longest the owning worker goes without reading a run's cancel intent while it streams.
+CANCEL_POLL_SECONDS: Final[float] = 0.5
+#: The longest a thread read waits for a finished run's last writes (``RunCoordinator.settle``).
+SETTLE_SECONDS: Final[float] = 5.0
+_CANCEL_PREFIX = "django_pydantic_agent:cancel"
+_CANCEL_TTL = 24 * 3600
+# How long a reattach waits for another worker's relayed log to appear, or to catch up with
+# the ``after`` its client saw (the relay lags the live stream by up to one interval).
+_RELAY_GRACE_SECONDS = 1.0
+#: This process, as the ``worker`` of the runs it executes.
+WORKER_ID: Final[str] = f"{socket.gethostname()}:{os.getpid()}"
+#: Seconds between two sweeps of stale runs, the default ``sweep_interval_seconds``.
+DEFAULT_SWEEP_INTERVAL_SECONDS: Final[float] = 60.0
+#: The cache key prefix of the sweep lease (``<prefix>:<run store class>``, value: the worker).
+SWEEP_LEASE_PREFIX: Final[str] = "django_pydantic_agent:sweep"
+
+
+def parse_after(request: HttpRequest, run_id: str) -> int | None:
+    """The sequence number a reattaching client saw last: ``?after=`` or ``Last-Event-ID``.
+
+    ``0`` when neither is sent; ``None`` when either is malformed (not a non-negative
+    integer, or a ``Last-Event-ID`` of another run).
+    """
+    raw = request.GET.get("after")
+    if raw is None:
+        last = request.headers.get("Last-Event-ID")
+        if last is None:
+            return 0
+        run, sep, raw = last.rpartition(":")
+        if not sep or run != run_id:
+            return None
+    if not raw.isdigit():
+        return None
+    return int(raw)
+
+
+def _close_old_connections() -> None:
+    """Django's ``close_old_connections`` for a thread no request cycle cleans up after.
+
+    A connection inside an atomic block (a test's transaction, say) is left alone: closing it
+    would break the transaction around it.
+    """
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
+
+
+def _cancel_elsewhere(task: asyncio.Task[Any]) -> None:
+    """Cancel a task of another event loop (a closed loop's task is gone with it)."""
+    loop = task.get_loop()
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(task.cancel)
+
+
+def _status_of(handle: RunHandle) -> str:
+    status = handle.status
+    return RunStatus.ERRORED.value if status == "running" else status
+
+
+def _usage_of(event: BaseEvent | None) -> dict[str, Any] | None:
+    usage = getattr(event, "usage", None)
+    if not usage:
+        return None
+    return {"tokens": [entry.model_dump(exclude_none=True) for entry in usage]}
+
+
+class RunCoordinator(RunObserver):
+    """The mount's runs: its manager, their records in ``run_store``, their cancel intents.
+
+    ``agent_factory(*args)`` builds the agent of one run, inside the run's task. Producers
+    run in a fresh ``contextvars.Context``: they outlive their request, so nothing
+    request-scoped (asgiref's per-request thread) may follow them. A finished run is not
+    retained in memory: reattaching to it is answered from storage, on every worker alike.
+    """
+
+    _instances: weakref.WeakSet[RunCoordinator] = weakref.WeakSet()
+
+    def __init__(
+        self,
+        agent_factory: Callable[..., Any],
+        *,
+        run_store: RunStore,
+        heartbeat_seconds: float = 10.0,
+        cache_alias: str = "default",
+        relay_interval: float = RELAY_INTERVAL_SECONDS,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
+    ) -> None:
+        self.run_store = run_store
+        self._cache_alias = cache_alias
+        self.relay = RunRelay(
+            cache_alias=cache_alias, interval=relay_interval, on_tick=self._poll_cancel
+        )
+        self.lease_seconds = lease_seconds
+        self.sweep_interval_seconds = sweep_interval_seconds
+        self._sweeper: asyncio.Task[None] | None = None
+        self._owners: dict[RunHandle, str] = {}
+        self._last_cancel_check: dict[RunHandle, float] = {}
+        self.manager: StreamPersistenceManager[Any] = StreamPersistenceManager(
+            agent_factory,
+            cancel_event="run_finished",
+            observer=self,
+            heartbeat_interval=heartbeat_seconds,
+            context=contextvars.Context,
+            finished_run_retention=0.0,
+        )
+        self._handles: set[RunHandle] = set()
+        RunCoordinator._instances.add(self)
+
+    async def wait_for_runs(self) -> None:
+        """Return once every run this coordinator started is done, persistence included."""
+        while self._handles:
+            handles = list(self._handles)
+            await asyncio.wait([asyncio.ensure_future(h.wait()) for h in handles])
+            self._handles.difference_update(handles)
+
+    async def settle(self, owner_id: str, thread_id: str | None) -> None:
+        """Wait (at most ``SETTLE_SECONDS``) for this worker's runs of ``owner_id`` on
+        ``thread_id`` (``None``: any thread) that sent their terminal event to finish storing."""
+        runs = self.manager.runs(thread_id, owner=owner_id)
+        finalizing = [handle for handle in runs if handle.finalizing]
+        if not finalizing:
+            return
+        waiters = [asyncio.ensure_future(handle.wait()) for handle in finalizing]
+        _done, late = await asyncio.wait(waiters, timeout=SETTLE_SECONDS)
+        for waiter in late:
+            waiter.cancel()
+        if late:
+            await asyncio.wait(late)
+
+    @classmethod
+    async def wait_for_all_runs(cls) -> None:
+        """``wait_for_runs`` of every live coordinator in this process (tests, shutdown)."""
+        for coordinator in list(cls._instances):
+            await coordinator.wait_for_runs()
+
+    # -- the sweeper ----------------------------------------------------------------------
+
+    @property
+    def sweep_lease_key(self) -> str:
+        """The cache key whose holder sweeps this interval (one per run store class)."""
+        kind = type(self.run_store)
+        return f"{SWEEP_LEASE_PREFIX}:{kind.__module__}.{kind.__qualname__}"
+
+    def _claim_sweep(self) -> bool:
+        _close_old_connections()
+        # Whole seconds, rounded up: Redis and Memcached truncate a timeout to an integer, and
+        # a lease shorter than the interval would let a second worker sweep within it.
+        timeout = max(1, math.ceil(self.sweep_interval_seconds or 1))
+        return bool(self._cache.add(self.sweep_lease_key, WORKER_ID, timeout))
+
+    async def sweep(self) -> list[RunRecord] | None:
+        """Sweep stale runs now, unless another worker swept within the interval.
+
+        Takes the interval's lease first (``cache.add``, atomic on Redis and Memcached, so
+        one worker of a deployment wins it); ``None`` when another worker holds it, else the
+        runs finalised as ``errored`` (``run_store.sweep(lease=lease_seconds)``). Database
+        connections of the sweeping thread are closed when old, before and after, since no
+        request cycle does it for a background task.
+        """
+        if not await sync_to_async(self._claim_sweep)():
+            return None
+        try:
+            return await self.run_store.sweep(lease=self.lease_seconds)
+        finally:
+            await sync_to_async(_close_old_connections)()
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            try:
+                swept = await self.sweep()
+            except Exception:
+                logger.exception(
+                    "Sweeping stale runs failed; retrying in %s s.", self.sweep_interval_seconds
+                )
+            else:
+                if swept:
+                    logger.info("Swept %d stale run(s) as errored.", len(swept))
+            await asyncio.sleep(self.sweep_interval_seconds)
+
+    def start_sweeper(self) -> bool:
+        """Start the periodic sweep on the running event loop, once; whether it runs now.
+
+        The first sweep happens at once (a start-up sweep), then every
+        ``sweep_interval_seconds``; ``0`` never starts it. Safe to call on every request: the
+        mount's views do. The task runs in a fresh ``contextvars.Context`` (nothing of the
+        request that started it follows it) until ``aclose()``.
+        """
+        if not self.sweep_interval_seconds:
+            return False
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        task = self._sweeper
+        if task is not None and not task.done():
+            if task.get_loop() is loop:
+                return True
+            _cancel_elsewhere(task)
+        self._sweeper = loop.create_task(
+            self._sweep_forever(),
+            name=f"agent run sweeper ({type(self.run_store).__name__})",
+            context=contextvars.Context(),
+        )
+        return True
+
+    async def aclose(self) -> None:
+        """Stop the sweeper (if running) and wait for it; the coordinator stays usable."""
+        task, self._sweeper = self._sweeper, None
+        if task is None or task.done():
+            return
+        if task.get_loop() is not asyncio.get_running_loop():
+            _cancel_elsewhere(task)
+            return
+        task.cancel()
+        await asyncio.wait({task})
+
+    @classmethod
+    async def aclose_all(cls) -> None:
+        """``aclose`` every live coordinator of this process (test teardown, shutdown)."""
+        for coordinator in list(cls._instances):
+            await coordinator.aclose()
+
+    # -- the cancel intent ----------------------------------------------------------------
+
+    @property
+    def _cache(self) -> Any:
+        from django.core.cache import caches
+
+        return caches[self._cache_alias]
+
+    def _cancel_key(self, owner_id: str, thread_id: str, run_id: str) -> str:
+        return f"{_CANCEL_PREFIX}:{run_digest(owner_id, thread_id, run_id)}"
+
+    async def request_cancel(self, owner_id: str, thread_id: str, run_id: str) -> None:
+        """Record a durable cancel intent for the run, and stop it now if it runs here."""
+        key = self._cancel_key(owner_id, thread_id, run_id)
+        await sync_to_async(self._cache.set)(key, True, _CANCEL_TTL)
+        handle = self.manager.get(thread_id, run_id, owner=owner_id)
+        if handle is not None and handle.cancel():
+            self.relay.nudge(handle)
+
+    # -- RunObserver ----------------------------------------------------------------------
+
+    def track(self, handle: RunHandle, owner_id: str) -> None:
+        """Remember the run-store owner of a run this coordinator started; start its relay."""
+        self._owners[handle] = owner_id
+        self._handles.add(handle)
+        self.relay.publish(handle, owner_id)
+
+    async def _poll_cancel(self, handle: RunHandle) -> None:
+        """The relay's tick: stop the run if its cancel intent is set (polls are throttled)."""
+        if handle.terminal_event is None and await self.cancel_requested(handle):
+            handle.cancel()
+            self.relay.nudge(handle)
+
+    async def on_event(self, handle: RunHandle, seq: int, event: BaseEvent) -> None:
+        if event.type in _TERMINAL:
+            self.relay.nudge(handle)
+
+    async def cancel_requested(self, handle: RunHandle) -> bool:
+        owner_id = self._owners.get(handle)
+        if owner_id is None:
+            return False
+        now = time.monotonic()
+        if now - self._last_cancel_check.get(handle, 0.0) < CANCEL_POLL_SECONDS:
+            return False
+        self._last_cancel_check[handle] = now
+        key = self._cancel_key(owner_id, handle.thread_id, handle.run_id)
+        return bool(await sync_to_async(self._cache.get)(key))
+
+    async def on_heartbeat(self, handle: RunHandle) -> None:
+        owner_id = self._owners.get(handle)
+        if owner_id is not None and not handle.finalizing:
+            await self.run_store.heartbeat(
+                owner_id=owner_id,
+                thread_id=handle.thread_id,
+                run_id=handle.run_id,
+                last_seq=handle.last_seq,
+            )
+
+    async def on_done(self, handle: RunHandle) -> None:
+        await self.relay.finish(handle)
+        owner_id = self._owners.pop(handle, None)
+        self._last_cancel_check.pop(handle, None)
+        if owner_id is None:
+            return
+        terminal = handle.terminal_event
+        error = ""
+        if isinstance(terminal, RunErrorEvent):
+            error = f"[{terminal.code}] {terminal.message}" if terminal.code else terminal.message
+        await self.run_store.finish(
+            owner_id=owner_id,
+            thread_id=handle.thread_id,
+            run_id=handle.run_id,
+            status=_status_of(handle),
+            usage=_usage_of(terminal),
+            last_seq=handle.last_seq,
+            error=error,
+        )
+
+
+async def replay(handle: RunHandle, after: int) -> AsyncIterator[str]:
+    """SSE frames of ``handle`` for a reader that saw up to ``after``, then the live tail.
+
+    ``after == 0`` replays the whole log with its ids. Otherwise the run's ``RUN_STARTED`` and
+    the start of every message, tool call and reasoning step still open at ``after`` come
+    first, without ids (they were seen before), then each event after ``after`` with its id.
+    A run stopped mid-message (cancelled) gets the missing ``*_END`` events, without ids,
+    before its terminal event, so AG-UI clients' verifiers accept the stream. A reader that
+    saw the terminal event gets ``RUN_STARTED`` and the terminal event again, without ids.
+    """
+    terminal = handle.terminal_event
+    if after and terminal is not None and after == handle.last_seq:
+        # The reader saw the end: the run's start and its end again, without ids.
+        yield encode_event(RunStartedEvent(thread_id=handle.thread_id, run_id=handle.run_id))
+        yield encode_event(terminal)
+        return
+    async for frame in replay_entries(handle.sequenced_events(after=0), handle.run_id, after):
+        yield frame
+
+
+def _beyond(run_id: str, after: int, last_seq: int) -> HttpResponseBase:
+    return error_response(
+        400,
+        f"after={after} is beyond run {run_id!r}'s last event ({last_seq}); "
+        "pass a sequence number the stream sent.",
+    )
+
+
+class RunEndpoints:
+    """The ``runs/<thread_id>/<run_id>/`` routes: reattach (``GET``) and cancel (``POST``).
+
+    ``repositories(request)`` returns the request owner's ``(chat_repo, message_repo,
+    user_uuid)``, for answering a finished run from storage.
+    """
+
+    def __init__(
+        self,
+        coordinator: RunCoordinator,
+        store: object,
+        *,
+        repositories: Callable[[HttpRequest], Any],
+        heartbeat_seconds: float,
+        poll_seconds: float = 0.5,
+    ) -> None:
+        self._coordinator = coordinator
+        self._store = store
+        self._repositories = repositories
+        self._heartbeat = heartbeat_seconds
+        self._poll = poll_seconds
+
+    async def _owned(self, request: HttpRequest, thread_id: str, run_id: str) -> Any:
+        """``(owner_id, record)`` of the caller's run, or ``None`` (missing, or a stranger's)."""
+        try:
+            owner_id = await sync_to_async(resolve_owner_id)(
+                request, allow_anonymous=serves_anonymous(self._store)
+            )
+        except StoreError:
+            return None
+        record = await self._coordinator.run_store.get(
+            owner_id=owner_id, thread_id=thread_id, run_id=run_id
+        )
+        return None if record is None else (owner_id, record)
+
+    async def reattach(self, request: HttpRequest, thread_id: str, run_id: str) -> HttpResponseBase:
+        """``GET runs/<thread_id>/<run_id>/``: the run's events after ``after``, as SSE."""
+        owned = await self._owned(request, thread_id, run_id)
+        if owned is None:
+            return error_response(404, RUN_NOT_FOUND)
+        owner_id, record = owned
+        after = parse_after(request, run_id)
+        if after is None:
+            return error_response(
+                400,
+                "after (or Last-Event-ID) must be a sequence number of this run, such as "
+                f"?after=12 or Last-Event-ID: {run_id}:12.",
+            )
+        handle = self._coordinator.manager.get(thread_id, run_id, owner=owner_id)
+        frames: AsyncIterator[str]
+        if handle is not None:
+            if after > handle.last_seq:
+                return _beyond(run_id, after, handle.last_seq)
+            if after and after < handle.first_seq:
+                frames = self._from_storage(request, owner_id, record, after)
+            else:
+                frames = replay(handle, after)
+        elif record.running:
+            # Running on another worker: follow its log relayed through the cache, if any.
+            relay = self._coordinator.relay
+            log = await relay.follow(owner_id, thread_id, run_id, grace=_RELAY_GRACE_SECONDS)
+            if log is None:
+                frames = self._from_storage(request, owner_id, record, after)
+            elif not await log.wait_for(after, seconds=_RELAY_GRACE_SECONDS):
+                return _beyond(run_id, after, log.last_seq)
+            else:
+                frames = self._relayed(request, owner_id, record, log, after)
+        else:
+            frames = self._from_storage(request, owner_id, record, after)
+        if self._heartbeat:
+            frames = with_heartbeat(frames, self._heartbeat)
+        return sse_response(frames)
+
+    async def _relayed(
+        self, request: HttpRequest, owner_id: str, record: RunRecord, log: RelayedLog, after: int
+    ) -> AsyncIterator[str]:
+        """A run held by another worker, from its relayed log; from storage if the log is lost
+        mid-stream (evicted), after closing what it left open."""
+        run_store = self._coordinator.run_store
+
+        async def still_running() -> bool:
+            found = await run_store.get(
+                owner_id=owner_id, thread_id=record.thread_id, run_id=record.run_id
+            )
+            return found is not None and found.running
+
+        entries = log.entries(still_running=still_running)
+        async for frame in replay_entries(entries, record.run_id, after):
+            yield frame
+        if log.lost:
+            async for frame in self._from_storage(request, owner_id, record, after, started=True):
+                yield frame
+
+    async def _from_storage(
+        self,
+        request: HttpRequest,
+        owner_id: str,
+        record: RunRecord,
+        after: int = 0,
+        *,
+        started: bool = False,
+    ) -> AsyncIterator[str]:
+        """A run this worker does not hold: wait while it runs elsewhere, then answer from
+        storage with ``RUN_STARTED`` (unless ``started``), ``MESSAGES_SNAPSHOT`` and its
+        terminal event.
+
+        The terminal event carries the run's last sequence number as its id, unless the
+        reader saw that far (``after``): then it is re-sent without one, as no duplicate."""
+        thread_id, run_id = record.thread_id, record.run_id
+        if not started:
+            yield encode_event(RunStartedEvent(thread_id=thread_id, run_id=run_id))
+        while record.running:
+            await asyncio.sleep(self._poll)
+            found = await self._coordinator.run_store.get(
+                owner_id=owner_id, thread_id=thread_id, run_id=run_id
+            )
+            if found is None:
+                break
+            record = found
+        chat_repo, message_repo, user_uuid = await self._repositories(request)
+        chat = await chat_repo.get_chat_by_thread_id(user_uuid, thread_id)
+        stored = await message_repo.get_chat_messages(chat.chat_uuid) if chat is not None else []
+        yield encode_event(MessagesSnapshotEvent(messages=translate_messages(stored)))
+        terminal: BaseEvent
+        if record.status == RunStatus.ERRORED:
+            terminal = RunErrorEvent(message=record.error or "The run failed.")
+        elif record.status == RunStatus.INTERRUPTED:
+            terminal = RunFinishedEvent(
+                thread_id=thread_id, run_id=run_id, outcome=RunFinishedCancelledOutcome()
+            )
+        else:
+            terminal = RunFinishedEvent(thread_id=thread_id, run_id=run_id)
+        last = record.last_seq or 1
+        yield encode_event(terminal, event_id=event_id(run_id, last) if last > after else None)
+
+    async def cancel(self, request: HttpRequest, thread_id: str, run_id: str) -> HttpResponseBase:
+        """``POST runs/<thread_id>/<run_id>/cancel/``: 202 while it stops, 200 once ended.
+
+        Idempotent; reaches the worker running the run through a cancel intent in the cache.
+        """
+        owned = await self._owned(request, thread_id, run_id)
+        if owned is None:
+            return error_response(404, RUN_NOT_FOUND)
+        owner_id, record = owned
+        if not record.running:
+            return JsonResponse({"runId": run_id, "status": record.status, "cancelled": False})
+        await self._coordinator.request_cancel(owner_id, thread_id, run_id)
+        return JsonResponse(
+            {"runId": run_id, "status": "cancelling", "cancelled": True}, status=202
+        )

@@ -1,0 +1,902 @@
+"""Chat-history repositories over ``StoredConversation`` / ``StoredMessage`` rows.
+
+``OrmChatRepository`` and ``OrmMessageRepository`` implement ``ChatRepositoryLike`` and
+``MessageRepositoryLike`` on the tables behind ``DefaultConversationStore``, so a run persists
+incrementally into the thread the store lists and loads:
+
+- one ``StoredMessage`` row per ``chat_history.Message`` record (a *record row*), its tool
+  calls and reasoning steps in the row's ``tool_calls`` / ``reasonings`` JSON;
+- a write is queued in memory and each ``transaction()`` scope is applied as **one** database
+  transaction in **one** ``sync_to_async`` call (a write outside a scope is its own scope);
+- a new message is one ``INSERT``; a content delta is one ``UPDATE ... SET content =
+  LEFT(content, offset) || delta`` (O(delta), the stored prefix is never resent);
+- return values come from the records the pair already holds (created, or read once when the
+  run started), so nothing re-reads the thread during a run;
+- every query is scoped to the owner the pair was opened for (``owner_id``): a stranger's
+  thread is invisible. Without an owner (tests, admin tools) the owner is ``str(user_uuid)``.
+
+A thread deleted while a run writes to it stays deleted: each flush locks the thread's row
+first, and the writes of a thread that is gone are dropped (later updates answer ``None``,
+creates raise ``ValueError``).
+
+Rows written by ``DefaultConversationStore.save`` (*wire rows*, and everything a 0.28.3
+database held) are read as records too (:func:`records_from_wire`), with ids derived from the
+row; the first write to such a record turns its row into a record row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+from uuid import UUID
+
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, transaction
+from django.db.models import OuterRef, Subquery, Value
+from django.db.models.functions import Concat, Left
+from django.utils import timezone
+
+from django_pydantic_agent.chat_history.keys import (
+    chat_deduplication_key,
+    emitter_for_role,
+    participant_id,
+)
+from django_pydantic_agent.chat_history.records import (
+    WIRE_CONTEXT,
+    Chat,
+    ChatCreate,
+    Message,
+    MessageCreate,
+    MessageUpdate,
+    Reasoning,
+    ToolCall,
+    apply_update,
+    nested_record_class,
+    update_fields,
+)
+from django_pydantic_agent.chat_history.repositories import NestedRecordWrites
+from django_pydantic_agent.persistence import derive_preview
+from django_pydantic_agent.persistence.owner import owner_user_uuid
+from django_pydantic_agent.persistence.wire import WireRecords, wire_to_records
+
+if TYPE_CHECKING:
+    from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
+
+__all__ = [
+    "OWNER_NAMESPACE",
+    "OrmChatRepository",
+    "OrmMessageRepository",
+    "owner_uuid",
+    "thread_records",
+]
+
+logger = logging.getLogger("django_pydantic_agent.contrib.store")
+
+OWNER_NAMESPACE: Final[UUID] = UUID("6f1c2f0e-5a43-4f0e-9d38-2f5b8a1c7e11")
+"""The uuid5 namespace of the ids derived for wire rows."""
+
+_MAX_KEY = 255
+_OWN_EXCLUDE: Final[frozenset[str]] = frozenset(
+    {"content", "tool_calls", "reasonings", "message_uuid", "chat_uuid"}
+)
+_EXTRAS = "wire_extras"
+
+
+def owner_uuid(owner_id: str) -> UUID:
+    """The ``chat_history`` user uuid of a store owner id.
+
+    ``persistence.owner_user_uuid``, the mapping every store shares, except that an owner id
+    which already is a uuid (a chat created through unscoped repositories for a ``user_uuid``)
+    maps to itself.
+    """
+    try:
+        return UUID(owner_id)
+    except ValueError:
+        return owner_user_uuid(owner_id)
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+# Rows → records -----------------------------------------------------------------------------
+
+
+def _chat(row: StoredConversation) -> Chat:
+    user = owner_uuid(row.owner_id)
+    chat = Chat(
+        thread_id=row.thread_id,
+        dedup_key=chat_deduplication_key(user, row.thread_id),
+        name=row.title,
+        chat_uuid=row.chat_uuid,
+        user_uuid=user,
+    )
+    chat._participants = [participant_id(user)]
+    chat._id = str(row.pk)
+    chat._created_at = row.created_at.isoformat()
+    return chat
+
+
+def _record(message_class: type[Message], row: StoredMessage, chat_uuid: UUID) -> Message:
+    """The record a record row holds (nested records are stored in their JSON, codec form)."""
+    own = dict(row.record or {})
+    own.pop(_EXTRAS, None)
+    calls = nested_record_class(message_class, "tool_calls")
+    steps = nested_record_class(message_class, "reasonings")
+    message = message_class.model_validate(
+        {
+            **own,
+            "message_uuid": row.message_uuid,
+            "chat_uuid": chat_uuid,
+            "content": row.content,
+            "tool_calls": [
+                calls.model_validate(c, context=dict(WIRE_CONTEXT)) for c in row.tool_calls or []
+            ],
+            "reasonings": [
+                steps.model_validate(r, context=dict(WIRE_CONTEXT)) for r in row.reasonings or []
+            ],
+        }
+    )
+    message._sequence_id = row.position + 1
+    message._created_at = str(own.get("timestamp") or "")
+    return message
+
+
+def _row_fields(message: Message, extras: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The columns of a record row for ``message`` (all but the keys and the position).
+
+    ``extras`` are the wire keys the record does not model (``attachments``...) of a message
+    first saved whole: kept in ``record`` so ``load`` writes them back.
+    """
+    own = message.model_dump(mode="json", exclude=set(_OWN_EXCLUDE))
+    if extras:
+        own[_EXTRAS] = extras
+    return {
+        "message_id": (message.agui_id or "")[:_MAX_KEY],
+        "role": message.role[:32],
+        "content": message.content,
+        "record": own,
+        "tool_calls": _json_children(message.tool_calls),
+        "reasonings": _json_children(message.reasonings),
+        "status": message.status[:16],
+        "run_id": (message.run_id or "")[:_MAX_KEY],
+    }
+
+
+def _json_children(records: Iterable[ToolCall | Reasoning]) -> list[dict[str, Any]]:
+    return [r.model_dump(mode="json") for r in records]
+
+
+@dataclass
+class _Legacy:
+    """The records a thread's wire rows read as, and what turning them into rows takes."""
+
+    positions: dict[UUID, int] = field(default_factory=dict)
+    """The position each record takes as a record row (that of a row it was read from)."""
+    rows: list[int] = field(default_factory=list)
+    """The pks of the wire rows."""
+    extras: dict[UUID, dict[str, Any]] = field(default_factory=dict)
+    """Per record, the wire keys it does not model (of every row, record rows too)."""
+    wire: WireRecords | None = None
+
+
+def thread_records(
+    message_class: type[Message], rows: Sequence[StoredMessage], chat_uuid: UUID, thread_id: str
+) -> tuple[list[Message], _Legacy]:
+    """Every record of a thread's rows, in position order.
+
+    Record rows are read as they are; wire rows (written by ``save``, or by 0.28.3) are read
+    together by ``persistence.wire.wire_to_records`` (the generic adapter's reader, so both
+    agree on ids and statuses), the ``k``-th record taking the position of the ``k``-th wire
+    row.
+    """
+    wire_rows = [row for row in rows if row.message_uuid is None]
+    legacy = _Legacy(rows=[row.pk for row in wire_rows])
+    for row in rows:
+        kept = (row.record or {}).get(_EXTRAS) if row.message_uuid else None
+        if isinstance(kept, dict) and row.message_uuid is not None:
+            legacy.extras[row.message_uuid] = kept
+    records = [_record(message_class, row, chat_uuid) for row in rows if row.message_uuid]
+    if wire_rows:
+        read = wire_to_records([row.data for row in wire_rows], chat_uuid=chat_uuid, salt=thread_id)
+        legacy.wire = read
+        for record, row in zip(read.messages, wire_rows, strict=False):
+            record.chat_uuid = chat_uuid
+            record._sequence_id = row.position + 1
+            legacy.positions[record.message_uuid] = row.position
+            records.append(record)
+        legacy.extras.update(read.extras)
+    records.sort(key=lambda m: m.sequence_id)
+    return records, legacy
+
+
+# Repositories -------------------------------------------------------------------------------
+
+
+@dataclass
+class _ChatState:
+    pk: int
+    chat_uuid: UUID
+    owner_id: str
+    next_position: int
+    deleted: bool = False
+
+
+@dataclass
+class _Pending:
+    """One record row touched by the current scope."""
+
+    message_uuid: UUID
+    chat_uuid: UUID
+    created: bool = False
+    fields: set[str] = field(default_factory=set)
+    content_offset: int | None = None
+    """The stored length the queued content deltas follow (``None``: full content)."""
+    full_content: bool = False
+
+
+class OrmChatRepository:
+    """A ``ChatRepositoryLike`` over ``StoredConversation`` rows, scoped to one owner.
+
+    ``owner_id`` is the store owner every query filters by (``None``: the owner of a chat is
+    ``str(user_uuid)``, for tests and tools). ``max_threads_per_owner`` refuses a new thread
+    with ``StoreLimitError`` like ``DefaultConversationStore.save``. ``user_uuid`` is the
+    ``chat_history`` user id of the owner (pass it to ``AGUIStorageAgent``).
+    """
+
+    def __init__(
+        self, *, owner_id: str | None = None, max_threads_per_owner: int | None = None
+    ) -> None:
+        self.owner_id = owner_id
+        self.max_threads_per_owner = max_threads_per_owner
+        self._states: dict[UUID, _ChatState] = {}
+
+    @property
+    def user_uuid(self) -> UUID | None:
+        """The user uuid of ``owner_id`` (``None`` for an unscoped repository)."""
+        return None if self.owner_id is None else owner_uuid(self.owner_id)
+
+    def _owner_for(self, user_uuid: UUID | None) -> str | None:
+        """The owner id a ``user_uuid`` stands for here, or ``None`` when it is not ours."""
+        if user_uuid is None:
+            return None
+        if self.owner_id is None:
+            return str(user_uuid)
+        return self.owner_id if owner_uuid(self.owner_id) == user_uuid else None
+
+    def _remember(self, row: StoredConversation, top: int | None) -> Chat:
+        following = 0 if top is None else top + 1
+        known = self._states.get(row.chat_uuid)
+        if known is not None and known.pk == row.pk:
+            known.next_position = max(known.next_position, following)
+        else:
+            self._states[row.chat_uuid] = _ChatState(
+                pk=row.pk, chat_uuid=row.chat_uuid, owner_id=row.owner_id, next_position=following
+            )
+        return _chat(row)
+
+    def _plain(self) -> Any:
+        from django_pydantic_agent.contrib.store.models import StoredConversation
+
+        rows = StoredConversation.objects.all()
+        if self.owner_id is not None:
+            rows = rows.filter(owner_id=self.owner_id)
+        return rows
+
+    def _rows(self) -> Any:
+        from django.db.models import Max
+
+        from django_pydantic_agent.contrib.store.models import StoredConversation
+
+        rows = StoredConversation.objects.annotate(top=Max("message_rows__position"))
+        if self.owner_id is not None:
+            rows = rows.filter(owner_id=self.owner_id)
+        return rows
+
+    def _state_sync(self, chat_uuid: UUID) -> _ChatState | None:
+        state = self._states.get(chat_uuid)
+        if state is not None:
+            return None if state.deleted else state
+        row = self._rows().filter(chat_uuid=chat_uuid).first()
+        if row is None:
+            return None
+        self._remember(row, row.top)
+        return self._states[chat_uuid]
+
+    # ChatRepositoryLike -------------------------------------------------------------------
+
+    def _create_sync(self, chat_data: ChatCreate) -> Chat:
+        from django_pydantic_agent.contrib.store.models import StoredConversation
+        from django_pydantic_agent.contrib.store.stores import _lock_owner, _refuse_new_thread
+
+        thread_id, user = chat_data.thread_id, chat_data.user_uuid
+        if not thread_id or user is None or len(thread_id) > _MAX_KEY:
+            raise ValueError(
+                f"create_chat needs a thread_id of 1 to {_MAX_KEY} characters and a user_uuid, "
+                f"got thread_id={thread_id!r} and user_uuid={user!r}."
+            )
+        owner = self._owner_for(user)
+        if owner is None:
+            raise ValueError(
+                f"This chat repository serves the user {self.user_uuid} only; create_chat was "
+                f"given user_uuid={user}."
+            )
+        found = self._rows().filter(owner_id=owner, thread_id=thread_id).first()
+        if found is not None:
+            return self._remember(found, found.top)
+        title = " ".join(chat_data.name.replace("\x00", "").split())[:_MAX_KEY]
+        with transaction.atomic():
+            limit = self.max_threads_per_owner
+            if limit is not None:
+                _lock_owner("threads", owner)
+                existing = StoredConversation.objects.filter(
+                    owner_id=owner, thread_id=thread_id
+                ).first()
+                if existing is not None:
+                    return self._remember(existing, None)
+                _refuse_new_thread(owner, limit)
+            try:
+                with transaction.atomic():
+                    row = StoredConversation.objects.create(
+                        owner_id=owner, thread_id=thread_id, title=title
+                    )
+            except IntegrityError:  # a concurrent create won: return its chat
+                winner = self._rows().filter(owner_id=owner, thread_id=thread_id).first()
+                if winner is None:
+                    raise
+                return self._remember(winner, winner.top)
+        return self._remember(row, None)
+
+    def _refuse_over_quota_sync(self, thread_id: str) -> None:
+        from django_pydantic_agent.contrib.store.stores import _refuse_new_thread
+
+        owner, limit = self.owner_id, self.max_threads_per_owner
+        if owner is None or limit is None:
+            return
+        if not self._rows().filter(owner_id=owner, thread_id=thread_id).exists():
+            _refuse_new_thread(owner, limit)
+
+    async def refuse_over_quota(self, thread_id: str) -> None:
+        """Raise ``StoreLimitError`` if a run on ``thread_id`` would create a thread over quota.
+
+        The run endpoint calls this before it streams, so a run that cannot be stored is a 413
+        JSON answer instead of a stream ending in ``RUN_ERROR``. ``create_chat`` still checks
+        under the owner lock: this is the early, clear answer, not the race-safe one.
+        """
+        await sync_to_async(self._refuse_over_quota_sync)(thread_id)
+
+    async def create_chat(self, chat_data: ChatCreate) -> Chat:
+        """Create the owner's thread (idempotent by thread id) or return the existing one.
+
+        Raises:
+            ValueError: For a missing or too long thread id, or another owner's user uuid.
+            StoreLimitError: When the owner already keeps ``max_threads_per_owner`` threads.
+        """
+        return await sync_to_async(self._create_sync)(chat_data)
+
+    def _by_thread_sync(self, user_uuid: UUID, thread_id: str) -> Chat | None:
+        owner = self._owner_for(user_uuid)
+        if owner is None or len(thread_id) > _MAX_KEY:
+            return None
+        row = self._rows().filter(owner_id=owner, thread_id=thread_id).first()
+        return None if row is None else self._remember(row, row.top)
+
+    async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
+        """Return the owner's chat of ``thread_id`` (exact match), or ``None``."""
+        return await sync_to_async(self._by_thread_sync)(user_uuid, thread_id)
+
+    def _all_sync(self, user_uuid: UUID | None) -> list[Chat]:
+        rows = self._rows()
+        if user_uuid is not None:
+            owner = self._owner_for(user_uuid)
+            if owner is None:
+                return []
+            rows = rows.filter(owner_id=owner)
+        return [self._remember(row, row.top) for row in rows.order_by("created_at", "pk")]
+
+    async def get_all_chats(self, user_uuid: UUID | None) -> Sequence[Chat]:
+        """Return the owner's chats (``None``: every chat this repository may see), oldest first."""
+        return await sync_to_async(self._all_sync)(user_uuid)
+
+    def _rename_sync(self, chat_uuid: UUID, name: str) -> Chat | None:
+        title = " ".join(str(name).replace("\x00", "").split())[:_MAX_KEY]
+        rows = self._plain().filter(chat_uuid=chat_uuid)
+        if not rows.update(title=title):
+            return None
+        row = self._rows().filter(chat_uuid=chat_uuid).first()
+        return None if row is None else self._remember(row, row.top)
+
+    async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
+        """Rename the owner's chat; ``None`` when it is unknown."""
+        return await sync_to_async(self._rename_sync)(chat_uuid, name)
+
+    def _delete_sync(self, chat_uuid: UUID) -> Chat | None:
+        from django_pydantic_agent.contrib.store.lifecycle import delete_conversations
+        from django_pydantic_agent.contrib.store.models import StoredConversation
+
+        row = self._rows().filter(chat_uuid=chat_uuid).first()
+        if row is None:
+            return None
+        chat = self._remember(row, row.top)
+        delete_conversations(StoredConversation.objects.filter(pk=row.pk))
+        self._states[chat_uuid].deleted = True
+        return chat
+
+    async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
+        """Delete the owner's chat, its messages and unshared attachments; ``None`` if unknown."""
+        return await sync_to_async(self._delete_sync)(chat_uuid)
+
+
+class OrmMessageRepository(NestedRecordWrites):
+    """A ``MessageRepositoryLike`` over ``StoredMessage`` rows (see the module docstring).
+
+    Attributes:
+        queries_applied: How many scopes were applied to the database (for tests).
+    """
+
+    def __init__(self, chats: OrmChatRepository, *, message_class: type[Message] = Message) -> None:
+        self.chats = chats
+        self.message_class = message_class
+        self.tool_call_class = nested_record_class(message_class, "tool_calls")
+        self.reasoning_class = nested_record_class(message_class, "reasonings")
+        self._records: dict[UUID, Message] = {}
+        self._children: dict[UUID, UUID] = {}
+        self._legacy: dict[UUID, _Legacy] = {}
+        self._extras: dict[UUID, dict[str, Any]] = {}
+        self._pending: dict[UUID, _Pending] | None = None
+        self._owner_task: asyncio.Task[Any] | None = None
+        self._lock = asyncio.Lock()
+
+    # Caching ------------------------------------------------------------------------------
+
+    def _keep(self, message: Message) -> None:
+        self._records[message.message_uuid] = message
+        for call in message.tool_calls:
+            self._children[call.uuid] = message.message_uuid
+        for step in message.reasonings:
+            self._children[step.uuid] = message.message_uuid
+
+    @staticmethod
+    def _copy(message: Message) -> Message:
+        clone = message.model_copy(deep=True)
+        clone._sequence_id = message._sequence_id
+        clone._created_at = message._created_at
+        return clone
+
+    def _message_rows(self) -> Any:
+        from django_pydantic_agent.contrib.store.models import StoredMessage
+
+        rows = StoredMessage.objects.select_related("conversation")
+        if self.chats.owner_id is not None:
+            rows = rows.filter(conversation__owner_id=self.chats.owner_id)
+        return rows
+
+    def _read_thread_sync(self, chat_uuid: UUID) -> list[Message]:
+        state = self.chats._state_sync(chat_uuid)
+        if state is None:
+            return []
+        from django_pydantic_agent.contrib.store.models import StoredMessage
+
+        rows = list(
+            StoredMessage.objects.filter(conversation_id=state.pk)
+            .select_related("conversation")
+            .order_by("position")
+        )
+        thread_id = rows[0].conversation.thread_id if rows else ""
+        records, legacy = thread_records(self.message_class, rows, chat_uuid, thread_id)
+        self._extras.update(legacy.extras)
+        if legacy.positions:
+            self._legacy[chat_uuid] = legacy
+        else:
+            self._legacy.pop(chat_uuid, None)
+        for record in records:
+            self._keep(record)
+        if rows:
+            state.next_position = max(state.next_position, rows[-1].position + 1)
+        return records
+
+    def _lookup_sync(self, message_uuid: UUID) -> Message | None:
+        row = self._message_rows().filter(message_uuid=message_uuid).first()
+        if row is not None:
+            self.chats._remember(row.conversation, None)
+            record = _record(self.message_class, row, row.conversation.chat_uuid)
+            self._keep(record)
+            return record
+        # A record read from wire rows: its id is derived, so read its whole thread.
+        for chat_uuid in list(self.chats._states):
+            for record in self._read_thread_sync(chat_uuid):
+                if record.message_uuid == message_uuid:
+                    return record
+        return None
+
+    def _child_lookup_sync(self, uuid_: UUID) -> Message | None:
+        from django.db.models import Q, TextField
+        from django.db.models.functions import Cast
+
+        text = str(uuid_)
+        row = (
+            self._message_rows()
+            .annotate(calls=Cast("tool_calls", TextField()), steps=Cast("reasonings", TextField()))
+            .filter(Q(calls__contains=text) | Q(steps__contains=text))
+            .first()
+        )
+        if row is None:
+            return None
+        self.chats._remember(row.conversation, None)
+        record = _record(self.message_class, row, row.conversation.chat_uuid)
+        self._keep(record)
+        return record
+
+    async def _cached(self, message_uuid: UUID) -> Message | None:
+        record = self._records.get(message_uuid)
+        if record is None:
+            record = await sync_to_async(self._lookup_sync)(message_uuid)
+        if record is None or record.chat_uuid is None:
+            return None
+        state = self.chats._states.get(record.chat_uuid)
+        if state is None or state.deleted:
+            return None
+        return record
+
+    async def _parent_of(self, child_uuid: UUID) -> Message | None:
+        parent = self._children.get(child_uuid)
+        if parent is None:
+            record = await sync_to_async(self._child_lookup_sync)(child_uuid)
+            if record is None:
+                return None
+            parent = record.message_uuid
+        return await self._cached(parent)
+
+    # Transactions -------------------------------------------------------------------------
+
+    def _records_snapshot(self) -> dict[UUID, Message]:
+        """The cached records as a rollback restores them: writes replace a record (copy on
+        write) rather than change it, so the dict is copied, not its records; only those a
+        legacy conversion renumbers in place are copied as well. O(1) per record, where a
+        deep copy of each made every flush of a long thread cost O(thread)."""
+        records = dict(self._records)
+        for legacy in self._legacy.values():
+            for message_uuid in legacy.positions:
+                if message_uuid in records:
+                    records[message_uuid] = self._copy(records[message_uuid])
+        return records
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """Apply the writes made inside the block as one database transaction (all or none)."""
+        task = asyncio.current_task()
+        if self._pending is not None and self._owner_task is task:
+            yield  # nested: the outermost block applies the batch
+            return
+        async with self._lock:
+            self._owner_task = task
+            self._pending = {}
+            snapshot = (
+                self._records_snapshot(),
+                dict(self._children),
+                copy.deepcopy(self._legacy),
+                {k: copy.copy(v) for k, v in self.chats._states.items()},
+            )
+            try:
+                yield
+                if self._pending:
+                    await sync_to_async(self._apply_sync)(list(self._pending.values()))
+            except BaseException:
+                self._records, self._children, self._legacy, self.chats._states = snapshot
+                raise
+            finally:
+                self._pending = None
+                self._owner_task = None
+
+    @asynccontextmanager
+    async def _writing(self) -> AsyncIterator[None]:
+        if self._pending is not None and self._owner_task is asyncio.current_task():
+            yield
+            return
+        async with self.transaction():
+            yield
+
+    def _touch(self, message: Message) -> _Pending:
+        assert self._pending is not None
+        assert message.chat_uuid is not None
+        pending = self._pending.get(message.message_uuid)
+        if pending is None:
+            pending = _Pending(message_uuid=message.message_uuid, chat_uuid=message.chat_uuid)
+            self._pending[message.message_uuid] = pending
+        return pending
+
+    def _apply_sync(self, batch: list[_Pending]) -> None:
+        """Write one scope's changes in one transaction (the thread rows locked first)."""
+        from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
+
+        states = {p.chat_uuid: self.chats._states[p.chat_uuid] for p in batch}
+        inserting = {p.chat_uuid for p in batch if p.created}
+        with transaction.atomic():
+            locked = StoredConversation.objects.select_for_update().filter(
+                pk__in=[s.pk for s in states.values()]
+            )
+            if inserting:
+                locked = locked.annotate(
+                    top=Subquery(
+                        StoredMessage.objects.filter(conversation=OuterRef("pk"))
+                        .order_by("-position")
+                        .values("position")[:1]
+                    )
+                )
+                alive = dict(locked.values_list("pk", "top"))
+            else:
+                alive = dict.fromkeys(locked.values_list("pk", flat=True))
+            for state in states.values():
+                if state.pk not in alive:
+                    state.deleted = True
+                elif state.chat_uuid in inserting:
+                    top = alive[state.pk]
+                    state.next_position = 0 if top is None else top + 1
+            live = [p for p in batch if not states[p.chat_uuid].deleted]
+            inserts: list[StoredMessage] = []
+            converted: set[UUID] = set()
+            for chat_uuid in {p.chat_uuid for p in live}:
+                legacy = self._legacy.get(chat_uuid)
+                if legacy is not None and any(p.message_uuid in legacy.positions for p in live):
+                    converted.update(self._convert(states[chat_uuid], legacy, inserts))
+            for pending in live:
+                record = self._records[pending.message_uuid]
+                if pending.message_uuid in converted:
+                    continue
+                if pending.created:
+                    state = states[pending.chat_uuid]
+                    position = state.next_position
+                    state.next_position += 1
+                    record._sequence_id = position + 1
+                    inserts.append(
+                        StoredMessage(
+                            conversation_id=state.pk,
+                            position=position,
+                            message_uuid=record.message_uuid,
+                            **_row_fields(record),
+                        )
+                    )
+                else:
+                    self._update_row(pending, record)
+            if inserts:
+                StoredMessage.objects.bulk_create(inserts)
+            self._link_attachments_sync(states, live)
+            now = timezone.now()
+            for state in states.values():
+                if state.deleted:
+                    continue
+                touched = [
+                    self._records[p.message_uuid] for p in live if p.chat_uuid == state.chat_uuid
+                ]
+                preview = derive_preview(
+                    {"content": m.content} for m in touched if m.role != "activity"
+                )
+                # The rows changed behind save()'s back: its next call compares every row.
+                values: dict[str, Any] = {"updated_at": now, "save_state": ""}
+                if preview:
+                    values["preview"] = preview
+                StoredConversation.objects.filter(pk=state.pk).update(**values)
+
+    def _link_attachments_sync(self, states: dict[UUID, _ChatState], live: list[_Pending]) -> None:
+        """Link the attachments the written records quote to their threads, as ``save`` does.
+
+        Only threads a written record quotes an attachment in are reconciled (against every
+        row of the thread), so ``agent_store_prune_attachments`` keeps the files.
+        """
+        from django_pydantic_agent.contrib.store.lifecycle import (
+            attachment_ids_in,
+            reconcile_conversation_attachments,
+        )
+        from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
+
+        quoting = {
+            p.chat_uuid
+            for p in live
+            if attachment_ids_in([self._records[p.message_uuid].wire_extra or {}])
+        }
+        for chat_uuid in quoting:
+            conversation = StoredConversation.objects.get(pk=states[chat_uuid].pk)
+            quoted: list[Any] = []
+            rows = StoredMessage.objects.filter(conversation_id=conversation.pk)
+            for record, data in rows.values_list("record", "data"):
+                if isinstance(record, dict):
+                    quoted.append(
+                        {**(record.get(_EXTRAS) or {}), **(record.get("wire_extra") or {})}
+                    )
+                quoted.append(data)
+            reconcile_conversation_attachments(conversation, quoted)
+
+    def _convert(self, state: _ChatState, legacy: _Legacy, inserts: list[Any]) -> set[UUID]:
+        """Turn a thread's wire rows into record rows (the first write to one of them).
+
+        The wire rows are deleted and every record read from them is inserted, as the pair
+        holds it now, at its position. Returns the records written.
+        """
+        from django_pydantic_agent.contrib.store.models import StoredMessage
+
+        StoredMessage.objects.filter(pk__in=legacy.rows, message_uuid__isnull=True).delete()
+        for message_uuid, position in legacy.positions.items():
+            record = self._records[message_uuid]
+            inserts.append(
+                StoredMessage(
+                    conversation_id=state.pk,
+                    position=position,
+                    message_uuid=message_uuid,
+                    **_row_fields(record, self._extras.get(message_uuid)),
+                )
+            )
+        del self._legacy[state.chat_uuid]
+        return set(legacy.positions)
+
+    def _update_row(self, pending: _Pending, record: Message) -> None:
+        from django_pydantic_agent.contrib.store.models import StoredMessage
+
+        values: dict[str, Any] = {}
+        fields = _row_fields(record, self._extras.get(record.message_uuid))
+        if pending.full_content:
+            values["content"] = record.content
+        elif pending.content_offset is not None:
+            tail = record.content[pending.content_offset :]
+            values["content"] = (
+                Value(tail)
+                if pending.content_offset == 0
+                else Concat(Left("content", pending.content_offset), Value(tail))
+            )
+        for name in pending.fields:
+            values[name] = fields[name]
+        if values:
+            StoredMessage.objects.filter(message_uuid=record.message_uuid).update(**values)
+
+    # Writes -------------------------------------------------------------------------------
+
+    async def create_message(self, message_data: MessageCreate) -> Message:
+        """Queue a new message at the end of its chat (one ``INSERT`` when the scope ends).
+
+        Raises:
+            ValueError: If ``chat_uuid`` is missing or names no chat of this owner.
+        """
+        chat_uuid = message_data.chat_uuid
+        if chat_uuid is None:
+            raise ValueError("create_message needs chat_uuid; pass the chat the message joins.")
+        state = self.chats._states.get(chat_uuid)
+        if state is None:
+            state = await sync_to_async(self.chats._state_sync)(chat_uuid)
+        if state is None or state.deleted:
+            raise ValueError(f"Chat {chat_uuid} does not exist; create it before its messages.")
+        declared = self.message_class.model_fields
+        kept = {k: v for k, v in message_data.model_dump().items() if k in declared}
+        emitter_type, emitter_id = emitter_for_role(
+            message_data.role, participant_id(owner_uuid(state.owner_id))
+        )
+        async with self._writing():
+            message = self.message_class(
+                **kept,
+                message_uuid=uuid.uuid4(),
+                tool_calls=[],
+                reasonings=[],
+                emitter_type=emitter_type,
+                emitter_id=emitter_id,
+            )
+            message._sequence_id = state.next_position + 1
+            message._created_at = _now_iso()
+            self._keep(message)
+            self._touch(message).created = True
+            return self._copy(message)
+
+    async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
+        """Apply an update (a content delta becomes an O(delta) ``UPDATE``); ``None`` if unknown."""
+        message = await self._cached(message_uuid)
+        if message is None:
+            return None
+        changes = update_fields(update)
+        if not changes:
+            return self._copy(message)
+        async with self._writing():
+            staged = self._copy(message)
+            applied = apply_update(staged, update)
+            self._keep(staged)
+            pending = self._touch(staged)
+            if not pending.created:
+                if "content_delta" in changes and not pending.full_content:
+                    offset = int(changes["content_offset"])
+                    if pending.content_offset is None or offset < pending.content_offset:
+                        pending.content_offset = offset
+                elif "content" in applied:
+                    pending.full_content = True
+                own = set(applied) - {"content"}
+                if own:
+                    pending.fields.add("record")
+                    pending.fields.update(f for f in ("status", "run_id") if f in own)
+                    if "agui_id" in own:
+                        pending.fields.add("message_id")
+            return self._copy(staged)
+
+    async def _append_child(self, field_name: str, record_class: type[Any], data: Any) -> Any:
+        parent = await self._cached(data.message_uuid)
+        if parent is None:
+            raise ValueError(
+                f"Message {data.message_uuid} does not exist; create the message before "
+                f"appending to its {field_name}."
+            )
+        async with self._writing():
+            child = record_class(**data.model_dump(exclude={"message_uuid"}), uuid=uuid.uuid4())
+            staged = self._copy(parent)
+            getattr(staged, field_name).append(child)
+            self._keep(staged)
+            pending = self._touch(staged)
+            if not pending.created:
+                pending.fields.add(field_name)
+            return child.model_copy(deep=True)
+
+    async def _update_child(self, field_name: str, uuid_: UUID, update: Any) -> Any:
+        parent = await self._parent_of(uuid_)
+        if parent is None:
+            return None
+        children = getattr(parent, field_name)
+        index = next((i for i, c in enumerate(children) if c.uuid == uuid_), None)
+        if index is None:
+            return None
+        if not update_fields(update):
+            return children[index].model_copy(deep=True)
+        async with self._writing():
+            staged = self._copy(parent)
+            child = getattr(staged, field_name)[index]
+            apply_update(child, update)
+            self._keep(staged)
+            pending = self._touch(staged)
+            if not pending.created:
+                pending.fields.add(field_name)
+            return child.model_copy(deep=True)
+
+    # Reads --------------------------------------------------------------------------------
+
+    def _get_sync(self, message_uuid: UUID) -> Message | None:
+        record = self._lookup_sync(message_uuid)
+        return None if record is None else self._copy(record)
+
+    async def get_message(self, message_uuid: UUID) -> Message | None:
+        """Return a message of this owner by uuid, or ``None``."""
+        return await sync_to_async(self._get_sync)(message_uuid)
+
+    def _thread_sync(self, chat_uuid: UUID) -> list[Message]:
+        return [self._copy(m) for m in self._read_thread_sync(chat_uuid)]
+
+    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
+        """Return the first message of the chat with this AG-UI id, or ``None``."""
+        for message in await sync_to_async(self._thread_sync)(chat_uuid):
+            if message.agui_id == agui_id:
+                return message
+        return None
+
+    async def get_tool_call_by_agui_id(self, message_uuid: UUID, agui_id: str) -> ToolCall | None:
+        """Return the tool call of a message with this AG-UI id, or ``None``."""
+        message = await self.get_message(message_uuid)
+        if message is None:
+            return None
+        for call in message.tool_calls:
+            if call.agui_id == agui_id:
+                return call
+        return None
+
+    async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[Message]:
+        """Return every message of the chat in sequence order (``[]`` for an unknown chat)."""
+        return await sync_to_async(self._thread_sync)(chat_uuid)
+
+    def _last_sync(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
+        result: dict[UUID, Message] = {}
+        for chat_uuid in chat_uuids:
+            messages = self._read_thread_sync(chat_uuid)
+            if messages:
+                result[chat_uuid] = self._copy(messages[-1])
+        return result
+
+    async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
+        """Return the latest message of each given chat that has one."""
+        return await sync_to_async(self._last_sync)(chat_uuids)

@@ -1,0 +1,263 @@
+"""Run records in the database (``StoredAgentRun``) and the sweeper of runs whose worker died.
+
+``DefaultRunStore`` is the ``persistence.runs.RunStore`` of ``DefaultConversationStore``: one
+row per run, at most one ``running`` row per thread (a partial unique constraint, so two
+workers starting a run on one thread at once cannot both win).
+
+``sweep_runs(lease=...)`` finalises every ``running`` run whose heartbeat is older than
+``lease`` seconds as ``errored``, and with it the records that run left in progress (their
+message rows, tool calls and reasoning steps become ``errored``), so nothing stays
+``running`` after a worker was killed. Call it at start-up and periodically
+(``run_sweeper``), or run ``manage.py agent_store_sweep_runs [--lease SECONDS]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from django_pydantic_agent.persistence.runs import (
+    DEFAULT_LEASE_SECONDS,
+    RunRecord,
+    RunStatus,
+    SyncRunStore,
+    check_terminal,
+)
+
+if TYPE_CHECKING:
+    from django_pydantic_agent.contrib.store.models import StoredAgentRun
+
+__all__ = [
+    "SWEPT_ERROR",
+    "DefaultRunStore",
+    "asweep_runs",
+    "run_sweeper",
+    "sweep_runs",
+]
+
+logger = logging.getLogger("django_pydantic_agent.contrib.store")
+
+SWEPT_ERROR: Final[str] = (
+    "The worker running this run stopped sending heartbeats; the run was ended by the sweeper."
+)
+"""The ``error`` of a swept run and of the records it left in progress."""
+
+
+#: How often ``start`` inserts again after the thread's running run ended in its way.
+_START_ATTEMPTS: Final[int] = 3
+
+
+def _record(row: StoredAgentRun) -> RunRecord:
+    return RunRecord(
+        owner_id=row.owner_id,
+        thread_id=row.thread_id,
+        run_id=row.run_id,
+        status=row.status,
+        worker_id=row.worker_id,
+        heartbeat_at=row.heartbeat_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        usage=dict(row.usage or {}),
+        last_seq=row.last_seq,
+        error=row.error,
+    )
+
+
+def _rows() -> Any:
+    from django_pydantic_agent.contrib.store.models import StoredAgentRun
+
+    return StoredAgentRun.objects
+
+
+class DefaultRunStore(SyncRunStore):
+    """A ``RunStore`` over ``StoredAgentRun`` rows (see the module docstring)."""
+
+    def _start_sync(
+        self, owner_id: str, thread_id: str, run_id: str, worker_id: str
+    ) -> tuple[RunRecord, bool]:
+        known = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id).first()
+        if known is not None:
+            return _record(known), known.status == RunStatus.RUNNING
+        for attempt in range(_START_ATTEMPTS):
+            try:
+                with transaction.atomic():
+                    row = _rows().create(
+                        owner_id=owner_id, thread_id=thread_id, run_id=run_id, worker_id=worker_id
+                    )
+            except IntegrityError:
+                active = (
+                    _rows()
+                    .filter(owner_id=owner_id, thread_id=thread_id, status=RunStatus.RUNNING)
+                    .first()
+                )
+                if active is not None:
+                    return _record(active), False
+                same = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id)
+                if (found := same.first()) is not None:  # the same run id raced itself
+                    return _record(found), False
+                # The thread's running run ended between the INSERT and this read: try again.
+                if attempt == _START_ATTEMPTS - 1:
+                    raise
+                continue
+            return _record(row), True
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _heartbeat_sync(
+        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
+    ) -> bool:
+        values: dict[str, Any] = {"heartbeat_at": timezone.now()}
+        if last_seq is not None:
+            values["last_seq"] = last_seq
+        return bool(
+            _rows()
+            .filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id, status=RunStatus.RUNNING)
+            .update(**values)
+        )
+
+    def _finish_sync(
+        self,
+        owner_id: str,
+        thread_id: str,
+        run_id: str,
+        status: str,
+        usage: dict[str, Any] | None,
+        last_seq: int | None,
+        error: str,
+    ) -> RunRecord | None:
+        check_terminal(status)
+        values: dict[str, Any] = {"status": status, "finished_at": timezone.now(), "error": error}
+        if usage is not None:
+            values["usage"] = dict(usage)
+        if last_seq is not None:
+            values["last_seq"] = last_seq
+        rows = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id)
+        rows.filter(status=RunStatus.RUNNING).update(**values)
+        row = rows.first()
+        return None if row is None else _record(row)
+
+    def _get_sync(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
+        row = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id).first()
+        return None if row is None else _record(row)
+
+    def _active_sync(self, owner_id: str, thread_id: str) -> RunRecord | None:
+        row = (
+            _rows().filter(owner_id=owner_id, thread_id=thread_id, status=RunStatus.RUNNING).first()
+        )
+        return None if row is None else _record(row)
+
+    async def sweep(self, *, lease: float = DEFAULT_LEASE_SECONDS) -> list[RunRecord]:
+        """Finalise stale runs (see :func:`sweep_runs`)."""
+        return await asweep_runs(lease=lease)
+
+
+def _errored(record: dict[str, Any]) -> dict[str, Any]:
+    if record.get("status") == "active" or record.get("in_progress"):
+        return {**record, "status": "errored", "in_progress": False, "error": SWEPT_ERROR}
+    return record
+
+
+def _finalise_records(run: StoredAgentRun) -> int:
+    """Finalise the records the run wrote as the storage agent does for a crashed run.
+
+    In-progress messages, tool calls and reasoning steps become ``errored`` with
+    ``SWEPT_ERROR``, and the run's last answer carries its outcome (``type: error``). Returns
+    the rows changed.
+    """
+    from django_pydantic_agent.contrib.store.models import StoredMessage
+
+    rows = list(
+        StoredMessage.objects.filter(
+            conversation__owner_id=run.owner_id,
+            conversation__thread_id=run.thread_id,
+            run_id=run.run_id,
+            message_uuid__isnull=False,
+        )
+        .order_by("position")
+        .select_for_update()
+    )
+    answers = [row for row in rows if row.role not in ("user", "activity")]
+    carrier = answers[-1] if answers else None
+    changed: list[StoredMessage] = []
+    for row in rows:
+        record = _errored(dict(row.record or {}))
+        if row is carrier and not record.get("run_outcome"):
+            outcome = {"run_id": run.run_id, "type": "error", "message": SWEPT_ERROR}
+            record = {**record, "run_outcome": outcome}
+        calls = [_errored(dict(c)) for c in row.tool_calls or []]
+        steps = [_errored(dict(s)) for s in row.reasonings or []]
+        if (record, calls, steps) == (row.record, row.tool_calls, row.reasonings):
+            continue
+        row.record, row.tool_calls, row.reasonings = record, calls, steps
+        row.status = str(record.get("status") or row.status)[:16]
+        changed.append(row)
+    StoredMessage.objects.bulk_update(changed, ["record", "tool_calls", "reasonings", "status"])
+    return len(changed)
+
+
+def sweep_runs(
+    *, lease: float = DEFAULT_LEASE_SECONDS, now: datetime | None = None
+) -> list[RunRecord]:
+    """Finalise every ``running`` run with no heartbeat for ``lease`` seconds as ``errored``.
+
+    Each run and the records it left in progress are finalised in one transaction, the run
+    row locked and re-checked first, so a run whose worker renewed its heartbeat meanwhile
+    is left alone. Returns the runs swept.
+    """
+    if lease <= 0:
+        raise ValueError(f"lease={lease!r} is not valid: pass a positive number of seconds.")
+    cutoff = (now or timezone.now()) - timedelta(seconds=lease)
+    swept: list[RunRecord] = []
+    stale = _rows().filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
+    for pk in list(stale.values_list("pk", flat=True)):
+        with transaction.atomic():
+            run = (
+                _rows()
+                .select_for_update()
+                .filter(pk=pk, status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
+                .first()
+            )
+            if run is None:
+                continue
+            run.status = RunStatus.ERRORED.value
+            run.finished_at = timezone.now()
+            run.error = SWEPT_ERROR
+            run.save(update_fields=["status", "finished_at", "error"])
+            count = _finalise_records(run)
+        logger.warning(
+            "Run %r of a thread was swept as errored (no heartbeat for %s s; %d records "
+            "finalised).",
+            run.run_id,
+            lease,
+            count,
+        )
+        swept.append(_record(run))
+    return swept
+
+
+async def asweep_runs(*, lease: float = DEFAULT_LEASE_SECONDS) -> list[RunRecord]:
+    """The async form of :func:`sweep_runs` (one ``sync_to_async``)."""
+    return await sync_to_async(sweep_runs)(lease=lease)
+
+
+async def run_sweeper(
+    *, lease: float = DEFAULT_LEASE_SECONDS, interval: float | None = None
+) -> None:
+    """Sweep now, then every ``interval`` seconds (default: half the lease) until cancelled.
+
+    A sweep that fails is logged and retried at the next interval.
+    """
+    pause = lease / 2 if interval is None else interval
+    if pause <= 0:
+        raise ValueError(f"interval={interval!r} is not valid: pass a positive number of seconds.")
+    while True:
+        try:
+            await asweep_runs(lease=lease)
+        except Exception:
+            logger.exception("Sweeping stale runs failed; retrying in %s s.", pause)
+        await asyncio.sleep(pause)

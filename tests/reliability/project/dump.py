@@ -1,0 +1,44 @@
+"""``python -m tests.reliability.project.dump``: the run records and message rows, as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import django
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.reliability.project.settings")
+    django.setup()
+    from django_pydantic_agent.contrib.store.models import StoredAgentRun, StoredMessage
+
+    runs = [
+        {
+            "owner_id": run.owner_id,
+            "thread_id": run.thread_id,
+            "run_id": run.run_id,
+            "status": run.status,
+            "last_seq": run.last_seq,
+            "error": run.error,
+        }
+        for run in StoredAgentRun.objects.order_by("started_at", "pk")
+    ]
+    messages = [
+        {
+            "owner_id": row.conversation.owner_id,
+            "thread_id": row.conversation.thread_id,
+            "run_id": row.run_id,
+            "position": row.position,
+            "role": row.role,
+            "status": row.status,
+        }
+        for row in StoredMessage.objects.select_related("conversation").order_by(
+            "conversation_id", "position"
+        )
+    ]
+    print(json.dumps({"runs": runs, "messages": messages}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""The AG-UI servers of the reliability site, on ``DefaultConversationStore``.
+
+``agent/``         the defaults: ``on_disconnect="continue"``, ``concurrent_runs="reject"``
+``cancel-agent/``  ``on_disconnect="cancel"``: a client that goes away cancels its run
+
+Callers authenticate with an ``X-User: <username>`` header (the users ``prepare.py`` made).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.http import HttpRequest
+from django.urls import path
+
+from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+from tests.reliability.project.agent import build_agent
+
+
+def header_user(request: HttpRequest) -> Any:
+    """The user named by the ``X-User`` header, or ``None``."""
+    name = request.headers.get("X-User", "")
+    return get_user_model().objects.filter(username=name).first() if name else None
+
+
+def _server(namespace: str, **options: Any) -> AGUIServer:
+    return AGUIServer(
+        build_agent(),
+        conversation_store=DefaultConversationStore(),
+        get_user=header_user,
+        csrf_exempt=True,
+        namespace=namespace,
+        **options,
+    )
+
+
+urlpatterns = [
+    path("agent/", _server("agent").urls),
+    path("cancel-agent/", _server("cancel-agent", on_disconnect="cancel").urls),
+]
