@@ -27,11 +27,10 @@ from ag_ui_validate.pytest_plugin import assert_valid_agui
 
 from django_pydantic_agent.contrib.store.runs import SWEPT_ERROR
 from tests.example_project.support import (
-    BIN_DIR,
-    EXAMPLE_DIR,
+    _start_uvicorn,
+    _stop,
     _wait_until_up,
     example_env,
-    free_port,
     login,
     parse_sse,
     prepare_database,
@@ -54,36 +53,13 @@ class Worker:
 @contextmanager
 def worker(database: Path, log: Path, **env: str) -> Iterator[Worker]:
     """One uvicorn worker of the example project on ``database`` (stopped on exit if alive)."""
-    port = free_port()
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [
-                str(BIN_DIR / "uvicorn"),
-                "example_project.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--lifespan",
-                "off",
-            ],
-            cwd=EXAMPLE_DIR,
-            env=example_env(database, **env),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
+    process, url = _start_uvicorn(example_env(database, **env), log)
     try:
         _wait_until_up(url, process, log)
         yield Worker(url=url, log=log, process=process)
     finally:
         if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+            _stop(process)
 
 
 def run_rows(database: Path) -> list[tuple[str, str, str]]:
