@@ -62,6 +62,30 @@ def configure() -> None:
     django.setup()
 
 
+def grow_figure(messages: int, round: int = 0) -> Figure:
+    """As in bench.scenarios: a new thread saved with 1, 2, ..., ``messages`` messages."""
+    from django_pydantic_agent.contrib.store.default_conversation_store import (
+        DefaultConversationStore,
+    )
+    from django_pydantic_agent.persistence.types.conversation import Conversation
+
+    store = DefaultConversationStore()
+    thread = f"thread-{messages}-grown-{round}"
+
+    def grow_thread(i: int) -> None:
+        growing = []
+        for n in range(messages):
+            growing.append(message(n))
+            store._store(Conversation(thread_id=thread, messages=growing), "bench-append")
+
+    return measure(
+        f"{messages}-message thread",
+        f"grow to {messages} messages, one save each (total)",
+        1,
+        grow_thread,
+    )
+
+
 def run(messages: int, threads: int, orphans: int, samples: int) -> list[Figure]:
     from django.core.files.base import ContentFile
     from django.core.management import call_command
@@ -103,16 +127,7 @@ def run(messages: int, threads: int, orphans: int, samples: int) -> list[Figure]
         measure(scenario, "load", max(1, samples // 5), lambda _: store._fetch(thread, owner))
     )
 
-    def grow_thread(i: int) -> None:
-        # As in bench.scenarios: saves of 1, 2, ..., ``messages`` messages.
-        growing = []
-        for n in range(messages):
-            growing.append(message(n))
-            store._store(Conversation(thread_id=f"{thread}-grown-{i}", messages=growing), owner)
-
-    figures.append(
-        measure(scenario, f"grow to {messages} messages, one save each (total)", 1, grow_thread)
-    )
+    figures.append(grow_figure(messages))
 
     now = timezone.now()
     rows = [
@@ -186,13 +201,22 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=10_000)
     parser.add_argument("--orphans", type=int, default=5000)
     parser.add_argument("--samples", type=int, default=50)
+    parser.add_argument(
+        "--grow-round",
+        type=int,
+        metavar="N",
+        help="only grow a thread (round N of a comparison run in turns with this package)",
+    )
     args = parser.parse_args()
     configure()
     from django.core.management import call_command
     from django.db import connection
 
     call_command("migrate", verbosity=0)
-    figures = run(args.messages, args.threads, args.orphans, args.samples)
+    if args.grow_round is not None:
+        figures = [grow_figure(args.messages, args.grow_round)]
+    else:
+        figures = run(args.messages, args.threads, args.orphans, args.samples)
     from importlib.metadata import version
 
     print(

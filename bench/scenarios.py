@@ -23,7 +23,7 @@ from django_pydantic_agent.contrib.store.models import (
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence import Conversation
 
-__all__ = ["bench_append", "bench_list", "bench_prune", "run_all"]
+__all__ = ["bench_append", "bench_list", "bench_prune", "grow_figure", "run_all"]
 
 
 def bench_append(messages: int = 1000, samples: int = 50) -> list[Figure]:
@@ -55,17 +55,27 @@ def bench_append(messages: int = 1000, samples: int = 50) -> list[Figure]:
         measure(scenario, "load", max(1, samples // 5), lambda _: store._fetch(thread, owner))
     )
 
+    figures.append(grow_figure(messages))
+    return figures
+
+
+def grow_figure(messages: int = 1000, round: int = 0) -> Figure:
+    """A caller saving after every message: a new thread saved with 1, 2, ..., ``messages``."""
+    store = DefaultConversationStore()
+    thread = f"thread-{messages}-grown-{round}"
+
     def grow_thread(i: int) -> None:
-        # A caller saving after every message: saves of 1, 2, ..., ``messages`` messages.
         growing: list[dict[str, object]] = []
         for n in range(messages):
             growing.append(message(n))
-            store._store(Conversation(thread_id=f"{thread}-grown-{i}", messages=growing), owner)
+            store._store(Conversation(thread_id=thread, messages=growing), "bench-append")
 
-    figures.append(
-        measure(scenario, f"grow to {messages} messages, one save each (total)", 1, grow_thread)
+    return measure(
+        f"{messages}-message thread",
+        f"grow to {messages} messages, one save each (total)",
+        1,
+        grow_thread,
     )
-    return figures
 
 
 def bench_list(threads: int = 10_000, samples: int = 50, limit: int = 50) -> list[Figure]:

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
-from ag_ui.core import BaseEvent, RunAgentInput, RunStartedEvent
+from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunStartedEvent
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from pydantic_ai.agent import AbstractAgent
@@ -110,26 +110,33 @@ THREAD_BUSY = (
 
 
 class StoreGuard:
-    """The storage agent of one run, with its store failures before streaming turned into
-    ``RUN_STARTED`` + ``RUN_ERROR`` (``STORE_REFUSED`` / ``STORE_LIMIT`` for a refusal,
-    ``STORE_FAILED`` redacted for anything else), so a client learns its run was not kept."""
+    """The storage agent of one run, with its store failures turned into ``RUN_ERROR``
+    (``STORE_REFUSED`` / ``STORE_LIMIT`` for a refusal, ``STORE_FAILED`` redacted for anything
+    else; after a ``RUN_STARTED`` if none was sent), so a client learns its run was not kept.
+
+    The inner agent ends its own failures with ``RUN_ERROR`` (``InnerAgent``), so what the
+    storage agent raises is the store's: before the stream, or on a new thread while the
+    chat and the user message are written behind it.
+    """
 
     def __init__(self, agent: AGUIStorageAgent, *, expose_error_messages: bool) -> None:
         self.agent = agent
         self._expose = expose_error_messages
 
     async def run(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
-        started = False
+        started = ended = False
         stream = self.agent.run(input)
         try:
             async for event in stream:
                 started = True
+                ended = event.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
                 yield event
         except Exception as exc:
-            if started:
+            if ended:
                 raise
             log_run_failure(input, exc)
-            yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
+            if not started:
+                yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
             if isinstance(exc, StoreError):
                 yield store_refusal_event(exc, store="conversation")
             else:

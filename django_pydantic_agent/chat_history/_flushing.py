@@ -30,7 +30,7 @@ from django_pydantic_agent.chat_history.records import (
 )
 from django_pydantic_agent.chat_history.repositories import MessageRepositoryLike
 
-__all__ = ["Flusher"]
+__all__ = ["Flusher", "is_transient"]
 
 logger = logging.getLogger("django_pydantic_agent.chat_history")
 
@@ -39,7 +39,7 @@ logger = logging.getLogger("django_pydantic_agent.chat_history")
 _TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 
 
-def _expected(exc: BaseException) -> bool:
+def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` is a failure retrying answers: a timeout, a lost connection, a busy backend.
 
     Those are logged as one line; anything else keeps its traceback. A ``StaleDeltaError`` (the
@@ -78,7 +78,7 @@ class Flusher:
                 for call in state.foreign:
                     await self._write_tool_call(call, call.message_uuid, commits)
         except Exception as exc:
-            expected = _expected(exc)
+            expected = is_transient(exc)
             logger.warning(
                 "Persisting run %r failed; the changes are kept and retried.%s",
                 state.run_id,

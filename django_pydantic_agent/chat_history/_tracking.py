@@ -172,6 +172,8 @@ class StorageState:
         resumed: Whether the run answers interrupts (its outcome is then always stored, so it
             supersedes the interrupt outcome it resumed).
         dropped: Whether events were dropped from persistence (queue overflow).
+        unstored: Whether writing a new thread's chat and user messages failed (nothing of
+            the run is written then; the run fails).
     """
 
     run_id: str
@@ -191,6 +193,7 @@ class StorageState:
     resumed: bool = False
     terminal_seen: bool = False
     dropped: bool = False
+    unstored: bool = False
     flush_due: float | None = None
     flush_now: bool = False
     needs_recovery: bool = False

@@ -7,6 +7,11 @@ owns folds them into records. Writes are few: records are created at their first
 their content, completion is folded into the same write, text is flushed by size and by time,
 and every flush is one ``message_repo.transaction()``.
 
+On a new thread only the lookup comes before the inner agent starts: the chat and the user
+messages are written by a task of the run while the agent starts (the first event is not
+delayed by them), the consumer stores nothing before they are, and the terminal event is
+not forwarded before they are. If they fail, the run raises and nothing of it is stored.
+
 How a run ends decides the terminal status of this run's records (never another run's):
 ``RUN_FINISHED`` → ``complete`` (outcome ``cancelled`` → ``interrupted``); ``RUN_ERROR`` →
 ``errored`` with ``"[code] message"``; cancellation → ``interrupted`` (finalization shielded,
@@ -60,9 +65,10 @@ from ag_ui.core import (
 )
 from ag_ui.core import Message as AGUIMessage
 
-from django_pydantic_agent.chat_history._flushing import Flusher
+from django_pydantic_agent.chat_history._flushing import Flusher, is_transient
 from django_pydantic_agent.chat_history._fold import EventFold
 from django_pydantic_agent.chat_history._inbound import (
+    InboundPlan,
     derive_chat_name,
     dump_parts,
     flatten_content,
@@ -70,6 +76,7 @@ from django_pydantic_agent.chat_history._inbound import (
 )
 from django_pydantic_agent.chat_history._tracking import StorageState
 from django_pydantic_agent.chat_history.errors import ErrorCodes, InvalidInputError
+from django_pydantic_agent.chat_history.keys import chat_deduplication_key
 from django_pydantic_agent.chat_history.records import (
     Chat,
     ChatCreate,
@@ -86,7 +93,7 @@ from django_pydantic_agent.chat_history.repositories import (
     ChatRepositoryLike,
     MessageRepositoryLike,
 )
-from django_pydantic_agent.chat_history.translate import translate_messages
+from django_pydantic_agent.chat_history.translate import BOOKKEEPING_KEY, translate_messages
 
 __all__ = [
     "CRASH_TEXT",
@@ -133,6 +140,20 @@ def _wire_extra(message: UserMessage) -> dict[str, Any] | None:
     """The posted message's other keys (``attachments``, ``metadata``...) as camelCase JSON."""
     keep = (message.model_fields_set - _MODELLED_USER_FIELDS) | set(message.model_extra or {})
     return message.model_dump(mode="json", by_alias=True, include=keep) or None
+
+
+def _unsaved(message: AGUIMessage) -> AGUIMessage:
+    """A new thread's message as replayed before it is stored: no ``uuid`` in its bookkeeping.
+
+    The store assigns the uuid while the inner agent starts, so the provisional one is not
+    shown (the status and run id are already what will be stored).
+    """
+    meta = getattr(message, "metadata", None) or {}
+    data = meta.get(BOOKKEEPING_KEY)
+    if not isinstance(data, dict) or "uuid" not in data:
+        return message
+    kept = {key: value for key, value in data.items() if key != "uuid"}
+    return message.model_copy(update={"metadata": {**meta, BOOKKEEPING_KEY: kept}})
 
 
 def _now_ms() -> int:
@@ -202,6 +223,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         self.finalize_timeout = finalize_timeout
         self._translate = translate
         self._handlers = self.event_handlers()
+        self._resolved: dict[type[BaseEvent], Callable[..., Any]] = {}
         self._warned_seconds = False
 
     # Extension point 1: the dispatch table ------------------------------------------------
@@ -246,12 +268,17 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         return table
 
     def _handler_for(self, event: BaseEvent) -> Callable[..., Any]:
-        for klass in type(event).__mro__:
-            name = self._handlers.get(klass)
-            if name is not None:
-                handler: Callable[..., Any] = getattr(self, name)
-                return handler
-        return self.handle_unknown_event
+        kind = type(event)
+        handler = self._resolved.get(kind)
+        if handler is None:
+            handler = self.handle_unknown_event
+            for klass in kind.__mro__:
+                name = self._handlers.get(klass)
+                if name is not None:
+                    handler = getattr(self, name)
+                    break
+            self._resolved[kind] = handler
+        return handler
 
     async def handle_unknown_event(self, state: StorageState, chat: Chat, event: BaseEvent) -> None:
         """Handle an event with no registered handler; the default ignores it."""
@@ -347,10 +374,12 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
 
         ``input`` is not modified; the inner agent gets a copy whose ``messages`` are the
         stored history. A refused input yields ``RUN_STARTED`` then ``RUN_ERROR`` (code
-        ``INVALID_INPUT``) and writes nothing. Repository failures before the stream raise.
+        ``INVALID_INPUT``) and writes nothing. Repository failures before the stream raise;
+        on a new thread, a failure to write the chat or its user messages raises from the
+        stream, before its terminal event.
         """
         try:
-            chat, history = await self._prepare(input)
+            chat, history, writes = await self._prepare(input)
         except InvalidInputError as exc:
             yield RunStartedEvent(
                 thread_id=input.thread_id, run_id=input.run_id, timestamp=_now_ms()
@@ -359,7 +388,10 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                 message=str(exc), code=ErrorCodes.INVALID_INPUT.value, timestamp=_now_ms()
             )
             return
-        inner_input = input.model_copy(update={"messages": self.translate(history)})
+        replay = self.translate(history)
+        if writes is not None:
+            replay = [_unsaved(message) for message in replay]
+        inner_input = input.model_copy(update={"messages": replay})
         state = StorageState(
             run_id=input.run_id,
             thread_id=input.thread_id,
@@ -368,7 +400,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             resumed=bool(input.resume),
         )
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        consumer = asyncio.create_task(self._consume(queue, state, chat))
+        consumer = asyncio.create_task(self._consume(queue, state, writes))
         cause: str | None = None
         started = False
         try:
@@ -380,6 +412,11 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                         started = True
                     elif isinstance(event, RunFinishedEvent | RunErrorEvent):
                         state.terminal_seen = True
+                        if writes is not None:
+                            await writes  # no terminal event before the thread is stored
+                    if writes is not None and writes.done():
+                        writes.result()  # a failed write ends the run (raised here)
+                        writes = None
                     self._enqueue(queue, state, event)
                     # An inner agent that never awaits would starve the consumer: give it a
                     # few loop turns (a store that is slow costs only these turns, never a wait).
@@ -388,6 +425,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                             break
                         await asyncio.sleep(0)
                     yield event
+            if writes is not None:
+                await writes
             if not state.terminal_seen:
                 if not started:
                     yield RunStartedEvent(
@@ -413,7 +452,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             cause = "crashed"
             raise
         finally:
-            await self._finish_shielded(queue, consumer, state, chat, cause)
+            await self._finish_shielded(queue, consumer, state, cause)
 
     def _enqueue(self, queue: asyncio.Queue[Any], state: StorageState, event: BaseEvent) -> None:
         if queue.qsize() >= self.max_queue_size:
@@ -428,21 +467,73 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             return
         queue.put_nowait(event)
 
-    async def _prepare(self, input: RunAgentInput) -> tuple[Chat, list[Message]]:
-        """Validate the inbound list, then write what it adds; return the chat and history."""
+    async def _prepare(
+        self, input: RunAgentInput
+    ) -> tuple[Chat, list[Message], asyncio.Task[tuple[Chat, list[Message]]] | None]:
+        """Validate the inbound list; return the chat, the history and the pending writes.
+
+        On a thread the store already has, what the inbound list adds is written before this
+        returns. On a new thread only the lookup comes before the stream: the chat and its
+        user messages are written by the returned task while the inner agent starts, from a
+        provisional chat and history built here (``run`` and the consumer wait for it).
+        """
         chat = await self.chat_repo.get_chat_by_thread_id(self.user_id, input.thread_id)
-        history = list(await self.message_repo.get_chat_messages(chat.chat_uuid)) if chat else []
-        plan = plan_inbound(input, history)
-        existed = chat is not None
         if chat is None:
-            first = input.messages[0].content if input.messages else None
-            chat = await self.chat_repo.create_chat(
-                ChatCreate(
-                    name=derive_chat_name(flatten_content(first)),
-                    thread_id=input.thread_id,
-                    user_uuid=self.user_id,
-                )
-            )
+            return self._prepare_new(input)
+        history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
+        chat, history = await self._write_inbound(
+            input, chat, history, plan_inbound(input, history)
+        )
+        return chat, history, None
+
+    def _prepare_new(
+        self, input: RunAgentInput
+    ) -> tuple[Chat, list[Message], asyncio.Task[tuple[Chat, list[Message]]]]:
+        plan = plan_inbound(input, [])  # refuses before anything is written
+        first = input.messages[0].content if input.messages else None
+        create = ChatCreate(
+            name=derive_chat_name(flatten_content(first)),
+            thread_id=input.thread_id,
+            user_uuid=self.user_id,
+        )
+        provisional = Chat(
+            thread_id=input.thread_id,
+            dedup_key=chat_deduplication_key(self.user_id, input.thread_id),
+            name=create.name,
+            user_uuid=self.user_id,
+        )
+        history = [
+            Message(**self.build_user_message_create(provisional, m, input.run_id).model_dump())
+            for m in plan.users
+        ]
+
+        async def attempt(retry: bool) -> tuple[Chat, list[Message]]:
+            chat = await self.chat_repo.create_chat(create)  # idempotent
+            # A retry first looks for the user messages a failed attempt may have stored.
+            return await self._write_inbound(input, chat, [], plan, existed=retry)
+
+        async def write() -> tuple[Chat, list[Message]]:
+            for delay in (0.05, 0.2):  # three attempts, as the final flush makes
+                try:
+                    return await attempt(retry=delay > 0.05)
+                except Exception as exc:
+                    if not is_transient(exc):
+                        raise
+                    await asyncio.sleep(delay)
+            return await attempt(retry=True)
+
+        return provisional, history, asyncio.create_task(write())
+
+    async def _write_inbound(
+        self,
+        input: RunAgentInput,
+        chat: Chat,
+        history: list[Message],
+        plan: InboundPlan,
+        *,
+        existed: bool = True,
+    ) -> tuple[Chat, list[Message]]:
+        """Write what ``plan`` adds to ``chat``; return the chat and its history after."""
         if not (plan.users or plan.answers or plan.resume_carrier):
             return chat, history
         async with self.message_repo.transaction():
@@ -505,11 +596,10 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         queue: asyncio.Queue[Any],
         consumer: asyncio.Task[None],
         state: StorageState,
-        chat: Chat,
         cause: str | None,
     ) -> None:
         """Run the final drain, finalization and flush; a second cancel cannot abort it."""
-        finish = asyncio.create_task(self._finish(queue, consumer, state, chat, cause))
+        finish = asyncio.create_task(self._finish(queue, consumer, state, cause))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.finalize_timeout
         cancelled_again = False
@@ -538,7 +628,6 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         queue: asyncio.Queue[Any],
         consumer: asyncio.Task[None],
         state: StorageState,
-        chat: Chat,
         cause: str | None,
     ) -> None:
         queue.put_nowait(_STOP)
@@ -548,6 +637,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             consumer.cancel()
             await asyncio.wait({consumer})
             raise
+        if state.unstored:
+            return
         if cause in ("cancelled", "abandoned"):
             self._terminate(state, INTERRUPTED, None, None)
             if state.outcome is None:
@@ -570,15 +661,34 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
 
     # The consumer ---------------------------------------------------------------------------
 
-    async def _consume(self, queue: asyncio.Queue[Any], state: StorageState, chat: Chat) -> None:
+    async def _consume(
+        self,
+        queue: asyncio.Queue[Any],
+        state: StorageState,
+        writes: asyncio.Task[tuple[Chat, list[Message]]] | None,
+    ) -> None:
+        if writes is not None:
+            try:
+                state.chat, state.history = await writes
+            except Exception:
+                state.unstored = True  # run() raises the failure; nothing more is written
+                return
+        chat = state.chat
         loop = asyncio.get_running_loop()
         while True:
-            timeout = None if state.flush_due is None else max(0.0, state.flush_due - loop.time())
             try:
-                item = await asyncio.wait_for(queue.get(), timeout)
-            except TimeoutError:
-                await self._flush(state)
-                continue
+                item = queue.get_nowait()  # a busy stream costs no wait (and no timer) per event
+            except asyncio.QueueEmpty:
+                if state.flush_due is None:
+                    item = await queue.get()
+                else:
+                    try:
+                        item = await asyncio.wait_for(
+                            queue.get(), max(0.0, state.flush_due - loop.time())
+                        )
+                    except TimeoutError:
+                        await self._flush(state)
+                        continue
             if item is _STOP:
                 return
             state.current_event_timestamp = self._event_time(item)
@@ -590,8 +700,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                     type(item).__name__,
                     state.run_id,
                 )
-            if state.flush_now:
-                await self._flush(state)
+            if state.flush_now or (state.flush_due is not None and loop.time() >= state.flush_due):
+                await self._flush(state)  # by size, or by time while the stream never pauses
             elif state.flush_due is None:
                 # Armed after any event; a flush with nothing to write costs no request, and
                 # checking for changes once per interval (not per event) keeps long runs linear.

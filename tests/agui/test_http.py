@@ -418,6 +418,12 @@ async def test_a_lock_after_streaming_started_loses_nothing(alice: Any) -> None:
     async with await logged_in(alice) as http:
         task = asyncio.ensure_future(http.post("/gated/", json=run_body(thread_id="locked")))
         await asyncio.wait_for(GATE.reached.wait(), timeout=10)
+        # The new thread's chat and user message are written as the run starts; the lock
+        # comes after them, while the answer streams.
+        for _ in range(200):
+            if (await http.get("/gated/threads/locked/")).status_code == 200:
+                break
+            await asyncio.sleep(0.02)
         with store_tables_locked():
             GATE.released.set()
             response = await task

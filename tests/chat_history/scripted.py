@@ -59,6 +59,26 @@ class ScriptedAgent(AGUIAgent):
             yield item
 
 
+def inbound_stored(
+    chats: InMemoryChatRepository, messages: InMemoryMessageRepository, thread: str = "t1"
+) -> Callable[[], Any]:
+    """A script step that waits until the run's chat and first message are stored.
+
+    On a new thread the storage agent writes them while the inner agent starts; a test that
+    must begin with them stored (as on a thread that exists) puts this step first.
+    """
+
+    async def wait() -> None:
+        for _ in range(10_000):
+            chat = await chats.get_chat_by_thread_id(USER, thread)
+            if chat is not None and await messages.get_chat_messages(chat.chat_uuid):
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError(f"The chat of thread {thread!r} was never stored.")
+
+    return wait
+
+
 def run_input(
     *messages: Message, thread: str = "t1", run: str = "r1", **extra: Any
 ) -> RunAgentInput:

@@ -1207,8 +1207,8 @@ async def test_stored_s26_a_disconnected_client_leaves_the_run_to_complete() -> 
 
 async def test_stored_s36_a_backlog_overflow_forwards_everything_and_errors_the_records() -> None:
     runs = StoredRuns(max_queue_size=2, minimal_chunk_to_persist=1)
-    script = [scripted.rs(), scripted.tms("m1")]
-    script += [scripted.tmc("m1", "x") for _ in range(30)]
+    script = [scripted.inbound_stored(runs.chats, runs.messages), scripted.rs()]
+    script += [scripted.tms("m1"), *(scripted.tmc("m1", "x") for _ in range(30))]
     script.append(scripted.rf())
     async with runs.manager() as manager:
         handle = await manager.run(scripted.run_input(), scripted.ScriptedAgent(script))

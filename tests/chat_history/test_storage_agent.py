@@ -67,6 +67,7 @@ from tests.chat_history.conftest import OTHER_USER, USER
 from tests.chat_history.scripted import (
     ScriptedAgent,
     Store,
+    inbound_stored,
     re_,
     rf,
     rs,
@@ -852,7 +853,7 @@ async def test_s36_s83_7_persistence_backlog_overflow_errors_the_records() -> No
     messages = SlowRepository(chats)
     # Once the user message is stored, the consumer is stuck on its first write: the backlog
     # grows past max_queue_size, and only then may writes go on.
-    script: list[Any] = [messages.opened.clear, rs(), tms("m1")]
+    script: list[Any] = [inbound_stored(chats, messages), messages.opened.clear, rs(), tms("m1")]
     for _ in range(50):
         script += [tmc("m1", "x"), lambda: asyncio.sleep(0)]
     script += [messages.opened.set, rf()]
@@ -1281,3 +1282,113 @@ async def test_s82_3_a_double_submitted_turn_stores_the_user_message_once() -> N
         "m1",
         "u2",
     ]
+
+
+# -- a new thread: only the lookup comes before the stream ---------------------------------
+
+
+class GatedChats(InMemoryChatRepository):
+    """``create_chat`` waits for ``gate``; ``fail`` makes it raise instead."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.fail: Exception | None = None
+
+    async def create_chat(self, chat_data: Any) -> Any:
+        await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        return await super().create_chat(chat_data)
+
+
+async def test_a_new_thread_streams_while_its_chat_is_written_and_finishes_after() -> None:
+    chats = GatedChats()
+    messages = InMemoryMessageRepository(chats)
+    inner = ScriptedAgent([rs(), *text("m1", "Hi"), rf()])
+    agent = AGUIStorageAgent("assistant", USER, chats, messages, inner)
+    stream = agent.run(run_input(UserMessage(id="u1", content="Hello")))
+    first = await anext(stream)
+    assert first.type == "RUN_STARTED"  # before the chat exists
+    assert await chats.get_chat_by_thread_id(USER, "t1") is None
+    rest = asyncio.create_task(_drain(stream))
+    await asyncio.sleep(0.05)
+    assert not rest.done()  # RUN_FINISHED waits for the chat and the user message
+    chats.gate.set()
+    events = await rest
+    assert _types(events)[-1] == "RUN_FINISHED"
+    chat = await chats.get_chat_by_thread_id(USER, "t1")
+    assert chat is not None
+    assert chat.name == "Hello"
+    stored = list(await messages.get_chat_messages(chat.chat_uuid))
+    assert [(m.role, m.agui_id, m.content, m.status) for m in stored] == [
+        ("user", "u1", "Hello", "complete"),
+        ("assistant", "m1", "Hi", "complete"),
+    ]
+    assert all(m.chat_uuid == chat.chat_uuid for m in stored)
+    # What the inner agent saw is what a replay of the stored user message gives, without the
+    # uuid the store had not assigned yet.
+    [replayed] = agent.translate(stored[:1])
+    assert replayed.metadata is not None
+    bookkeeping = dict(replayed.metadata["django_pydantic_agent"])
+    assert bookkeeping.pop("uuid") == str(stored[0].message_uuid)
+    assert inner.seen[0].messages == [
+        replayed.model_copy(update={"metadata": {"django_pydantic_agent": bookkeeping}})
+    ]
+
+
+async def test_a_new_thread_whose_chat_cannot_be_written_fails_the_run_and_stores_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    chats = GatedChats()
+    chats.fail = ConnectionError("the store is down")
+    chats.gate.set()
+    messages = InMemoryMessageRepository(chats)
+    agent = AGUIStorageAgent(
+        "assistant", USER, chats, messages, ScriptedAgent([rs(), *text("m1", "Hi"), rf()])
+    )
+    seen: list[str] = []
+
+    async def consume() -> None:
+        async for event in agent.run(run_input(UserMessage(id="u1", content="Hello"))):
+            seen.append(event.type)
+
+    with pytest.raises(ConnectionError, match="the store is down"):
+        await consume()
+    assert "RUN_FINISHED" not in seen  # the client is never told the turn was kept
+    assert await chats.get_chat_by_thread_id(USER, "t1") is None
+    assert messages.writes == []
+    assert not [r for r in caplog.records if "Finalizing" in r.getMessage()]
+
+
+class LandsThenFails(InMemoryMessageRepository):
+    """The first ``create_message`` is stored, then reported lost (a timeout after the write)."""
+
+    failed = False
+
+    async def create_message(self, message_data: Any) -> Any:
+        created = await super().create_message(message_data)
+        if not self.failed:
+            self.failed = True
+            raise TimeoutError("the answer was lost")
+        return created
+
+
+async def test_a_new_threads_writes_are_retried_without_storing_the_message_twice() -> None:
+    chats = GatedChats()
+    chats.gate.set()
+    messages = LandsThenFails(chats)
+    agent = AGUIStorageAgent(
+        "assistant", USER, chats, messages, ScriptedAgent([rs(), *text("m1", "Hi"), rf()])
+    )
+    events = await _drain(agent.run(run_input(UserMessage(id="u1", content="Hello"))))
+    assert _types(events)[-1] == "RUN_FINISHED"
+    assert messages.failed
+    chat = await chats.get_chat_by_thread_id(USER, "t1")
+    assert chat is not None
+    stored = await messages.get_chat_messages(chat.chat_uuid)
+    assert [(m.role, m.agui_id) for m in stored] == [("user", "u1"), ("assistant", "m1")]
+
+
+async def _drain(stream: Any) -> list[BaseEvent]:
+    return [event async for event in stream]

@@ -35,6 +35,7 @@ from tests.chat_history.conftest import USER
 from tests.chat_history.scripted import (
     ScriptedAgent,
     Store,
+    inbound_stored,
     rf,
     rs,
     run_input,
@@ -452,6 +453,7 @@ def _busy_script(repo: FailNthWrite) -> list[Any]:
     from tests.chat_history.scripted import tca, tce, tcr, tcs
 
     return [
+        inbound_stored(repo.chats, repo),
         rs(),
         lambda: setattr(repo, "armed", True),
         ReasoningMessageStartEvent(message_id="r1"),
