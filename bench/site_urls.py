@@ -6,12 +6,14 @@ import asyncio
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.http import JsonResponse
 from django.urls import path
 from pydantic_ai import Agent
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
@@ -53,16 +55,30 @@ class Latency(httpx.AsyncBaseTransport):
         self.inner, self.delay = inner, delay
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        start = time.perf_counter()
         await asyncio.sleep(self.delay)
         if TRACE:
             print(f"{time.perf_counter():.3f} {request.method} {request.url.path}", file=sys.stderr)
-        return await self.inner.handle_async_request(request)
+        response = await self.inner.handle_async_request(request)
+        if request.method == "GET":  # a lookup, as a run's first request on a thread is
+            await response.aread()
+            lookups.append((time.perf_counter() - start) * 1000)
+        return response
 
     async def aclose(self) -> None:
         await self.inner.aclose()
 
 
 TRACE = bool(os.environ.get("BENCH_TRACE"))
+lookups: deque[float] = deque(maxlen=1000)
+"""How long each GET through a ``Latency`` transport took, ms, delay included (newest last)."""
+
+
+async def lookup_times(request: Any) -> JsonResponse:
+    """``GET /lookups/``: the GET times above, so a client can tell what one request costs."""
+    return JsonResponse({"ms": list(lookups)})
+
+
 emulator = os.environ.get("BENCH_EMULATOR", "http://127.0.0.1:1/api/v2")
 
 
@@ -95,4 +111,5 @@ urlpatterns = [
     mount("slow", streaming(6000, delay=0.010), conversation_store=DefaultConversationStore()),
     mount("short", streaming(5), conversation_store=DefaultConversationStore()),
     *memory_service_urls("api/v2/memory/"),
+    path("lookups/", lookup_times),
 ]

@@ -96,24 +96,31 @@ async def measure_mounts(
 
 
 FIRST_EVENT_HEADER = (
-    "| mount | first event ms (median) | min | max | over off ms | target | runs |\n"
-    "| --- | ---: | ---: | ---: | ---: | --- | ---: |"
+    "| mount | first event ms (median) | min | max | over off ms | one request ms | target "
+    "| runs |\n"
+    "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"
 )
 
 
 async def first_event_table(
-    off_url: str, slow_url: str, *, latency_ms: float, samples: int
+    off_url: str, slow_url: str, lookups_url: str, *, latency_ms: float, samples: int
 ) -> list[str]:
     """Time to the first event on a new thread: persistence off against a Memory Service
-    with ``latency_ms`` per request (target: at most one request time more)."""
+    with ``latency_ms`` per request (target: at most one request time more).
+
+    One request time is what the server's lookups took in these runs (``lookups_url``: the
+    GET times of its slow transport, ``latency_ms`` included), median.
+    """
     times: dict[str, list[float]] = {off_url: [], slow_url: []}
     async with httpx.AsyncClient(timeout=120.0) as client:
         for url in times:
             await _runs(client, url, 0)
+        seen = len((await client.get(lookups_url)).json()["ms"])
         for _ in range(samples):
             for url in times:
                 [result] = await _runs(client, url, 1)
                 times[url].append(result.first_event * 1000)
+        request = statistics.median((await client.get(lookups_url)).json()["ms"][seen:])
     off = statistics.median(times[off_url])
     lines = []
     for label, url in (
@@ -122,15 +129,13 @@ async def first_event_table(
     ):
         values = times[url]
         median = statistics.median(values)
-        over = "" if url == off_url else f"{median - off:.1f}"
-        target = (
-            ""
-            if url == off_url
-            else (f"≤ {latency_ms:g} ms: {'met' if median - off <= latency_ms else 'missed'}")
-        )
+        slow = url != off_url
+        over = f"{median - off:.1f}" if slow else ""
+        verdict = "met" if median - off <= request else "missed"
+        target = f"≤ one request: {verdict}" if slow else ""
         lines.append(
             f"| {label} | {median:.1f} | {min(values):.1f} | {max(values):.1f} | {over} "
-            f"| {target} | {len(values)} |"
+            f"| {f'{request:.1f}' if slow else ''} | {target} | {len(values)} |"
         )
     return lines
 

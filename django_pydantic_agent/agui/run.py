@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
@@ -109,6 +110,10 @@ THREAD_BUSY = (
 )
 
 
+_OWNER_ATTR = "_django_pydantic_agent_owner"
+"""Where ``RunEndpoint.owner_id`` keeps a request's resolved owner (by ``allow_anonymous``)."""
+
+
 class StoreGuard:
     """The storage agent of one run, with its store failures turned into ``RUN_ERROR``
     (``STORE_REFUSED`` / ``STORE_LIMIT`` for a refusal, ``STORE_FAILED`` redacted for anything
@@ -117,6 +122,10 @@ class StoreGuard:
     The inner agent ends its own failures with ``RUN_ERROR`` (``InnerAgent``), so what the
     storage agent raises is the store's: before the stream, or on a new thread while the
     chat and the user message are written behind it.
+
+    ``RUN_STARTED`` goes out at once, before the store is read: a client sees its run start
+    without waiting for the thread's lookup. The one the run then emits (the inner agent's,
+    with the same thread and run ids) is not forwarded twice; the storage agent still folds it.
     """
 
     def __init__(self, agent: AGUIStorageAgent, *, expose_error_messages: bool) -> None:
@@ -124,19 +133,25 @@ class StoreGuard:
         self._expose = expose_error_messages
 
     async def run(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
-        started = ended = False
+        yield RunStartedEvent(
+            thread_id=input.thread_id,
+            run_id=input.run_id,
+            parent_run_id=input.parent_run_id,
+            timestamp=int(time.time() * 1000),
+        )
+        echoed = ended = False
         stream = self.agent.run(input)
         try:
             async for event in stream:
-                started = True
+                if not echoed and event.type == EventType.RUN_STARTED:
+                    echoed = True
+                    continue
                 ended = event.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
                 yield event
         except Exception as exc:
             if ended:
                 raise
             log_run_failure(input, exc)
-            if not started:
-                yield RunStartedEvent(thread_id=input.thread_id, run_id=input.run_id)
             if isinstance(exc, StoreError):
                 yield store_refusal_event(exc, store="conversation")
             else:
@@ -211,10 +226,17 @@ class RunEndpoint:
         return chat_repo, message_repo, user_uuid
 
     async def owner_id(self, request: HttpRequest) -> str:
-        """The store owner of ``request`` (``StoreError`` if the store refuses the caller)."""
-        return await sync_to_async(resolve_owner_id)(
-            request, allow_anonymous=serves_anonymous(self._store)
-        )
+        """The store owner of ``request`` (``StoreError`` if the store refuses the caller).
+
+        Resolved once per request (off the event loop: it may read the session).
+        """
+        allow_anonymous = serves_anonymous(self._store)
+        known: dict[bool, str] = request.__dict__.setdefault(_OWNER_ATTR, {})
+        if allow_anonymous not in known:
+            known[allow_anonymous] = await sync_to_async(resolve_owner_id)(
+                request, allow_anonymous=allow_anonymous
+            )
+        return known[allow_anonymous]
 
     async def active_run(self, request: HttpRequest, thread_id: str) -> dict[str, Any] | None:
         """``{"runId", "lastSeq"}`` of the caller's running run on ``thread_id``, or ``None``."""

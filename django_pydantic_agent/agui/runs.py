@@ -337,6 +337,10 @@ class RunCoordinator(RunObserver):
         """Remember the run-store owner of a run this coordinator started; start its relay."""
         self._owners[handle] = owner_id
         self._handles.add(handle)
+        # Its first poll of the cancel intent comes one interval in, not at its first event:
+        # nobody can have asked to cancel a run before it started, and the first event is
+        # the one a client waits for.
+        self._last_cancel_check[handle] = time.monotonic()
         self.relay.publish(handle, owner_id)
 
     async def _poll_cancel(self, handle: RunHandle) -> None:

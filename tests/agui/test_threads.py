@@ -854,3 +854,56 @@ async def test_a_run_that_would_create_a_thread_over_quota_is_a_413_before_strea
 
     threads = StoredConversation.objects.filter(owner_id=str(alice.pk)).values_list("thread_id")
     assert [row async for row in threads] == [("kept",)]
+
+
+async def test_run_started_goes_out_before_the_thread_lookup_returns(alice: Any) -> None:
+    # A slow store (a Memory Service far away) does not hold back the first event: the run
+    # is announced at once, and its content follows once the lookup answered.
+    from django.http import StreamingHttpResponse
+    from django.test import RequestFactory
+
+    from django_pydantic_agent.agui import AGUIServer
+    from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+    from tests.agui.agents import text_agent
+
+    looked_up = asyncio.Event()
+    answer = asyncio.Event()
+
+    class SlowChats:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        async def get_chat_by_thread_id(self, user_uuid: Any, thread_id: str) -> Any:
+            looked_up.set()
+            await answer.wait()
+            return await self._inner.get_chat_by_thread_id(user_uuid, thread_id)
+
+    class SlowStore(DefaultConversationStore):
+        async def repositories(self, *, request: Any) -> Any:
+            chats, messages = await super().repositories(request=request)
+            return SlowChats(chats), messages
+
+    async def auser() -> Any:
+        return alice
+
+    server = AGUIServer(text_agent(), conversation_store=SlowStore(), csrf_exempt=True)
+    request = RequestFactory().post("/", data=run_body(), content_type="application/json")
+    request.auser = auser
+    request.user = alice
+    response = await server.run_view(request)
+    assert isinstance(response, StreamingHttpResponse)
+    chunks = aiter(response)
+    first = sse_events(bytes(await asyncio.wait_for(anext(chunks), timeout=10)).decode())
+    assert [e["type"] for e in first] == ["RUN_STARTED"]
+    assert (first[0]["threadId"], first[0]["runId"]) == ("thread-1", "run-1")
+    await asyncio.wait_for(looked_up.wait(), timeout=10)
+    answer.set()
+    rest = "".join([bytes(chunk).decode() async for chunk in chunks])
+    events = first + sse_events(rest)
+    types = [e["type"] for e in events]
+    assert types.count("RUN_STARTED") == 1  # the inner agent's is not sent again
+    assert types[-1] == "RUN_FINISHED"
+    assert_valid_agui(events)
