@@ -507,20 +507,21 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             for m in plan.users
         ]
 
-        async def attempt(retry: bool) -> tuple[Chat, list[Message]]:
+        async def write_once(retry: bool) -> tuple[Chat, list[Message]]:
             chat = await self.chat_repo.create_chat(create)  # idempotent
             # A retry first looks for the user messages a failed attempt may have stored.
             return await self._write_inbound(input, chat, [], plan, existed=retry)
 
         async def write() -> tuple[Chat, list[Message]]:
-            for delay in (0.05, 0.2):  # three attempts, as the final flush makes
+            # Three attempts when the store's failure is transient, as the final flush makes.
+            for attempt, pause in enumerate((0.05, 0.2)):
                 try:
-                    return await attempt(retry=delay > 0.05)
+                    return await write_once(retry=attempt > 0)
                 except Exception as exc:
                     if not is_transient(exc):
                         raise
-                    await asyncio.sleep(delay)
-            return await attempt(retry=True)
+                    await asyncio.sleep(pause)
+            return await write_once(retry=True)
 
         return provisional, history, asyncio.create_task(write())
 

@@ -241,10 +241,21 @@ async def test_a_failed_run_saves_the_users_turn_and_the_partial_answer(alice: A
     assert statuses == ["complete", "errored"], "a reloaded page shows the answer as failed"
 
 
-async def run_with_failing_save(
-    user: Any, error: Exception, *, agent: Any = None, **options: Any
-) -> list[dict[str, Any]]:
-    """Run a server whose store fails the run's first write with ``error``; return the events."""
+class ChatsProxy:
+    """A store's chat repository, with the methods a test overrides."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+async def respond_over(
+    user: Any, chats: type[ChatsProxy], *, agent: Any = None, **options: Any
+) -> Any:
+    """The run view's streaming response to ``user``'s run, on a Default store whose chat
+    repository is wrapped in ``chats``."""
     from django.http import StreamingHttpResponse
     from django.test import RequestFactory
 
@@ -252,32 +263,35 @@ async def run_with_failing_save(
     from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
     from tests.agui.agents import text_agent
 
-    class FailingChats:
-        def __init__(self, inner: Any) -> None:
-            self._inner = inner
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._inner, name)
-
-        async def create_chat(self, chat_data: Any) -> Any:
-            raise error
-
-    class FailingStore(DefaultConversationStore):
+    class WrappedStore(DefaultConversationStore):
         async def repositories(self, *, request: Any) -> Any:
-            chats, messages = await super().repositories(request=request)
-            return FailingChats(chats), messages
+            inner, messages = await super().repositories(request=request)
+            return chats(inner), messages
 
     async def auser() -> Any:
         return user
 
     server = AGUIServer(
-        agent or text_agent(), conversation_store=FailingStore(), csrf_exempt=True, **options
+        agent or text_agent(), conversation_store=WrappedStore(), csrf_exempt=True, **options
     )
     request = RequestFactory().post("/", data=run_body(), content_type="application/json")
     request.auser = auser
     request.user = user
     response = await server.run_view(request)
     assert isinstance(response, StreamingHttpResponse)
+    return response
+
+
+async def run_with_failing_save(
+    user: Any, error: Exception, *, agent: Any = None, **options: Any
+) -> list[dict[str, Any]]:
+    """Run a server whose store fails the run's first write with ``error``; return the events."""
+
+    class FailingChats(ChatsProxy):
+        async def create_chat(self, chat_data: Any) -> Any:
+            raise error
+
+    response = await respond_over(user, FailingChats, agent=agent, **options)
     body = "".join([bytes(chunk).decode() async for chunk in response])
     return sse_events(body)
 
@@ -859,43 +873,16 @@ async def test_a_run_that_would_create_a_thread_over_quota_is_a_413_before_strea
 async def test_run_started_goes_out_before_the_thread_lookup_returns(alice: Any) -> None:
     # A slow store (a Memory Service far away) does not hold back the first event: the run
     # is announced at once, and its content follows once the lookup answered.
-    from django.http import StreamingHttpResponse
-    from django.test import RequestFactory
-
-    from django_pydantic_agent.agui import AGUIServer
-    from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
-    from tests.agui.agents import text_agent
-
     looked_up = asyncio.Event()
     answer = asyncio.Event()
 
-    class SlowChats:
-        def __init__(self, inner: Any) -> None:
-            self._inner = inner
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._inner, name)
-
+    class SlowChats(ChatsProxy):
         async def get_chat_by_thread_id(self, user_uuid: Any, thread_id: str) -> Any:
             looked_up.set()
             await answer.wait()
             return await self._inner.get_chat_by_thread_id(user_uuid, thread_id)
 
-    class SlowStore(DefaultConversationStore):
-        async def repositories(self, *, request: Any) -> Any:
-            chats, messages = await super().repositories(request=request)
-            return SlowChats(chats), messages
-
-    async def auser() -> Any:
-        return alice
-
-    server = AGUIServer(text_agent(), conversation_store=SlowStore(), csrf_exempt=True)
-    request = RequestFactory().post("/", data=run_body(), content_type="application/json")
-    request.auser = auser
-    request.user = alice
-    response = await server.run_view(request)
-    assert isinstance(response, StreamingHttpResponse)
-    chunks = aiter(response)
+    chunks = aiter(await respond_over(alice, SlowChats))
     first = sse_events(bytes(await asyncio.wait_for(anext(chunks), timeout=10)).decode())
     assert [e["type"] for e in first] == ["RUN_STARTED"]
     assert (first[0]["threadId"], first[0]["runId"]) == ("thread-1", "run-1")
