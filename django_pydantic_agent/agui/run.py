@@ -117,7 +117,7 @@ _OWNER_ATTR = "_django_pydantic_agent_owner"
 class StoreGuard:
     """The storage agent of one run, with its store failures turned into ``RUN_ERROR``
     (``STORE_REFUSED`` / ``STORE_LIMIT`` for a refusal, ``STORE_FAILED`` redacted for anything
-    else; after a ``RUN_STARTED`` if none was sent), so a client learns its run was not kept.
+    else), so a client learns its run was not kept.
 
     The inner agent ends its own failures with ``RUN_ERROR`` (``InnerAgent``), so what the
     storage agent raises is the store's: before the stream, or on a new thread while the

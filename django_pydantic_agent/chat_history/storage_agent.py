@@ -123,6 +123,9 @@ ERRORED = MessageStatus.ERRORED.value
 _NIL = UUID(int=0)
 _STOP: Final = object()
 _YIELD_AT: Final = 64
+_RETRY_PAUSES: Final = (0.05, 0.2, 0.8)
+"""Seconds between the attempts of a write tried three times (the final flush also waits the
+last one before it gives up)."""
 _THINKING = (  # ag-ui 0.1.x only; registered when the installed ag-ui still has them
     "ThinkingStartEvent",
     "ThinkingEndEvent",
@@ -514,7 +517,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
 
         async def write() -> tuple[Chat, list[Message]]:
             # Three attempts when the store's failure is transient, as the final flush makes.
-            for attempt, pause in enumerate((0.05, 0.2)):
+            for attempt, pause in enumerate(_RETRY_PAUSES[:-1]):
                 try:
                     return await write_once(retry=attempt > 0)
                 except Exception as exc:
@@ -651,10 +654,10 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                 self._set_outcome(state, outcome, force=state.resumed)
         elif state.dropped:
             self._terminate(state, ERRORED, DROPPED_TEXT, None)
-        for attempt in range(3):
+        for pause in _RETRY_PAUSES:
             if await self._flush(state):
                 return
-            await asyncio.sleep(0.05 * 4**attempt)
+            await asyncio.sleep(pause)
         logger.error(
             "The final flush of run %r failed three times; some of its changes are not stored.",
             state.run_id,
