@@ -58,6 +58,7 @@ from django_pydantic_agent.chat_history.manager import RunLogTruncatedError
 __all__ = [
     "ALIVE_CHECK_SECONDS",
     "RELAY_INTERVAL_SECONDS",
+    "RELAY_RETIRE_KEEP",
     "RELAY_RETIRE_SECONDS",
     "RELAY_TTL_SECONDS",
     "OpenStreams",
@@ -79,6 +80,10 @@ RELAY_TTL_SECONDS: Final[float] = 3600.0
 #: it is deleted (a finished run is answered from storage), so a busy worker's logs do not
 #: crowd run records and cancel intents out of a bounded cache such as ``LocMemCache``.
 RELAY_RETIRE_SECONDS: Final[float] = 2.0
+#: At most this many finished runs' logs wait out ``RELAY_RETIRE_SECONDS``; when another run
+#: finishes, the oldest is deleted at once, so the relay's share of the cache does not grow
+#: with a worker's throughput (a follower that loses a finished log answers from storage).
+RELAY_RETIRE_KEEP: Final[int] = 16
 #: How long a follower waits for a new batch before it asks whether the run still runs.
 ALIVE_CHECK_SECONDS: Final[float] = 2.0
 _PREFIX = "django_pydantic_agent:relay"
@@ -308,14 +313,18 @@ class RunRelay:
         interval: float = RELAY_INTERVAL_SECONDS,
         ttl: float = RELAY_TTL_SECONDS,
         retire_after: float = RELAY_RETIRE_SECONDS,
+        retire_keep: int = RELAY_RETIRE_KEEP,
         on_tick: Callable[[RunHandle], Awaitable[None]] | None = None,
     ) -> None:
         if interval <= 0 or ttl <= 0:
             raise ValueError(f"interval={interval!r} and ttl={ttl!r} must be positive.")
+        if retire_keep < 0:
+            raise ValueError(f"retire_keep={retire_keep!r} must be 0 or more.")
         self.cache_alias = cache_alias
         self.interval = interval
         self.ttl = ttl
         self.retire_after = retire_after
+        self.retire_keep = retire_keep
         self._on_tick = on_tick
         self._published: dict[RunHandle, _Publication] = {}
         # Finished runs' keys, oldest first, with the loop time after which they are deleted.
@@ -366,9 +375,12 @@ class RunRelay:
         await self._retire(now)
 
     async def _retire(self, now: float) -> None:
-        """Delete the relayed logs of runs that finished more than ``retire_after`` ago."""
+        """Delete the relayed logs of runs that finished more than ``retire_after`` ago, and
+        the oldest beyond the ``retire_keep`` most recent."""
         due: list[str] = []
-        while self._retiring and self._retiring[0][0] <= now:
+        while self._retiring and (
+            self._retiring[0][0] <= now or len(self._retiring) > self.retire_keep
+        ):
             due += self._retiring.popleft()[1]
         if not due:
             return

@@ -488,3 +488,35 @@ async def test_a_finished_runs_relayed_log_is_retired_once_the_next_run_finishes
     assert log.terminal
     key = f"{_RELAY}:{run_digest('owner', 't-relay', 'r-kept')}"
     await cache.adelete_many([f"{key}:head", *(f"{key}:{n}" for n in range(1, 50))])
+
+
+async def test_only_the_most_recent_finished_logs_wait_to_be_retired() -> None:
+    """A burst of short runs keeps at most ``retire_keep`` finished logs in the cache, however
+    many finish within ``retire_after``: the relay's share of a bounded cache does not grow
+    with throughput, and the newest logs are the ones kept for late followers."""
+    from django_pydantic_agent.chat_history import StreamPersistenceManager
+
+    relay = RunRelay(interval=0.01, retire_keep=3)  # retire_after stays at its 2 s
+    run_ids = [f"r-burst-{n}" for n in range(6)]
+    async with StreamPersistenceManager(lambda: _Script(5)) as manager:
+        for run_id in run_ids:
+            handle = await manager.run(_input(run_id))
+            relay.publish(handle, "owner")
+            await handle.wait()
+            await relay.finish(handle)
+    heads = [f"{_RELAY}:{run_digest('owner', 't-relay', run_id)}:head" for run_id in run_ids]
+    found = await cache.aget_many(heads)
+    assert [run_id for run_id, head in zip(run_ids, heads, strict=True) if head in found] == [
+        "r-burst-3",
+        "r-burst-4",
+        "r-burst-5",
+    ]
+    log = await relay.follow("owner", "t-relay", "r-burst-0")
+    assert log is None, "a retired log is gone; the reattach answers from storage"
+    keys = [f"{head[: -len(':head')]}:{n}" for head in heads for n in range(1, 20)]
+    await cache.adelete_many(heads + keys)
+
+
+def test_retire_keep_must_not_be_negative() -> None:
+    with pytest.raises(ValueError, match="retire_keep=-1"):
+        RunRelay(retire_keep=-1)

@@ -26,6 +26,8 @@ import httpx
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.cache import caches
+from django.core.cache.backends.locmem import LocMemCache
 from django.test import override_settings
 from django.urls import path
 from pydantic_ai import Agent
@@ -433,9 +435,15 @@ async def test_run_records_survive_many_runs_in_the_default_local_memory_cache(
         )
         served.mount([path("evict/", server.urls)])
         http.cookies.set(settings.SESSION_COOKIE_NAME, await session_cookie(alice))
+        # The cache as a fresh worker has it: earlier tests' entries would share its 300.
+        locmem = caches["default"]
+        assert isinstance(locmem, LocMemCache)
+        await locmem.aclear()
+        peak = 0
         for n in range(EVICTION_RUNS):
             body = run_body(thread_id=f"thread-{n}", run_id="run-0", text=f"text {n}")
             assert (await http.post("/evict/", json=body)).status_code == 200
+            peak = max(peak, len(locmem._cache))
         await RunCoordinator.wait_for_all_runs()
         missing = [
             n
@@ -444,6 +452,6 @@ async def test_run_records_survive_many_runs_in_the_default_local_memory_cache(
         ]
     print(
         f"FIGURE run records in the default LocMemCache: {len(missing)} of {EVICTION_RUNS} "
-        "finished runs answer reattach with 404"
+        f"finished runs answer reattach with 404; at most {peak} cache entries after a run"
     )
     assert missing == []
