@@ -51,7 +51,7 @@ from ag_ui.core import (
 )
 from asgiref.sync import sync_to_async
 
-from django_pydantic_agent.agui.sse import encode_event
+from django_pydantic_agent.agui.sse import SSE_HEARTBEAT, encode_event
 from django_pydantic_agent.chat_history import RunHandle
 from django_pydantic_agent.chat_history.manager import RunLogTruncatedError
 
@@ -148,7 +148,7 @@ class OpenStreams:
 
 
 async def replay_entries(
-    entries: AsyncIterator[tuple[int, BaseEvent]], run_id: str, after: int
+    entries: AsyncIterator[tuple[int, BaseEvent] | None], run_id: str, after: int
 ) -> AsyncIterator[str]:
     """SSE frames of a run's ``(seq, event)`` log for a reader that saw up to ``after``.
 
@@ -156,13 +156,17 @@ async def replay_entries(
     reader that saw the terminal event gets ``RUN_STARTED`` and the terminal event again,
     without ids (no sequence number twice). A log that ends without a terminal event (a
     relayed log lost mid-stream) gets the ``*_END`` events of what is still open, so the
-    caller can go on with a snapshot.
+    caller can go on with a snapshot. A ``None`` entry (the log was idle) is a heartbeat.
     """
     streams = OpenStreams()
     first: BaseEvent | None = None
     ended = False
     try:
-        async for seq, event in entries:
+        async for entry in entries:
+            if entry is None:
+                yield SSE_HEARTBEAT
+                continue
+            seq, event = entry
             if seq <= after:
                 first = first or event
                 streams.fold(event)

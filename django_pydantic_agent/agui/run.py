@@ -473,9 +473,7 @@ class RunEndpoint:
 
         Closing it (a disconnect) stops only this reader, unless ``on_disconnect="cancel"``.
         """
-        frames: AsyncIterator[str] = replay(handle, 0)
-        if self._options.heartbeat_seconds:
-            frames = with_heartbeat(frames, self._options.heartbeat_seconds)
+        frames = replay(handle, 0, heartbeat_seconds=self._options.heartbeat_seconds)
         try:
             async for frame in frames:
                 yield frame

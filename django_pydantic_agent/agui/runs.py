@@ -395,8 +395,14 @@ class RunCoordinator(RunObserver):
         )
 
 
-async def replay(handle: RunHandle, after: int) -> AsyncIterator[str]:
+async def replay(
+    handle: RunHandle, after: int, *, heartbeat_seconds: float | None = None
+) -> AsyncIterator[str]:
     """SSE frames of ``handle`` for a reader that saw up to ``after``, then the live tail.
+
+    With ``heartbeat_seconds``, ``SSE_HEARTBEAT`` goes out whenever the run is silent that
+    long: the reader waits on the log with a timeout, in its own task, so a durable stream
+    needs no pump task (``with_heartbeat``) between the log and the response.
 
     ``after == 0`` replays the whole log with its ids. Otherwise the run's ``RUN_STARTED`` and
     the start of every message, tool call and reasoning step still open at ``after`` come
@@ -411,7 +417,12 @@ async def replay(handle: RunHandle, after: int) -> AsyncIterator[str]:
         yield encode_event(RunStartedEvent(thread_id=handle.thread_id, run_id=handle.run_id))
         yield encode_event(terminal)
         return
-    async for frame in replay_entries(handle.sequenced_events(after=0), handle.run_id, after):
+    entries: AsyncIterator[tuple[int, BaseEvent] | None]
+    if heartbeat_seconds:
+        entries = handle.sequenced_events(after=0, idle=heartbeat_seconds)
+    else:
+        entries = handle.sequenced_events(after=0)
+    async for frame in replay_entries(entries, handle.run_id, after):
         yield frame
 
 
@@ -479,7 +490,7 @@ class RunEndpoints:
             if after and after < handle.first_seq:
                 frames = self._from_storage(request, owner_id, record, after)
             else:
-                frames = replay(handle, after)
+                return sse_response(replay(handle, after, heartbeat_seconds=self._heartbeat))
         elif record.running:
             # Running on another worker: follow its log relayed through the cache, if any.
             relay = self._coordinator.relay

@@ -217,7 +217,10 @@ class Flusher:
                         for m in stored
                         if m.message_uuid not in claimed
                         and m.message_uuid not in {t.uuid for t in state.messages}
-                        and m.agui_id == message.agui_id
+                        and (
+                            m.agui_id == message.agui_id
+                            or (message.adopted_id and m.agui_id is None)
+                        )
                         and m.role == message.role
                     ),
                     None,
@@ -229,6 +232,8 @@ class Flusher:
                 continue
             claimed.add(match.message_uuid)
             _sync(message, match.content, match.status, match.message_uuid)
+            if match.agui_id != message.agui_id:
+                message.changes["agui_id"] = message.agui_id  # stored before it had its id
             for call in message.tool_calls:
                 found = next(
                     (

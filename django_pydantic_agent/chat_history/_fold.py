@@ -131,6 +131,7 @@ class EventFold:
             and not any(m.agui_id == agui_id for m in state.messages)
         ):
             active.agui_id = agui_id
+            active.adopted_id = True
             if active.uuid is not None:
                 active.changes["agui_id"] = agui_id
             else:

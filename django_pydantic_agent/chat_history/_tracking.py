@@ -148,6 +148,9 @@ class TrackedMessage(TrackedRecord):
 
     dto: MessageCreate
     agui_id: str | None = None
+    #: Started without an AG-UI id and given one later: a create sent before then (whose
+    #: answer may have been lost) stored it without the id.
+    adopted_id: bool = False
     role: str = "assistant"
     tool_calls: list[TrackedToolCall] = field(default_factory=list)
     reasonings: list[TrackedReasoning] = field(default_factory=list)
@@ -156,7 +159,7 @@ class TrackedMessage(TrackedRecord):
 
 @dataclass(eq=False, kw_only=True)
 class StorageState:
-    """The consumer's view of one run (one per ``AGUIStorageAgent.run``).
+    """The storage agent's view of one run (one per ``AGUIStorageAgent.run``).
 
     Attributes:
         run_id / thread_id: The run being stored; ``chat`` its chat.

@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, suppress
-from typing import Any, Generic, Literal, NamedTuple, ParamSpec, Protocol, TypeAlias
+from typing import Any, Generic, Literal, NamedTuple, ParamSpec, Protocol, TypeAlias, overload
 
 from ag_ui.core import (
     BaseEvent,
@@ -216,13 +216,27 @@ class RunHandle:
 
     # -- reading --------------------------------------------------------------------------
 
-    async def sequenced_events(self, *, after: int = 0) -> AsyncGenerator[SequencedEvent, None]:
+    @overload
+    def sequenced_events(self, *, after: int = 0) -> AsyncGenerator[SequencedEvent, None]: ...
+
+    @overload
+    def sequenced_events(
+        self, *, after: int = 0, idle: float
+    ) -> AsyncGenerator[SequencedEvent | None, None]: ...
+
+    async def sequenced_events(
+        self, *, after: int = 0, idle: float | None = None
+    ) -> AsyncGenerator[SequencedEvent | None, None]:
         """Yield ``(seq, event)`` for every event with ``seq > after``, then the live tail.
 
-        Ends right after the terminal event. Stopping early has no effect on the run. Raises
-        `ValueError` if ``after`` is negative or beyond `last_seq`, and `RunLogTruncatedError`
-        if an event the reader needs was dropped from the bounded log.
+        Ends right after the terminal event. Stopping early has no effect on the run. With
+        ``idle``, ``None`` is yielded whenever ``idle`` seconds pass without a new event (a
+        reader writes its keep-alive there, in its own task). Raises `ValueError` if ``after``
+        is negative or beyond `last_seq`, and `RunLogTruncatedError` if an event the reader
+        needs was dropped from the bounded log.
         """
+        if idle is not None and idle <= 0:
+            raise ValueError(f"idle={idle!r} must be positive, or None for no idle marks.")
         if not 0 <= after <= self._last_seq:
             raise ValueError(
                 f"after={after!r} is outside run {self.run_id!r}'s log, whose last sequence "
@@ -239,7 +253,15 @@ class RunHandle:
                 seq += 1
             if self._terminal_seq is not None:
                 return
-            await self._changed.wait()
+            if idle is None:
+                await self._changed.wait()
+            else:
+                try:
+                    async with asyncio.timeout(idle):
+                        await self._changed.wait()
+                except TimeoutError:
+                    yield None
+                    continue
             self._wakeups += 1
 
     async def events(self, *, after: int = 0) -> AsyncGenerator[BaseEvent, None]:

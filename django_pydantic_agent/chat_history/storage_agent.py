@@ -2,15 +2,17 @@
 
 ``AGUIStorageAgent.run`` checks the inbound messages against the stored chat (nothing is
 written if any is refused), stores the accepted ones, replays the stored history to the inner
-agent, and forwards the inner agent's events verbatim and in real time while a consumer task it
-owns folds them into records. Writes are few: records are created at their first flush with
-their content, completion is folded into the same write, text is flushed by size and by time,
-and every flush is one ``message_repo.transaction()``.
+agent, and forwards the inner agent's events verbatim and in real time, folding each into the
+run's in-memory records as it passes; flushes run in tasks of their own, so the stream never
+waits for the store. Writes are few: records are created at their first flush with their
+content, completion is folded into the same write, text is flushed by size and by time, the
+events that arrive while a flush is in flight are folded into the next one, and every flush is
+one ``message_repo.transaction()``.
 
 On a new thread only the lookup comes before the inner agent starts: the chat and the user
 messages are written by a task of the run while the agent starts (the first event is not
-delayed by them), the consumer stores nothing before they are, and the terminal event is
-not forwarded before they are. If they fail, the run raises and nothing of it is stored.
+delayed by them), the run's events wait to be folded until they are, and the terminal event
+is not forwarded before they are. If they fail, the run raises and nothing of it is stored.
 
 How a run ends decides the terminal status of this run's records (never another run's):
 ``RUN_FINISHED`` → ``complete`` (outcome ``cancelled`` → ``interrupted``); ``RUN_ERROR`` →
@@ -28,6 +30,7 @@ import asyncio
 import logging
 import time
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from datetime import UTC, datetime
@@ -121,8 +124,6 @@ INTERRUPTED = MessageStatus.INTERRUPTED.value
 ERRORED = MessageStatus.ERRORED.value
 
 _NIL = UUID(int=0)
-_STOP: Final = object()
-_YIELD_AT: Final = 64
 _RETRY_PAUSES: Final = (0.05, 0.2, 0.8)
 """Seconds between the attempts of a write tried three times (the final flush also waits the
 last one before it gives up)."""
@@ -184,7 +185,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         minimal_chunk_to_persist: Flush a record once this many characters are buffered.
         flush_interval: Flush buffered changes at most this many seconds after they arrive,
             even while the inner agent is silent.
-        max_queue_size: Events waiting for persistence beyond this are dropped from
+        max_queue_size: Events waiting for a flush in flight beyond this are dropped from
             persistence (still forwarded) and the run's records end ``errored``.
         finalize_timeout: Upper bound, in seconds, on the final drain and flush of a run.
         translate: Stored messages → AG-UI history (default ``translate_messages``).
@@ -402,8 +403,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             history=history,
             resumed=bool(input.resume),
         )
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        consumer = asyncio.create_task(self._consume(queue, state, writes))
+        folding = _Folding(self, state, writes)
+        yield_at = self.max_queue_size // 4
         cause: str | None = None
         started = False
         try:
@@ -420,11 +421,13 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                     if writes is not None and writes.done():
                         writes.result()  # a failed write ends the run (raised here)
                         writes = None
-                    self._enqueue(queue, state, event)
-                    # An inner agent that never awaits would starve the consumer: give it a
-                    # few loop turns (a store that is slow costs only these turns, never a wait).
+                    await folding.add(event)
+                    # Events wait while a flush is in flight; an inner agent that never awaits
+                    # would keep that flush from ending and overflow the backlog: past a
+                    # quarter of it, give the flush a few loop turns (a store that is slow
+                    # costs only these turns, never a wait).
                     for _ in range(4):
-                        if queue.qsize() <= _YIELD_AT:
+                        if len(folding.pending) <= yield_at:
                             break
                         await asyncio.sleep(0)
                     yield event
@@ -441,7 +444,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                     timestamp=_now_ms(),
                 )
                 state.terminal_seen = True
-                self._enqueue(queue, state, closing)
+                await folding.add(closing)
                 yield closing
         except asyncio.CancelledError:
             cause = "cancelled"
@@ -455,20 +458,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             cause = "crashed"
             raise
         finally:
-            await self._finish_shielded(queue, consumer, state, cause)
-
-    def _enqueue(self, queue: asyncio.Queue[Any], state: StorageState, event: BaseEvent) -> None:
-        if queue.qsize() >= self.max_queue_size:
-            if not state.dropped:
-                logger.error(
-                    "The persistence queue of run %r is full (%d events); later events are "
-                    "forwarded but not stored.",
-                    state.run_id,
-                    self.max_queue_size,
-                )
-            state.dropped = True
-            return
-        queue.put_nowait(event)
+            await self._finish_shielded(folding, state, cause)
 
     async def _prepare(
         self, input: RunAgentInput
@@ -478,7 +468,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         On a thread the store already has, what the inbound list adds is written before this
         returns. On a new thread only the lookup comes before the stream: the chat and its
         user messages are written by the returned task while the inner agent starts, from a
-        provisional chat and history built here (``run`` and the consumer wait for it).
+        provisional chat and history built here (``run`` and its folding wait for it).
         """
         chat = await self.chat_repo.get_chat_by_thread_id(self.user_id, input.thread_id)
         if chat is None:
@@ -596,14 +586,10 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         return chat, history
 
     async def _finish_shielded(
-        self,
-        queue: asyncio.Queue[Any],
-        consumer: asyncio.Task[None],
-        state: StorageState,
-        cause: str | None,
+        self, folding: _Folding, state: StorageState, cause: str | None
     ) -> None:
         """Run the final drain, finalization and flush; a second cancel cannot abort it."""
-        finish = asyncio.create_task(self._finish(queue, consumer, state, cause))
+        finish = asyncio.create_task(self._finish(folding, state, cause))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.finalize_timeout
         cancelled_again = False
@@ -627,20 +613,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         if cancelled_again and cause != "cancelled":
             raise asyncio.CancelledError
 
-    async def _finish(
-        self,
-        queue: asyncio.Queue[Any],
-        consumer: asyncio.Task[None],
-        state: StorageState,
-        cause: str | None,
-    ) -> None:
-        queue.put_nowait(_STOP)
-        try:
-            await consumer
-        except asyncio.CancelledError:
-            consumer.cancel()
-            await asyncio.wait({consumer})
-            raise
+    async def _finish(self, folding: _Folding, state: StorageState, cause: str | None) -> None:
+        await folding.settle()
         if state.unstored:
             return
         if cause in ("cancelled", "abandoned"):
@@ -662,54 +636,6 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             "The final flush of run %r failed three times; some of its changes are not stored.",
             state.run_id,
         )
-
-    # The consumer ---------------------------------------------------------------------------
-
-    async def _consume(
-        self,
-        queue: asyncio.Queue[Any],
-        state: StorageState,
-        writes: asyncio.Task[tuple[Chat, list[Message]]] | None,
-    ) -> None:
-        if writes is not None:
-            try:
-                state.chat, state.history = await writes
-            except Exception:
-                state.unstored = True  # run() raises the failure; nothing more is written
-                return
-        chat = state.chat
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                item = queue.get_nowait()  # a busy stream costs no wait (and no timer) per event
-            except asyncio.QueueEmpty:
-                if state.flush_due is None:
-                    item = await queue.get()
-                else:
-                    try:
-                        item = await asyncio.wait_for(
-                            queue.get(), max(0.0, state.flush_due - loop.time())
-                        )
-                    except TimeoutError:
-                        await self._flush(state)
-                        continue
-            if item is _STOP:
-                return
-            state.current_event_timestamp = self._event_time(item)
-            try:
-                await self._handler_for(item)(state, chat, item)
-            except Exception:
-                logger.exception(
-                    "Storing %s of run %r failed; the event is forwarded but not stored.",
-                    type(item).__name__,
-                    state.run_id,
-                )
-            if state.flush_now or (state.flush_due is not None and loop.time() >= state.flush_due):
-                await self._flush(state)  # by size, or by time while the stream never pauses
-            elif state.flush_due is None:
-                # Armed after any event; a flush with nothing to write costs no request, and
-                # checking for changes once per interval (not per event) keeps long runs linear.
-                state.flush_due = loop.time() + self.flush_interval
 
     def _event_time(self, event: BaseEvent) -> datetime:
         stamp = event.timestamp or _now_ms()
@@ -747,3 +673,149 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
 
     async def _flush(self, state: StorageState) -> bool:
         return await Flusher(self.message_repo, retry_after=self.flush_interval).flush(state)
+
+
+class _Folding:
+    """A run's events, folded into its records as they pass; its flushes, in tasks of their own.
+
+    The run's task folds each event as it forwards it (the handlers only change the in-memory
+    records; an override that awaits holds the stream back meanwhile) and starts a flush when
+    one is due: by size (``flush_now``), or by time, from the event that finds the interval
+    passed or from one timer per interval while the stream is silent. While a flush, or a new
+    thread's first writes, is in flight, events wait in ``pending`` and that task folds them
+    once it is done, so a flush never reads a record that is changing. Beyond
+    ``max_queue_size`` waiting events, the rest of the run is forwarded but not stored.
+    """
+
+    def __init__(
+        self,
+        agent: AGUIStorageAgent,
+        state: StorageState,
+        writes: asyncio.Task[tuple[Chat, list[Message]]] | None,
+    ) -> None:
+        self.agent = agent
+        self.state = state
+        self.pending: deque[BaseEvent] = deque()
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        self._busy: asyncio.Task[None] | None = None
+        self._settled = False
+        if writes is not None:
+            self._busy = asyncio.create_task(self._work(writes))
+
+    async def add(self, event: BaseEvent) -> None:
+        """Fold ``event`` now, or keep it for the task in flight."""
+        if self._busy is None and not self.state.unstored:
+            await self._fold(event)
+            self._schedule()
+            return
+        state = self.state
+        if state.unstored:
+            return  # the new thread's writes failed: run() raises, nothing more is stored
+        if len(self.pending) >= self.agent.max_queue_size:
+            if not state.dropped:
+                logger.error(
+                    "The persistence backlog of run %r is full (%d events); later events are "
+                    "forwarded but not stored.",
+                    state.run_id,
+                    self.agent.max_queue_size,
+                )
+            state.dropped = True
+            return
+        self.pending.append(event)
+
+    async def settle(self) -> None:
+        """Wait for the task in flight, fold what waits, and stop scheduling flushes."""
+        self._settled = True
+        busy = self._busy
+        if busy is not None:
+            try:
+                await asyncio.wait({busy})
+            except asyncio.CancelledError:
+                busy.cancel()
+                await asyncio.wait({busy})
+                raise
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.state.unstored:
+            await self._catch_up()
+
+    async def _fold(self, event: BaseEvent) -> None:
+        state = self.state
+        state.current_event_timestamp = self.agent._event_time(event)
+        try:
+            await self.agent._handler_for(event)(state, state.chat, event)
+        except Exception:
+            logger.exception(
+                "Storing %s of run %r failed; the event is forwarded but not stored.",
+                type(event).__name__,
+                state.run_id,
+            )
+
+    async def _catch_up(self) -> bool:
+        """Fold the waiting events; whether there were any."""
+        if not self.pending:
+            return False
+        while self.pending:
+            await self._fold(self.pending.popleft())
+        return True
+
+    def _due(self) -> bool:
+        state = self.state
+        return state.flush_now or (
+            state.flush_due is not None and self._loop.time() >= state.flush_due
+        )
+
+    def _schedule(self) -> None:
+        """After a fold: flush if one is due, else arm the interval (a flush with nothing to
+        write costs no request; checking once per interval keeps long runs linear)."""
+        if self._settled:
+            return
+        state = self.state
+        if self._due():
+            self._busy = asyncio.create_task(self._work())
+        elif state.flush_due is None:
+            state.flush_due = self._loop.time() + self.agent.flush_interval
+            self._arm(state.flush_due)
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            if self._timer.when() <= when:
+                return
+            self._timer.cancel()
+        self._timer = self._loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        due = self.state.flush_due
+        if self._busy is not None or self._settled or due is None:
+            return  # the task in flight arms the next one
+        if self._loop.time() >= due:
+            self._busy = asyncio.create_task(self._work())
+        else:
+            self._arm(due)
+
+    async def _work(self, writes: asyncio.Task[tuple[Chat, list[Message]]] | None = None) -> None:
+        """Wait for the new thread's writes or flush; fold what arrived; again while due."""
+        state = self.state
+        try:
+            if writes is None:
+                await self.agent._flush(state)
+            else:
+                try:
+                    state.chat, state.history = await writes
+                except Exception:
+                    state.unstored = True  # run() raises the failure; nothing more is written
+                    self.pending.clear()
+                    return
+            while True:
+                if await self._catch_up() and state.flush_due is None:
+                    state.flush_due = self._loop.time() + self.agent.flush_interval
+                if not self._due():
+                    break
+                await self.agent._flush(state)
+        finally:
+            self._busy = None
+        if state.flush_due is not None and not self._settled:
+            self._arm(state.flush_due)

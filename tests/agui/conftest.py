@@ -118,7 +118,8 @@ async def drive_until_disconnect(
 ) -> list[dict[str, Any]]:
     """Serve one POST through the real ASGI app; disconnect once a body chunk contains ``until``.
 
-    Returns every ASGI message the application sent.
+    Returns the ASGI messages the application sent until then: what the client received
+    (a server drops what is sent after the socket closed, as uvicorn does).
     """
     app = asgi_app()
     payload = json.dumps(body).encode()
@@ -129,9 +130,15 @@ async def drive_until_disconnect(
     async def receive() -> dict[str, Any]:
         return await inbox.get()
 
+    gone = False
+
     async def send(message: dict[str, Any]) -> None:
+        nonlocal gone
+        if gone:
+            return
         sent.append(message)
         if message["type"] == "http.response.body" and until in message.get("body", b""):
+            gone = True
             inbox.put_nowait({"type": "http.disconnect"})
 
     scope = {

@@ -79,6 +79,20 @@ def inbound_stored(
     return wait
 
 
+async def _loop_turns() -> None:
+    for _ in range(3):
+        await asyncio.sleep(0)
+
+
+def paced(script: Script) -> list[Any]:
+    """``script`` as a model streams it: the agent awaits between events (its chunks arrive
+    over a socket), so a flush one event starts has ended by the next event."""
+    out: list[Any] = []
+    for item in script:
+        out += [item, _loop_turns]
+    return out
+
+
 def run_input(
     *messages: Message, thread: str = "t1", run: str = "r1", **extra: Any
 ) -> RunAgentInput:

@@ -68,6 +68,7 @@ from tests.chat_history.scripted import (
     ScriptedAgent,
     Store,
     inbound_stored,
+    paced,
     re_,
     rf,
     rs,
@@ -343,9 +344,8 @@ async def test_s11_a_crash_after_interleaved_args_errors_both_calls(store: Store
 
 async def test_s12_long_tool_arguments_flush_by_size(store: Store) -> None:
     deltas = [f"{i:03d}" + "x" * 97 for i in range(120)]
-    await store.run(
-        [rs(), tms("m1"), tcs("tc1", "f", "m1"), *(tca("tc1", d) for d in deltas), tce("tc1"), rf()]
-    )
+    arguments = [tca("tc1", d) for d in deltas]
+    await store.run(paced([rs(), tms("m1"), tcs("tc1", "f", "m1"), *arguments, tce("tc1"), rf()]))
     call = (await store.history())[1].tool_calls[0]
     assert call.arguments == "".join(deltas)
     kinds = [op for op, _ in store.messages.writes]
@@ -807,7 +807,7 @@ async def test_s32_unicode_round_trips_exactly(store: Store) -> None:
 
 async def test_s33_long_content_is_exact_and_flushed_by_size(store: Store) -> None:
     deltas = [f"{i:04d}" + "y" * 96 for i in range(120)]
-    await store.run([rs(), tms("m1"), *(tmc("m1", d) for d in deltas), tme("m1"), rf()])
+    await store.run(paced([rs(), tms("m1"), *(tmc("m1", d) for d in deltas), tme("m1"), rf()]))
     assert (await store.history())[1].content == "".join(deltas)
     assert [op for op, _ in store.messages.writes].count("update_message") == 2
 
@@ -1392,3 +1392,34 @@ async def test_a_new_threads_writes_are_retried_without_storing_the_message_twic
 
 async def _drain(stream: Any) -> list[BaseEvent]:
     return [event async for event in stream]
+
+
+async def test_events_that_arrive_during_a_slow_flush_go_out_in_one_write() -> None:
+    """A store that is slow costs writes, never the stream: the 40 deltas streamed while the
+    first flush waits are folded into one update, not 40, and nothing is lost."""
+
+    class Counting(SlowRepository):
+        updates = 0
+
+        async def update_message(self, message_uuid: Any, update: MessageUpdate) -> Message | None:
+            self.updates += 1
+            return await super().update_message(message_uuid, update)
+
+    chats = InMemoryChatRepository()
+    messages = Counting(chats)
+    deltas = [f"d{i:02d} " for i in range(40)]
+    script: list[Any] = [inbound_stored(chats, messages), messages.opened.clear, rs(), tms("m1")]
+    script += paced([tmc("m1", "first ")])  # a flush by size starts, and waits on the store
+    script += [messages.writing.wait, *paced([tmc("m1", d) for d in deltas])]
+    script += [messages.opened.set, *paced([tme("m1"), rf()])]
+    agent = AGUIStorageAgent(
+        "assistant", USER, chats, messages, ScriptedAgent(script), minimal_chunk_to_persist=4
+    )
+    events = [e async for e in agent.run(run_input())]
+    assert len(events) == 45  # RUN_STARTED, start, 41 deltas, end, RUN_FINISHED
+    chat = await chats.get_chat_by_thread_id(USER, "t1")
+    assert chat is not None
+    stored = (await messages.get_chat_messages(chat.chat_uuid))[1]
+    assert (stored.content, stored.status) == ("first " + "".join(deltas), "complete")
+    # The waiting create, then one update with the 40 deltas, then none for each delta.
+    assert messages.updates <= 2

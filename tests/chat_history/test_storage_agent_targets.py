@@ -36,6 +36,7 @@ from tests.chat_history.scripted import (
     ScriptedAgent,
     Store,
     inbound_stored,
+    paced,
     rf,
     rs,
     run_input,
@@ -109,8 +110,8 @@ async def test_s83_1_a_failed_flush_never_duplicates_text(
     messages.transactional = transactional
     messages.apply_then_fail = apply_then_fail
 
-    script: list[Any] = [rs(), tms("m1"), tmc("m1", "aaaaa")]
-    script.append(lambda: setattr(messages, "failures", 1))
+    script: list[Any] = [inbound_stored(chats, messages), rs(), tms("m1"), tmc("m1", "aaaaa")]
+    script.append(lambda: setattr(messages, "failures", 1))  # the next update fails
     script += [tmc("m1", "bbbbb"), tmc("m1", "ccccc"), tme("m1"), rf()]
     agent = AGUIStorageAgent(
         "assistant",
@@ -163,7 +164,7 @@ async def test_a_transient_flush_failure_logs_one_line_and_a_bug_its_traceback(
         return await original(message_uuid, update)
 
     messages.update_message = update  # type: ignore[method-assign]
-    script: list[Any] = [rs(), tms("m1"), tmc("m1", "aaaaa"), tmc("m1", "bbbbb"), tme("m1"), rf()]
+    script = paced([rs(), tms("m1"), tmc("m1", "aaaaa"), tmc("m1", "bbbbb"), tme("m1"), rf()])
     agent = AGUIStorageAgent(
         "assistant", USER, chats, messages, ScriptedAgent(script), minimal_chunk_to_persist=5
     )
@@ -598,7 +599,7 @@ async def test_s81_2_flushes_send_deltas_not_the_whole_text() -> None:
     messages = Recording(chats)
     messages.updates = []
     deltas = ["x" * 10 for _ in range(5)]
-    script = [rs(), tms("m1"), *(tmc("m1", d) for d in deltas), tme("m1"), rf()]
+    script = paced([rs(), tms("m1"), *(tmc("m1", d) for d in deltas), tme("m1"), rf()])
     agent = AGUIStorageAgent(
         "assistant", USER, chats, messages, ScriptedAgent(script), minimal_chunk_to_persist=10
     )
