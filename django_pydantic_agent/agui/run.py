@@ -347,7 +347,10 @@ class RunEndpoint:
                 self._inner(request, deps, accept),
             )
             coordinator.track(handle, owner_id)
-        response = sse_response(self._read(handle))
+        frames = replay(handle, 0, heartbeat_seconds=options.heartbeat_seconds)
+        if options.on_disconnect == "cancel":
+            frames = self._cancelling(handle, frames)
+        response = sse_response(frames)
         if options.on_disconnect == "cancel":
             # The client left before the response started: no reader will ever close it.
             setattr(response, ABANDONED_HOOK, handle.cancel)
@@ -468,16 +471,14 @@ class RunEndpoint:
             frames = with_heartbeat(frames, self._options.heartbeat_seconds)
         return frames
 
-    async def _read(self, handle: Any) -> AsyncIterator[str]:
-        """The durable stream: the run's log from the start, then its live tail.
-
-        Closing it (a disconnect) stops only this reader, unless ``on_disconnect="cancel"``.
-        """
-        frames = replay(handle, 0, heartbeat_seconds=self._options.heartbeat_seconds)
+    @staticmethod
+    async def _cancelling(handle: Any, frames: AsyncIterator[str]) -> AsyncIterator[str]:
+        """The durable stream of ``on_disconnect="cancel"``: closing it (a disconnect) cancels
+        the run; otherwise a disconnect stops only the reading."""
         try:
             async for frame in frames:
                 yield frame
         finally:
             await aclose(frames)
-            if self._options.on_disconnect == "cancel" and handle.terminal_event is None:
+            if handle.terminal_event is None:
                 handle.cancel()

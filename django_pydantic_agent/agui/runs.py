@@ -395,7 +395,7 @@ class RunCoordinator(RunObserver):
         )
 
 
-async def replay(
+def replay(
     handle: RunHandle, after: int, *, heartbeat_seconds: float | None = None
 ) -> AsyncIterator[str]:
     """SSE frames of ``handle`` for a reader that saw up to ``after``, then the live tail.
@@ -414,16 +414,20 @@ async def replay(
     terminal = handle.terminal_event
     if after and terminal is not None and after == handle.last_seq:
         # The reader saw the end: the run's start and its end again, without ids.
-        yield encode_event(RunStartedEvent(thread_id=handle.thread_id, run_id=handle.run_id))
-        yield encode_event(terminal)
-        return
+        started = RunStartedEvent(thread_id=handle.thread_id, run_id=handle.run_id)
+        return _frames_of(started, terminal)
     entries: AsyncIterator[tuple[int, BaseEvent] | None]
     if heartbeat_seconds:
         entries = handle.sequenced_events(after=0, idle=heartbeat_seconds)
     else:
         entries = handle.sequenced_events(after=0)
-    async for frame in replay_entries(entries, handle.run_id, after):
-        yield frame
+    # Returned, not wrapped: a live stream pays for one generator less per frame.
+    return replay_entries(entries, handle.run_id, after)
+
+
+async def _frames_of(*events: BaseEvent) -> AsyncIterator[str]:
+    for event in events:
+        yield encode_event(event)
 
 
 def _beyond(run_id: str, after: int, last_seq: int) -> HttpResponseBase:

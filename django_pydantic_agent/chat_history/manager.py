@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import logging
 import time
 from collections import OrderedDict, deque
@@ -137,7 +138,8 @@ class RunHandle:
         self._terminal_seq: int | None = None
         self._started = False
         self._cancelled = False
-        self._changed = asyncio.Event()
+        # The futures of readers waiting for the next event (resolved by ``_append``).
+        self._waiters: list[asyncio.Future[None]] = []
         self._wakeups = 0  # reader wake-ups, to prove readers await instead of polling
         self._producing = False  # the producer task has taken its first step
 
@@ -243,26 +245,59 @@ class RunHandle:
                 f"number is {self._last_seq}; pass 0 to read from the start."
             )
         seq = after + 1
+        log = self._log
+        loop = asyncio.get_running_loop()
         while True:
             while seq <= self._last_seq:
-                if seq < self.first_seq:
+                first = self._last_seq - len(log) + 1
+                if seq < first:
                     raise RunLogTruncatedError(self, seq)
-                yield SequencedEvent(seq, self._log[seq - self.first_seq])
+                yield SequencedEvent(seq, log[seq - first])
                 if seq == self._terminal_seq:
                     return
                 seq += 1
             if self._terminal_seq is not None:
                 return
-            if idle is None:
-                await self._changed.wait()
-            else:
-                try:
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                if idle is None:
+                    await waiter
+                else:
                     async with asyncio.timeout(idle):
-                        await self._changed.wait()
-                except TimeoutError:
-                    yield None
-                    continue
+                        await waiter
+            except TimeoutError:
+                self._forget(waiter)
+                yield None
+                continue
+            except asyncio.CancelledError:
+                self._forget(waiter)
+                raise
             self._wakeups += 1
+
+    def _forget(self, waiter: asyncio.Future[None]) -> None:
+        with suppress(ValueError):  # gone already if an event came as the wait ended
+            self._waiters.remove(waiter)
+
+    def logged_since(self, after: int) -> list[SequencedEvent]:
+        """The ``(seq, event)`` logged so far with ``seq > after``, without waiting for more.
+
+        Raises `ValueError` for an ``after`` outside the log and `RunLogTruncatedError` if an
+        event after ``after`` was dropped from the bounded log.
+        """
+        if not 0 <= after <= self._last_seq:
+            raise ValueError(
+                f"after={after!r} is outside run {self.run_id!r}'s log, whose last sequence "
+                f"number is {self._last_seq}; pass 0 to read from the start."
+            )
+        first = self.first_seq
+        if after + 1 < first:
+            raise RunLogTruncatedError(self, after + 1)
+        start = after + 1 - first
+        return [
+            SequencedEvent(first + index, event)
+            for index, event in enumerate(itertools.islice(self._log, start, None), start)
+        ]
 
     async def events(self, *, after: int = 0) -> AsyncGenerator[BaseEvent, None]:
         """Yield the run's events (those with ``seq > after``) as `sequenced_events` does."""
@@ -282,8 +317,11 @@ class RunHandle:
             self._started = True
         elif event.type in _TERMINAL_TYPES:
             self._terminal_seq = self._last_seq
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():  # a reader cancelled while waiting leaves a done one
+                    waiter.set_result(None)
         return self._last_seq
 
     def _close(self, terminal: BaseEvent) -> None:

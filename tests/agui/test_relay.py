@@ -30,6 +30,7 @@ from django_pydantic_agent.agui.runs import (
     CANCEL_POLL_SECONDS,
     RunCoordinator,
 )
+from django_pydantic_agent.agui.sse import encode_event
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from tests.agui.agents import GATE, HANG_LOG
 from tests.agui.conftest import logged_in, run_body, sse_frames
@@ -258,8 +259,12 @@ async def test_a_2000_delta_run_makes_a_few_cache_writes_not_one_per_event(
     log = await coordinator.relay.follow(str(alice.pk), "thread-1", "run-1")
     assert log is not None
     assert log.terminal
-    relayed = [seq async for seq, _ in log.entries()]
-    assert relayed == list(range(1, len(frames) + 1))
+    relayed = [(seq, event) async for seq, event in log.entries()]
+    assert [seq for seq, _ in relayed] == list(range(1, len(frames) + 1))
+    # Rebuilt on the follower's side, each event encodes to the frame the stream sent.
+    assert [sse_frames(encode_event(event))[0][1] for _, event in relayed] == [
+        event for _, event in frames
+    ]
 
 
 # The relayed log on its own: a broken log is never replayed.
@@ -272,7 +277,8 @@ async def test_a_log_with_a_gap_or_an_unreadable_event_is_reported_lost() -> Non
     await cache.aset_many(
         {f"{key}:head": {"batches": 1, "last_seq": 3, "terminal": False}, f"{key}:1": []}
     )
-    for batch in ([(1, started), (3, started)], [(1, "not an event")], "garbage"):
+    not_events = [[(1, "not an event")], [(1, str, {})], [(1, type(started), "values")], [7]]
+    for batch in ([(1, started), (3, started)], *not_events, "garbage"):
         await cache.aset(f"{key}:1", batch)
         log = await relay.follow("o", "t", "r")
         assert log is not None

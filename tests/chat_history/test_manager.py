@@ -329,6 +329,33 @@ async def test_after_outside_the_log_is_a_value_error(after: int) -> None:
             await collect(handle, after=after)
 
 
+async def test_an_idle_reader_gets_a_mark_per_silent_interval_and_then_the_events() -> None:
+    gate: asyncio.Queue[None] = asyncio.Queue()
+    agent = ScriptedAgent([rs(), tms(), rf()], step_gate=gate)
+    async with manager_for(agent) as manager:
+        handle = await manager.run(make_input())
+        with pytest.raises(ValueError, match="idle=0 must be positive"):
+            await anext(handle.sequenced_events(idle=0))
+        reader = handle.sequenced_events(idle=0.02)
+        assert await anext(reader) is None  # 20 ms without an event
+        assert await anext(reader) is None
+        assert handle._waiters == []  # a timed-out wait leaves nothing behind
+        gate.put_nowait(None)
+        entry = await anext(reader)
+        assert entry is not None
+        assert (entry.seq, entry.event.type) == (1, EventType.RUN_STARTED)
+        waiting = asyncio.ensure_future(anext(reader))
+        await settle()
+        waiting.cancel()  # a reader cancelled mid-wait (its client left)
+        await asyncio.wait({waiting})
+        assert handle._waiters == []
+        await reader.aclose()
+        gate.put_nowait(None)
+        gate.put_nowait(None)
+        await handle.wait()
+    assert handle.status == "complete"
+
+
 async def test_a_reader_waiting_on_a_silent_run_never_wakes_up() -> None:
     gate: asyncio.Queue[None] = asyncio.Queue()
     agent = ScriptedAgent([rs(), tms(), rf()], step_gate=gate)
@@ -770,6 +797,14 @@ async def test_the_log_keeps_only_the_newest_events() -> None:
     with pytest.raises(RunLogTruncatedError, match="keeps the last 3 events") as caught:
         await collect(handle, after=1)
     assert (caught.value.wanted_seq, caught.value.first_seq) == (2, 4)
+    # What is logged so far, without waiting: the same rules.
+    assert handle.logged_since(3) == [(seq, script[seq - 1]) for seq in (4, 5, 6)]
+    assert handle.logged_since(5) == [(6, script[5])]
+    assert handle.logged_since(6) == []
+    with pytest.raises(RunLogTruncatedError, match="keeps the last 3 events"):
+        handle.logged_since(2)
+    with pytest.raises(ValueError, match="after=7 is outside"):
+        handle.logged_since(7)
 
 
 async def test_a_reader_that_falls_behind_the_bounded_log_is_told() -> None:
