@@ -49,6 +49,9 @@ CANCELLED_MESSAGE = "The run was cancelled."
 CANCELLED_CODE = "CANCELLED"
 
 _TERMINAL_TYPES = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+#: A reader catching up lets the loop turn after this many events without a wait (asyncio
+#: logs a warning from the sixth write to a socket its peer closed).
+_CATCH_UP_BURST = 4
 
 
 class RunnableAgent(Protocol):
@@ -248,6 +251,7 @@ class RunHandle:
         log = self._log
         loop = asyncio.get_running_loop()
         while True:
+            burst = 0
             while seq <= self._last_seq:
                 first = self._last_seq - len(log) + 1
                 if seq < first:
@@ -256,6 +260,12 @@ class RunHandle:
                 if seq == self._terminal_seq:
                     return
                 seq += 1
+                burst += 1
+                if burst == _CATCH_UP_BURST:
+                    # Catching up on a backlog: let the loop turn, so one reader does not
+                    # hold it, and a server notices a client that left before it writes on.
+                    burst = 0
+                    await asyncio.sleep(0)
             if self._terminal_seq is not None:
                 return
             waiter: asyncio.Future[None] = loop.create_future()

@@ -295,10 +295,18 @@ async def read_all(connection: SSEConnection) -> list[Frame]:
         await connection.close()
 
 
+#: What asyncio logs when a server goes on writing to a socket its client has closed.
+_WRITES_AFTER_CLOSE = "socket.send() raised exception"
+
+
 def log_problems(log: Path) -> list[str]:
-    """Lines of a worker's log that name a traceback or a server error."""
+    """Lines of a worker's log that name a traceback, a server error, or writes to a socket
+    its client closed (the stream did not notice the client leave)."""
     return [
         line
         for line in log.read_text().splitlines()
-        if "Traceback" in line or "Internal Server Error" in line or " 500 " in line
+        if "Traceback" in line
+        or "Internal Server Error" in line
+        or " 500 " in line
+        or _WRITES_AFTER_CLOSE in line
     ]
