@@ -197,6 +197,13 @@ async def replay_entries(
             await close()
 
 
+def _values(event: BaseEvent) -> dict[str, Any]:
+    """``event``'s field values and extra keys (a logged event is never changed again, so its
+    ``__dict__`` needs no copy)."""
+    extra = event.__pydantic_extra__
+    return {**event.__dict__, **extra} if extra else event.__dict__
+
+
 def _rebuilt(entry: Any) -> BaseEvent | None:
     """The event of a relayed ``(seq, class, values)`` entry (or of an older worker's
     ``(seq, event)``); ``None`` for anything else."""
@@ -438,8 +445,7 @@ class RunRelay:
             with contextlib.suppress(Exception):
                 await sync_to_async(self._cache.delete)(f"{publication.key}:head")
             return
-        # A logged event is never changed again, so its values need no copy.
-        entries = [(seq, type(event), event.__dict__) for seq, event in logged]
+        entries = [(seq, type(event), _values(event)) for seq, event in logged]
         terminal = bool(logged) and logged[-1].event.type in _TERMINAL
         batches = publication.batches + (1 if entries else 0)
         data: dict[str, Any] = {}

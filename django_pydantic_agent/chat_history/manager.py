@@ -242,11 +242,7 @@ class RunHandle:
         """
         if idle is not None and idle <= 0:
             raise ValueError(f"idle={idle!r} must be positive, or None for no idle marks.")
-        if not 0 <= after <= self._last_seq:
-            raise ValueError(
-                f"after={after!r} is outside run {self.run_id!r}'s log, whose last sequence "
-                f"number is {self._last_seq}; pass 0 to read from the start."
-            )
+        self._check_after(after)
         seq = after + 1
         log = self._log
         loop = asyncio.get_running_loop()
@@ -285,6 +281,13 @@ class RunHandle:
                 raise
             self._wakeups += 1
 
+    def _check_after(self, after: int) -> None:
+        if not 0 <= after <= self._last_seq:
+            raise ValueError(
+                f"after={after!r} is outside run {self.run_id!r}'s log, whose last sequence "
+                f"number is {self._last_seq}; pass 0 to read from the start."
+            )
+
     def _forget(self, waiter: asyncio.Future[None]) -> None:
         with suppress(ValueError):  # gone already if an event came as the wait ended
             self._waiters.remove(waiter)
@@ -295,11 +298,7 @@ class RunHandle:
         Raises `ValueError` for an ``after`` outside the log and `RunLogTruncatedError` if an
         event after ``after`` was dropped from the bounded log.
         """
-        if not 0 <= after <= self._last_seq:
-            raise ValueError(
-                f"after={after!r} is outside run {self.run_id!r}'s log, whose last sequence "
-                f"number is {self._last_seq}; pass 0 to read from the start."
-            )
+        self._check_after(after)
         first = self.first_seq
         if after + 1 < first:
             raise RunLogTruncatedError(self, after + 1)

@@ -526,3 +526,33 @@ async def test_only_the_most_recent_finished_logs_wait_to_be_retired() -> None:
 def test_retire_keep_must_not_be_negative() -> None:
     with pytest.raises(ValueError, match="retire_keep=-1"):
         RunRelay(retire_keep=-1)
+
+
+class _WithExtras:
+    """A runnable agent whose events carry keys AG-UI does not define (its models allow it)."""
+
+    async def run(self, input: Any) -> AsyncIterator[Any]:
+        from ag_ui.core import RunFinishedEvent, RunStartedEvent, TextMessageContentEvent
+
+        yield RunStartedEvent(thread_id="t-relay", run_id=input.run_id, trace={"span": 7})
+        yield TextMessageContentEvent(message_id="m1", delta="hi", citation="doc-3")
+        yield RunFinishedEvent(thread_id="t-relay", run_id=input.run_id, result={"ok": True})
+
+
+async def test_a_follower_rebuilds_every_field_and_extra_key_of_the_relayed_events() -> None:
+    from django_pydantic_agent.chat_history import StreamPersistenceManager
+
+    relay = RunRelay(interval=0.01)
+    async with StreamPersistenceManager(lambda: _WithExtras()) as manager:
+        handle = await manager.run(_input("r-extras"))
+        relay.publish(handle, "owner")
+        await handle.wait()
+        await relay.finish(handle)
+    log = await relay.follow("owner", "t-relay", "r-extras")
+    assert log is not None
+    rebuilt = [encode_event(event) async for _, event in log.entries()]
+    assert rebuilt == [encode_event(entry.event) for entry in handle.logged_since(0)]
+    assert '"citation":"doc-3"' in rebuilt[1]
+    assert '"trace":{"span":7}' in rebuilt[0]
+    key = f"{_RELAY}:{run_digest('owner', 't-relay', 'r-extras')}"
+    await cache.adelete_many([f"{key}:head", f"{key}:1"])
