@@ -145,8 +145,10 @@ async def test_a_disconnect_on_a_cancel_on_disconnect_mount_keeps_what_streamed(
     session = session_id(sent)
     await RunCoordinator.wait_for_all_runs()
     await RunCoordinator.aclose_all()  # the mount's sweeper, started by its first request
-    # on_disconnect="cancel": the disconnect cancelled the model's stream, and no task is left.
-    assert HANG_LOG == ["started", "cancelled"]
+    # on_disconnect="cancel": the disconnect stopped the model's stream, and no task is left.
+    # The cancel lands at the model's wait, or, when the run was polling its cancel intent
+    # then, closes the model's stream before it resumed: either way it never goes on.
+    assert HANG_LOG in (["started", "cancelled"], ["started"])
     assert asyncio.all_tasks() == {asyncio.current_task()}
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     [answer_id] = [
