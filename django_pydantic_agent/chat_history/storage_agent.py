@@ -705,13 +705,13 @@ class _Folding:
 
     async def add(self, event: BaseEvent) -> None:
         """Fold ``event`` now, or keep it for the task in flight."""
-        if self._busy is None and not self.state.unstored:
-            await self._fold(event)
-            self._schedule()
-            return
         state = self.state
         if state.unstored:
             return  # the new thread's writes failed: run() raises, nothing more is stored
+        if self._busy is None:
+            await self._fold(event)
+            self._schedule()
+            return
         if len(self.pending) >= self.agent.max_queue_size:
             if not state.dropped:
                 logger.error(
