@@ -90,6 +90,18 @@ RELAY_RETIRE_KEEP: Final[int] = 16
 ALIVE_CHECK_SECONDS: Final[float] = 2.0
 _PREFIX = "django_pydantic_agent:relay"
 _TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+_OPENS_OR_CLOSES = frozenset(
+    {
+        EventType.TEXT_MESSAGE_START,
+        EventType.TEXT_MESSAGE_END,
+        EventType.TOOL_CALL_START,
+        EventType.TOOL_CALL_END,
+        EventType.REASONING_START,
+        EventType.REASONING_END,
+        EventType.REASONING_MESSAGE_START,
+        EventType.REASONING_MESSAGE_END,
+    }
+)
 # A follower fetches at most this many batches per cache call.
 _FETCH_CHUNK = 200
 
@@ -112,6 +124,8 @@ class OpenStreams:
 
     def fold(self, event: BaseEvent) -> None:
         """Account for ``event``."""
+        if event.type not in _OPENS_OR_CLOSES:
+            return  # most events (deltas above all) open and close nothing
         if isinstance(event, TextMessageStartEvent):
             self._open[("text", event.message_id)] = event
         elif isinstance(event, ToolCallStartEvent):

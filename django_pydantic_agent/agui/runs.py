@@ -165,6 +165,10 @@ class RunCoordinator(RunObserver):
     """
 
     _instances: weakref.WeakSet[RunCoordinator] = weakref.WeakSet()
+    # Only a terminal event needs on_event (the relay publishes it at once), and the cancel
+    # intent is read at most every CANCEL_POLL_SECONDS: an event costs the producer no hook.
+    observed_event_types = _TERMINAL
+    cancel_poll_seconds = CANCEL_POLL_SECONDS
 
     def __init__(
         self,

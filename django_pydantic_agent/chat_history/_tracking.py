@@ -10,11 +10,13 @@ flush is retried from the last confirmed state and never duplicates text.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
+from ag_ui.core import BaseEvent
 from pydantic import BaseModel
 
 from django_pydantic_agent.chat_history.records import (
@@ -184,7 +186,11 @@ class StorageState:
     chat: Chat
     history: list[Message] = field(default_factory=list)
     active_step: str | None = None
-    current_event_timestamp: datetime = _EPOCH
+    # The event being handled and how to read its time: ``current_event_timestamp`` converts
+    # it only when a record is created, not for every delta.
+    timed_event: BaseEvent | None = field(default=None, repr=False)
+    event_time_of: Callable[[BaseEvent], datetime] | None = field(default=None, repr=False)
+    _event_time: datetime = field(default=_EPOCH, repr=False)
     active_message: TrackedMessage | None = None
     active_tool_call: TrackedToolCall | None = None
     active_reasoning: TrackedReasoning | None = None
@@ -201,6 +207,19 @@ class StorageState:
     flush_now: bool = False
     needs_recovery: bool = False
     outcome: dict[str, Any] | None = None
+
+    @property
+    def current_event_timestamp(self) -> datetime:
+        event, read = self.timed_event, self.event_time_of
+        if event is not None and read is not None:
+            self._event_time = read(event)
+            self.timed_event = None
+        return self._event_time
+
+    @current_event_timestamp.setter
+    def current_event_timestamp(self, value: datetime) -> None:
+        self._event_time = value
+        self.timed_event = None
 
     def records(self) -> list[TrackedRecord]:
         """Every record of this run (not the foreign ones), parents before children."""

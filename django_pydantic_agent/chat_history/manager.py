@@ -21,7 +21,17 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, suppress
-from typing import Any, Generic, Literal, NamedTuple, ParamSpec, Protocol, TypeAlias, overload
+from typing import (
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    NamedTuple,
+    ParamSpec,
+    Protocol,
+    TypeAlias,
+    overload,
+)
 
 from ag_ui.core import (
     BaseEvent,
@@ -67,6 +77,51 @@ class SequencedEvent(NamedTuple):
     event: BaseEvent
 
 
+class _IdleClock:
+    """Wakes a reader's wait with True once ``idle`` seconds pass without an event.
+
+    One timer serves the whole read: it is armed at the first wait and, when it fires during
+    a busy stream, re-armed for ``idle`` after the latest wait began, so an event costs no
+    timer of its own.
+    """
+
+    __slots__ = ("_idle", "_loop", "_since", "_timer", "_waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, idle: float) -> None:
+        self._loop = loop
+        self._idle = idle
+        self._since = loop.time()
+        self._waiter: asyncio.Future[bool] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def wait_on(self, waiter: asyncio.Future[bool]) -> None:
+        """``waiter`` is the reader's wait from now on; silence is counted from the last
+        event (or from the last wake-up for silence)."""
+        previous = self._waiter
+        if previous is None or (previous.done() and not previous.result()):
+            self._since = self._loop.time()
+        self._waiter = waiter
+        if self._timer is None:
+            self._timer = self._loop.call_at(self._since + self._idle, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        due = self._since + self._idle
+        if waiter is None or waiter.done():
+            return  # the reader is not waiting: its next wait arms the timer again
+        if self._loop.time() >= due - 0.001:  # a timer may fire a clock tick early
+            waiter.set_result(True)
+            self._since = self._loop.time()
+        else:
+            self._timer = self._loop.call_at(due, self._fire)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 class RunLogTruncatedError(ChatHistoryError, LookupError):
     """A reader asked for events the bounded run log no longer holds in memory."""
 
@@ -87,14 +142,24 @@ class RunObserver:
     Each method is awaited by the run's producer (``on_event``, ``cancel_requested``) or by its
     heartbeat (``on_heartbeat``, ``cancel_requested``), so keep them short. An exception from a
     hook is logged and ignored: an observer never breaks a run.
+
+    Two class attributes keep the producer's per-event cost down: ``observed_event_types``
+    (the event types ``on_event`` is called for; ``None``, the default, means every event) and
+    ``cancel_poll_seconds`` (after an event, ``cancel_requested`` is asked at most this often,
+    the first time that long after the run starts; ``0``, the default, means after every
+    event).
     """
+
+    observed_event_types: ClassVar[frozenset[str] | None] = None
+    cancel_poll_seconds: ClassVar[float] = 0.0
 
     async def on_event(self, handle: RunHandle, seq: int, event: BaseEvent) -> None:
         """Called after each event is logged (readers already see it), in order."""
 
     async def cancel_requested(self, handle: RunHandle) -> bool:
-        """Return True to cancel the run. Asked after every event and on every heartbeat
-        until the run's terminal event (e.g. check a cancel intent in a shared cache)."""
+        """Return True to cancel the run. Asked after events (see ``cancel_poll_seconds``)
+        and on every heartbeat until the run's terminal event (e.g. check a cancel intent in
+        a shared cache)."""
         return False
 
     async def on_heartbeat(self, handle: RunHandle) -> None:
@@ -141,8 +206,9 @@ class RunHandle:
         self._terminal_seq: int | None = None
         self._started = False
         self._cancelled = False
-        # The futures of readers waiting for the next event (resolved by ``_append``).
-        self._waiters: list[asyncio.Future[None]] = []
+        # The futures of readers waiting for the next event: ``_append`` resolves them with
+        # False, a reader's idle clock with True.
+        self._waiters: list[asyncio.Future[bool]] = []
         self._wakeups = 0  # reader wake-ups, to prove readers await instead of polling
         self._producing = False  # the producer task has taken its first step
 
@@ -246,40 +312,43 @@ class RunHandle:
         seq = after + 1
         log = self._log
         loop = asyncio.get_running_loop()
-        while True:
-            burst = 0
-            while seq <= self._last_seq:
-                first = self._last_seq - len(log) + 1
-                if seq < first:
-                    raise RunLogTruncatedError(self, seq)
-                yield SequencedEvent(seq, log[seq - first])
-                if seq == self._terminal_seq:
+        clock = None if idle is None else _IdleClock(loop, idle)
+        try:
+            while True:
+                burst = 0
+                while seq <= self._last_seq:
+                    first = self._last_seq - len(log) + 1
+                    if seq < first:
+                        raise RunLogTruncatedError(self, seq)
+                    yield SequencedEvent(seq, log[seq - first])
+                    if seq == self._terminal_seq:
+                        return
+                    seq += 1
+                    burst += 1
+                    if burst == _CATCH_UP_BURST:
+                        # Catching up on a backlog: let the loop turn, so one reader does not
+                        # hold it, and a server notices a client that left before it writes on.
+                        burst = 0
+                        await asyncio.sleep(0)
+                if self._terminal_seq is not None:
                     return
-                seq += 1
-                burst += 1
-                if burst == _CATCH_UP_BURST:
-                    # Catching up on a backlog: let the loop turn, so one reader does not
-                    # hold it, and a server notices a client that left before it writes on.
-                    burst = 0
-                    await asyncio.sleep(0)
-            if self._terminal_seq is not None:
-                return
-            waiter: asyncio.Future[None] = loop.create_future()
-            self._waiters.append(waiter)
-            try:
-                if idle is None:
-                    await waiter
-                else:
-                    async with asyncio.timeout(idle):
-                        await waiter
-            except TimeoutError:
-                self._forget(waiter)
-                yield None
-                continue
-            except asyncio.CancelledError:
-                self._forget(waiter)
-                raise
-            self._wakeups += 1
+                waiter: asyncio.Future[bool] = loop.create_future()
+                self._waiters.append(waiter)
+                if clock is not None:
+                    clock.wait_on(waiter)
+                try:
+                    silent = await waiter
+                except asyncio.CancelledError:
+                    self._forget(waiter)
+                    raise
+                if silent:
+                    self._forget(waiter)
+                    yield None
+                    continue
+                self._wakeups += 1
+        finally:
+            if clock is not None:
+                clock.stop()
 
     def _check_after(self, after: int) -> None:
         if not 0 <= after <= self._last_seq:
@@ -288,7 +357,7 @@ class RunHandle:
                 f"number is {self._last_seq}; pass 0 to read from the start."
             )
 
-    def _forget(self, waiter: asyncio.Future[None]) -> None:
+    def _forget(self, waiter: asyncio.Future[bool]) -> None:
         with suppress(ValueError):  # gone already if an event came as the wait ended
             self._waiters.remove(waiter)
 
@@ -330,7 +399,7 @@ class RunHandle:
             waiters, self._waiters = self._waiters, []
             for waiter in waiters:
                 if not waiter.done():  # a reader cancelled while waiting leaves a done one
-                    waiter.set_result(None)
+                    waiter.set_result(False)
         return self._last_seq
 
     def _close(self, terminal: BaseEvent) -> None:
@@ -561,14 +630,35 @@ class StreamPersistenceManager(Generic[_P]):
         try:
             agent = self._factory(*args, **kwargs)
             stream = agent.run(input)
-            while True:
-                try:
-                    event = await anext(stream)
-                except StopAsyncIteration:
-                    break
-                seq = handle._append(event)
-                if seq is not None and self._observer is not None:
-                    await self._observe(handle, self._observer, seq, event, stream)
+            observer = self._observer
+            if observer is None:
+                while True:
+                    try:
+                        event = await anext(stream)
+                    except StopAsyncIteration:
+                        break
+                    handle._append(event)
+            else:
+                types = observer.observed_event_types
+                poll = observer.cancel_poll_seconds
+                next_poll = time.monotonic() + poll
+                while True:
+                    try:
+                        event = await anext(stream)
+                    except StopAsyncIteration:
+                        break
+                    seq = handle._append(event)
+                    if seq is None:
+                        continue
+                    notify = types is None or event.type in types
+                    ask = poll <= 0
+                    if not ask:
+                        now = time.monotonic()
+                        if now >= next_poll:
+                            ask = True
+                            next_poll = now + poll
+                    if notify or ask:
+                        await self._observe(handle, observer, seq, event, stream, notify, ask)
         except asyncio.CancelledError:
             # Ours to absorb: the run's readers get a terminal event, and wait() never raises.
             handle._close_cancelled()
@@ -604,10 +694,14 @@ class StreamPersistenceManager(Generic[_P]):
         seq: int,
         event: BaseEvent,
         stream: AsyncIterator[BaseEvent],
+        notify: bool = True,
+        ask: bool = True,
     ) -> None:
         try:
-            await self._call_hook(handle, "on_event", observer.on_event(handle, seq, event))
-            await self._check_cancel(handle, observer)
+            if notify:
+                await self._call_hook(handle, "on_event", observer.on_event(handle, seq, event))
+            if ask:
+                await self._check_cancel(handle, observer)
         except asyncio.CancelledError:
             # Cancelled while the agent waits at a yield: deliver the cancellation there, so
             # its own handling (the storage agent's interrupt finalization) runs now.

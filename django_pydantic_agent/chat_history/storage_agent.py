@@ -402,6 +402,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             chat=chat,
             history=history,
             resumed=bool(input.resume),
+            event_time_of=self._event_time,
         )
         folding = _Folding(self, state, writes)
         yield_at = self.max_queue_size // 4
@@ -426,10 +427,11 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                     # would keep that flush from ending and overflow the backlog: past a
                     # quarter of it, give the flush a few loop turns (a store that is slow
                     # costs only these turns, never a wait).
-                    for _ in range(4):
-                        if len(folding.pending) <= yield_at:
-                            break
-                        await asyncio.sleep(0)
+                    if len(folding.pending) > yield_at:
+                        for _ in range(4):
+                            await asyncio.sleep(0)
+                            if len(folding.pending) <= yield_at:
+                                break
                     yield event
             if writes is not None:
                 await writes
@@ -743,7 +745,7 @@ class _Folding:
 
     async def _fold(self, event: BaseEvent) -> None:
         state = self.state
-        state.current_event_timestamp = self.agent._event_time(event)
+        state.timed_event = event  # current_event_timestamp reads its time when asked
         try:
             await self.agent._handler_for(event)(state, state.chat, event)
         except Exception:

@@ -14,7 +14,7 @@ import threading
 import time
 import types as types_module
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 import pytest
@@ -354,6 +354,63 @@ async def test_an_idle_reader_gets_a_mark_per_silent_interval_and_then_the_event
         gate.put_nowait(None)
         await handle.wait()
     assert handle.status == "complete"
+
+
+class FakeClockLoop:
+    """Enough of a loop for ``_IdleClock``: a settable time and the timers it armed."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[tuple[float, Any]] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Any) -> Any:
+        entry = (when, callback)
+        self.timers.append(entry)
+        loop = self
+
+        class Handle:
+            def cancel(self) -> None:
+                if entry in loop.timers:
+                    loop.timers.remove(entry)
+
+        return Handle()
+
+    def advance(self, to: float) -> None:
+        self.now = to
+        for entry in sorted(self.timers, key=lambda t: t[0]):
+            if entry[0] <= to and entry in self.timers:
+                self.timers.remove(entry)
+                entry[1]()
+
+
+async def test_the_idle_clock_counts_silence_from_the_last_event_with_one_timer() -> None:
+    loop = asyncio.get_running_loop()
+    fake = FakeClockLoop()
+    clock = manager_module._IdleClock(fake, 0.15)  # type: ignore[arg-type]
+    first = loop.create_future()
+    clock.wait_on(first)
+    assert [when for when, _ in fake.timers] == [0.15]
+    fake.advance(0.1)
+    first.set_result(False)  # an event came: silence now counts from the next wait
+    second = loop.create_future()
+    clock.wait_on(second)
+    assert len(fake.timers) == 1  # a busy stream adds no timer per event
+    fake.advance(0.15)
+    assert not second.done()  # only 50 ms of silence: no mark, the timer moves on
+    assert [when for when, _ in fake.timers] == [pytest.approx(0.25)]
+    fake.advance(0.25)
+    assert second.result() is True
+    third = loop.create_future()
+    clock.wait_on(third)  # after a mark, the next one is an interval later
+    fake.advance(0.39)
+    assert not third.done()
+    fake.advance(0.4)
+    assert third.result() is True
+    clock.stop()
+    assert fake.timers == []
 
 
 async def test_a_reader_waiting_on_a_silent_run_never_wakes_up() -> None:
@@ -900,6 +957,37 @@ async def test_the_observer_sees_every_logged_event_in_order_and_the_end() -> No
         await handle.wait()
     assert observer.events == [(seq, e.type) for seq, e in enumerate(plain_answer(), start=1)]
     assert observer.done == [handle]
+
+
+async def test_an_observer_sees_only_the_event_types_it_names_and_polls_at_its_pace() -> None:
+    class Sparse(RecordingObserver):
+        observed_event_types: ClassVar[frozenset[str] | None] = frozenset({EventType.RUN_FINISHED})
+        cancel_poll_seconds = 3600.0
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked = 0
+
+        async def cancel_requested(self, handle: RunHandle) -> bool:
+            self.asked += 1
+            return False
+
+    class Every(Sparse):
+        observed_event_types = None
+        cancel_poll_seconds = 0.0
+
+    sparse, every = Sparse(), Every()
+    for observer in (sparse, every):
+        async with manager_for(ScriptedAgent(plain_answer()), observer=observer) as manager:
+            handle = await manager.run(make_input())
+            await handle.wait()
+    logged = len(plain_answer())
+    assert sparse.events == [(logged, EventType.RUN_FINISHED)]
+    assert sparse.asked == 0  # an hour between polls: no event asked
+    assert [seq for seq, _ in every.events] == list(range(1, logged + 1))
+    assert every.asked == logged - 1  # after each event but the terminal one
+    assert sparse.done
+    assert every.done
 
 
 async def test_an_observer_can_cancel_a_run_on_an_event() -> None:
