@@ -1,8 +1,9 @@
 """Streaming over HTTP: one 2,000-delta run, persistence on against off, and django-ag-ui 0.70.
 
 Every figure is the median of ``samples`` runs, each on a new thread, after one warm-up run per
-mount; the client reads the stream over loopback with httpx and splits frames without parsing
-them (the terminal event only), so it costs the server's two cores as little as it can.
+mount and ``SETTLE_SECONDS`` of quiet (the previous run's last writes are done); the client
+reads the stream over loopback with httpx and splits frames without parsing them (the
+terminal event only), so it costs the server's two cores as little as it can.
 """
 
 from __future__ import annotations
@@ -56,9 +57,16 @@ class Row:
         )
 
 
+#: A measured run starts this long after the previous run's stream ended: a durable run stores
+#: its last writes after its ``RUN_FINISHED``, and those belong to that run, not to the next.
+SETTLE_SECONDS = 0.25
+
+
 async def _runs(client: httpx.AsyncClient, url: str, samples: int) -> list[Stream]:
     streams = []
     for i in range(samples + 1):
+        if i:
+            await asyncio.sleep(SETTLE_SECONDS)
         thread = f"t-{uuid.uuid4().hex[:12]}"
         result = await stream(client, "POST", url, body=run_body(thread, f"r-{i}"))
         if result.status != 200 or result.terminal_type != "RUN_FINISHED":

@@ -618,27 +618,48 @@ class OrmMessageRepository(NestedRecordWrites):
 
         states = {p.chat_uuid: self.chats._states[p.chat_uuid] for p in batch}
         inserting = {p.chat_uuid for p in batch if p.created}
-        with transaction.atomic():
-            locked = StoredConversation.objects.select_for_update().filter(
-                pk__in=[s.pk for s in states.values()]
+        # The thread row's new values (its preview from the records written now): written
+        # first when nothing is inserted, so that UPDATE is the scope's lock on the thread
+        # (and a thread deleted meanwhile updates no row), last otherwise.
+        now = timezone.now()
+        touches: dict[UUID, dict[str, Any]] = {}
+        for state in states.values():
+            touched = [
+                self._records[p.message_uuid] for p in batch if p.chat_uuid == state.chat_uuid
+            ]
+            preview = derive_preview(
+                {"content": m.content} for m in touched if m.role != "activity"
             )
+            # The rows changed behind save()'s back: its next call compares every row.
+            values: dict[str, Any] = {"updated_at": now, "save_state": ""}
+            if preview:
+                values["preview"] = preview
+            touches[state.chat_uuid] = values
+        with transaction.atomic():
             if inserting:
-                locked = locked.annotate(
-                    top=Subquery(
-                        StoredMessage.objects.filter(conversation=OuterRef("pk"))
-                        .order_by("-position")
-                        .values("position")[:1]
+                locked = (
+                    StoredConversation.objects.select_for_update()
+                    .filter(pk__in=[s.pk for s in states.values()])
+                    .annotate(
+                        top=Subquery(
+                            StoredMessage.objects.filter(conversation=OuterRef("pk"))
+                            .order_by("-position")
+                            .values("position")[:1]
+                        )
                     )
                 )
                 alive = dict(locked.values_list("pk", "top"))
+                for state in states.values():
+                    if state.pk not in alive:
+                        state.deleted = True
+                    elif state.chat_uuid in inserting:
+                        top = alive[state.pk]
+                        state.next_position = 0 if top is None else top + 1
             else:
-                alive = dict.fromkeys(locked.values_list("pk", flat=True))
-            for state in states.values():
-                if state.pk not in alive:
-                    state.deleted = True
-                elif state.chat_uuid in inserting:
-                    top = alive[state.pk]
-                    state.next_position = 0 if top is None else top + 1
+                for state in states.values():
+                    rows = StoredConversation.objects.filter(pk=state.pk)
+                    if not rows.update(**touches[state.chat_uuid]):
+                        state.deleted = True
             live = [p for p in batch if not states[p.chat_uuid].deleted]
             inserts: list[StoredMessage] = []
             converted: set[UUID] = set()
@@ -668,21 +689,11 @@ class OrmMessageRepository(NestedRecordWrites):
             if inserts:
                 StoredMessage.objects.bulk_create(inserts)
             self._link_attachments_sync(states, live)
-            now = timezone.now()
-            for state in states.values():
-                if state.deleted:
-                    continue
-                touched = [
-                    self._records[p.message_uuid] for p in live if p.chat_uuid == state.chat_uuid
-                ]
-                preview = derive_preview(
-                    {"content": m.content} for m in touched if m.role != "activity"
-                )
-                # The rows changed behind save()'s back: its next call compares every row.
-                values: dict[str, Any] = {"updated_at": now, "save_state": ""}
-                if preview:
-                    values["preview"] = preview
-                StoredConversation.objects.filter(pk=state.pk).update(**values)
+            if inserting:
+                for state in states.values():
+                    if not state.deleted:
+                        rows = StoredConversation.objects.filter(pk=state.pk)
+                        rows.update(**touches[state.chat_uuid])
 
     def _link_attachments_sync(self, states: dict[UUID, _ChatState], live: list[_Pending]) -> None:
         """Link the attachments the written records quote to their threads, as ``save`` does.
