@@ -16,6 +16,7 @@ from django.http import HttpRequest
 
 from django_pydantic_agent.agui.http import json_body_limit
 from django_pydantic_agent.agui.runs import DEFAULT_SWEEP_INTERVAL_SECONDS
+from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 from django_pydantic_agent.persistence.runs import DEFAULT_LEASE_SECONDS
 
 __all__ = [
@@ -67,6 +68,9 @@ class RunOptions:
 
     #: Seconds of silence before an SSE heartbeat comment; ``0`` turns it off.
     heartbeat_seconds: float = 15.0
+    #: While events come faster than this, the stream writes them together at most this often
+    #: (seconds); ``0`` writes each event as it comes.
+    stream_coalesce_seconds: float = DEFAULT_STREAM_COALESCE_SECONDS
     #: Whether ``REASONING_*`` events reach the client (and, when persisting, the transcript).
     forward_reasoning: bool = True
     #: Whether ``RUN_ERROR`` carries the exception's text instead of the redacted sentence.

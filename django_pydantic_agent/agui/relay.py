@@ -36,7 +36,7 @@ import collections
 import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from ag_ui.core import (
@@ -164,49 +164,55 @@ class OpenStreams:
 
 
 async def replay_entries(
-    entries: AsyncIterator[tuple[int, BaseEvent] | None], run_id: str, after: int
+    batches: AsyncIterator[Sequence[tuple[int, BaseEvent]] | None], run_id: str, after: int
 ) -> AsyncIterator[str]:
     """SSE frames of a run's ``(seq, event)`` log for a reader that saw up to ``after``.
 
-    ``after == 0`` replays the whole log with its ids; otherwise see the module docstring. A
-    reader that saw the terminal event gets ``RUN_STARTED`` and the terminal event again,
-    without ids (no sequence number twice). A log that ends without a terminal event (a
-    relayed log lost mid-stream) gets the ``*_END`` events of what is still open, so the
-    caller can go on with a snapshot. A ``None`` entry (the log was idle) is a heartbeat.
+    ``batches`` yields the log in order, a few entries at a time; the frames of one batch go
+    out as one string (one write to the socket). ``after == 0`` replays the whole log with its
+    ids; otherwise see the module docstring. A reader that saw the terminal event gets
+    ``RUN_STARTED`` and the terminal event again, without ids (no sequence number twice). A
+    log that ends without a terminal event (a relayed log lost mid-stream) gets the ``*_END``
+    events of what is still open, so the caller can go on with a snapshot. A ``None`` batch
+    (the log was idle) is a heartbeat.
     """
     streams = OpenStreams()
     first: BaseEvent | None = None
     ended = False
     try:
-        async for entry in entries:
-            if entry is None:
+        async for batch in batches:
+            if batch is None:
                 yield SSE_HEARTBEAT
                 continue
-            seq, event = entry
-            if seq <= after:
-                first = first or event
-                streams.fold(event)
-                if seq == after and event.type in _TERMINAL:
-                    # The reader saw the end: the run's start and its end again, without ids.
+            frames: list[str] = []
+            for seq, event in batch:
+                if seq <= after:
+                    first = first or event
+                    streams.fold(event)
+                    if seq == after and event.type in _TERMINAL:
+                        # The reader saw the end: the run's start and its end again, no ids.
+                        ended = True
+                        frames.append(encode_event(first))
+                        if event is not first:
+                            frames.append(encode_event(event))
+                    elif seq == after:
+                        frames.extend(
+                            encode_event(opening) for opening in [first, *streams.openings()]
+                        )
+                    continue
+                if event.type in _TERMINAL:
                     ended = True
-                    yield encode_event(first)
-                    if event is not first:
-                        yield encode_event(event)
-                elif seq == after:
-                    for opening in [first, *streams.openings()]:
-                        yield encode_event(opening)
-                continue
-            if event.type in _TERMINAL:
-                ended = True
-                for closing in streams.closings():
-                    yield encode_event(closing)
-            streams.fold(event)
-            yield encode_event(event, event_id=event_id(run_id, seq))
+                    frames.extend(encode_event(closing) for closing in streams.closings())
+                streams.fold(event)
+                frames.append(encode_event(event, event_id=event_id(run_id, seq)))
+            if frames:
+                yield frames[0] if len(frames) == 1 else "".join(frames)
         if not ended:
-            for closing in streams.closings():
-                yield encode_event(closing)
+            closings = [encode_event(closing) for closing in streams.closings()]
+            if closings:
+                yield "".join(closings)
     finally:
-        close = getattr(entries, "aclose", None)
+        close = getattr(batches, "aclose", None)
         if close is not None:
             await close()
 
@@ -292,6 +298,18 @@ class RelayedLog:
         once it says no, a log that stopped short of its terminal event is lost (its worker
         died), so a follower never waits on it forever.
         """
+        batches = self.batches(still_running=still_running)
+        try:
+            async for batch in batches:
+                for entry in batch:
+                    yield entry
+        finally:
+            await batches.aclose()
+
+    async def batches(
+        self, *, still_running: Callable[[], Awaitable[bool]] | None = None
+    ) -> AsyncGenerator[list[tuple[int, BaseEvent]], None]:
+        """`entries`, one list per relayed batch (a reader writes each at once)."""
         relay = self._relay
         read = 0
         expected = 1
@@ -303,15 +321,20 @@ class RelayedLog:
                 if not isinstance(batch, list):
                     self.lost = True
                     return
+                rebuilt: list[tuple[int, BaseEvent]] = []
                 for entry in batch:
                     event = _rebuilt(entry)
                     if event is None or entry[0] != expected:
                         self.lost = True
-                        return
-                    yield expected, event
+                        break
+                    rebuilt.append((expected, event))
                     expected += 1
                     if event.type in _TERMINAL:
-                        return
+                        break
+                if rebuilt:
+                    yield rebuilt
+                if self.lost or (rebuilt and rebuilt[-1][1].type in _TERMINAL):
+                    return
             idle = 0.0
             while int(self.head["batches"]) <= read:
                 if self.terminal:

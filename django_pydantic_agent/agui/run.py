@@ -347,7 +347,12 @@ class RunEndpoint:
                 self._inner(request, deps, accept),
             )
             coordinator.track(handle, owner_id)
-        frames = replay(handle, 0, heartbeat_seconds=options.heartbeat_seconds)
+        frames = replay(
+            handle,
+            0,
+            heartbeat_seconds=options.heartbeat_seconds,
+            coalesce_seconds=options.stream_coalesce_seconds,
+        )
         if options.on_disconnect == "cancel":
             frames = self._cancelling(handle, frames)
         response = sse_response(frames)
@@ -466,9 +471,12 @@ class RunEndpoint:
             finally:
                 await aclose(events)
 
+        options = self._options
         frames: AsyncIterator[str] = numbered()
-        if self._options.heartbeat_seconds:
-            frames = with_heartbeat(frames, self._options.heartbeat_seconds)
+        if options.heartbeat_seconds or options.stream_coalesce_seconds:
+            frames = with_heartbeat(
+                frames, options.heartbeat_seconds, coalesce=options.stream_coalesce_seconds
+            )
         return frames
 
     @staticmethod

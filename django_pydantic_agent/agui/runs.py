@@ -400,13 +400,20 @@ class RunCoordinator(RunObserver):
 
 
 def replay(
-    handle: RunHandle, after: int, *, heartbeat_seconds: float | None = None
+    handle: RunHandle,
+    after: int,
+    *,
+    heartbeat_seconds: float | None = None,
+    coalesce_seconds: float = 0.0,
 ) -> AsyncIterator[str]:
     """SSE frames of ``handle`` for a reader that saw up to ``after``, then the live tail.
 
     With ``heartbeat_seconds``, ``SSE_HEARTBEAT`` goes out whenever the run is silent that
     long: the reader waits on the log with a timeout, in its own task, so a durable stream
-    needs no pump task (``with_heartbeat``) between the log and the response.
+    needs no pump task (``with_heartbeat``) between the log and the response. The events
+    logged since the reader's last write go out together, in one write; with
+    ``coalesce_seconds``, a live reader writes at most that often while events keep coming
+    (`RunHandle.sequenced_batches`).
 
     ``after == 0`` replays the whole log with its ids. Otherwise the run's ``RUN_STARTED`` and
     the start of every message, tool call and reasoning step still open at ``after`` come
@@ -420,13 +427,10 @@ def replay(
         # The reader saw the end: the run's start and its end again, without ids.
         started = RunStartedEvent(thread_id=handle.thread_id, run_id=handle.run_id)
         return _frames_of(started, terminal)
-    entries: AsyncIterator[tuple[int, BaseEvent] | None]
-    if heartbeat_seconds:
-        entries = handle.sequenced_events(after=0, idle=heartbeat_seconds)
-    else:
-        entries = handle.sequenced_events(after=0)
-    # Returned, not wrapped: a live stream pays for one generator less per frame.
-    return replay_entries(entries, handle.run_id, after)
+    batches = handle.sequenced_batches(
+        after=0, idle=heartbeat_seconds or None, coalesce=coalesce_seconds
+    )
+    return replay_entries(batches, handle.run_id, after)
 
 
 async def _frames_of(*events: BaseEvent) -> AsyncIterator[str]:
@@ -456,12 +460,14 @@ class RunEndpoints:
         *,
         repositories: Callable[[HttpRequest], Any],
         heartbeat_seconds: float,
+        coalesce_seconds: float = 0.0,
         poll_seconds: float = 0.5,
     ) -> None:
         self._coordinator = coordinator
         self._store = store
         self._repositories = repositories
         self._heartbeat = heartbeat_seconds
+        self._coalesce = coalesce_seconds
         self._poll = poll_seconds
 
     async def _owned(self, request: HttpRequest, thread_id: str, run_id: str) -> Any:
@@ -498,7 +504,14 @@ class RunEndpoints:
             if after and after < handle.first_seq:
                 frames = self._from_storage(request, owner_id, record, after)
             else:
-                return sse_response(replay(handle, after, heartbeat_seconds=self._heartbeat))
+                return sse_response(
+                    replay(
+                        handle,
+                        after,
+                        heartbeat_seconds=self._heartbeat,
+                        coalesce_seconds=self._coalesce,
+                    )
+                )
         elif record.running:
             # Running on another worker: follow its log relayed through the cache, if any.
             relay = self._coordinator.relay
@@ -511,8 +524,8 @@ class RunEndpoints:
                 frames = self._relayed(request, owner_id, record, log, after)
         else:
             frames = self._from_storage(request, owner_id, record, after)
-        if self._heartbeat:
-            frames = with_heartbeat(frames, self._heartbeat)
+        if self._heartbeat or self._coalesce:
+            frames = with_heartbeat(frames, self._heartbeat, coalesce=self._coalesce)
         return sse_response(frames)
 
     async def _relayed(
@@ -528,8 +541,8 @@ class RunEndpoints:
             )
             return found is not None and found.running
 
-        entries = log.entries(still_running=still_running)
-        async for frame in replay_entries(entries, record.run_id, after):
+        batches = log.batches(still_running=still_running)
+        async for frame in replay_entries(batches, record.run_id, after):
             yield frame
         if log.lost:
             async for frame in self._from_storage(request, owner_id, record, after, started=True):

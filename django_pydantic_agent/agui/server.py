@@ -42,6 +42,7 @@ from django_pydantic_agent.agui.runs import (
     RunCoordinator,
     RunEndpoints,
 )
+from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 from django_pydantic_agent.agui.threads import NOT_FOUND as THREAD_NOT_FOUND
 from django_pydantic_agent.agui.threads import TITLE_TOO_BIG, ThreadEndpoints
 from django_pydantic_agent.agui.views import AGUIView, Handler
@@ -125,6 +126,7 @@ class AGUIServer:
         csrf_exempt: bool | None = None,
         throttle: ThrottleHook | None = None,
         heartbeat_seconds: float = 15.0,
+        stream_coalesce_seconds: float = DEFAULT_STREAM_COALESCE_SECONDS,
         forward_reasoning: bool = True,
         attachment_max_bytes: int = DEFAULT_ATTACHMENT_MAX_BYTES,
         attachment_allowed_types: Sequence[str] = (),
@@ -173,6 +175,7 @@ class AGUIServer:
         if csrf_exempt is not None and not isinstance(csrf_exempt, bool):
             raise TypeError(f"csrf_exempt={csrf_exempt!r} must be True, False or None (unstated).")
         check_positive("heartbeat_seconds", heartbeat_seconds, allow_zero=True)
+        check_positive("stream_coalesce_seconds", stream_coalesce_seconds, allow_zero=True)
         check_positive("attachment_max_bytes", attachment_max_bytes)
         check_positive("thread_list_limit", thread_list_limit)
         if max_body_bytes is not None:
@@ -223,6 +226,7 @@ class AGUIServer:
         )
         self.run_options = RunOptions(
             heartbeat_seconds=float(heartbeat_seconds),
+            stream_coalesce_seconds=float(stream_coalesce_seconds),
             forward_reasoning=forward_reasoning,
             expose_error_messages=expose_error_messages,
             allowed_file_url_schemes=schemes,
@@ -279,6 +283,7 @@ class AGUIServer:
                 conversation_store,
                 repositories=run.repositories,
                 heartbeat_seconds=self.run_options.heartbeat_seconds,
+                coalesce_seconds=self.run_options.stream_coalesce_seconds,
             )
             self.run_reattach_view = self._view({"GET": runs.reattach}, not_found=RUN_NOT_FOUND)
             self.run_cancel_view = self._view({"POST": runs.cancel}, not_found=RUN_NOT_FOUND)
@@ -320,6 +325,11 @@ class AGUIServer:
     def heartbeat_seconds(self) -> float:
         """Seconds of silence before an SSE heartbeat; ``0.0`` when turned off."""
         return self.run_options.heartbeat_seconds
+
+    @property
+    def stream_coalesce_seconds(self) -> float:
+        """The shortest interval between two writes of a busy stream; ``0.0`` when off."""
+        return self.run_options.stream_coalesce_seconds
 
     @property
     def run_heartbeat_seconds(self) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -34,6 +35,13 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 
 #: The SSE comment written after ``heartbeat_seconds`` of silence; AG-UI clients ignore it.
 SSE_HEARTBEAT = ": ping\n\n"
+#: The frames `with_heartbeat` buffers before its pump waits for the writer.
+MAX_PENDING_FRAMES = 256
+#: ``AGUIServer(stream_coalesce_seconds=)``'s default: while events come faster than every
+#: 2 ms, a stream writes what came in one go, at most every 2 ms. A model's tokens come tens of
+#: milliseconds apart and go out as they come; a burst (a replay, a fast model, a tool's
+#: arguments) costs one socket write per 2 ms instead of one per event.
+DEFAULT_STREAM_COALESCE_SECONDS = 0.002
 
 _ENCODER = EventEncoder()
 #: ``text/event-stream``, as the AG-UI encoder declares it.
@@ -67,41 +75,77 @@ async def aclose(iterator: AsyncIterator[Any]) -> None:
         await close()
 
 
-async def with_heartbeat(frames: AsyncIterator[str], interval: float) -> AsyncIterator[str]:
-    """Yield ``frames``, plus ``SSE_HEARTBEAT`` whenever ``interval`` seconds pass in silence.
+async def with_heartbeat(
+    frames: AsyncIterator[str], interval: float | None, *, coalesce: float = 0.0
+) -> AsyncIterator[str]:
+    """Yield ``frames``, plus ``SSE_HEARTBEAT`` whenever ``interval`` seconds pass in silence
+    (``None`` or ``0``: never).
 
-    ``frames`` is driven by one pump task feeding a one-slot queue, so it runs entirely in a
-    single task (its cancel scopes stay valid) and a heartbeat never cancels a pending read.
-    Closing or cancelling this generator cancels the pump and waits for it; no task outlives it.
+    ``frames`` is driven by one pump task, so it runs entirely in a single task (its cancel
+    scopes stay valid) and a heartbeat never cancels a pending read. Frames that arrive while
+    the consumer is writing wait in a buffer of up to ``MAX_PENDING_FRAMES`` (the pump pauses
+    when it is full) and go out together, as one string. With ``coalesce`` (seconds), the
+    consumer writes at most once per ``coalesce`` while frames keep coming, so a fast stream
+    costs a write per ``coalesce`` rather than one per frame; the first frame, a frame after
+    ``coalesce`` of quiet and the end of the stream are never held back. Closing or
+    cancelling this generator cancels the pump and waits for it; no task outlives it.
     """
-    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=1)
+    loop = asyncio.get_running_loop()
+    pending: list[str] = []
+    ready = asyncio.Event()  # a frame or the end is waiting
+    room = asyncio.Event()  # the buffer has room
+    room.set()
+    ended: list[BaseException | None] = []  # the pump's end: None, or the error to re-raise
+    finished = asyncio.Event()  # the pump has ended: a held write goes out now
 
     async def pump() -> None:
         try:
             async for frame in frames:
-                await queue.put(("frame", frame))
-            await queue.put(("end", None))
+                pending.append(frame)
+                ready.set()
+                if len(pending) >= MAX_PENDING_FRAMES:
+                    room.clear()
+                    await room.wait()
+            ended.append(None)
         except Exception as exc:  # handed to the consumer, re-raised there
-            await queue.put(("error", exc))
+            ended.append(exc)
         finally:
+            ready.set()
+            finished.set()
             await aclose(frames)
 
     task = asyncio.create_task(pump())
+    sent = -math.inf  # when the previous write went out (loop time)
     try:
         while True:
-            try:
-                # Not asyncio.wait_for: on Python 3.11 it swallows a cancel that lands while a
-                # frame is already queued, and the stream would outlive its client.
-                async with asyncio.timeout(interval):
-                    kind, value = await queue.get()
-            except TimeoutError:
-                yield SSE_HEARTBEAT
+            if not pending and not ended:
+                ready.clear()
+                try:
+                    # Not asyncio.wait_for: on Python 3.11 it swallows a cancel that lands as
+                    # the wait ends, and the stream would outlive its client.
+                    async with asyncio.timeout(interval or None):
+                        await ready.wait()
+                except TimeoutError:
+                    yield SSE_HEARTBEAT
+                    continue
+                if coalesce and not ended:
+                    hold = sent + coalesce - loop.time()
+                    if hold > 0:
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(hold):
+                                await finished.wait()
+            if pending:
+                chunk = pending[0] if len(pending) == 1 else "".join(pending)
+                pending.clear()
+                room.set()
+                if coalesce:
+                    sent = loop.time()
+                yield chunk
                 continue
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
+            error = ended[0]
+            if error is not None:
+                raise error
+            return
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -17,6 +17,7 @@ import asyncio
 import contextvars
 import itertools
 import logging
+import math
 import time
 from collections import OrderedDict, deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -62,6 +63,8 @@ _TERMINAL_TYPES = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
 #: A reader catching up lets the loop turn after this many events without a wait (asyncio
 #: logs a warning from the sixth write to a socket its peer closed).
 _CATCH_UP_BURST = 4
+#: The most events `RunHandle.sequenced_batches` hands out in one batch by default.
+CATCH_UP_BATCH = 64
 
 
 class RunnableAgent(Protocol):
@@ -170,6 +173,11 @@ class RunObserver:
         """Called once when the producer has finished, persistence included."""
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -209,6 +217,8 @@ class RunHandle:
         # The futures of readers waiting for the next event: ``_append`` resolves them with
         # False, a reader's idle clock with True.
         self._waiters: list[asyncio.Future[bool]] = []
+        # Readers holding a batch back (``coalesce``): resolved by the terminal event.
+        self._holders: list[asyncio.Future[None]] = []
         self._wakeups = 0  # reader wake-ups, to prove readers await instead of polling
         self._producing = False  # the producer task has taken its first step
 
@@ -306,13 +316,55 @@ class RunHandle:
         is negative or beyond `last_seq`, and `RunLogTruncatedError` if an event the reader
         needs was dropped from the bounded log.
         """
+        batches = self.sequenced_batches(after=after, idle=idle, max_batch=1)
+        try:
+            async for batch in batches:
+                if batch is None:
+                    yield None
+                else:
+                    yield batch[0]
+        finally:
+            await batches.aclose()
+
+    @overload
+    def sequenced_batches(
+        self, *, after: int = 0, max_batch: int = ..., coalesce: float = ...
+    ) -> AsyncGenerator[list[SequencedEvent], None]: ...
+
+    @overload
+    def sequenced_batches(
+        self, *, after: int = 0, idle: float | None, max_batch: int = ..., coalesce: float = ...
+    ) -> AsyncGenerator[list[SequencedEvent] | None, None]: ...
+
+    async def sequenced_batches(
+        self,
+        *,
+        after: int = 0,
+        idle: float | None = None,
+        max_batch: int = CATCH_UP_BATCH,
+        coalesce: float = 0.0,
+    ) -> AsyncGenerator[list[SequencedEvent] | None, None]:
+        """`sequenced_events` in batches: each list holds the events logged since the
+        previous one (at most ``max_batch``, in order), so a reader writes them at once.
+
+        With ``coalesce`` (seconds), a batch comes at most that often while the run streams:
+        a reader woken sooner than ``coalesce`` after its previous batch waits out the rest,
+        and gets what was logged meanwhile in one batch. The terminal event is never held
+        back, and neither is the first batch, nor one after ``coalesce`` of quiet. ``idle``,
+        the errors and the end are those of `sequenced_events`.
+        """
         if idle is not None and idle <= 0:
             raise ValueError(f"idle={idle!r} must be positive, or None for no idle marks.")
+        if max_batch < 1:
+            raise ValueError(f"max_batch={max_batch!r} must be at least 1.")
+        if coalesce < 0:
+            raise ValueError(f"coalesce={coalesce!r} must be 0 (no coalescing) or positive.")
         self._check_after(after)
         seq = after + 1
         log = self._log
         loop = asyncio.get_running_loop()
         clock = None if idle is None else _IdleClock(loop, idle)
+        sent = -math.inf  # when the previous batch was handed out (loop time)
         try:
             while True:
                 burst = 0
@@ -320,10 +372,18 @@ class RunHandle:
                     first = self._last_seq - len(log) + 1
                     if seq < first:
                         raise RunLogTruncatedError(self, seq)
-                    yield SequencedEvent(seq, log[seq - first])
-                    if seq == self._terminal_seq:
+                    stop = min(self._last_seq, seq + max_batch - 1)
+                    if self._terminal_seq is not None:
+                        stop = min(stop, self._terminal_seq)
+                    batch = [
+                        SequencedEvent(index, log[index - first]) for index in range(seq, stop + 1)
+                    ]
+                    if coalesce:
+                        sent = loop.time()
+                    yield batch
+                    if stop == self._terminal_seq:
                         return
-                    seq += 1
+                    seq = stop + 1
                     burst += 1
                     if burst == _CATCH_UP_BURST:
                         # Catching up on a backlog: let the loop turn, so one reader does not
@@ -346,9 +406,25 @@ class RunHandle:
                     yield None
                     continue
                 self._wakeups += 1
+                if coalesce and self._terminal_seq is None:
+                    hold = sent + coalesce - loop.time()
+                    if hold > 0:
+                        await self._hold(loop, hold)
         finally:
             if clock is not None:
                 clock.stop()
+
+    async def _hold(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        """Wait ``seconds``, or until the terminal event is logged."""
+        holder: asyncio.Future[None] = loop.create_future()
+        self._holders.append(holder)
+        timer = loop.call_later(seconds, _resolve, holder)
+        try:
+            await holder
+        finally:
+            timer.cancel()
+            with suppress(ValueError):
+                self._holders.remove(holder)
 
     def _check_after(self, after: int) -> None:
         if not 0 <= after <= self._last_seq:
@@ -400,6 +476,11 @@ class RunHandle:
             for waiter in waiters:
                 if not waiter.done():  # a reader cancelled while waiting leaves a done one
                     waiter.set_result(False)
+        if self._terminal_seq is not None and self._holders:
+            holders, self._holders = self._holders, []
+            for holder in holders:
+                if not holder.done():
+                    holder.set_result(None)
         return self._last_seq
 
     def _close(self, terminal: BaseEvent) -> None:

@@ -64,6 +64,20 @@ def text_agent() -> Agent[None, str]:
     return Agent(FunctionModel(stream_function=_text))
 
 
+#: How many deltas ``burst_agent`` streams.
+BURST_DELTAS = 300
+
+
+async def _burst(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    for i in range(BURST_DELTAS):
+        yield f"w{i} "
+
+
+def burst_agent() -> Agent[None, str]:
+    """Streams ``BURST_DELTAS`` deltas as fast as it can."""
+    return Agent(FunctionModel(stream_function=_burst))
+
+
 async def _slow(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
     yield "Thinking "
     await asyncio.sleep(0.35)
@@ -81,13 +95,17 @@ HANG_LOG: list[str] = []
 
 async def _hanging(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
     HANG_LOG.append("started")
-    yield "Working "
     try:
-        await asyncio.sleep(30)
-    except asyncio.CancelledError:
-        HANG_LOG.append("cancelled")
-        raise
-    yield "never."  # pragma: no cover - the client is gone by now
+        yield "Working "
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            HANG_LOG.append("cancelled")
+            raise
+        HANG_LOG.append("went on")  # pragma: no cover - the client is gone by now
+        yield "never."  # pragma: no cover
+    finally:
+        HANG_LOG.append("stopped")
 
 
 def hanging_agent() -> Agent[None, str]:

@@ -175,7 +175,7 @@ async def test_a_cancel_posted_to_another_server_stops_a_silent_run_promptly(
     assert events[-1]["type"] == "RUN_FINISHED"
     assert events[-1]["outcome"] == {"type": "cancelled"}
     assert_valid_agui(events)
-    assert HANG_LOG == ["started", "cancelled"]
+    assert HANG_LOG == ["started", "cancelled", "stopped"]
     assert thread.json()["messages"][-1]["status"] == "interrupted"
     assert again.json() == {"runId": "run-1", "status": "interrupted", "cancelled": False}
     row = await StoredAgentRun.objects.aget(thread_id="thread-1", run_id="run-1")

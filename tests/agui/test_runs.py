@@ -188,7 +188,7 @@ async def test_cancel_stops_the_run_with_outcome_cancelled_and_records_interrupt
     assert events[-1]["type"] == "RUN_FINISHED"
     assert events[-1]["outcome"] == {"type": "cancelled"}
     assert_valid_agui(events)
-    assert HANG_LOG == ["started", "cancelled"]
+    assert HANG_LOG == ["started", "cancelled", "stopped"]
     # Idempotent: a second cancel changes nothing and says the run already ended.
     assert again.status_code == 200
     assert again.json() == {"runId": "run-1", "status": "interrupted", "cancelled": False}
@@ -520,9 +520,10 @@ async def test_a_relayed_replay_after_the_terminal_event_repeats_the_end_without
         RunFinishedEvent(thread_id="t", run_id="r"),
     ]
 
-    async def entries() -> Any:
-        for seq, event in enumerate(log, start=1):
-            yield seq, event
+    async def entries() -> Any:  # the log in two batches, as a follower reads it
+        numbered = list(enumerate(log, start=1))
+        yield numbered[:2]
+        yield numbered[2:]
 
     frames = sse_frames("".join([frame async for frame in replay_entries(entries(), "r", 5)]))
     assert [(frame_id, e["type"]) for frame_id, e in frames] == [

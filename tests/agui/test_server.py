@@ -56,6 +56,8 @@ def test_csrf_false_marks_views_enforced() -> None:
         ({"forward_reasoning": None}, TypeError, "forward_reasoning=None"),
         ({"heartbeat_seconds": -1}, ValueError, "heartbeat_seconds=-1"),
         ({"heartbeat_seconds": "15"}, TypeError, "heartbeat_seconds='15'"),
+        ({"stream_coalesce_seconds": -0.5}, ValueError, "stream_coalesce_seconds=-0.5"),
+        ({"stream_coalesce_seconds": None}, TypeError, "stream_coalesce_seconds=None"),
         ({"attachment_max_bytes": 0}, ValueError, "attachment_max_bytes=0"),
         ({"thread_list_limit": True}, TypeError, "thread_list_limit=True"),
         ({"max_body_bytes": 0}, ValueError, "max_body_bytes=0"),
@@ -224,6 +226,7 @@ def test_the_arguments_read_back_from_the_options_the_handlers_got() -> None:
         text_agent(),
         csrf_exempt=True,
         heartbeat_seconds=3,
+        stream_coalesce_seconds=0,
         forward_reasoning=False,
         expose_error_messages=True,
         instructions="Be brief.",
@@ -235,6 +238,8 @@ def test_the_arguments_read_back_from_the_options_the_handlers_got() -> None:
     )
     assert server.heartbeat_seconds == 3.0
     assert isinstance(server.heartbeat_seconds, float)
+    assert server.stream_coalesce_seconds == 0.0
+    assert AGUIServer(text_agent()).stream_coalesce_seconds == 0.002
     assert server.forward_reasoning is False
     assert server.expose_error_messages is True
     assert server.instructions == "Be brief."

@@ -14,7 +14,7 @@ from ag_ui_validate.pytest_plugin import assert_valid_agui
 from django_pydantic_agent.agui import REDACTED_RUN_ERROR, SSE_HEARTBEAT
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.agui.sse import with_heartbeat
-from tests.agui.agents import HANG_LOG, SECRET_ERROR
+from tests.agui.agents import BURST_DELTAS, HANG_LOG, SECRET_ERROR
 from tests.agui.conftest import (
     asgi_app,
     drive_until_disconnect,
@@ -53,7 +53,45 @@ async def test_heartbeat_never_pads_a_busy_stream() -> None:
             yield f"data: {i}\n\n"
 
     out = [frame async for frame in with_heartbeat(frames(), interval=5)]
-    assert out == ["data: 0\n\n", "data: 1\n\n", "data: 2\n\n"]
+    assert SSE_HEARTBEAT not in out
+    assert "".join(out) == "data: 0\n\ndata: 1\n\ndata: 2\n\n"
+
+
+async def test_a_burst_goes_out_in_one_write_but_a_lone_frame_and_the_end_go_at_once() -> None:
+    async def frames() -> Any:
+        yield "data: first\n\n"
+        await asyncio.sleep(0.1)  # quiet, then a burst of 20 frames, then the end
+        for i in range(20):
+            yield f"data: {i}\n\n"
+            await asyncio.sleep(0)
+
+    async def read(coalesce: float) -> list[str]:
+        stream = with_heartbeat(frames(), interval=5, coalesce=coalesce)
+        # A held end would take the whole minute: wait_for fails the test long before.
+        return await asyncio.wait_for(_collect(stream), timeout=5)
+
+    burst = "".join(f"data: {i}\n\n" for i in range(20))
+    # Without coalescing the writer keeps up with the pump: nearly one write per frame.
+    plain = await read(0.0)
+    assert plain[0] == "data: first\n\n"
+    assert "".join(plain[1:]) == burst
+    assert len(plain) > 10
+    # 50 ms: the first frame goes at once, and so does the first of the burst after 100 ms
+    # of quiet; the rest of the burst waits, and goes out with the end.
+    coalesced = await read(0.05)
+    assert coalesced[0] == "data: first\n\n"
+    assert "".join(coalesced[1:]) == burst
+    assert len(coalesced) <= 3
+    # A minute: the burst is held back, but the end of the stream is not.
+    held = await read(60.0)
+    assert held[0] == "data: first\n\n"
+    assert "".join(held[1:]) == burst
+    assert len(held) == 2
+    assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+async def _collect(stream: Any) -> list[str]:
+    return [frame async for frame in stream]
 
 
 async def test_heartbeat_reraises_the_upstream_error_and_leaks_no_task() -> None:
@@ -129,7 +167,9 @@ async def test_client_disconnect_cancels_the_run_cleanly(caplog: Any) -> None:
     HANG_LOG.clear()
     sent = await drive_until_disconnect("/hanging/", run_body())
     assert sent[0]["status"] == 200
-    assert HANG_LOG == ["started", "cancelled"]
+    # The stream runs a few events ahead of the writer, so the disconnect lands at the model's
+    # wait (cancelled) or closes its stream before it resumed; either way it stops there.
+    assert HANG_LOG in (["started", "cancelled", "stopped"], ["started", "stopped"])
     assert asyncio.all_tasks() == {asyncio.current_task()}
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
@@ -148,7 +188,7 @@ async def test_a_disconnect_on_a_cancel_on_disconnect_mount_keeps_what_streamed(
     # on_disconnect="cancel": the disconnect stopped the model's stream, and no task is left.
     # The cancel lands at the model's wait, or, when the run was polling its cancel intent
     # then, closes the model's stream before it resumed: either way it never goes on.
-    assert HANG_LOG in (["started", "cancelled"], ["started"])
+    assert HANG_LOG in (["started", "cancelled", "stopped"], ["started", "stopped"])
     assert asyncio.all_tasks() == {asyncio.current_task()}
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     [answer_id] = [
@@ -204,3 +244,23 @@ async def test_one_cancel_stops_a_busy_heartbeat_stream() -> None:
                 await asyncio.sleep(0.001)
         assert done, "The stream kept running after it was cancelled once."
         assert task.cancelled()
+
+
+@pytest.mark.parametrize("path", ["/burst/", "/burst-stored/"])
+async def test_a_fast_run_reaches_the_client_whole_in_few_writes(path: str) -> None:
+    """A model streaming 300 deltas at once: every event arrives, numbered in order, in far
+    fewer writes than events (2 ms coalescing); with coalescing off, nearly one per event."""
+    sent = await drive_until_disconnect(path, run_body(), until=b"never in a stream")
+    writes = [m for m in sent if m["type"] == "http.response.body" and m.get("body")]
+    events = streamed_events(sent)
+    assert [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"] == [
+        f"w{i} " for i in range(BURST_DELTAS)
+    ]
+    assert_valid_agui(events)
+    body = b"".join(m["body"] for m in writes).decode()
+    ids = [line.removeprefix("id: ") for line in body.splitlines() if line.startswith("id: ")]
+    assert ids == [f"run-1:{seq}" for seq in range(1, len(events) + 1)]
+    assert len(writes) < len(events) / 5
+    plain = await drive_until_disconnect("/burst-plain/", run_body(), until=b"never in a stream")
+    plain_writes = [m for m in plain if m["type"] == "http.response.body" and m.get("body")]
+    assert len(plain_writes) > len(events) / 2

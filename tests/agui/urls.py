@@ -20,6 +20,7 @@ from django_pydantic_agent.persistence import (
 )
 from tests.agui.agents import (
     approval_agent,
+    burst_agent,
     failing_agent,
     gated_agent,
     hanging_agent,
@@ -260,6 +261,31 @@ def interrupted(
 
 urlpatterns = [
     path("open/", open_server.urls),
+    path(
+        "burst/",
+        AGUIServer(
+            burst_agent(), require_authenticated=False, csrf_exempt=True, namespace="burst"
+        ).urls,
+    ),
+    path(
+        "burst-plain/",
+        AGUIServer(
+            burst_agent(),
+            require_authenticated=False,
+            csrf_exempt=True,
+            stream_coalesce_seconds=0,
+            namespace="burst-plain",
+        ).urls,
+    ),
+    path(
+        "burst-stored/",
+        stored(
+            burst_agent(),
+            conversation_store=DefaultConversationStore(allow_anonymous=True),
+            require_authenticated=False,
+            namespace="burst-stored",
+        ).urls,
+    ),
     path("agent/", scripted.urls),
     path("csrf/", csrf.urls),
     path("staff/", staff.urls),

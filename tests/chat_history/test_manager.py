@@ -1368,3 +1368,35 @@ async def test_stored_an_observer_cancel_ends_the_records_interrupted() -> None:
         await handle.wait()
     assert types(events)[-1] == EventType.RUN_FINISHED
     assert (await runs.history())[1] == ("assistant", "m1", "partial", "interrupted", False)
+
+
+async def test_a_batch_holds_what_was_logged_meanwhile_but_never_the_terminal_event() -> None:
+    gate: asyncio.Queue[None] = asyncio.Queue()
+    script = plain_answer()
+    async with manager_for(ScriptedAgent(script, step_gate=gate)) as manager:
+        handle = await manager.run(make_input())
+        gate.put_nowait(None)
+        await settle()
+        reader = handle.sequenced_batches(coalesce=60.0)
+        assert [entry.seq for entry in await anext(reader)] == [1]  # the first batch: at once
+        following = asyncio.create_task(anext(reader))
+        for _ in range(3):  # events 2, 3 and 4, each in a turn of its own
+            gate.put_nowait(None)
+            await settle()
+        assert not following.done()  # held back for a minute, gathering them
+        gate.put_nowait(None)
+        gate.put_nowait(None)  # event 5, then the terminal event ends the hold
+        batch = await asyncio.wait_for(following, timeout=5)
+        assert [entry.seq for entry in batch] == [2, 3, 4, 5, 6]
+        assert [entry.event for entry in batch] == script[1:]
+        with pytest.raises(StopAsyncIteration):
+            await anext(reader)
+        assert handle._holders == []
+        assert handle._waiters == []
+        # A reader that is behind gets the log in batches of at most max_batch.
+        sizes = [[entry.seq for entry in b] async for b in handle.sequenced_batches(max_batch=4)]
+        assert sizes == [[1, 2, 3, 4], [5, 6]]
+        with pytest.raises(ValueError, match="max_batch=0 must be at least 1"):
+            await anext(handle.sequenced_batches(max_batch=0))
+        with pytest.raises(ValueError, match="coalesce=-1 must be 0"):
+            await anext(handle.sequenced_batches(coalesce=-1))
