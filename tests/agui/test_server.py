@@ -239,7 +239,7 @@ def test_the_arguments_read_back_from_the_options_the_handlers_got() -> None:
     assert server.heartbeat_seconds == 3.0
     assert isinstance(server.heartbeat_seconds, float)
     assert server.stream_coalesce_seconds == 0.0
-    assert AGUIServer(text_agent()).stream_coalesce_seconds == 0.002
+    assert AGUIServer(text_agent(), csrf_exempt=True).stream_coalesce_seconds == 0.002
     assert server.forward_reasoning is False
     assert server.expose_error_messages is True
     assert server.instructions == "Be brief."
