@@ -62,7 +62,7 @@ from django_pydantic_agent.chat_history import (
     StreamPersistenceManager,
     translate_messages,
 )
-from django_pydantic_agent.chat_history.manager import RunObserver
+from django_pydantic_agent.chat_history.manager import CATCH_UP_BATCH, RunObserver
 from django_pydantic_agent.persistence import StoreError, resolve_owner_id, serves_anonymous
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
@@ -428,7 +428,11 @@ def replay(
         started = RunStartedEvent(thread_id=handle.thread_id, run_id=handle.run_id)
         return _frames_of(started, terminal)
     batches = handle.sequenced_batches(
-        after=0, idle=heartbeat_seconds or None, coalesce=coalesce_seconds
+        after=0,
+        idle=heartbeat_seconds or None,
+        # Without coalescing, each event is written on its own, as it was logged.
+        max_batch=CATCH_UP_BATCH if coalesce_seconds else 1,
+        coalesce=coalesce_seconds,
     )
     return replay_entries(batches, handle.run_id, after)
 

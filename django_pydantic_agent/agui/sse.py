@@ -84,10 +84,10 @@ async def with_heartbeat(
     ``frames`` is driven by one pump task, so it runs entirely in a single task (its cancel
     scopes stay valid) and a heartbeat never cancels a pending read. Frames that arrive while
     the consumer is writing wait in a buffer of up to ``MAX_PENDING_FRAMES`` (the pump pauses
-    when it is full) and go out together, as one string. With ``coalesce`` (seconds), the
+    when it is full). With ``coalesce`` (seconds), they go out together, as one string, and the
     consumer writes at most once per ``coalesce`` while frames keep coming, so a fast stream
     costs a write per ``coalesce`` rather than one per frame; the first frame, a frame after
-    ``coalesce`` of quiet and the end of the stream are never held back. Closing or
+    ``coalesce`` of quiet, a full buffer and the end of the stream are never held back. Closing or
     cancelling this generator cancels the pump and waits for it; no task outlives it.
     """
     loop = asyncio.get_running_loop()
@@ -96,7 +96,7 @@ async def with_heartbeat(
     room = asyncio.Event()  # the buffer has room
     room.set()
     ended: list[BaseException | None] = []  # the pump's end: None, or the error to re-raise
-    finished = asyncio.Event()  # the pump has ended: a held write goes out now
+    urgent = asyncio.Event()  # the pump has ended or the buffer is full: write now
 
     async def pump() -> None:
         try:
@@ -105,13 +105,14 @@ async def with_heartbeat(
                 ready.set()
                 if len(pending) >= MAX_PENDING_FRAMES:
                     room.clear()
+                    urgent.set()
                     await room.wait()
             ended.append(None)
         except Exception as exc:  # handed to the consumer, re-raised there
             ended.append(exc)
         finally:
             ready.set()
-            finished.set()
+            urgent.set()
             await aclose(frames)
 
     task = asyncio.create_task(pump())
@@ -133,13 +134,18 @@ async def with_heartbeat(
                     if hold > 0:
                         with contextlib.suppress(TimeoutError):
                             async with asyncio.timeout(hold):
-                                await finished.wait()
+                                await urgent.wait()
+            if pending and not coalesce:  # each frame on its own, as it came
+                yield pending.pop(0)
+                room.set()
+                continue
             if pending:
                 chunk = pending[0] if len(pending) == 1 else "".join(pending)
                 pending.clear()
                 room.set()
-                if coalesce:
-                    sent = loop.time()
+                if not ended:
+                    urgent.clear()
+                sent = loop.time()
                 yield chunk
                 continue
             error = ended[0]

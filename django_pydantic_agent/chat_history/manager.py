@@ -217,8 +217,9 @@ class RunHandle:
         # The futures of readers waiting for the next event: ``_append`` resolves them with
         # False, a reader's idle clock with True.
         self._waiters: list[asyncio.Future[bool]] = []
-        # Readers holding a batch back (``coalesce``): resolved by the terminal event.
-        self._holders: list[asyncio.Future[None]] = []
+        # Readers holding a batch back (``coalesce``), each with the sequence number that
+        # fills its batch: resolved by that event or the terminal one.
+        self._holders: list[tuple[int, asyncio.Future[None]]] = []
         self._wakeups = 0  # reader wake-ups, to prove readers await instead of polling
         self._producing = False  # the producer task has taken its first step
 
@@ -350,8 +351,8 @@ class RunHandle:
         With ``coalesce`` (seconds), a batch comes at most that often while the run streams:
         a reader woken sooner than ``coalesce`` after its previous batch waits out the rest,
         and gets what was logged meanwhile in one batch. The terminal event is never held
-        back, and neither is the first batch, nor one after ``coalesce`` of quiet. ``idle``,
-        the errors and the end are those of `sequenced_events`.
+        back, and neither is the first batch, a full one, nor one after ``coalesce`` of
+        quiet. ``idle``, the errors and the end are those of `sequenced_events`.
         """
         if idle is not None and idle <= 0:
             raise ValueError(f"idle={idle!r} must be positive, or None for no idle marks.")
@@ -409,22 +410,26 @@ class RunHandle:
                 if coalesce and self._terminal_seq is None:
                     hold = sent + coalesce - loop.time()
                     if hold > 0:
-                        await self._hold(loop, hold)
+                        await self._hold(loop, hold, full=seq + max_batch - 1)
         finally:
             if clock is not None:
                 clock.stop()
 
-    async def _hold(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
-        """Wait ``seconds``, or until the terminal event is logged."""
+    async def _hold(self, loop: asyncio.AbstractEventLoop, seconds: float, *, full: int) -> None:
+        """Wait ``seconds``, or until event ``full`` (a full batch) or the terminal event is
+        logged."""
+        if full <= self._last_seq:
+            return
         holder: asyncio.Future[None] = loop.create_future()
-        self._holders.append(holder)
+        entry = (full, holder)
+        self._holders.append(entry)
         timer = loop.call_later(seconds, _resolve, holder)
         try:
             await holder
         finally:
             timer.cancel()
             with suppress(ValueError):
-                self._holders.remove(holder)
+                self._holders.remove(entry)
 
     def _check_after(self, after: int) -> None:
         if not 0 <= after <= self._last_seq:
@@ -476,10 +481,10 @@ class RunHandle:
             for waiter in waiters:
                 if not waiter.done():  # a reader cancelled while waiting leaves a done one
                     waiter.set_result(False)
-        if self._terminal_seq is not None and self._holders:
-            holders, self._holders = self._holders, []
-            for holder in holders:
-                if not holder.done():
+        if self._holders:
+            last, ending = self._last_seq, self._terminal_seq is not None
+            for full, holder in self._holders:
+                if (ending or full <= last) and not holder.done():
                     holder.set_result(None)
         return self._last_seq
 

@@ -248,8 +248,9 @@ async def test_one_cancel_stops_a_busy_heartbeat_stream() -> None:
 
 @pytest.mark.parametrize("path", ["/burst/", "/burst-stored/"])
 async def test_a_fast_run_reaches_the_client_whole_in_few_writes(path: str) -> None:
-    """A model streaming 300 deltas at once: every event arrives, numbered in order, in far
-    fewer writes than events (2 ms coalescing); with coalescing off, nearly one per event."""
+    """A model streaming 300 deltas at once, on mounts coalescing for a minute: every event
+    arrives, numbered in order, and the run still ends at once, in a few writes (a full buffer
+    or batch and the end cut a hold short); with coalescing off, nearly one per event."""
     sent = await drive_until_disconnect(path, run_body(), until=b"never in a stream")
     writes = [m for m in sent if m["type"] == "http.response.body" and m.get("body")]
     events = streamed_events(sent)
@@ -260,7 +261,7 @@ async def test_a_fast_run_reaches_the_client_whole_in_few_writes(path: str) -> N
     body = b"".join(m["body"] for m in writes).decode()
     ids = [line.removeprefix("id: ") for line in body.splitlines() if line.startswith("id: ")]
     assert ids == [f"run-1:{seq}" for seq in range(1, len(events) + 1)]
-    assert len(writes) < len(events) / 5
+    assert len(writes) <= 10
     plain = await drive_until_disconnect("/burst-plain/", run_body(), until=b"never in a stream")
     plain_writes = [m for m in plain if m["type"] == "http.response.body" and m.get("body")]
     assert len(plain_writes) > len(events) / 2

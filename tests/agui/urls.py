@@ -160,6 +160,8 @@ anonymous = stored(
     conversation_store=DefaultConversationStore(allow_anonymous=True),
     attachment_store=DefaultAttachmentStore(allow_anonymous=True),
     require_authenticated=False,
+    # Each event written on its own: the disconnect tests stop reading mid-run.
+    stream_coalesce_seconds=0,
 )
 refusing = stored(require_authenticated=False)
 capped = stored(thread_list_limit=1, namespace="capped")
@@ -169,6 +171,8 @@ in_session = AGUIServer(
     scripted_agent(),
     conversation_store=DjangoSessionConversationStore(),
     require_authenticated=False,
+    # Each event written on its own: the disconnect tests stop reading mid-run.
+    stream_coalesce_seconds=0,
     csrf_exempt=True,
 )
 # Shares the session namespace with ``in_session`` but allows only a few hundred bytes.
@@ -221,6 +225,8 @@ scoped_anonymous = AGUIServer(
         DefaultConversationStore(allow_anonymous=True), scope="s1"
     ),
     require_authenticated=False,
+    # Each event written on its own: the disconnect tests stop reading mid-run.
+    stream_coalesce_seconds=0,
     csrf_exempt=True,
     namespace="scoped",
 )
@@ -228,6 +234,8 @@ scoped_session = AGUIServer(
     scripted_agent(),
     conversation_store=ScopedConversationStore(DjangoSessionConversationStore(), scope="s2"),
     require_authenticated=False,
+    # Each event written on its own: the disconnect tests stop reading mid-run.
+    stream_coalesce_seconds=0,
     csrf_exempt=True,
     namespace="scoped-session",
 )
@@ -264,7 +272,11 @@ urlpatterns = [
     path(
         "burst/",
         AGUIServer(
-            burst_agent(), require_authenticated=False, csrf_exempt=True, namespace="burst"
+            burst_agent(),
+            require_authenticated=False,
+            csrf_exempt=True,
+            stream_coalesce_seconds=60,
+            namespace="burst",
         ).urls,
     ),
     path(
@@ -283,6 +295,7 @@ urlpatterns = [
             burst_agent(),
             conversation_store=DefaultConversationStore(allow_anonymous=True),
             require_authenticated=False,
+            stream_coalesce_seconds=60,
             namespace="burst-stored",
         ).urls,
     ),

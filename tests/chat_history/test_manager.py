@@ -1400,3 +1400,27 @@ async def test_a_batch_holds_what_was_logged_meanwhile_but_never_the_terminal_ev
             await anext(handle.sequenced_batches(max_batch=0))
         with pytest.raises(ValueError, match="coalesce=-1 must be 0"):
             await anext(handle.sequenced_batches(coalesce=-1))
+
+
+async def test_a_full_batch_ends_a_hold() -> None:
+    gate: asyncio.Queue[None] = asyncio.Queue()
+    async with manager_for(ScriptedAgent(plain_answer(), step_gate=gate)) as manager:
+        handle = await manager.run(make_input())
+        gate.put_nowait(None)
+        await settle()
+        reader = handle.sequenced_batches(coalesce=60.0, max_batch=3)
+        assert [entry.seq for entry in await anext(reader)] == [1]
+        following = asyncio.create_task(anext(reader))
+        for _ in range(2):  # events 2 and 3: the batch is not full yet
+            gate.put_nowait(None)
+            await settle()
+        assert not following.done()
+        gate.put_nowait(None)  # event 4 fills it: out at once, though the run goes on
+        batch = await asyncio.wait_for(following, timeout=5)
+        assert [entry.seq for entry in batch] == [2, 3, 4]
+        assert handle.terminal_event is None
+        gate.put_nowait(None)
+        gate.put_nowait(None)
+        rest = await asyncio.wait_for(anext(reader), timeout=5)
+        assert [entry.seq for entry in rest] == [5, 6]
+        await reader.aclose()
