@@ -267,28 +267,21 @@ def interrupted(
     return AGUIServer(interrupted_agent(ending=ending, during=during), **options)
 
 
+def burst(namespace: str, *, coalesce: float) -> AGUIServer:
+    """``burst_agent``, stateless and open to anyone, coalescing writes for ``coalesce`` s."""
+    return AGUIServer(
+        burst_agent(),
+        require_authenticated=False,
+        csrf_exempt=True,
+        stream_coalesce_seconds=coalesce,
+        namespace=namespace,
+    )
+
+
 urlpatterns = [
     path("open/", open_server.urls),
-    path(
-        "burst/",
-        AGUIServer(
-            burst_agent(),
-            require_authenticated=False,
-            csrf_exempt=True,
-            stream_coalesce_seconds=60,
-            namespace="burst",
-        ).urls,
-    ),
-    path(
-        "burst-plain/",
-        AGUIServer(
-            burst_agent(),
-            require_authenticated=False,
-            csrf_exempt=True,
-            stream_coalesce_seconds=0,
-            namespace="burst-plain",
-        ).urls,
-    ),
+    path("burst/", burst("burst", coalesce=60).urls),
+    path("burst-plain/", burst("burst-plain", coalesce=0).urls),
     path(
         "burst-stored/",
         stored(
