@@ -95,8 +95,9 @@ class EventFold:
     def _append(self, state: StorageState, record: TrackedRecord, delta: str | None) -> None:
         if not delta:
             return
-        record.text.value += delta
-        if record.text.pending >= self.minimal_chunk_to_persist:
+        text = record.text
+        text.append(delta)
+        if text.pending >= self.minimal_chunk_to_persist:
             state.flush_now = True
 
     # Resolution helpers -----------------------------------------------------------------------
@@ -160,7 +161,7 @@ class EventFold:
         # Reasoning comes before the answer in live order: once the active message has text or
         # tool calls (or ended), a new reasoning block belongs to the next message.
         active = state.active_message
-        if active is None or not active.is_active or active.text.value or active.tool_calls:
+        if active is None or not active.is_active or len(active.text) or active.tool_calls:
             return self._start_message(state, chat, None, None)
         return active
 

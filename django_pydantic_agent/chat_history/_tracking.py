@@ -43,30 +43,60 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ACTIVE = MessageStatus.ACTIVE.value
 
 
-@dataclass(eq=False)
 class TrackedText:
-    """A text field: the full intended value and the length known to be stored."""
+    """A text field: the full intended value and the length known to be stored.
 
-    value: str = ""
-    stored_len: int | None = 0
-    """Length of the stored prefix; ``None`` when unknown (the next write sends it whole)."""
+    Deltas are kept as parts and joined when the value is read (at a flush), so appending the
+    n-th delta of a long answer costs O(len(delta)), not a copy of everything before it.
+    """
+
+    __slots__ = ("_length", "_parts", "stored_len")
+
+    def __init__(self, value: str = "", stored_len: int | None = 0) -> None:
+        self._parts = [value] if value else []
+        self._length = len(value)
+        self.stored_len = stored_len
+        """Length of the stored prefix; ``None`` when unknown (the next write sends it whole)."""
+
+    def __repr__(self) -> str:
+        return f"TrackedText(value={self.value!r}, stored_len={self.stored_len!r})"
+
+    @property
+    def value(self) -> str:
+        parts = self._parts
+        if len(parts) > 1:
+            parts[:] = ["".join(parts)]
+        return parts[0] if parts else ""
+
+    @value.setter
+    def value(self, value: str) -> None:
+        self._parts = [value] if value else []
+        self._length = len(value)
+
+    def append(self, delta: str) -> None:
+        """Add ``delta`` at the end of the value."""
+        self._parts.append(delta)
+        self._length += len(delta)
+
+    def __len__(self) -> int:
+        return self._length
 
     @property
     def pending(self) -> int:
         """Characters not yet confirmed as stored."""
         if self.stored_len is None:
-            return len(self.value)
-        return len(self.value) - self.stored_len
+            return self._length
+        return self._length - self.stored_len
 
     @property
     def dirty(self) -> bool:
-        return self.stored_len != len(self.value)
+        return self.stored_len != self._length
 
     def write_fields(self, name: str) -> dict[str, Any]:
         """The update fields that bring the stored value up to date (a delta when possible)."""
         if not self.dirty:
             return {}
-        if self.stored_len is None or self.stored_len > len(self.value):
+        if self.stored_len is None or self.stored_len > self._length:
             return {name: self.value}
         return {
             f"{name}_delta": self.value[self.stored_len :],

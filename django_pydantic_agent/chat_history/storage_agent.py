@@ -272,7 +272,9 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         return table
 
     def _handler_for(self, event: BaseEvent) -> Callable[..., Any]:
-        kind = type(event)
+        return self._handler_for_type(type(event))
+
+    def _handler_for_type(self, kind: type[BaseEvent]) -> Callable[..., Any]:
         handler = self._resolved.get(kind)
         if handler is None:
             handler = self.handle_unknown_event
@@ -283,6 +285,17 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                     break
             self._resolved[kind] = handler
         return handler
+
+    def _folds_text_by_default(self) -> bool:
+        """Whether a text delta is folded by the package's own handler and helpers (so
+        `_Folding.add_nowait` may fold it without them)."""
+        kind = type(self)
+        return (
+            getattr(self._handler_for_type(TextMessageContentEvent), "__func__", None)
+            is EventFold.handle_text_message
+            and kind.ensure_message is EventFold.ensure_message
+            and kind._append is EventFold._append
+        )
 
     async def handle_unknown_event(self, state: StorageState, chat: Chat, event: BaseEvent) -> None:
         """Handle an event with no registered handler; the default ignores it."""
@@ -422,7 +435,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                     if writes is not None and writes.done():
                         writes.result()  # a failed write ends the run (raised here)
                         writes = None
-                    await folding.add(event)
+                    if not folding.add_nowait(event):
+                        await folding.add(event)
                     # Events wait while a flush is in flight; an inner agent that never awaits
                     # would keep that flush from ending and overflow the backlog: past a
                     # quarter of it, give the flush a few loop turns (a store that is slow
@@ -702,18 +716,42 @@ class _Folding:
         self._timer: asyncio.TimerHandle | None = None
         self._busy: asyncio.Task[None] | None = None
         self._settled = False
+        self._folds_text = agent._folds_text_by_default()
         if writes is not None:
             self._busy = asyncio.create_task(self._work(writes))
 
     async def add(self, event: BaseEvent) -> None:
         """Fold ``event`` now, or keep it for the task in flight."""
-        state = self.state
-        if state.unstored:
-            return  # the new thread's writes failed: run() raises, nothing more is stored
-        if self._busy is None:
+        if not self.add_nowait(event):
             await self._fold(event)
             self._schedule()
-            return
+
+    def add_nowait(self, event: BaseEvent) -> bool:
+        """`add`, where it needs no handler coroutine; False when ``event`` must be folded.
+
+        That is: an event kept for the task in flight, and a text delta of the message being
+        written while ``handle_text_message`` and the helpers it calls are the package's own,
+        which fold it exactly as the handler would. A text delta is most of a run's events.
+        """
+        state = self.state
+        if state.unstored:
+            return True  # the new thread's writes failed: run() raises, nothing more is stored
+        if self._busy is not None:
+            self._keep(event)
+            return True
+        if type(event) is TextMessageContentEvent and self._folds_text:
+            active = state.active_message
+            if active is not None and active.agui_id == event.message_id:
+                state.timed_event = event
+                self.agent._append(state, active, event.delta)
+                due = state.flush_due
+                if state.flush_now or due is None or self._loop.time() >= due:
+                    self._schedule()
+                return True
+        return False
+
+    def _keep(self, event: BaseEvent) -> None:
+        state = self.state
         if len(self.pending) >= self.agent.max_queue_size:
             if not state.dropped:
                 logger.error(

@@ -34,6 +34,7 @@ from django_pydantic_agent.chat_history.repositories import ChatRepositoryLike
 from tests.chat_history.conftest import USER
 from tests.chat_history.scripted import (
     ScriptedAgent,
+    paced,
     rf,
     rs,
     run_input,
@@ -127,11 +128,35 @@ class StructuredTextAgent(AGUIStorageAgent):
 
 async def test_category_handler_override_changes_what_is_stored() -> None:
     chats, messages = _repos()
-    script = [rs(), *text("m1", "quiet ", "words"), rf()]
+    # Paced, as a model streams: the new thread is stored before the deltas come, so they are
+    # folded as they pass, where the package folds its own handler's deltas without it.
+    script = paced([rs(), *text("m1", "quiet ", "words"), rf()])
     agent = StructuredTextAgent("assistant", USER, chats, messages, ScriptedAgent(script))
     events = [e async for e in agent.run(run_input())]
     assert events[2].delta == "quiet "  # type: ignore[attr-defined]  # forwarded unchanged
     assert (await _stored(chats, messages))[1].content == "QUIET WORDS"
+
+
+class RoutedTextAgent(AGUIStorageAgent):
+    """Text deltas go to a handler of its own (through the table, not an override)."""
+
+    @classmethod
+    def event_handlers(cls) -> dict[type[BaseEvent], str]:
+        return {**super().event_handlers(), TextMessageContentEvent: "handle_delta"}
+
+    async def handle_delta(self, state: StorageState, chat: Chat, event: Any) -> None:
+        message = self.ensure_message(state, chat, event.message_id)
+        self._append(state, message, f"[{event.delta}]")
+
+
+async def test_a_text_delta_routed_to_another_handler_is_folded_by_it() -> None:
+    # Deltas of the message being written are folded without a coroutine only while the
+    # package's own handler would fold them: a table that routes them elsewhere is followed.
+    chats, messages = _repos()
+    script = paced([rs(), *text("m1", "a", "b", "c"), rf()])
+    agent = RoutedTextAgent("assistant", USER, chats, messages, ScriptedAgent(script))
+    [e async for e in agent.run(run_input())]
+    assert (await _stored(chats, messages))[1].content == "[a][b][c]"
 
 
 class TaggedStorageAgent(AGUIStorageAgent):

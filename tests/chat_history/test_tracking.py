@@ -17,6 +17,20 @@ def test_tracked_text_sends_a_delta_or_the_whole_value() -> None:
     assert TrackedText(value="abc", stored_len=3).write_fields("content") == {}
 
 
+def test_tracked_text_appends_join_into_the_value_and_count_as_pending() -> None:
+    text = TrackedText(value="Hel", stored_len=3)
+    for delta in ("lo", " ", "world"):
+        text.append(delta)
+    assert (len(text), text.pending, text.dirty) == (11, 8, True)
+    assert text.write_fields("content") == {"content_delta": "lo world", "content_offset": 3}
+    assert text.value == "Hello world"
+    text.append("!")  # after a read, appends go on from the joined value
+    assert (text.value, len(text)) == ("Hello world!", 12)
+    text.value = "replaced"
+    assert (text.value, text.pending) == ("replaced", 5)
+    assert repr(TrackedText()) == "TrackedText(value='', stored_len=0)"
+
+
 def test_json_patch_operations() -> None:
     doc = {"a": 1, "list": [1, 2], "nested": {"x": "y"}, "we/ird": 0}
     patched = apply_json_patch(
