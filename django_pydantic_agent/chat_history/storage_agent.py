@@ -739,14 +739,22 @@ class _Folding:
         if self._busy is not None:
             self._keep(event)
             return True
+        if self._fold_nowait(event):
+            due = state.flush_due
+            if state.flush_now or due is None or self._loop.time() >= due:
+                self._schedule()
+            return True
+        return False
+
+    def _fold_nowait(self, event: BaseEvent) -> bool:
+        """Fold a text delta of the active message as the default handler would; whether it
+        was one (anything else goes through `_fold`)."""
         if type(event) is TextMessageContentEvent and self._folds_text:
+            state = self.state
             active = state.active_message
             if active is not None and active.agui_id == event.message_id:
                 state.timed_event = event
                 self.agent._append(state, active, event.delta)
-                due = state.flush_due
-                if state.flush_now or due is None or self._loop.time() >= due:
-                    self._schedule()
                 return True
         return False
 
@@ -797,8 +805,11 @@ class _Folding:
         """Fold the waiting events; whether there were any."""
         if not self.pending:
             return False
-        while self.pending:
-            await self._fold(self.pending.popleft())
+        pending = self.pending
+        while pending:
+            event = pending.popleft()
+            if not self._fold_nowait(event):
+                await self._fold(event)
         return True
 
     def _due(self) -> bool:

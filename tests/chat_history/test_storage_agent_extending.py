@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from ag_ui.core import (
@@ -135,6 +136,31 @@ async def test_category_handler_override_changes_what_is_stored() -> None:
     events = [e async for e in agent.run(run_input())]
     assert events[2].delta == "quiet "  # type: ignore[attr-defined]  # forwarded unchanged
     assert (await _stored(chats, messages))[1].content == "QUIET WORDS"
+
+
+class HeldWrites(InMemoryMessageRepository):
+    """Each message write takes a few loop turns, so the deltas after a flush begins wait
+    for it and are folded when it ends."""
+
+    async def create_message(self, message_data: Any) -> Message:
+        await asyncio.sleep(0.005)
+        return await super().create_message(message_data)
+
+    async def update_message(self, message_uuid: Any, update: Any) -> Message | None:
+        await asyncio.sleep(0.005)
+        return await super().update_message(message_uuid, update)
+
+
+async def test_deltas_that_waited_for_a_flush_reach_the_override_in_order() -> None:
+    chats = InMemoryChatRepository()
+    messages = HeldWrites(chats, message_class=TaggedMessage)
+    words = [f"w{i} " for i in range(40)]
+    script = paced([rs(), *text("m1", *words), rf()])
+    agent = StructuredTextAgent(
+        "assistant", USER, chats, messages, ScriptedAgent(script), minimal_chunk_to_persist=8
+    )
+    [e async for e in agent.run(run_input())]
+    assert (await _stored(chats, messages))[1].content == "".join(words).upper()
 
 
 class RoutedTextAgent(AGUIStorageAgent):
