@@ -96,7 +96,7 @@ test-reliability: tox tests/e2e/js/node_modules/.package-lock.json
 # Every suite of bench/ (0.28.3 and django-ag-ui 0.70 in venvs of their own, made on first use),
 # written into docs/benchmarks.md. REDIS_URL and POSTGRES_URL add the two-worker cancel and the
 # sweeper on PostgreSQL. BENCH_ARGS are the sizes (docs/benchmarks.md says why they are these).
-BENCH_ARGS ?= --threads 10000 --orphans 1000 --samples 20 --runs 2000 --streams 9
+BENCH_ARGS ?= --threads 10000 --orphans 1000 --samples 20 --runs 2000 --streams 15
 bench: $(VENV)/.installed-test
 	$(BIN)/python -m bench $(BENCH_ARGS) --write docs/benchmarks.md
 

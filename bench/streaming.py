@@ -4,6 +4,11 @@ Every figure is the median of ``samples`` runs, each on a new thread, after one 
 mount and ``SETTLE_SECONDS`` of quiet (the previous run's last writes are done); the client
 reads the stream over loopback with httpx and splits frames without parsing them (the
 terminal event only), so it costs the server's two cores as little as it can.
+
+The mounts are measured round by round, one run of each per round, and "paired" compares a
+mount with persistence off in the same round: on a shared machine whose speed drifts by a
+third within one suite, the median of those per-round ratios moves less than the ratio of the
+two medians, which is shown too.
 """
 
 from __future__ import annotations
@@ -22,9 +27,9 @@ from bench.live import Stream, run_body, stream
 __all__ = ["FIRST_EVENT_HEADER", "HEADER", "Row", "first_event_table", "measure_mounts"]
 
 HEADER = (
-    "| server | persistence | events | events/s | min to max | vs off | first byte ms "
-    "| first event ms | RUN_FINISHED → close ms | runs |\n"
-    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    "| server | persistence | events | events/s | min to max | vs off | paired vs off "
+    "| first byte ms | first event ms | RUN_FINISHED → close ms | runs |\n"
+    "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 )
 
 
@@ -34,6 +39,8 @@ class Row:
     persistence: str
     streams: list[Stream]
     baseline: float | None = None  # events/s of the same server with persistence off
+    #: Per round, this mount's events/s over the off mount's in the same round.
+    paired: list[float] | None = None
 
     def median(self, pick: Callable[[Stream], float]) -> float:
         return statistics.median(pick(s) for s in self.streams)
@@ -42,15 +49,35 @@ class Row:
     def events_per_second(self) -> float:
         return self.median(lambda s: s.events_per_second)
 
+    @property
+    def ratio(self) -> float | None:
+        """The ratio of the medians: events/s over the off mount's (``None`` for off)."""
+        return None if self.baseline is None else self.events_per_second / self.baseline
+
+    @property
+    def paired_ratio(self) -> float | None:
+        """The median of the per-round ratios (``None`` for off)."""
+        return statistics.median(self.paired) if self.paired else None
+
+    def paired_quartiles(self) -> tuple[float, float]:
+        """The first and third quartiles of the per-round ratios."""
+        assert self.paired
+        if len(self.paired) < 2:
+            return self.paired[0], self.paired[0]
+        low, _, high = statistics.quantiles(self.paired, n=4)
+        return low, high
+
     def row(self) -> str:
         rates = [s.events_per_second for s in self.streams]
         low, high = min(rates), max(rates)
-        ratio = (
-            "" if self.baseline is None else f"{self.events_per_second / self.baseline:.2f}\u00d7"
-        )
+        ratio = "" if self.ratio is None else f"{self.ratio:.2f}\u00d7"
+        paired = ""
+        if self.paired_ratio is not None:
+            q1, q3 = self.paired_quartiles()
+            paired = f"{self.paired_ratio:.2f}\u00d7 ({q1:.2f} to {q3:.2f})"
         return (
             f"| {self.server} | {self.persistence} | {self.streams[0].events} "
-            f"| {self.events_per_second:,.0f} | {low:,.0f} to {high:,.0f} | {ratio} "
+            f"| {self.events_per_second:,.0f} | {low:,.0f} to {high:,.0f} | {ratio} | {paired} "
             f"| {self.median(lambda s: s.first_byte) * 1000:.1f} "
             f"| {self.median(lambda s: s.first_event) * 1000:.1f} "
             f"| {self.median(lambda s: s.finished_to_close_ms):.2f} | {len(self.streams)} |"
@@ -82,7 +109,8 @@ async def measure_mounts(
     """Rows for ``mounts`` (``(persistence label, url)``), each against the ``off`` label's.
 
     The mounts are measured in turn, ``samples`` runs each, interleaved round by round so a
-    load spike on the shared machine lands on all of them alike.
+    load spike on the shared machine lands on all of them alike; each row but ``off``'s also
+    keeps its per-round ratios to ``off`` (``Row.paired``).
     """
     results: dict[str, list[Stream]] = {label: [] for label, _ in mounts}
     async with httpx.AsyncClient(timeout=120.0) as client:
@@ -98,6 +126,12 @@ async def measure_mounts(
             persistence=label,
             streams=results[label],
             baseline=None if label == off else baseline,
+            paired=None
+            if label == off
+            else [
+                on.events_per_second / base.events_per_second
+                for on, base in zip(results[label], results[off], strict=True)
+            ],
         )
         for label, _ in mounts
     ]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -204,3 +205,50 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
     assert all("| 2004 |" in line for line in streaming)
     assert "| sqlite | 20 |" in text
     assert "REDIS_URL is not set" in text
+
+
+def _stream(seconds: float) -> Any:
+    from bench.live import Stream
+
+    return Stream(
+        status=200,
+        first_byte=0.005,
+        first_event=0.005,
+        terminal=seconds - 0.001,
+        closed=seconds,
+        events=2000,
+        terminal_type="RUN_FINISHED",
+        outcome="success",
+    )
+
+
+def test_a_streaming_row_pairs_each_run_with_the_off_run_of_its_round() -> None:
+    """Persistence costs 5% in every round, and the machine halves its speed from round 3 on,
+    between round 3's off run and its on run: the paired ratio still reads 0.95x, where the
+    ratio of the two medians reads about half."""
+    from bench.streaming import Row
+
+    off = [0.4, 0.4, 0.4, 0.8, 0.8]
+    on = [0.4 * 1.05, 0.4 * 1.05, 0.8 * 1.05, 0.8 * 1.05, 0.8 * 1.05]
+    on_streams = [_stream(seconds) for seconds in on]
+    off_rates = [2000 / seconds for seconds in off]
+    row = Row(
+        server="s",
+        persistence="on",
+        streams=on_streams,
+        baseline=sorted(off_rates)[2],
+        paired=[
+            stream.events_per_second / rate
+            for stream, rate in zip(on_streams, off_rates, strict=True)
+        ],
+    )
+    assert row.paired_ratio == pytest.approx(1 / 1.05)
+    assert row.ratio == pytest.approx(0.5 / 1.05)
+    low, high = row.paired_quartiles()
+    assert low < row.paired_ratio == pytest.approx(high)
+    cells = row.row().split(" | ")
+    assert cells[5:7] == ["0.48\u00d7", f"0.95\u00d7 ({low:.2f} to 0.95)"]
+    off_row = Row(server="s", persistence="off", streams=[_stream(s) for s in off])
+    assert off_row.ratio is None
+    assert off_row.paired_ratio is None
+    assert off_row.row().split(" | ")[5:7] == ["", ""]
