@@ -217,13 +217,6 @@ async def replay_entries(
             await close()
 
 
-def _values(event: BaseEvent) -> dict[str, Any]:
-    """``event``'s field values and extra keys (a logged event is never changed again, so its
-    ``__dict__`` needs no copy)."""
-    extra = event.__pydantic_extra__
-    return {**event.__dict__, **extra} if extra else event.__dict__
-
-
 def _rebuilt(entry: Any) -> BaseEvent | None:
     """The event of a relayed ``(seq, class, values)`` entry (or of an older worker's
     ``(seq, event)``); ``None`` for anything else."""
@@ -474,7 +467,7 @@ class RunRelay:
         if publication.announced and last == publication.seq:
             return
         try:
-            logged = handle.logged_since(publication.seq)
+            entries = handle.logged_values_since(publication.seq)
         except RunLogTruncatedError:
             # Fell behind the bounded in-memory log: the relayed log is unusable, so drop it
             # and let followers answer from storage.
@@ -482,8 +475,8 @@ class RunRelay:
             with contextlib.suppress(Exception):
                 await sync_to_async(self._cache.delete)(f"{publication.key}:head")
             return
-        entries = [(seq, type(event), _values(event)) for seq, event in logged]
-        terminal = bool(logged) and logged[-1].event.type in _TERMINAL
+        # Nothing is logged after the terminal event: it is the last entry once logged.
+        terminal = bool(entries) and handle.terminal_event is not None
         batches = publication.batches + (1 if entries else 0)
         data: dict[str, Any] = {}
         if entries:

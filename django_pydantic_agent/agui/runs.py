@@ -379,6 +379,14 @@ class RunCoordinator(RunObserver):
             )
 
     async def on_done(self, handle: RunHandle) -> None:
+        try:
+            await self._finish(handle)
+        finally:
+            # A finished run is answered from storage: holding its handle (and its log) would
+            # keep every run this worker ever served in memory.
+            self._handles.discard(handle)
+
+    async def _finish(self, handle: RunHandle) -> None:
         await self.relay.finish(handle)
         owner_id = self._owners.pop(handle, None)
         self._last_cancel_check.pop(handle, None)

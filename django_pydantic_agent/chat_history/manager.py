@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections import OrderedDict, deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import aclosing, suppress
 from typing import (
     Any,
@@ -37,12 +37,15 @@ from typing import (
 from ag_ui.core import (
     BaseEvent,
     EventType,
+    ReasoningMessageContentEvent,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
     RunStartedEvent,
+    TextMessageContentEvent,
+    ToolCallArgsEvent,
 )
 
 from django_pydantic_agent.chat_history.errors import ChatHistoryError, ErrorCodes
@@ -65,6 +68,69 @@ _TERMINAL_TYPES = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
 _CATCH_UP_BURST = 4
 #: The most events `RunHandle.sequenced_batches` hands out in one batch by default.
 CATCH_UP_BATCH = 64
+
+
+#: The newest events of a run's log are kept as the agent yielded them; older deltas are
+#: compacted (`RunHandle`), at most every ``_HOT_EVENTS`` events.
+_HOT_EVENTS = 256
+# The deltas a log compacts, by code: the event class and the field naming what it extends.
+_DELTA_KINDS: tuple[tuple[type[BaseEvent], str], ...] = (
+    (TextMessageContentEvent, "message_id"),
+    (ToolCallArgsEvent, "tool_call_id"),
+    (ReasoningMessageContentEvent, "message_id"),
+)
+_DELTA_CODES: dict[type[BaseEvent], tuple[int, frozenset[str], frozenset[str]]] = {
+    kind: (code, frozenset({field, "delta"}), frozenset({field, "delta", "timestamp"}))
+    for code, (kind, field) in enumerate(_DELTA_KINDS)
+}
+# A compacted delta: (code, id, delta, timestamp or None when unset), a tuple of atoms, which
+# the collector stops tracking.
+_Compact: TypeAlias = tuple[int, str, str, int | None]
+
+
+def _compacted(event: BaseEvent | _Compact) -> BaseEvent | _Compact:
+    """``event`` as a compact tuple when that loses nothing (a delta that sets only its id,
+    its text and perhaps its timestamp), else ``event`` itself."""
+    found = _DELTA_CODES.get(type(event))  # type: ignore[arg-type]
+    if found is None:
+        return event
+    assert isinstance(event, BaseEvent)
+    code, bare, stamped = found
+    values, fields = event.__dict__, event.__pydantic_fields_set__
+    timestamp = values["timestamp"]
+    if event.__pydantic_extra__ or not (
+        fields == bare or (fields == stamped and type(timestamp) is int)
+    ):
+        return event
+    return (code, values[_DELTA_KINDS[code][1]], values["delta"], timestamp)
+
+
+def _delta_values(entry: _Compact) -> tuple[type[BaseEvent], dict[str, Any]]:
+    code, ident, delta, timestamp = entry
+    kind, field = _DELTA_KINDS[code]
+    values: dict[str, Any] = {field: ident, "delta": delta}
+    if timestamp is not None:
+        values["timestamp"] = timestamp
+    return kind, values
+
+
+def _expanded(entry: BaseEvent | _Compact) -> BaseEvent:
+    """The event of a log entry (a compacted delta is built again, equal to the original)."""
+    if type(entry) is not tuple:
+        return entry  # type: ignore[return-value]
+    kind, values = _delta_values(entry)
+    return kind(**values)
+
+
+def _event_values(entry: BaseEvent | _Compact) -> tuple[type[BaseEvent], dict[str, Any]]:
+    """A log entry's event class and field values, extra keys included, without building an
+    event: what a relay serialises, and ``cls.model_construct(**values)`` rebuilds."""
+    if type(entry) is tuple:
+        return _delta_values(entry)
+    assert isinstance(entry, BaseEvent)
+    extra = entry.__pydantic_extra__
+    # A logged event is never changed again, so its __dict__ needs no copy.
+    return type(entry), ({**entry.__dict__, **extra} if extra else entry.__dict__)
 
 
 class RunnableAgent(Protocol):
@@ -193,6 +259,12 @@ class RunHandle:
     ``thread_id`` and ``run_id`` are the AG-UI ids of the run, ``owner`` the owner it was
     started for (`StreamPersistenceManager.run_as`), or None. Handles are shared: starting a
     run whose key is live (or recently finished) returns the same handle.
+
+    A long run's log is mostly text, tool-argument and reasoning deltas. Past its newest few
+    hundred events, a delta that carries nothing but its id and text is kept as a plain tuple
+    and built again for a reader that asks for it (an equal event): a model and its two
+    containers per delta would outlive the collector's young generations, and fill its oldest
+    one, which every full collection of the process then walks.
     """
 
     def __init__(
@@ -209,8 +281,9 @@ class RunHandle:
         self.owner = owner
         self.max_log_events = max_log_events
         self._cancel_as_run_finished = cancel_as_run_finished
-        self._log: deque[BaseEvent] = deque(maxlen=max_log_events)
+        self._log: deque[BaseEvent | _Compact] = deque(maxlen=max_log_events)
         self._last_seq = 0
+        self._compacted = 0  # the deltas up to this sequence number are compacted
         self._terminal_seq: int | None = None
         self._started = False
         self._cancelled = False
@@ -243,7 +316,7 @@ class RunHandle:
     @property
     def terminal_event(self) -> BaseEvent | None:
         """The run's ``RUN_FINISHED`` / ``RUN_ERROR`` once logged, else None."""
-        return self._log[-1] if self._terminal_seq is not None else None
+        return _expanded(self._log[-1]) if self._terminal_seq is not None else None
 
     @property
     def status(self) -> RunStatus:
@@ -377,7 +450,8 @@ class RunHandle:
                     if self._terminal_seq is not None:
                         stop = min(stop, self._terminal_seq)
                     batch = [
-                        SequencedEvent(index, log[index - first]) for index in range(seq, stop + 1)
+                        SequencedEvent(index, _expanded(log[index - first]))
+                        for index in range(seq, stop + 1)
                     ]
                     if coalesce:
                         sent = loop.time()
@@ -448,15 +522,23 @@ class RunHandle:
         Raises `ValueError` for an ``after`` outside the log and `RunLogTruncatedError` if an
         event after ``after`` was dropped from the bounded log.
         """
+        return [SequencedEvent(seq, _expanded(entry)) for seq, entry in self._entries_since(after)]
+
+    def logged_values_since(self, after: int) -> list[tuple[int, type[BaseEvent], dict[str, Any]]]:
+        """`logged_since`, each event as ``(seq, event class, field values)`` (extra keys
+        included; ``cls.model_construct(**values)`` builds it again), without building the
+        events a compacted log holds as tuples: what a relay serialises. Raises as
+        `logged_since` does; the dicts are the log's own, not to be changed.
+        """
+        return [(seq, *_event_values(entry)) for seq, entry in self._entries_since(after)]
+
+    def _entries_since(self, after: int) -> Iterator[tuple[int, BaseEvent | _Compact]]:
         self._check_after(after)
         first = self.first_seq
         if after + 1 < first:
             raise RunLogTruncatedError(self, after + 1)
         start = after + 1 - first
-        return [
-            SequencedEvent(first + index, event)
-            for index, event in enumerate(itertools.islice(self._log, start, None), start)
-        ]
+        return enumerate(itertools.islice(self._log, start, None), after + 1)
 
     async def events(self, *, after: int = 0) -> AsyncGenerator[BaseEvent, None]:
         """Yield the run's events (those with ``seq > after``) as `sequenced_events` does."""
@@ -472,6 +554,8 @@ class RunHandle:
             return None
         self._last_seq += 1
         self._log.append(event)
+        if self._last_seq - self._compacted >= 2 * _HOT_EVENTS:
+            self._compact()
         if event.type == EventType.RUN_STARTED:
             self._started = True
         elif event.type in _TERMINAL_TYPES:
@@ -487,6 +571,14 @@ class RunHandle:
                 if (ending or full <= last) and not holder.done():
                     holder.set_result(None)
         return self._last_seq
+
+    def _compact(self) -> None:
+        """Compact the deltas logged before the newest ``_HOT_EVENTS`` (see the class)."""
+        log, upto = self._log, self._last_seq - _HOT_EVENTS
+        first = self._last_seq - len(log) + 1
+        for index in range(max(self._compacted + 1, first) - first, upto - first + 1):
+            log[index] = _compacted(log[index])
+        self._compacted = upto
 
     def _close(self, terminal: BaseEvent) -> None:
         """End the client's stream with a synthesized terminal event (after a RUN_STARTED)."""

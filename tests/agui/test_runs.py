@@ -4,6 +4,7 @@ policy, owner checks, and the same flows on each store."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -86,6 +87,34 @@ async def test_run_finished_carries_the_token_usage_and_the_run_record_keeps_it(
     assert row.status == "complete"
     assert row.usage["tokens"][0]["input_tokens"] == usage["inputTokens"]
     assert row.last_seq == len(sse_frames(response.text))
+
+
+async def test_a_finished_run_is_not_held_in_memory_by_the_worker(alice: Any) -> None:
+    from django_pydantic_agent.chat_history import RunHandle
+
+    async with await logged_in(alice) as http:
+        for n in (1, 2, 3):
+            body = run_body(thread_id="kept", run_id=f"run-{n}")
+            response = await http.post("/stored/", json=body)
+            assert sse_frames(response.text)[-1][1]["type"] == "RUN_FINISHED"
+
+    async def released() -> bool:
+        gc.collect()
+        return not [
+            o for o in gc.get_objects() if isinstance(o, RunHandle) and o.thread_id == "kept"
+        ]
+
+    # Each run's handle holds its whole event log: a worker that kept them would grow with
+    # every run it served. Once stored, a finished run is answered from storage instead.
+    # (Not wait_for_all_runs(): a test's drain would let go of them whatever the worker does.)
+    await wait_for(released)
+    async with await logged_in(alice) as http:
+        again = await http.get("/stored/runs/kept/run-2/")
+    assert [e["type"] for _, e in sse_frames(again.text)] == [
+        "RUN_STARTED",
+        "MESSAGES_SNAPSHOT",
+        "RUN_FINISHED",
+    ]
 
 
 # A disconnect stops the reading, not the run: on every store the run persists as complete.

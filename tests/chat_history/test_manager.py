@@ -864,6 +864,83 @@ async def test_the_log_keeps_only_the_newest_events() -> None:
         handle.logged_since(7)
 
 
+# -- a long run's log ----------------------------------------------------------------------
+
+
+class LongAnswer:
+    """An inner agent streaming ``deltas`` text deltas, each built as it is yielded (the
+    test keeps none of them, as pydantic-ai's adapter keeps none)."""
+
+    def __init__(self, deltas: int) -> None:
+        self.deltas = deltas
+
+    async def run(self, input: RunAgentInput) -> AsyncIterator[BaseEvent]:
+        yield rs()
+        yield tms()
+        for i in range(self.deltas):
+            yield TextMessageContentEvent(message_id="m1", delta=f"w{i} ", timestamp=1_000 + i)
+        yield tme()
+        yield rf()
+
+
+def odd_deltas() -> list[BaseEvent]:
+    """Deltas a compact log must keep exactly: each sets something besides id, text and
+    timestamp, or sets its timestamp to None on purpose."""
+    return [
+        TextMessageContentEvent(message_id="m1", delta="extra", mood="calm"),  # type: ignore[call-arg]
+        TextMessageContentEvent(message_id="m1", delta="raw", raw_event={"chunk": 1}),
+        TextMessageContentEvent(message_id="m1", delta="unstamped", timestamp=None),
+        TextMessageContentEvent(message_id="m1", delta="plain"),
+        TextMessageContentEvent(message_id="m1", delta="meta", metadata={"k": "v"}),
+    ]
+
+
+def delta_models() -> int:
+    return sum(isinstance(o, TextMessageContentEvent) for o in gc.get_objects())
+
+
+async def test_a_long_run_holds_a_few_hundred_delta_models_not_one_per_delta() -> None:
+    before = delta_models()
+    async with StreamPersistenceManager(lambda: LongAnswer(3000)) as manager:
+        handle = await manager.run(make_input())
+        await handle.wait()
+        assert handle.last_seq == 3004
+        held = delta_models() - before
+        # The log holds the deltas it no longer keeps as models as tuples of atoms, which the
+        # collector stops tracking: a long answer no longer fills its oldest generation.
+        assert held <= 600  # of 3,000
+        replayed = await collect(handle)
+    assert len(replayed) == 3004
+    text = "".join(e.delta for e in replayed if isinstance(e, TextMessageContentEvent))
+    assert text == "".join(f"w{i} " for i in range(3000))
+    assert [e.timestamp for e in replayed[2:-2]] == [1_000 + i for i in range(3000)]
+
+
+async def test_a_compacted_log_gives_back_every_event_as_it_was_yielded() -> None:
+    filler = [tmc(f"f{i}") for i in range(600)]
+    stamped = [
+        TextMessageContentEvent(message_id="m1", delta=f"s{i}", timestamp=7 + i) for i in range(5)
+    ]
+    script = [rs(), tms(), *odd_deltas(), *stamped, *filler, tme(), rf()]
+    async with manager_for(ScriptedAgent(script)) as manager:
+        handle = await manager.run(make_input())
+        await handle.wait()
+    replayed = await collect(handle)
+    assert replayed == script
+    for got, sent in zip(replayed, script, strict=True):
+        assert type(got) is type(sent)
+        assert got.model_dump(exclude_unset=True) == sent.model_dump(exclude_unset=True)
+        assert got.__pydantic_extra__ == sent.__pydantic_extra__
+    assert handle.logged_since(2)[:10] == list(enumerate(script[2:12], 3))
+    # What a relay serialises rebuilds the same wire form.
+    for seq, kind, values in handle.logged_values_since(0):
+        rebuilt = kind.model_construct(**values)
+        sent = script[seq - 1]
+        assert rebuilt.model_dump_json(by_alias=True, exclude_none=True) == sent.model_dump_json(
+            by_alias=True, exclude_none=True
+        )
+
+
 async def test_a_reader_that_falls_behind_the_bounded_log_is_told() -> None:
     gate: asyncio.Queue[None] = asyncio.Queue()
     agent = ScriptedAgent(plain_answer(), step_gate=gate)
