@@ -261,10 +261,10 @@ class RunHandle:
     run whose key is live (or recently finished) returns the same handle.
 
     A long run's log is mostly text, tool-argument and reasoning deltas. Past its newest few
-    hundred events, a delta that carries nothing but its id and text is kept as a plain tuple
-    and built again for a reader that asks for it (an equal event): a model and its two
-    containers per delta would outlive the collector's young generations, and fill its oldest
-    one, which every full collection of the process then walks.
+    hundred events, a delta that carries nothing but its id, its text and perhaps its timestamp
+    is kept as a plain tuple and built again for a reader that asks for it (an equal event):
+    a model and its two containers per delta would outlive the collector's young generations,
+    and fill its oldest one, which every full collection of the process then walks.
     """
 
     def __init__(
