@@ -94,7 +94,8 @@ def served(
     """``workers`` processes of ``bench.site`` (plus one emulator process); yields them."""
     from bench.settings import BENCH_DIR
 
-    base = {"BENCH_DIR": str(BENCH_DIR), **(env or {})}
+    # The database options of the example project, WAL included (bench.settings).
+    base = {"BENCH_DIR": str(BENCH_DIR), "BENCH_SQLITE_WAL": "1", **(env or {})}
     processes: list[subprocess.Popen[bytes]] = []
     try:
         if emulator:

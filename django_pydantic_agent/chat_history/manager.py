@@ -71,8 +71,10 @@ CATCH_UP_BATCH = 64
 
 
 #: The newest events of a run's log are kept as the agent yielded them; older deltas are
-#: compacted (`RunHandle`), at most every ``_HOT_EVENTS`` events.
-_HOT_EVENTS = 256
+#: compacted (`RunHandle`), every ``_HOT_EVENTS`` events. A live reader is a batch or two
+#: behind the producer (a few events), so it never rebuilds one; with 256, twice as many
+#: young collections ran per long run, and the models they promoted brought on full ones.
+_HOT_EVENTS = 64
 # The deltas a log compacts, by code: the event class and the field naming what it extends.
 _DELTA_KINDS: tuple[tuple[type[BaseEvent], str], ...] = (
     (TextMessageContentEvent, "message_id"),
@@ -260,8 +262,8 @@ class RunHandle:
     started for (`StreamPersistenceManager.run_as`), or None. Handles are shared: starting a
     run whose key is live (or recently finished) returns the same handle.
 
-    A long run's log is mostly text, tool-argument and reasoning deltas. Past its newest few
-    hundred events, a delta that carries nothing but its id, its text and perhaps its timestamp
+    A long run's log is mostly text, tool-argument and reasoning deltas. Past its newest 64 to
+    128 events, a delta that carries nothing but its id, its text and perhaps its timestamp
     is kept as a plain tuple and built again for a reader that asks for it (an equal event):
     a model and its two containers per delta would outlive the collector's young generations,
     and fill its oldest one, which every full collection of the process then walks.

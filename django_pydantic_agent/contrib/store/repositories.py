@@ -368,9 +368,11 @@ class OrmChatRepository:
 
         The run endpoint calls this before it streams, so a run that cannot be stored is a 413
         JSON answer instead of a stream ending in ``RUN_ERROR``. ``create_chat`` still checks
-        under the owner lock: this is the early, clear answer, not the race-safe one.
+        under the owner lock: this is the early, clear answer, not the race-safe one. Without
+        a quota (or an owner) there is nothing to check, and no trip to a thread.
         """
-        await sync_to_async(self._refuse_over_quota_sync)(thread_id)
+        if self.owner_id is not None and self.max_threads_per_owner is not None:
+            await sync_to_async(self._refuse_over_quota_sync)(thread_id)
 
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         """Create the owner's thread (idempotent by thread id) or return the existing one.
@@ -750,7 +752,6 @@ class OrmMessageRepository(NestedRecordWrites):
         from django_pydantic_agent.contrib.store.models import StoredMessage
 
         values: dict[str, Any] = {}
-        fields = _row_fields(record, self._extras.get(record.message_uuid))
         if pending.full_content:
             values["content"] = record.content
         elif pending.content_offset is not None:
@@ -760,8 +761,10 @@ class OrmMessageRepository(NestedRecordWrites):
                 if pending.content_offset == 0
                 else Concat(Left("content", pending.content_offset), Value(tail))
             )
-        for name in pending.fields:
-            values[name] = fields[name]
+        if pending.fields:  # a text-only write (most of a run's) dumps nothing
+            fields = _row_fields(record, self._extras.get(record.message_uuid))
+            for name in pending.fields:
+                values[name] = fields[name]
         if values:
             StoredMessage.objects.filter(message_uuid=record.message_uuid).update(**values)
 

@@ -194,6 +194,23 @@ async def test_a_new_thread_over_the_owners_quota_is_refused(
     assert again.thread_id == "kept"
 
 
+async def test_without_a_quota_the_early_check_costs_no_trip_to_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every run asks before its first event; with nothing to check, asking is free.
+    from django_pydantic_agent.contrib.store import repositories
+
+    def no_trip(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("refuse_over_quota took a trip to a worker thread")
+
+    monkeypatch.setattr(repositories, "sync_to_async", no_trip)
+    await OrmChatRepository(owner_id="owner-free").refuse_over_quota("t-any")
+    await OrmChatRepository().refuse_over_quota("t-any")
+    capped = OrmChatRepository(owner_id="owner-capped", max_threads_per_owner=1)
+    with pytest.raises(AssertionError, match="took a trip"):
+        await capped.refuse_over_quota("t-any")  # a quota is checked in the database
+
+
 async def test_a_thread_deleted_during_a_run_stays_deleted(
     alice: User, request_as: Callable[[Any], HttpRequest]
 ) -> None:
