@@ -469,6 +469,16 @@ class RunHandle:
                         await asyncio.sleep(0)
                 if self._terminal_seq is not None:
                     return
+                if coalesce:
+                    # Within ``coalesce`` of the previous batch, wait out the rest of it (a
+                    # full batch or the terminal event ends that sooner) before waiting for an
+                    # event: a fast run's next batch is then one wake-up, not two (the first
+                    # event, then the end of the hold). An event after the hold goes out at once.
+                    hold = sent + coalesce - loop.time()
+                    if hold > 0:
+                        await self._hold(loop, hold, full=seq + max_batch - 1)
+                        if seq <= self._last_seq:
+                            continue
                 waiter: asyncio.Future[bool] = loop.create_future()
                 self._waiters.append(waiter)
                 if clock is not None:
@@ -483,10 +493,6 @@ class RunHandle:
                     yield None
                     continue
                 self._wakeups += 1
-                if coalesce and self._terminal_seq is None:
-                    hold = sent + coalesce - loop.time()
-                    if hold > 0:
-                        await self._hold(loop, hold, full=seq + max_batch - 1)
         finally:
             if clock is not None:
                 clock.stop()

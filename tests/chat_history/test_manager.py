@@ -1465,6 +1465,8 @@ async def test_a_batch_holds_what_was_logged_meanwhile_but_never_the_terminal_ev
         gate.put_nowait(None)  # event 5, then the terminal event ends the hold
         batch = await asyncio.wait_for(following, timeout=5)
         assert [entry.seq for entry in batch] == [2, 3, 4, 5, 6]
+        # The reader held from its first batch on: no event woke it before the hold.
+        assert handle._wakeups == 0
         assert [entry.event for entry in batch] == script[1:]
         with pytest.raises(StopAsyncIteration):
             await anext(reader)
