@@ -424,7 +424,7 @@ class RunHandle:
         previous one (at most ``max_batch``, in order), so a reader writes them at once.
 
         With ``coalesce`` (seconds), a batch comes at most that often while the run streams:
-        a reader woken sooner than ``coalesce`` after its previous batch waits out the rest,
+        a reader back sooner than ``coalesce`` after its previous batch waits out the rest,
         and gets what was logged meanwhile in one batch. The terminal event is never held
         back, and neither is the first batch, a full one, nor one after ``coalesce`` of
         quiet. ``idle``, the errors and the end are those of `sequenced_events`.
