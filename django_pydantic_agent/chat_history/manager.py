@@ -71,9 +71,9 @@ CATCH_UP_BATCH = 64
 
 
 #: The newest events of a run's log are kept as the agent yielded them; older deltas are
-#: compacted (`RunHandle`), every ``_HOT_EVENTS`` events. A live reader is a batch or two
-#: behind the producer (a few events), so it never rebuilds one; with 256, twice as many
-#: young collections ran per long run, and the models they promoted brought on full ones.
+#: compacted (`RunHandle`), every ``_HOT_EVENTS`` events. A live reader is a batch behind the
+#: producer (a few events), so it seldom rebuilds one; with 256, twice as many young
+#: collections ran per long run, and the models they promoted brought on full ones.
 _HOT_EVENTS = 64
 # The deltas a log compacts, by code: the event class and the field naming what it extends.
 _DELTA_KINDS: tuple[tuple[type[BaseEvent], str], ...] = (
