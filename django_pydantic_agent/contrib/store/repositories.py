@@ -354,12 +354,9 @@ class OrmChatRepository:
                 return self._remember(winner, winner.top)
         return self._remember(row, None)
 
-    def _refuse_over_quota_sync(self, thread_id: str) -> None:
+    def _refuse_over_quota_sync(self, owner: str, thread_id: str, limit: int) -> None:
         from django_pydantic_agent.contrib.store.stores import _refuse_new_thread
 
-        owner, limit = self.owner_id, self.max_threads_per_owner
-        if owner is None or limit is None:
-            return
         if not self._rows().filter(owner_id=owner, thread_id=thread_id).exists():
             _refuse_new_thread(owner, limit)
 
@@ -371,8 +368,9 @@ class OrmChatRepository:
         under the owner lock: this is the early, clear answer, not the race-safe one. Without
         a quota (or an owner) there is nothing to check, and no trip to a thread.
         """
-        if self.owner_id is not None and self.max_threads_per_owner is not None:
-            await sync_to_async(self._refuse_over_quota_sync)(thread_id)
+        owner, limit = self.owner_id, self.max_threads_per_owner
+        if owner is not None and limit is not None:
+            await sync_to_async(self._refuse_over_quota_sync)(owner, thread_id, limit)
 
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         """Create the owner's thread (idempotent by thread id) or return the existing one.
