@@ -41,7 +41,8 @@ def test_quotas_answer_413_and_the_throttle_429_as_json(tmp_path: Path) -> None:
     assert uploads[1].headers["content-type"] == "application/json"
     assert "max_files_per_owner=1" in uploads[1].json()["error"]
     assert uploads[2].headers["content-type"] == "application/json"
-    assert 1 <= int(uploads[2].headers["retry-after"]) <= 60
+    # A full minute waits for the next one and a quarter of it (limit 4): at most 75 seconds.
+    assert 1 <= int(uploads[2].headers["retry-after"]) <= 75
 
 
 def test_the_admin_is_styled_under_uvicorn(tmp_path: Path) -> None:
