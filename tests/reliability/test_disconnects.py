@@ -60,8 +60,8 @@ PARALLEL = 10
 POINTS = ("before_headers", "mid_text", "mid_tool_call", "after_terminal")
 TEXT_DELTAS = len(PREAMBLE) + len(answer_words("m-0-0"))
 ARGS_DELTAS = 4
-#: How long a reattach that finds no run yet (a drop before the head) asks again, in total. A
-#: run sent to a worker just started, among nine others, has been seen to take over a second to be
+#: How long a reattach that finds no run yet (a drop before the head) asks again, in total.
+#: A run sent to a freshly started worker, among nine others, has taken over a second to be
 #: claimed on a loaded two-core CI machine; the figure prints the slowest of each batch.
 APPEAR_WAIT = 5.0
 #: No run, its drop and its reattach together take longer than this (a hang fails the test).
