@@ -99,7 +99,7 @@ class Outcome:
     reattach_status: int = 0
     reattached: list[Frame] = field(default_factory=list)
     reattach_body: bytes = b""
-    #: Seconds from the drop to the first reattach that found the run (a drop before the head).
+    #: Seconds from the drop to the first reattach that found the run.
     appeared_after: float | None = None
 
     @property
@@ -322,7 +322,12 @@ def _figure_rows(outcomes: list[Outcome], kinds: list[str], statuses: dict[str, 
 
 
 def _print_figure(title: str, rows: dict[str, Counter[str]], outcomes: list[Outcome]) -> None:
-    waits = [o.appeared_after for o in outcomes if o.appeared_after is not None]
+    # Only a run dropped before the head can be missing when the reattach comes.
+    waits = [
+        o.appeared_after
+        for o in outcomes
+        if o.plan.point == "before_headers" and o.appeared_after is not None
+    ]
     for point in POINTS:
         row = rows.get(point, Counter())
         slowest = ""
