@@ -110,6 +110,8 @@ THREAD_BUSY = (
 )
 
 
+_ENDS = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+
 _OWNER_ATTR = "_django_pydantic_agent_owner"
 """Where ``RunEndpoint.owner_id`` keeps a request's resolved owner (by ``allow_anonymous``)."""
 
@@ -139,18 +141,18 @@ class StoreGuard:
             parent_run_id=input.parent_run_id,
             timestamp=int(time.time() * 1000),
         )
-        echoed = ended = False
+        echoed = False
+        last: BaseEvent | None = None  # the event forwarded last
         stream = self.agent.run(input)
         try:
-            async for event in stream:
-                if not echoed and event.type == EventType.RUN_STARTED:
+            async for last in stream:
+                if not echoed and last.type == EventType.RUN_STARTED:
                     echoed = True
                     continue
-                ended = event.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
-                yield event
+                yield last
         except Exception as exc:
-            if ended:
-                raise
+            if last is not None and last.type in _ENDS:
+                raise  # it failed after its terminal event: nothing to tell the client
             log_run_failure(input, exc)
             if isinstance(exc, StoreError):
                 yield store_refusal_event(exc, store="conversation")

@@ -124,6 +124,7 @@ INTERRUPTED = MessageStatus.INTERRUPTED.value
 ERRORED = MessageStatus.ERRORED.value
 
 _NIL = UUID(int=0)
+_RUN_ENDS: Final = (RunFinishedEvent, RunErrorEvent)
 _RETRY_PAUSES: Final = (0.05, 0.2, 0.8)
 """Seconds between the attempts of a write tried three times (the final flush also waits the
 last one before it gives up)."""
@@ -426,9 +427,11 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                 async for event in stream:
                     if not event.timestamp:
                         event.timestamp = _now_ms()
-                    if isinstance(event, RunStartedEvent):
+                    if type(event) is TextMessageContentEvent:
+                        pass  # most of a run's events: neither its start nor its end
+                    elif isinstance(event, RunStartedEvent):
                         started = True
-                    elif isinstance(event, RunFinishedEvent | RunErrorEvent):
+                    elif isinstance(event, _RUN_ENDS):
                         state.terminal_seen = True
                         if writes is not None:
                             await writes  # no terminal event before the thread is stored
