@@ -3,6 +3,7 @@
 ``--suite`` picks one (default ``all``): ``store`` (contrib.store timings, and with ``all``
 the same against 0.28.3), ``chat-history`` (Memory Service requests per turn), ``streaming``
 (events/s and time to first event over HTTP, persistence on and off, and django-ag-ui 0.70),
+``overhead`` (the durable path's loop CPU per run over the stateless one, no model or database),
 ``run-path`` (an append at message 10 and at message 1,000), ``runs`` (reattach, cancel,
 upload RSS) and ``sweeper`` (``sweep_runs`` on stale runs). ``--quick`` shrinks every size
 to a smoke test. ``--write FILE`` replaces the text between the bench markers of FILE (the
@@ -17,7 +18,7 @@ import argparse
 import os
 import sys
 
-SUITES = ("store", "chat-history", "streaming", "run-path", "runs", "sweeper")
+SUITES = ("store", "chat-history", "streaming", "overhead", "run-path", "runs", "sweeper")
 
 
 def _parser() -> argparse.ArgumentParser:

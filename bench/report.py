@@ -367,6 +367,22 @@ def competitor(report: Report, args: Any) -> None:
     )
 
 
+def overhead_suite(report: Report, args: Any) -> None:
+    from bench.overhead import DELTAS, HEADER, measure
+
+    rows = asyncio.run(measure(args.samples))
+    report.table(
+        f"The durable path's own cost on the event loop: one {DELTAS:,}-delta run",
+        [HEADER, *rows],
+        note=(
+            "A scripted agent, no model and no database: the loop thread's CPU for one run "
+            "through the stateless stream, and through StoreGuard, AGUIStorageAgent (in-memory "
+            "repositories), the run manager, the relay and replay; runs of the two alternate. "
+            "Cache writes in worker threads are not counted."
+        ),
+    )
+
+
 def run_path_suite(report: Report, args: Any) -> None:
     from bench.live import served
     from bench.runpath import HEADER, grow
@@ -552,6 +568,8 @@ def run_suites(report: Report, args: Any, suites: Sequence[str]) -> None:
             chat_history_suite(report, args)
         elif suite == "streaming":
             streaming_suite(report, args)
+        elif suite == "overhead":
+            overhead_suite(report, args)
         elif suite == "run-path":
             run_path_suite(report, args)
             append_suite(report, args)

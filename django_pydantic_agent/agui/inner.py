@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from ag_ui.core import (
     BaseEvent,
@@ -50,6 +50,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger("django_pydantic_agent.agui")
+
+# Read once: a member read through its class (``EventType.X``) costs a descriptor call.
+_RUN_STARTED: Final = EventType.RUN_STARTED
+_RUN_ENDS: Final = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+_REASONING_TYPES: Final = frozenset(t for t in EventType if t.value.startswith("REASONING_"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,7 +157,7 @@ def build_adapter(
 async def without_reasoning(events: AsyncIterator[BaseEvent]) -> AsyncIterator[BaseEvent]:
     """Drop every ``REASONING_*`` event, so chain-of-thought never reaches the browser."""
     async for event in events:
-        if not event.type.value.startswith("REASONING_"):
+        if event.type not in _REASONING_TYPES:
             yield event
 
 
@@ -225,8 +230,9 @@ class PydanticAIAgent(AGUIAgent):
             events = source if self._forward_reasoning else without_reasoning(source)
             try:
                 async for event in events:
-                    started = started or event.type == EventType.RUN_STARTED
-                    ended = event.type in (EventType.RUN_FINISHED, EventType.RUN_ERROR)
+                    kind = event.type
+                    started = started or kind == _RUN_STARTED
+                    ended = kind in _RUN_ENDS
                     if isinstance(event, RunFinishedEvent) and usage and not event.usage:
                         event.usage = usage
                     yield event

@@ -46,8 +46,6 @@ DEFAULT_STREAM_COALESCE_SECONDS = 0.002
 _ENCODER = EventEncoder()
 #: ``text/event-stream``, as the AG-UI encoder declares it.
 SSE_CONTENT_TYPE = _ENCODER.get_content_type()
-# An SSE field value ends at the first CR or LF, and a NUL makes browsers drop the id.
-_FORBIDDEN_IN_ID = ("\r", "\n", "\x00")
 
 
 def encode_event(event: BaseEvent, *, event_id: str | None = None) -> str:
@@ -60,7 +58,8 @@ def encode_event(event: BaseEvent, *, event_id: str | None = None) -> str:
     frame = _ENCODER.encode(event)
     if event_id is None:
         return frame
-    if any(char in event_id for char in _FORBIDDEN_IN_ID):
+    # An SSE field value ends at the first CR or LF, and a NUL makes browsers drop the id.
+    if "\n" in event_id or "\r" in event_id or "\x00" in event_id:
         raise ValueError(
             f"event_id={event_id!r} holds a CR, LF or NUL character, which SSE cannot carry in "
             "an id; pass an id without them."

@@ -93,11 +93,7 @@ class EventFold:
         raise NotImplementedError
 
     def _append(self, state: StorageState, record: TrackedRecord, delta: str | None) -> None:
-        if not delta:
-            return
-        text = record.text
-        text.append(delta)
-        if text.pending >= self.minimal_chunk_to_persist:
+        if delta and record.text.append(delta) >= self.minimal_chunk_to_persist:
             state.flush_now = True
 
     # Resolution helpers -----------------------------------------------------------------------

@@ -73,10 +73,12 @@ class TrackedText:
         self._parts = [value] if value else []
         self._length = len(value)
 
-    def append(self, delta: str) -> None:
-        """Add ``delta`` at the end of the value."""
+    def append(self, delta: str) -> int:
+        """Add ``delta`` at the end of the value; return the characters now `pending`."""
         self._parts.append(delta)
-        self._length += len(delta)
+        length = self._length = self._length + len(delta)
+        stored = self.stored_len
+        return length if stored is None else length - stored
 
     def __len__(self) -> int:
         return self._length

@@ -25,6 +25,7 @@ from contextlib import aclosing, suppress
 from typing import (
     Any,
     ClassVar,
+    Final,
     Generic,
     Literal,
     NamedTuple,
@@ -63,6 +64,9 @@ CANCELLED_MESSAGE = "The run was cancelled."
 CANCELLED_CODE = "CANCELLED"
 
 _TERMINAL_TYPES = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+# A member read through its class (``EventType.X``) costs a descriptor call: the per-event
+# paths compare with these instead.
+_RUN_STARTED: Final = EventType.RUN_STARTED
 #: A reader catching up lets the loop turn after this many events without a wait (asyncio
 #: logs a warning from the sixth write to a socket its peer closed).
 _CATCH_UP_BURST = 4
@@ -564,9 +568,10 @@ class RunHandle:
         self._log.append(event)
         if self._last_seq - self._compacted >= 2 * _HOT_EVENTS:
             self._compact()
-        if event.type == EventType.RUN_STARTED:
+        kind = event.type
+        if kind == _RUN_STARTED:
             self._started = True
-        elif event.type in _TERMINAL_TYPES:
+        elif kind in _TERMINAL_TYPES:
             self._terminal_seq = self._last_seq
         if self._waiters:
             waiters, self._waiters = self._waiters, []

@@ -757,7 +757,10 @@ class _Folding:
             active = state.active_message
             if active is not None and active.agui_id == event.message_id:
                 state.timed_event = event
-                self.agent._append(state, active, event.delta)
+                # EventFold._append, inlined (``_folds_text`` says it is not overridden).
+                delta = event.delta
+                if delta and active.text.append(delta) >= self.agent.minimal_chunk_to_persist:
+                    state.flush_now = True
                 return True
         return False
 

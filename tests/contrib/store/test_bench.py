@@ -188,6 +188,7 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "Memory Service requests per turn",
         "Streaming a 2,000-delta run over HTTP",
         "Time to the first event on a new thread",
+        "The durable path's own cost on the event loop",
         "The run path: a turn at message 10",
         "The run path's writes alone, at message 10",
         "Reattach latency",
@@ -196,14 +197,18 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "The sweeper on 20 stale runs",
     ):
         assert f"### {title}" in text
-    assert text.count("Machine: ") == 10
-    assert text.count("$ python -m bench --quick --no-predecessors --write") >= 10
+    assert text.count("Machine: ") == 11
+    assert text.count("$ python -m bench --quick --no-predecessors --write") >= 11
     # Each streaming row counts the whole run: RUN_STARTED, 2,000 deltas with their
     # start and end, RUN_FINISHED.
     streaming = [line for line in text.splitlines() if line.startswith("| django-pydantic-agent")]
     assert len(streaming) == 3
     assert all("| 2004 |" in line for line in streaming)
     assert "| sqlite | 20 |" in text
+    # Both paths of the overhead table streamed the whole run, and the durable one costs more.
+    overhead = [line for line in text.splitlines() if line.startswith(("| stateless", "| durable"))]
+    assert len(overhead) == 2
+    assert overhead[1].split("|")[4].strip().startswith("+")
     assert "REDIS_URL is not set" in text
 
 
