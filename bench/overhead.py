@@ -5,8 +5,8 @@ machine's drift are most of the time and move by more than persistence costs. Th
 takes them away: a scripted inner agent yields a 2,000-delta answer (a loop turn every eight
 deltas, as a streaming model gives), and the same events go through
 
-- **stateless**: the run endpoint's stateless stream (ids, SSE frames, the coalescing pump of
-  ``with_heartbeat``), read to the end;
+- **stateless**: the run endpoint's stateless stream (``stateless_frames``: ids, SSE frames,
+  the coalescing pump of ``with_heartbeat``), read to the end;
 - **durable**: ``StoreGuard`` around ``AGUIStorageAgent`` on in-memory repositories, run by a
   ``RunCoordinator`` (its manager, the relay to Django's cache, a run record in
   ``CacheRunStore``), read by ``replay`` as the run endpoint reads it.
@@ -35,6 +35,8 @@ from ag_ui.core import (
     TextMessageStartEvent,
     UserMessage,
 )
+
+from bench.chat_history_requests import _input as run_input
 
 __all__ = ["HEADER", "measure"]
 
@@ -68,34 +70,21 @@ class _Scripted:
 
 
 def _input() -> RunAgentInput:
-    return RunAgentInput(
-        thread_id=f"t-{uuid.uuid4().hex[:12]}",
-        run_id="r-1",
-        state={},
-        messages=[UserMessage(id="u-1", role="user", content="Hello")],
-        tools=[],
-        context=[],
-        forwarded_props={},
-    )
+    hello = UserMessage(id="u-1", role="user", content="Hello")
+    return run_input(f"t-{uuid.uuid4().hex[:12]}", "r-1", [hello])
 
 
 async def _stateless() -> int:
-    from django_pydantic_agent.agui.runs import event_id
-    from django_pydantic_agent.agui.sse import (
-        DEFAULT_STREAM_COALESCE_SECONDS,
-        encode_event,
-        with_heartbeat,
-    )
+    from django_pydantic_agent.agui.run import stateless_frames
+    from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 
     run_input = _input()
-
-    async def numbered() -> AsyncGenerator[str, None]:
-        seq = 0
-        async for event in _Scripted().run(run_input):
-            seq += 1
-            yield encode_event(event, event_id=event_id(run_input.run_id, seq))
-
-    frames = with_heartbeat(numbered(), 15.0, coalesce=DEFAULT_STREAM_COALESCE_SECONDS)
+    frames = stateless_frames(
+        _Scripted().run(run_input),
+        run_input.run_id,
+        heartbeat_seconds=15.0,
+        coalesce_seconds=DEFAULT_STREAM_COALESCE_SECONDS,
+    )
     return sum([chunk.count("\n\n") async for chunk in frames])
 
 

@@ -34,6 +34,7 @@ from django_pydantic_agent.agui.access import call_hook
 from django_pydantic_agent.agui.errors import redact_run_error, run_error
 from django_pydantic_agent.agui.sse import aclose
 from django_pydantic_agent.chat_history import AGUIAgent
+from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import AgentRunResult
@@ -53,7 +54,6 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 
 # Read once: a member read through its class (``EventType.X``) costs a descriptor call.
 _RUN_STARTED: Final = EventType.RUN_STARTED
-_RUN_ENDS: Final = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
 _REASONING_TYPES: Final = frozenset(t for t in EventType if t.value.startswith("REASONING_"))
 
 
@@ -232,7 +232,7 @@ class PydanticAIAgent(AGUIAgent):
                 async for event in events:
                     kind = event.type
                     started = started or kind == _RUN_STARTED
-                    ended = kind in _RUN_ENDS
+                    ended = kind in TERMINAL_EVENT_TYPES
                     if isinstance(event, RunFinishedEvent) and usage and not event.usage:
                         event.usage = usage
                     yield event

@@ -55,7 +55,7 @@ from asgiref.sync import sync_to_async
 
 from django_pydantic_agent.agui.sse import SSE_HEARTBEAT, encode_event
 from django_pydantic_agent.chat_history import RunHandle
-from django_pydantic_agent.chat_history.manager import RunLogTruncatedError
+from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES, RunLogTruncatedError
 
 __all__ = [
     "ALIVE_CHECK_SECONDS",
@@ -89,7 +89,6 @@ RELAY_RETIRE_KEEP: Final[int] = 16
 #: How long a follower waits for a new batch before it asks whether the run still runs.
 ALIVE_CHECK_SECONDS: Final[float] = 2.0
 _PREFIX = "django_pydantic_agent:relay"
-_TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
 _OPENS_OR_CLOSES = frozenset(
     {
         EventType.TEXT_MESSAGE_START,
@@ -189,7 +188,7 @@ async def replay_entries(
                 if seq <= after:
                     first = first or event
                     streams.fold(event)
-                    if seq == after and event.type in _TERMINAL:
+                    if seq == after and event.type in TERMINAL_EVENT_TYPES:
                         # The reader saw the end: the run's start and its end again, no ids.
                         ended = True
                         frames.append(encode_event(first))
@@ -200,7 +199,7 @@ async def replay_entries(
                             encode_event(opening) for opening in [first, *streams.openings()]
                         )
                     continue
-                if event.type in _TERMINAL:
+                if event.type in TERMINAL_EVENT_TYPES:
                     ended = True
                     frames.extend(encode_event(closing) for closing in streams.closings())
                 streams.fold(event)
@@ -322,11 +321,11 @@ class RelayedLog:
                         break
                     rebuilt.append((expected, event))
                     expected += 1
-                    if event.type in _TERMINAL:
+                    if event.type in TERMINAL_EVENT_TYPES:
                         break
                 if rebuilt:
                     yield rebuilt
-                if self.lost or (rebuilt and rebuilt[-1][1].type in _TERMINAL):
+                if self.lost or (rebuilt and rebuilt[-1][1].type in TERMINAL_EVENT_TYPES):
                     return
             idle = 0.0
             while int(self.head["batches"]) <= read:

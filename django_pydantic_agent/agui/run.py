@@ -72,6 +72,7 @@ from django_pydantic_agent.agui.sse import (
 )
 from django_pydantic_agent.agui.views import ABANDONED_HOOK
 from django_pydantic_agent.chat_history import AGUIStorageAgent
+from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
 from django_pydantic_agent.persistence import (
     ConversationStore,
     StoreError,
@@ -95,6 +96,7 @@ __all__ = [
     "RunEndpoint",
     "StoreGuard",
     "parse_run_input",
+    "stateless_frames",
     "with_heartbeat",
     "without_reasoning",
 ]
@@ -110,10 +112,33 @@ THREAD_BUSY = (
 )
 
 
-_ENDS = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
-
 _OWNER_ATTR = "_django_pydantic_agent_owner"
 """Where ``RunEndpoint.owner_id`` keeps a request's resolved owner (by ``allow_anonymous``)."""
+
+
+def stateless_frames(
+    events: AsyncIterator[BaseEvent],
+    run_id: str,
+    *,
+    heartbeat_seconds: float | None,
+    coalesce_seconds: float,
+) -> AsyncIterator[str]:
+    """The stateless stream: ``events`` as SSE frames numbered from 1 (``id: <run_id>:<seq>``),
+    with heartbeats and coalesced writes (``with_heartbeat``) when either is set."""
+
+    async def numbered() -> AsyncIterator[str]:
+        seq = 0
+        try:
+            async for event in events:
+                seq += 1
+                yield encode_event(event, event_id=event_id(run_id, seq))
+        finally:
+            await aclose(events)
+
+    frames: AsyncIterator[str] = numbered()
+    if heartbeat_seconds or coalesce_seconds:
+        frames = with_heartbeat(frames, heartbeat_seconds, coalesce=coalesce_seconds)
+    return frames
 
 
 class StoreGuard:
@@ -151,7 +176,7 @@ class StoreGuard:
                     continue
                 yield last
         except Exception as exc:
-            if last is not None and last.type in _ENDS:
+            if last is not None and last.type in TERMINAL_EVENT_TYPES:
                 raise  # it failed after its terminal event: nothing to tell the client
             log_run_failure(input, exc)
             if isinstance(exc, StoreError):
@@ -462,24 +487,13 @@ class RunEndpoint:
         )
 
     def _frames(self, events: AsyncIterator[BaseEvent], run_id: str) -> AsyncIterator[str]:
-        """The stateless stream: ``events`` as SSE frames numbered from 1, with heartbeats."""
-
-        async def numbered() -> AsyncIterator[str]:
-            seq = 0
-            try:
-                async for event in events:
-                    seq += 1
-                    yield encode_event(event, event_id=event_id(run_id, seq))
-            finally:
-                await aclose(events)
-
         options = self._options
-        frames: AsyncIterator[str] = numbered()
-        if options.heartbeat_seconds or options.stream_coalesce_seconds:
-            frames = with_heartbeat(
-                frames, options.heartbeat_seconds, coalesce=options.stream_coalesce_seconds
-            )
-        return frames
+        return stateless_frames(
+            events,
+            run_id,
+            heartbeat_seconds=options.heartbeat_seconds,
+            coalesce_seconds=options.stream_coalesce_seconds,
+        )
 
     @staticmethod
     async def _cancelling(handle: Any, frames: AsyncIterator[str]) -> AsyncIterator[str]:

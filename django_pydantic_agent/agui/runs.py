@@ -36,7 +36,6 @@ from typing import Any, Final
 
 from ag_ui.core import (
     BaseEvent,
-    EventType,
     MessagesSnapshotEvent,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
@@ -62,7 +61,11 @@ from django_pydantic_agent.chat_history import (
     StreamPersistenceManager,
     translate_messages,
 )
-from django_pydantic_agent.chat_history.manager import CATCH_UP_BATCH, RunObserver
+from django_pydantic_agent.chat_history.manager import (
+    CATCH_UP_BATCH,
+    TERMINAL_EVENT_TYPES,
+    RunObserver,
+)
 from django_pydantic_agent.persistence import StoreError, resolve_owner_id, serves_anonymous
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
@@ -85,7 +88,6 @@ __all__ = [
 
 logger = logging.getLogger("django_pydantic_agent.agui")
 
-_TERMINAL = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
 
 #: The 404 of the run routes (a stranger's run reads the same).
 RUN_NOT_FOUND: Final[str] = "No such run."
@@ -167,7 +169,7 @@ class RunCoordinator(RunObserver):
     _instances: weakref.WeakSet[RunCoordinator] = weakref.WeakSet()
     # Only a terminal event needs on_event (the relay publishes it at once), and the cancel
     # intent is read at most every CANCEL_POLL_SECONDS: an event costs the producer no hook.
-    observed_event_types = _TERMINAL
+    observed_event_types = TERMINAL_EVENT_TYPES
     cancel_poll_seconds = CANCEL_POLL_SECONDS
 
     def __init__(
@@ -354,7 +356,7 @@ class RunCoordinator(RunObserver):
             self.relay.nudge(handle)
 
     async def on_event(self, handle: RunHandle, seq: int, event: BaseEvent) -> None:
-        if event.type in _TERMINAL:
+        if event.type in TERMINAL_EVENT_TYPES:
             self.relay.nudge(handle)
 
     async def cancel_requested(self, handle: RunHandle) -> bool:

@@ -63,7 +63,8 @@ CancelEvent: TypeAlias = Literal["auto", "run_finished", "run_error"]
 CANCELLED_MESSAGE = "The run was cancelled."
 CANCELLED_CODE = "CANCELLED"
 
-_TERMINAL_TYPES = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
+#: The types of the events that end a run (``RUN_FINISHED``, ``RUN_ERROR``).
+TERMINAL_EVENT_TYPES: Final = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
 # A member read through its class (``EventType.X``) costs a descriptor call: the per-event
 # paths compare with these instead.
 _RUN_STARTED: Final = EventType.RUN_STARTED
@@ -571,7 +572,7 @@ class RunHandle:
         kind = event.type
         if kind == _RUN_STARTED:
             self._started = True
-        elif kind in _TERMINAL_TYPES:
+        elif kind in TERMINAL_EVENT_TYPES:
             self._terminal_seq = self._last_seq
         if self._waiters:
             waiters, self._waiters = self._waiters, []

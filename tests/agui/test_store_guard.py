@@ -18,6 +18,7 @@ from ag_ui.core import (
 
 from django_pydantic_agent.agui.run import StoreGuard
 from django_pydantic_agent.persistence import StoreLimitError
+from tests.chat_history.scripted import ScriptedAgent
 
 
 def _input() -> RunAgentInput:
@@ -32,20 +33,15 @@ def _input() -> RunAgentInput:
     )
 
 
-class _Scripted:
-    """Yields ``events``, then raises ``fail`` (if any)."""
+class _Closing(ScriptedAgent):
+    """A ``ScriptedAgent`` that records whether its stream was closed."""
 
-    def __init__(self, events: list[BaseEvent], fail: Exception | None = None) -> None:
-        self.events = events
-        self.fail = fail
-        self.closed = False
+    closed = False
 
     async def run(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
         try:
-            for event in self.events:
+            async for event in super().run(input):
                 yield event
-            if self.fail is not None:
-                raise self.fail
         finally:
             self.closed = True
 
@@ -67,7 +63,7 @@ async def _collect(guard: StoreGuard) -> list[BaseEvent]:
 
 
 async def test_run_started_goes_out_first_and_only_once() -> None:
-    agent = _Scripted(_answer())
+    agent = _Closing(_answer())
     events = await _collect(StoreGuard(agent, expose_error_messages=False))  # type: ignore[arg-type]
     types = [event.type.value for event in events]
     assert types == [
@@ -82,7 +78,7 @@ async def test_run_started_goes_out_first_and_only_once() -> None:
 
 
 async def test_a_store_refusal_mid_stream_ends_with_a_store_limit_run_error() -> None:
-    agent = _Scripted(_answer(ending=False), StoreLimitError("This thread is full."))
+    agent = ScriptedAgent([*_answer(ending=False), StoreLimitError("This thread is full.")])
     events = await _collect(StoreGuard(agent, expose_error_messages=False))  # type: ignore[arg-type]
     assert events[-1].type.value == "RUN_ERROR"
     assert isinstance(events[-1], RunErrorEvent)
@@ -92,7 +88,7 @@ async def test_a_store_refusal_mid_stream_ends_with_a_store_limit_run_error() ->
 
 @pytest.mark.parametrize("expose", [False, True])
 async def test_any_other_failure_before_the_end_is_a_store_failed_run_error(expose: bool) -> None:
-    agent = _Scripted(_answer(ending=False), RuntimeError("disk on fire at /var/db"))
+    agent = ScriptedAgent([*_answer(ending=False), RuntimeError("disk on fire at /var/db")])
     events = await _collect(StoreGuard(agent, expose_error_messages=expose))  # type: ignore[arg-type]
     terminal = events[-1]
     assert isinstance(terminal, RunErrorEvent)
@@ -101,7 +97,7 @@ async def test_any_other_failure_before_the_end_is_a_store_failed_run_error(expo
 
 
 async def test_a_failure_after_the_terminal_event_is_raised_not_sent_as_a_second_end() -> None:
-    agent = _Scripted(_answer(), RuntimeError("the last flush failed"))
+    agent = ScriptedAgent([*_answer(), RuntimeError("the last flush failed")])
     guard = StoreGuard(agent, expose_error_messages=False)  # type: ignore[arg-type]
     seen: list[BaseEvent] = []
 
