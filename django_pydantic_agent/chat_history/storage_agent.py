@@ -166,9 +166,23 @@ def _now_ms() -> int:
 
 
 class AGUIAgent(ABC):
-    """Minimal AG-UI agent contract: a named object exposing an event stream."""
+    """Minimal AG-UI agent contract: a named object exposing an event stream.
+
+    A subclass names itself by calling ``super().__init__(name)``, or by setting ``name``
+    itself (a class attribute, or in its own ``__init__``). ``AGUIAgent.__init__`` called
+    without a name keeps a class attribute, and raises ``TypeError`` when there is none.
+    """
 
     name: str
+
+    def __init__(self, name: str | None = None) -> None:
+        if name is not None:
+            self.name = name
+        elif not isinstance(getattr(type(self), "name", None), str):
+            raise TypeError(
+                f"{type(self).__name__} has no name; pass one to super().__init__(name) "
+                "or set name as a class attribute."
+            )
 
     @abstractmethod
     def run(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
