@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_pydantic_agent.chat_history.errors import (
     ChatHistoryError,
+    ChatNotFoundError,
     ErrorCodes,
     InvalidInputError,
     PersistenceBacklogError,
@@ -92,6 +93,7 @@ __all__ = [
     "Chat",
     "ChatCreate",
     "ChatHistoryError",
+    "ChatNotFoundError",
     "ChatRepository",
     "ChatRepositoryLike",
     "ChatSessionRegistry",

@@ -6,18 +6,26 @@
     ├── InvalidInputError        an inbound message list the server refuses (INVALID_INPUT)
     └── PersistenceBacklogError  the persistence queue overflowed; records may be incomplete
 
+    ChatNotFoundError (also a ValueError)  a write to a chat that does not exist (deleted)
     StaleDeltaError (a ValueError)  an append whose offset is past the stored value's end
 
-Repositories raise plain ``ValueError`` for a create whose chat or parent does not exist (the
-reference's contract) and return ``None`` for anything unknown; backend errors propagate.
+Repositories raise ``ChatNotFoundError`` for a write whose chat does not exist (never created,
+or deleted, also while a run writes to it), plain ``ValueError`` for a create whose parent
+message does not exist (the reference's contract), and return ``None`` for anything unknown;
+backend errors propagate.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from uuid import UUID
 
 __all__ = [
     "ChatHistoryError",
+    "ChatNotFoundError",
     "ErrorCodes",
     "InvalidInputError",
     "PersistenceBacklogError",
@@ -50,6 +58,19 @@ class InvalidInputError(ChatHistoryError):
         super().__init__(text)
         self.message_id = message_id
         self.role = role
+
+
+class ChatNotFoundError(ChatHistoryError, ValueError):
+    """A write names a chat that does not exist: never created, or deleted (also while a run
+    was writing to it). Retrying cannot succeed. A ``ValueError``, as the reference raised.
+
+    Attributes:
+        chat_uuid: The chat the write named.
+    """
+
+    def __init__(self, chat_uuid: UUID, text: str | None = None) -> None:
+        super().__init__(text or f"Chat {chat_uuid} does not exist; create it before its messages.")
+        self.chat_uuid = chat_uuid
 
 
 class PersistenceBacklogError(ChatHistoryError):

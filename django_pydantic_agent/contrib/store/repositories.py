@@ -43,6 +43,7 @@ from django.db.models import OuterRef, Subquery, Value
 from django.db.models.functions import Concat, Left
 from django.utils import timezone
 
+from django_pydantic_agent.chat_history.errors import ChatNotFoundError
 from django_pydantic_agent.chat_history.keys import (
     chat_deduplication_key,
     emitter_for_role,
@@ -781,7 +782,7 @@ class OrmMessageRepository(NestedRecordWrites):
         if state is None:
             state = await sync_to_async(self.chats._state_sync)(chat_uuid)
         if state is None or state.deleted:
-            raise ValueError(f"Chat {chat_uuid} does not exist; create it before its messages.")
+            raise ChatNotFoundError(chat_uuid)
         declared = self.message_class.model_fields
         kept = {k: v for k, v in message_data.model_dump().items() if k in declared}
         emitter_type, emitter_id = emitter_for_role(
