@@ -24,14 +24,25 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 
+from django_pydantic_agent.contrib.store.admin_display import (
+    MessageDisplay,
+    message_display,
+    render_message,
+    run_duration,
+    token_totals,
+)
 from django_pydantic_agent.contrib.store.lifecycle import (
     ConversationDeletion,
     delete_attachments,
     delete_conversations,
 )
 from django_pydantic_agent.contrib.store.models import (
+    StoredAgentRun,
     StoredAttachment,
     StoredConversation,
     StoredConversationAttachment,
@@ -39,19 +50,28 @@ from django_pydantic_agent.contrib.store.models import (
 )
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from django.contrib.admin.views.main import ChangeList
     from django.http import HttpRequest
     from django.utils.safestring import SafeString
 
-__all__ = ["OwnerColumnMixin", "StoredAttachmentAdmin", "StoredConversationAdmin"]
+__all__ = [
+    "OwnerColumnMixin",
+    "StoredAgentRunAdmin",
+    "StoredAttachmentAdmin",
+    "StoredConversationAdmin",
+]
 
 _SIBLINGS_SHOWN = 20
-_JSON_SHOWN = 4000
+_RUNS_SHOWN = 50
 _DOOMED_SHOWN = 100
 _ANON_PREFIX = "anon:"
 # Set on each row of a changelist page: the owner's user, or None (no such user).
 _OWNER_ATTR = "_dpa_owner_user"
 _UNSET = object()
+# Set on a message row once its display is built (the inline shows it in several columns).
+_DISPLAY_ATTR = "_dpa_display"
 
 
 def users_by_owner_id(owner_ids: Any) -> dict[str, Any]:
@@ -145,6 +165,13 @@ def _bytes(size: int) -> str:
     return f"{size} byte" + ("" if size == 1 else "s")
 
 
+def _when(value: datetime) -> str:
+    """``value`` in the admin's date-time format, in the current time zone when it is aware."""
+    if timezone.is_aware(value):
+        value = timezone.localtime(value)
+    return str(date_format(value, "DATETIME_FORMAT"))
+
+
 class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
     extra = 0
     can_delete = False
@@ -157,18 +184,59 @@ class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 class StoredMessageInline(_ReadOnlyInline):
+    """The thread's messages, read from their record columns (``admin_display``)."""
+
     model = StoredMessage
-    fields = ("position", "role", "message_id", "wire_json")
+    template = "django_pydantic_agent_store/admin/messages_inline.html"
+    fields = ("position", "message", "message_status", "run", "time")
     readonly_fields = fields
     ordering = ("position",)
 
-    @admin.display(description="wire JSON")
-    def wire_json(self, obj: StoredMessage) -> SafeString:
-        """The message's JSON, cut at 4,000 characters (inline file bytes can be megabytes)."""
-        text = json.dumps(obj.data, indent=2, ensure_ascii=False)
-        if len(text) > _JSON_SHOWN:
-            text = f"{text[:_JSON_SHOWN]}\u2026 ({len(text):,} characters in all)"
-        return format_html("<pre style='white-space: pre-wrap; margin: 0'>{}</pre>", text)
+    def get_queryset(self, request: HttpRequest) -> QuerySet[StoredMessage]:
+        return super().get_queryset(request).select_related("conversation")
+
+    @staticmethod
+    def _display(obj: StoredMessage) -> MessageDisplay:
+        shown: MessageDisplay | None = getattr(obj, _DISPLAY_ATTR, None)
+        if shown is None:
+            shown = message_display(obj)
+            setattr(obj, _DISPLAY_ATTR, shown)
+        return shown
+
+    @admin.display(description="message")
+    def message(self, obj: StoredMessage) -> SafeString:
+        """Role, text, reasoning (collapsed) and tool calls with their arguments and results."""
+        return render_message(self._display(obj))
+
+    @admin.display(description="status")
+    def message_status(self, obj: StoredMessage) -> str:
+        return obj.status or "\u2014"
+
+    @admin.display(description="run")
+    def run(self, obj: StoredMessage) -> SafeString | str:
+        """The run that wrote the message, linked to its run record."""
+        if not obj.run_id:
+            return "\u2014"
+        conversation = obj.conversation
+        url = reverse(
+            f"admin:{StoredAgentRun._meta.app_label}_storedagentrun_changelist",
+            current_app=self.admin_site.name,
+        )
+        query = urlencode(
+            {
+                "owner_id": conversation.owner_id,
+                "thread_id": conversation.thread_id,
+                "run_id": obj.run_id,
+            }
+        )
+        return format_html('<a href="{}?{}">{}</a>', url, query, obj.run_id)
+
+    @admin.display(description="time")
+    def time(self, obj: StoredMessage) -> str:
+        shown = self._display(obj)
+        if shown.time is None:
+            return shown.time_text or "\u2014"
+        return _when(shown.time)
 
 
 class StoredConversationAttachmentInline(_ReadOnlyInline):
@@ -187,13 +255,75 @@ class StoredConversationAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: igno
     search_help_text = "Part of a title, an exact owner id or an exact thread id."
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)
-    fields = ("title", "owner", "owner_id_text", "thread_id", "preview", "created_at", "updated_at")
-    readonly_fields = ("owner", "owner_id_text", "thread_id", "preview", "created_at", "updated_at")
+    fields = (
+        "title",
+        "owner",
+        "owner_id_text",
+        "thread_id",
+        "preview",
+        "created_at",
+        "updated_at",
+        "token_usage",
+        "runs",
+    )
+    readonly_fields = fields[1:]
     inlines = (StoredMessageInline, StoredConversationAttachmentInline)
     show_full_result_count = False
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    @staticmethod
+    def _runs(obj: StoredConversation) -> QuerySet[StoredAgentRun]:
+        return StoredAgentRun.objects.filter(owner_id=obj.owner_id, thread_id=obj.thread_id)
+
+    @admin.display(description="token usage")
+    def token_usage(self, obj: StoredConversation) -> str:
+        """Tokens summed over every run of the thread (its run records' ``usage``)."""
+        usages = list(self._runs(obj).values_list("usage", flat=True))
+        if not usages:
+            return "no runs recorded"
+        runs = f"{len(usages):,} run" + ("" if len(usages) == 1 else "s")
+        return f"{token_totals(usages)} over {runs}"
+
+    @admin.display(description="runs")
+    def runs(self, obj: StoredConversation) -> SafeString | str:
+        """The thread's newest runs: id (linked), status, start, duration and tokens."""
+        rows = list(self._runs(obj).order_by("-started_at", "-pk")[: _RUNS_SHOWN + 1])
+        if not rows:
+            return "none"
+        label = StoredAgentRun._meta.app_label
+        body = format_html_join(
+            "",
+            '<tr><td><a href="{}">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>'
+            "<td>{}</td></tr>",
+            (
+                (
+                    reverse(
+                        f"admin:{label}_storedagentrun_change",
+                        args=[run.pk],
+                        current_app=self.admin_site.name,
+                    ),
+                    run.run_id,
+                    run.status,
+                    _when(run.started_at),
+                    run_duration(run),
+                    str(token_totals([run.usage])),
+                    run.worker_id or "\u2014",
+                )
+                for run in rows[:_RUNS_SHOWN]
+            ),
+        )
+        more = ""
+        if len(rows) > _RUNS_SHOWN:
+            more = f"Newest {_RUNS_SHOWN} shown."
+        return format_html(
+            "<table class='dpa-runs'><thead><tr><th>run</th><th>status</th><th>started</th>"
+            "<th>duration</th><th>tokens</th><th>worker</th></tr></thead><tbody>{}</tbody>"
+            "</table>{}",
+            body,
+            more,
+        )
 
     def get_deleted_objects(
         self, objs: Any, request: HttpRequest
@@ -347,6 +477,113 @@ class StoredAttachmentAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[StoredAttachment]) -> None:
         delete_attachments(queryset)
+
+
+@admin.register(StoredAgentRun)
+class StoredAgentRunAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+    """Run records: read-only, searchable by exact thread, run or owner id.
+
+    Nothing is editable and nothing can be added: the rows are the run store's, written by the
+    worker that owns the run. Only a finished run can be deleted. A ``running`` row is its
+    thread's claim (at most one per thread, a unique constraint) and its worker's lease:
+    deleting it would let a second run start on the thread while the first still writes, and
+    the first's heartbeats and finish would update nothing. A finished row is history: deleting
+    it takes its tokens out of the conversation's totals and makes a reattach to it a 404.
+    """
+
+    list_display = (
+        "run_id",
+        "status",
+        "owner",
+        "thread_id",
+        "worker_id",
+        "started_at",
+        "duration",
+        "tokens",
+    )
+    list_filter = ("status", "started_at")
+    search_fields = ("=thread_id", "=run_id", "=owner_id")
+    search_help_text = "An exact thread id, run id or owner id."
+    date_hierarchy = "started_at"
+    ordering = ("-started_at", "-pk")
+    fields = (
+        "run_id",
+        "status",
+        "owner",
+        "owner_id_text",
+        "thread_id",
+        "conversation",
+        "worker_id",
+        "started_at",
+        "finished_at",
+        "duration",
+        "heartbeat_at",
+        "last_seq",
+        "tokens",
+        "usage_json",
+        "error",
+    )
+    readonly_fields = fields
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        if obj is not None and obj.status == "running":
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[Any, Any], set[str], list[Any]]:
+        """Django's list, with the selection's running runs as protected: nothing is deleted.
+
+        Django's collector asks ``has_delete_permission`` per row, so a running row would read
+        as a missing permission; it is listed as protected, with the reason, instead.
+        """
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        running = [
+            f"run {run.run_id}: still running (only a finished run can be deleted)"
+            for run in objs
+            if run.status == "running"
+        ]
+        if running and super().has_delete_permission(request):
+            name = str(self.opts.verbose_name)
+            perms_needed = {needed for needed in perms_needed if str(needed) != name}
+        return deleted, counts, perms_needed, [*protected, *running]
+
+    @admin.display(description="duration")
+    def duration(self, obj: StoredAgentRun) -> str:
+        return run_duration(obj)
+
+    @admin.display(description="tokens")
+    def tokens(self, obj: StoredAgentRun) -> str:
+        """Total tokens (input, output) of the run's ``usage``."""
+        return str(token_totals([obj.usage]))
+
+    @admin.display(description="usage (JSON)")
+    def usage_json(self, obj: StoredAgentRun) -> SafeString:
+        text = json.dumps(obj.usage, indent=2, ensure_ascii=False, default=str)
+        return format_html("<pre style='white-space: pre-wrap; margin: 0'>{}</pre>", text)
+
+    @admin.display(description="conversation")
+    def conversation(self, obj: StoredAgentRun) -> SafeString | str:
+        """The thread's conversation, linked, or a note when it was deleted."""
+        row = StoredConversation.objects.filter(
+            owner_id=obj.owner_id, thread_id=obj.thread_id
+        ).first()
+        if row is None:
+            return "none (deleted, or never stored)"
+        url = reverse(
+            f"admin:{row._meta.app_label}_storedconversation_change",
+            args=[row.pk],
+            current_app=self.admin_site.name,
+        )
+        return format_html('<a href="{}">{}</a>', url, row)
 
 
 # Memory admin needs the optional pydantic-ai-harness extra.

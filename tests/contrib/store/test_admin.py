@@ -16,6 +16,7 @@ from django_pydantic_agent.contrib.store.models import (
     StoredConversation,
     StoredMessage,
 )
+from tests.contrib.store.admin_threads import Turn, write_thread
 
 pytestmark = pytest.mark.django_db
 OnCommit = Callable[..., Any]
@@ -24,11 +25,13 @@ PREFIX = "/admin/django_pydantic_agent_store"
 
 @pytest.fixture
 def conv() -> StoredConversation:
-    row = StoredConversation.objects.create(owner_id="42", thread_id="thread-1", title="Paris trip")
-    StoredMessage.objects.create(
-        conversation=row, position=0, role="user", message_id="m0", data={"content": "<b>hi</b>"}
+    """A thread of owner 42 with one user message, written as a run writes it."""
+    return write_thread(
+        [Turn(role="user", content="<b>hi</b>", agui_id="m0")],
+        owner_id="42",
+        thread_id="thread-1",
+        title="Paris trip",
     )
-    return row
 
 
 def test_conversation_changelist_searches_title_and_owner(
@@ -50,7 +53,7 @@ def test_conversation_page_shows_messages_read_only(
 ) -> None:
     page = admin_client.get(f"{PREFIX}/storedconversation/{conv.pk}/change/").content.decode()
 
-    assert "&lt;b&gt;hi&lt;/b&gt;" in page  # escaped wire JSON
+    assert "&lt;b&gt;hi&lt;/b&gt;" in page  # the escaped text
     assert 'name="message_rows-0-role"' not in page  # no editable inline fields
     assert "message_rows-TOTAL_FORMS" in page
     assert admin_client.get(f"{PREFIX}/storedconversation/add/").status_code == 403
@@ -164,12 +167,8 @@ def test_non_staff_cannot_reach_the_pages(client: Client, django_user_model: typ
     assert "/admin/login/" in response["Location"]
 
 
-def test_huge_messages_are_cut_on_the_admin_page(
-    admin_client: Client, conv: StoredConversation
-) -> None:
-    StoredMessage.objects.create(
-        conversation=conv, position=1, role="user", data={"content": "x" * 100_000}
-    )
+def test_huge_messages_are_cut_on_the_admin_page(admin_client: Client) -> None:
+    conv = write_thread([Turn(role="user", content="x" * 100_000)], title="Long")
     page = admin_client.get(f"{PREFIX}/storedconversation/{conv.pk}/change/").content.decode()
     assert "x" * 100_000 not in page
     assert "characters in all)" in page
