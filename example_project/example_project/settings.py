@@ -35,6 +35,10 @@ Environment variables (all optional):
     A pydantic-ai model name such as ``openai:gpt-4o``; unset means the scripted demo model.
 ``DEMO_WORD_DELAY``
     Seconds between the scripted model's words (default ``0.04``).
+``DEMO_ADMIN``
+    ``1`` makes ``ensure_demo_user`` keep a superuser ``admin`` / ``admin-password`` for
+    ``/admin/`` too (default: on while ``DEBUG`` is, off otherwise). Its password is published:
+    never turn it on for a site anyone else can reach.
 ``AGENT_HEARTBEAT_SECONDS``
     Silence after which the stream gets a ``: ping`` comment (default ``15``).
 ``AGENT_RUN_HEARTBEAT_SECONDS``, ``AGENT_RUN_LEASE_SECONDS``, ``AGENT_SWEEP_SECONDS``
@@ -213,6 +217,8 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 
 AGENT_MODEL = os.environ.get("AGENT_MODEL", "").strip()
 DEMO_WORD_DELAY = float(os.environ.get("DEMO_WORD_DELAY", "0.04"))
+#: ``ensure_demo_user`` keeps the demo admin account (``admin`` / ``admin-password``) too.
+DEMO_ADMIN = _env_flag("DEMO_ADMIN", DEBUG)
 AGENT_HEARTBEAT_SECONDS = float(os.environ.get("AGENT_HEARTBEAT_SECONDS", "15"))
 #: Durable runs: heartbeat, lease (a run silent that long is dead) and sweep interval, seconds.
 AGENT_RUN_HEARTBEAT_SECONDS = float(os.environ.get("AGENT_RUN_HEARTBEAT_SECONDS") or 10)

@@ -11,8 +11,8 @@ import pytest
 from chat.checks import check_secret_key
 from django.apps import apps
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
-from django.test import override_settings
+from django.core.management import CommandError, call_command
+from django.test import Client, override_settings
 
 from tests.example_project.support import example_env, manage
 
@@ -117,3 +117,75 @@ def test_ensure_demo_user_reactivates_a_disabled_account() -> None:
 
     assert "Demo user 'demo' updated." in output
     assert get_user_model().objects.get(username="demo").is_active
+
+
+# --- the demo admin -----------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("chat_app")
+def test_ensure_demo_user_keeps_a_demo_admin_that_can_open_the_admin(client: Client) -> None:
+    with override_settings(DEMO_ADMIN=True):
+        first = _ensure()
+        again = _ensure("--base-url", "http://127.0.0.1:9000/")
+
+    assert "Demo user 'demo' created." in first
+    assert "Demo admin 'admin' created." in first
+    assert "password: admin-password" in first
+    assert "admin: http://127.0.0.1:8000/admin/" in first
+    assert "Demo admin 'admin' already up to date." in again
+    assert "admin: http://127.0.0.1:9000/admin/" in again
+    admin = get_user_model().objects.get(username="admin")
+    assert admin.is_staff
+    assert admin.is_superuser
+    assert not get_user_model().objects.get(username="demo").is_staff
+    assert client.login(username="admin", password="admin-password")
+    page = client.get("/admin/django_pydantic_agent_store/storedagentrun/")
+    assert page.status_code == 200
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("chat_app")
+def test_ensure_demo_user_restores_a_demoted_demo_admin() -> None:
+    get_user_model().objects.create_user("admin", password="admin-password", is_staff=False)
+
+    with override_settings(DEMO_ADMIN=True):
+        output = _ensure()
+
+    assert "Demo admin 'admin' updated." in output
+    admin = get_user_model().objects.get(username="admin")
+    assert admin.is_staff
+    assert admin.is_superuser
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("chat_app")
+def test_no_demo_admin_without_the_setting() -> None:
+    with override_settings(DEMO_ADMIN=False):
+        output = _ensure()
+
+    assert "admin" not in output
+    assert not get_user_model().objects.filter(username="admin").exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("chat_app")
+def test_the_demo_user_cannot_take_the_demo_admins_name() -> None:
+    with override_settings(DEMO_ADMIN=True), pytest.raises(CommandError, match="--username"):
+        _ensure("--username", "admin")
+
+    assert not get_user_model().objects.exists()
+
+
+def test_the_demo_admin_follows_debug_in_the_example_settings(tmp_path: Path) -> None:
+    database = tmp_path / "db.sqlite3"
+    assert manage("migrate", "--noinput", env=example_env(database)).returncode == 0
+
+    deployed = manage("ensure_demo_user", env=example_env(database, DJANGO_DEBUG="0"))
+    demo = manage("ensure_demo_user", env=example_env(database))
+
+    assert deployed.returncode == 0, deployed.stderr
+    assert "admin" not in deployed.stdout
+    assert demo.returncode == 0, demo.stderr
+    assert "Demo admin 'admin' created." in demo.stdout
+    assert "admin: http://127.0.0.1:8000/admin/" in demo.stdout
