@@ -278,3 +278,54 @@ def test_run_duration(seconds: float, shown: str) -> None:
 def test_run_duration_without_an_end() -> None:
     assert run_duration(StoredAgentRun(status="running")) == "running"
     assert run_duration(StoredAgentRun(status="errored")) == "not recorded"
+
+
+def test_content_parts_are_named_never_dumped(admin_client: Client) -> None:
+    parts = [
+        {"type": "text", "text": "Look at these"},
+        {
+            "type": "image",
+            "source": {"type": "data", "value": "QUJD" * 1000, "mimeType": "image/png"},
+        },
+        {"type": "document", "source": {"type": "url", "value": "https://example.com/a.pdf"}},
+        {"type": "binary", "mimeType": "application/pdf", "data": "QUJD"},
+    ]
+    conv = write_thread(
+        [Turn(role="user", content="Look at these", extra={"content_parts": parts})]
+    )
+    row = StoredMessage.objects.get(conversation=conv)
+    row.record = {**row.record, "timestamp": "2026-01-02T03:04:05"}  # naive: shown as it is
+    row.save(update_fields=["record"])
+
+    page = _page(admin_client, conv)
+    text = _text(page)
+
+    assert (
+        "content parts: image (image/png), document (url): https://example.com/a.pdf, "
+        "binary (application/pdf)"
+    ) in text
+    assert "QUJDQUJD" not in page
+    assert "Jan. 2, 2026, 3:04 a.m." in text
+
+
+def test_only_the_newest_runs_are_listed(
+    admin_client: Client, weather: StoredConversation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("django_pydantic_agent.contrib.store.admin._RUNS_SHOWN", 1)
+    start = timezone.now()
+    for n in range(2):
+        StoredAgentRun.objects.create(
+            owner_id="42",
+            thread_id="thread-1",
+            run_id=f"run-{n}",
+            status="complete",
+            started_at=start + timedelta(seconds=n),
+            finished_at=start + timedelta(seconds=n + 1),
+        )
+
+    text = _text(_page(admin_client, weather))
+
+    assert "run-1 complete" in text
+    assert "run-0 complete" not in text
+    assert "Newest 1 shown." in text
+    assert "over 2 runs" in text
