@@ -4,14 +4,16 @@ The first write of a record creates it with its content and status; later writes
 what changed, text as an idempotent ``<field>_delta`` at the confirmed stored length. After a
 failed flush, the next one re-reads what the store really holds for this run's records
 (``recover``), so a write that landed although its answer was lost is neither lost nor
-duplicated.
+duplicated. A write that can never succeed because the run's thread was deleted
+(``ChatNotFoundError``, or a record gone from a chat that is gone) is not retried: the run
+stores nothing more and says so in one INFO line (:func:`thread_gone`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
@@ -22,7 +24,7 @@ from django_pydantic_agent.chat_history._tracking import (
     TrackedRecord,
     TrackedToolCall,
 )
-from django_pydantic_agent.chat_history.errors import StaleDeltaError
+from django_pydantic_agent.chat_history.errors import ChatNotFoundError, StaleDeltaError
 from django_pydantic_agent.chat_history.records import (
     MessageReasoningUpdate,
     MessageToolCallUpdate,
@@ -30,7 +32,7 @@ from django_pydantic_agent.chat_history.records import (
 )
 from django_pydantic_agent.chat_history.repositories import MessageRepositoryLike
 
-__all__ = ["Flusher", "is_transient"]
+__all__ = ["Flusher", "is_transient", "thread_gone"]
 
 logger = logging.getLogger("django_pydantic_agent.chat_history")
 
@@ -55,17 +57,61 @@ def is_transient(exc: BaseException) -> bool:
     return status is None or status in _TRANSIENT_STATUSES
 
 
-class Flusher:
-    """Writes the pending changes of a run's records through a ``MessageRepositoryLike``."""
+def thread_gone(state: StorageState) -> bool:
+    """Mark the run's thread as deleted under it: nothing more is written, nothing retried.
 
-    def __init__(self, repo: MessageRepositoryLike, *, retry_after: float) -> None:
+    Logs one INFO line per run (no traceback: nothing failed that a retry could fix). Returns
+    ``True``, a flush's answer when there is nothing left to retry.
+    """
+    if not state.gone:
+        state.gone = True
+        logger.info(
+            "Thread %r was deleted while run %r wrote to it; the run goes on, and the rest of "
+            "it is not stored.",
+            state.thread_id,
+            state.run_id,
+        )
+    state.flush_now = False
+    state.flush_due = None
+    state.needs_recovery = False
+    return True
+
+
+class Flusher:
+    """Writes the pending changes of a run's records through a ``MessageRepositoryLike``.
+
+    ``chat_gone`` (optional) answers whether the run's chat was deleted; it is asked only when
+    a write failed without a ``ChatNotFoundError``, or found a record missing.
+    """
+
+    def __init__(
+        self,
+        repo: MessageRepositoryLike,
+        *,
+        retry_after: float,
+        chat_gone: Callable[[StorageState], Awaitable[bool]] | None = None,
+    ) -> None:
         self.repo = repo
         self.retry_after = retry_after
+        self.chat_gone = chat_gone
+        self._missing: list[TrackedRecord] = []
+
+    async def _is_gone(self, state: StorageState) -> bool:
+        if self.chat_gone is None:
+            return False
+        try:
+            return await self.chat_gone(state)
+        except Exception:  # the store is failing: the flush's own error is what gets logged
+            return False
 
     async def flush(self, state: StorageState) -> bool:
-        """Write every pending change in one transaction; confirm it locally only on success."""
+        """Write every pending change in one transaction; confirm it locally only on success.
+
+        ``False`` means the changes are kept for a retry; ``True`` that they are stored, or
+        that the thread was deleted (``state.gone``) and they never will be.
+        """
         state.flush_now = False
-        if not state.dirty():
+        if state.gone or not state.dirty():
             state.flush_due = None
             return True
         commits: list[Callable[[], None]] = []
@@ -77,8 +123,12 @@ class Flusher:
                     await self._write_message(state, message, commits)
                 for call in state.foreign:
                     await self._write_tool_call(call, call.message_uuid, commits)
+        except ChatNotFoundError:
+            return thread_gone(state)
         except Exception as exc:
             expected = is_transient(exc)
+            if not expected and await self._is_gone(state):
+                return thread_gone(state)
             logger.warning(
                 "Persisting run %r failed; the changes are kept and retried.%s",
                 state.run_id,
@@ -92,6 +142,15 @@ class Flusher:
             commit()
         state.needs_recovery = False
         state.flush_due = None
+        if self._missing:
+            if await self._is_gone(state):
+                return thread_gone(state)
+            for record in self._missing:
+                logger.warning(
+                    "A record of this run (%s) is no longer in the store; its later changes "
+                    "are dropped.",
+                    record.uuid,
+                )
         return True
 
     @staticmethod
@@ -193,13 +252,9 @@ class Flusher:
             return
         commits.append(self._confirmer(step, step.uuid, sent_len, step.status, sent))
 
-    @staticmethod
-    def _lost(record: TrackedRecord) -> None:
-        logger.warning(
-            "A record of this run (%s) is no longer in the store; its later changes are dropped.",
-            record.uuid,
-        )
+    def _lost(self, record: TrackedRecord) -> None:
         record.lost = True
+        self._missing.append(record)  # logged after the flush, unless the chat is gone
 
     async def recover(self, state: StorageState) -> None:
         """After a failed flush, re-read what the store really holds for this run's records."""

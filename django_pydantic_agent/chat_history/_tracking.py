@@ -211,6 +211,8 @@ class StorageState:
         dropped: Whether events were dropped from persistence (queue overflow).
         unstored: Whether writing a new thread's chat and user messages failed (nothing of
             the run is written then; the run fails).
+        gone: Whether the thread was deleted while the run wrote to it (nothing more of the
+            run is written; the run goes on to its end).
     """
 
     run_id: str
@@ -235,6 +237,7 @@ class StorageState:
     terminal_seen: bool = False
     dropped: bool = False
     unstored: bool = False
+    gone: bool = False
     flush_due: float | None = None
     flush_now: bool = False
     needs_recovery: bool = False

@@ -3,10 +3,11 @@
 The storage agent depends only on these runtime-checkable Protocols, so any backend with the
 same method set (Memory Service, Django ORM, in-memory) is a drop-in replacement.
 
-Common semantics: unknown ids give ``None`` (or an empty result); a create whose chat or parent
-message does not exist raises ``ValueError``; an update applies only its explicitly set,
-non-``None`` fields (:func:`~django_pydantic_agent.chat_history.records.apply_update`); reads
-return messages oldest first by their sequence.
+Common semantics: unknown ids give ``None`` (or an empty result); a create whose chat does not
+exist raises ``ChatNotFoundError`` (a ``ValueError``), one whose parent message does not exist
+``ValueError``; an update applies only its explicitly set, non-``None`` fields
+(:func:`~django_pydantic_agent.chat_history.records.apply_update`); reads return messages
+oldest first by their sequence.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from uuid import UUID, uuid4
 
 from pydantic import BaseModel
 
+from django_pydantic_agent.chat_history.errors import ChatNotFoundError
 from django_pydantic_agent.chat_history.keys import (
     chat_deduplication_key,
     emitter_for_role,
@@ -348,15 +350,14 @@ class InMemoryMessageRepository(NestedRecordWrites):
         """Store a new message at the end of its chat.
 
         Raises:
-            ValueError: If ``chat_uuid`` is missing or names no chat.
+            ValueError: If ``chat_uuid`` is missing.
+            ChatNotFoundError: If it names no chat (a ``ValueError`` too).
         """
         if message_data.chat_uuid is None:
             raise ValueError("create_message needs chat_uuid; pass the chat the message joins.")
         chat = self.chats._stored(message_data.chat_uuid)
         if chat is None:
-            raise ValueError(
-                f"Chat {message_data.chat_uuid} does not exist; create it before its messages."
-            )
+            raise ChatNotFoundError(message_data.chat_uuid)
         fields = message_data.model_dump()
         declared = self.message_class.model_fields
         kept = {k: v for k, v in fields.items() if k in declared}

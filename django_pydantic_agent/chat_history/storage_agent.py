@@ -22,6 +22,10 @@ bounded by ``finalize_timeout``, then ``CancelledError`` re-raised); a raw excep
 it once, with its traceback); a stream that ends with
 no terminal event → ``errored`` and a ``RUN_ERROR`` is emitted; a persistence backlog overflow →
 ``errored`` with a sentence saying events were dropped.
+
+A thread deleted while the run writes to it (a write raises ``ChatNotFoundError``, or finds
+its records gone with their chat) ends the run's writes, not the run: the stream goes on to
+its terminal event, nothing is retried, and one INFO line says so.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from datetime import UTC, datetime
 from typing import Any, Final
 from uuid import UUID
@@ -68,7 +72,7 @@ from ag_ui.core import (
 )
 from ag_ui.core import Message as AGUIMessage
 
-from django_pydantic_agent.chat_history._flushing import Flusher, is_transient
+from django_pydantic_agent.chat_history._flushing import Flusher, is_transient, thread_gone
 from django_pydantic_agent.chat_history._fold import EventFold
 from django_pydantic_agent.chat_history._inbound import (
     InboundPlan,
@@ -78,7 +82,11 @@ from django_pydantic_agent.chat_history._inbound import (
     plan_inbound,
 )
 from django_pydantic_agent.chat_history._tracking import StorageState
-from django_pydantic_agent.chat_history.errors import ErrorCodes, InvalidInputError
+from django_pydantic_agent.chat_history.errors import (
+    ChatNotFoundError,
+    ErrorCodes,
+    InvalidInputError,
+)
 from django_pydantic_agent.chat_history.keys import chat_deduplication_key
 from django_pydantic_agent.chat_history.records import (
     Chat,
@@ -145,6 +153,13 @@ def _wire_extra(message: UserMessage) -> dict[str, Any] | None:
     """The posted message's other keys (``attachments``, ``metadata``...) as camelCase JSON."""
     keep = (message.model_fields_set - _MODELLED_USER_FIELDS) | set(message.model_extra or {})
     return message.model_dump(mode="json", by_alias=True, include=keep) or None
+
+
+async def _written(writes: asyncio.Task[tuple[Chat, list[Message]]]) -> None:
+    """Wait for a new thread's first writes: their failure raises, unless the thread was
+    deleted meanwhile (the run goes on unstored; its folding logged it)."""
+    with suppress(ChatNotFoundError):
+        await writes
 
 
 def _unsaved(message: AGUIMessage) -> AGUIMessage:
@@ -411,7 +426,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         stream, before its terminal event.
         """
         try:
-            chat, history, writes = await self._prepare(input)
+            chat, history, writes, gone = await self._prepare(input)
         except InvalidInputError as exc:
             yield RunStartedEvent(
                 thread_id=input.thread_id, run_id=input.run_id, timestamp=_now_ms()
@@ -432,6 +447,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             resumed=bool(input.resume),
             event_time_of=self._event_time,
         )
+        if gone:
+            thread_gone(state)
         folding = _Folding(self, state, writes)
         yield_at = self.max_queue_size // 4
         cause: str | None = None
@@ -448,9 +465,9 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                     elif isinstance(event, _RUN_ENDS):
                         state.terminal_seen = True
                         if writes is not None:
-                            await writes  # no terminal event before the thread is stored
+                            await _written(writes)  # no terminal event before it is stored
                     if writes is not None and writes.done():
-                        writes.result()  # a failed write ends the run (raised here)
+                        await _written(writes)  # a failed write ends the run (raised here)
                         writes = None
                     if not folding.add_nowait(event):
                         await folding.add(event)
@@ -465,7 +482,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                                 break
                     yield event
             if writes is not None:
-                await writes
+                await _written(writes)
             if not state.terminal_seen:
                 if not started:
                     yield RunStartedEvent(
@@ -495,22 +512,31 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
 
     async def _prepare(
         self, input: RunAgentInput
-    ) -> tuple[Chat, list[Message], asyncio.Task[tuple[Chat, list[Message]]] | None]:
-        """Validate the inbound list; return the chat, the history and the pending writes.
+    ) -> tuple[Chat, list[Message], asyncio.Task[tuple[Chat, list[Message]]] | None, bool]:
+        """Validate the inbound list; return the chat, the history, the pending writes and
+        whether the thread was deleted meanwhile.
 
         On a thread the store already has, what the inbound list adds is written before this
-        returns. On a new thread only the lookup comes before the stream: the chat and its
-        user messages are written by the returned task while the inner agent starts, from a
-        provisional chat and history built here (``run`` and its folding wait for it).
+        returns (if the thread is deleted before that write, the run goes on unstored, with the
+        history it read and the inbound messages). On a new thread only the lookup comes
+        before the stream: the chat and its user messages are written by the returned task
+        while the inner agent starts, from a provisional chat and history built here (``run``
+        and its folding wait for it).
         """
         chat = await self.chat_repo.get_chat_by_thread_id(self.user_id, input.thread_id)
         if chat is None:
-            return self._prepare_new(input)
+            return (*self._prepare_new(input), False)
         history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
-        chat, history = await self._write_inbound(
-            input, chat, history, plan_inbound(input, history)
-        )
-        return chat, history, None
+        plan = plan_inbound(input, history)
+        try:
+            chat, history = await self._write_inbound(input, chat, history, plan)
+        except ChatNotFoundError:
+            unsaved = [
+                Message(**self.build_user_message_create(chat, m, input.run_id).model_dump())
+                for m in plan.users
+            ]
+            return chat, history + unsaved, None, True
+        return chat, history, None, False
 
     def _prepare_new(
         self, input: RunAgentInput
@@ -648,7 +674,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
 
     async def _finish(self, folding: _Folding, state: StorageState, cause: str | None) -> None:
         await folding.settle()
-        if state.unstored:
+        if state.unstored or state.gone:
             return
         if cause in ("cancelled", "abandoned"):
             self._terminate(state, INTERRUPTED, None, None)
@@ -705,7 +731,16 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         await self._flush(state)
 
     async def _flush(self, state: StorageState) -> bool:
-        return await Flusher(self.message_repo, retry_after=self.flush_interval).flush(state)
+        flusher = Flusher(
+            self.message_repo, retry_after=self.flush_interval, chat_gone=self._chat_gone
+        )
+        return await flusher.flush(state)
+
+    async def _chat_gone(self, state: StorageState) -> bool:
+        """Whether the run's chat is no longer in the store (asked only after a failed or
+        missing write)."""
+        chat = await self.chat_repo.get_chat_by_thread_id(self.user_id, state.thread_id)
+        return chat is None or chat.chat_uuid != state.chat.chat_uuid
 
 
 class _Folding:
@@ -751,8 +786,8 @@ class _Folding:
         which fold it exactly as the handler would. A text delta is most of a run's events.
         """
         state = self.state
-        if state.unstored:
-            return True  # the new thread's writes failed: run() raises, nothing more is stored
+        if state.unstored or state.gone:
+            return True  # the new thread's writes failed (run() raises) or it was deleted
         if self._busy is not None:
             self._keep(event)
             return True
@@ -806,7 +841,7 @@ class _Folding:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if not self.state.unstored:
+        if not (self.state.unstored or self.state.gone):
             await self._catch_up()
 
     async def _fold(self, event: BaseEvent) -> None:
@@ -876,6 +911,10 @@ class _Folding:
             else:
                 try:
                     state.chat, state.history = await writes
+                except ChatNotFoundError:  # deleted before its user messages were written
+                    thread_gone(state)
+                    self.pending.clear()
+                    return
                 except Exception:
                     state.unstored = True  # run() raises the failure; nothing more is written
                     self.pending.clear()

@@ -9,7 +9,8 @@ a project's ``ModelConversationStore``) it returns the generic adapter of this m
 - every write changes the records in memory, then calls ``store.save`` with the whole
   conversation at the next flush point: the exit of ``message_repo.transaction()``, or at once
   for a write made outside a transaction. A block that raises restores the records and saves
-  nothing;
+  nothing. Each save asks ``store.exists`` first: a thread deleted meanwhile (by the thread
+  route, another tab) raises ``ChatNotFoundError`` and stays deleted;
 - ``update_chat_name`` is ``store.rename`` and ``delete_chat`` is ``store.delete``.
 
 Records are stored as AG-UI wire messages (``persistence.wire``), so the thread drawer, the
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel
 
+from django_pydantic_agent.chat_history.errors import ChatNotFoundError
 from django_pydantic_agent.chat_history.keys import (
     chat_deduplication_key,
     emitter_for_role,
@@ -100,6 +102,8 @@ class _Thread:
     messages: list[Message] = field(default_factory=list)
     extras: dict[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
     originals: dict[uuid.UUID, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    stored: bool = True
+    """Whether the store has held the thread (a save checks it is still there)."""
 
     def find(self, message_uuid: uuid.UUID) -> Message | None:
         for message in self.messages:
@@ -220,9 +224,21 @@ class _Conversations:
         await self.save(thread)
 
     async def save(self, thread: _Thread) -> None:
+        """``store.save`` the thread; ``ChatNotFoundError`` if it was deleted since it was stored
+        (one ``store.exists`` first, so a save never brings a deleted thread back)."""
+        thread_id = thread.chat.thread_id
+        if thread.stored and not await self.store.exists(thread_id, request=self.request):
+            self.forget(thread.chat.chat_uuid)
+            raise ChatNotFoundError(
+                thread.chat.chat_uuid,
+                f"Chat {thread.chat.chat_uuid} (thread {thread_id!r}) was deleted; its messages "
+                "cannot be written.",
+            )
         messages = records_to_wire(thread.messages, thread.extras, thread.originals)
-        conversation = Conversation(thread_id=thread.chat.thread_id, messages=messages)
-        await self.store.save(conversation, request=self.request)
+        await self.store.save(
+            Conversation(thread_id=thread_id, messages=messages), request=self.request
+        )
+        thread.stored = True
 
     def forget(self, chat_uuid: uuid.UUID) -> None:
         self.threads.pop(chat_uuid, None)
@@ -268,7 +284,7 @@ class ConversationChatRepository:
             return existing.chat.model_copy(deep=True)
         chat = state.chat(chat_data.thread_id, chat_data.name)
         chat._created_at = datetime.now(UTC).isoformat()
-        thread = _Thread(chat=chat)
+        thread = _Thread(chat=chat, stored=False)
         state.threads[chat.chat_uuid] = thread
         await state.save(thread)  # a chat is a thread the drawer lists: saved at once
         await state.store.rename(chat.thread_id, chat.name, request=state.request)
@@ -357,9 +373,10 @@ class ConversationMessageRepository:
         state = self._state
         thread = await state.by_chat(message_data.chat_uuid)
         if thread is None:
-            raise ValueError(
+            raise ChatNotFoundError(
+                message_data.chat_uuid,
                 f"Chat {message_data.chat_uuid} does not exist for this owner; create it "
-                "before its messages."
+                "before its messages.",
             )
         declared = Message.model_fields
         kept = {k: v for k, v in message_data.model_dump().items() if k in declared}

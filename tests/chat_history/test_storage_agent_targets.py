@@ -562,9 +562,80 @@ async def test_records_of_a_deleted_chat_are_dropped_quietly(
     assert chat is not None
     await store.chats.delete_chat(chat.chat_uuid)
     inner.gate.set()
+    caplog.set_level(logging.INFO, logger="django_pydantic_agent")
     events = await task
     assert events[-1].type == "RUN_FINISHED"
-    assert "no longer in the store" in caplog.text
+    # The records went with their chat: one INFO line, no warning per record, no retry.
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "INFO",
+            "Thread 't1' was deleted while run 'r1' wrote to it; the run goes on, and the rest "
+            "of it is not stored.",
+        )
+    ]
+    assert await store.history() == []
+
+
+class ForgetfulRepository(InMemoryMessageRepository):
+    """A record vanishes (an operator deleted that one message); its chat is still there."""
+
+    vanished: set[Any]
+
+    async def update_message(self, message_uuid: Any, update: MessageUpdate) -> Message | None:
+        if message_uuid in self.vanished:
+            return None
+        return await super().update_message(message_uuid, update)
+
+
+class BrokenLookup(InMemoryChatRepository):
+    """The chat lookup fails once the run is under way (the store is down)."""
+
+    broken = False
+
+    async def get_chat_by_thread_id(self, user_uuid: Any, thread_id: str) -> Any:
+        if self.broken:
+            raise ConnectionError("the store is down")
+        return await super().get_chat_by_thread_id(user_uuid, thread_id)
+
+
+@pytest.mark.parametrize("lookup_fails", [False, True])
+async def test_a_record_gone_from_a_live_chat_is_still_a_warning(
+    caplog: pytest.LogCaptureFixture, lookup_fails: bool
+) -> None:
+    chats = BrokenLookup()
+    messages = ForgetfulRepository(chats)
+    messages.vanished = set()
+    inner = Gated([rs(), tms("m1"), tmc("m1", "x")], [tmc("m1", "y"), tme("m1"), rf()])
+    agent = AGUIStorageAgent("assistant", USER, chats, messages, inner, flush_interval=0.01)
+    task = asyncio.create_task(_collect(agent, run_input()))
+    await inner.reached.wait()
+
+    async def created() -> bool:
+        chat = await chats.get_chat_by_thread_id(USER, "t1")
+        assert chat is not None
+        return len(await messages.get_chat_messages(chat.chat_uuid)) == 2
+
+    await _eventually(created)
+    chat = await chats.get_chat_by_thread_id(USER, "t1")
+    assert chat is not None
+    [_, answer] = await messages.get_chat_messages(chat.chat_uuid)
+    messages.vanished.add(answer.message_uuid)
+    chats.broken = lookup_fails
+    caplog.set_level(logging.INFO, logger="django_pydantic_agent")
+    inner.gate.set()
+    events = await task
+    assert events[-1].type == "RUN_FINISHED"
+    # Not a deleted thread (or one the store cannot tell): the lost record is a warning,
+    # as before, and the run's thread is kept.
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "WARNING",
+            f"A record of this run ({answer.message_uuid}) is no longer in the store; its "
+            "later changes are dropped.",
+        )
+    ]
+    chats.broken = False
+    assert await chats.get_chat_by_thread_id(USER, "t1") is not None
 
 
 async def test_inbound_helpers() -> None:

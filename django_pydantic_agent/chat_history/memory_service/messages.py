@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from uuid import UUID
 
+from django_pydantic_agent.chat_history.errors import ChatNotFoundError
 from django_pydantic_agent.chat_history.keys import LocatorKind, emitter_for_role
 from django_pydantic_agent.chat_history.memory_service._events import (
     MAX_CONTENT_LENGTH,
@@ -142,11 +143,19 @@ class MessageRepository:
         for state, pending in batch.chats.values():
             created = [p.work for p in pending.values() if p.base is None]
             changed = [(p.base, p.mutations) for p in pending.values() if p.base is not None]
-            async with state.lock:
-                if created:
-                    await self._events.post(state, created)
-                if changed:
-                    await self._events.patch(state, changed)
+            try:
+                async with state.lock:
+                    if created:
+                        await self._events.post(state, created)
+                    if changed:
+                        await self._events.patch(state, changed)
+            except DRMemoryNotFoundError as exc:
+                # Events are never deleted one by one: a 404 here is the chat's session gone.
+                chat_uuid = state.chat.chat_uuid
+                self._registry.unregister(chat_uuid)
+                raise ChatNotFoundError(
+                    chat_uuid, f"Chat {chat_uuid} was deleted; its messages cannot be written."
+                ) from exc
             for message in created:
                 await self._put_locators(state, message)
         for state, kind, uuid, parent in batch.children:
@@ -245,7 +254,8 @@ class MessageRepository:
         """Persist a new message as one event and return it.
 
         Raises:
-            ValueError: If ``chat_uuid`` is missing or names no live chat.
+            ValueError: If ``chat_uuid`` is missing.
+            ChatNotFoundError: If it names no live chat (a ``ValueError`` too).
         """
         chat_uuid = message_data.chat_uuid
         if chat_uuid is None:
@@ -255,9 +265,10 @@ class MessageRepository:
             )
         state = await self._registry.state(chat_uuid)
         if state is None:
-            raise ValueError(
+            raise ChatNotFoundError(
+                chat_uuid,
                 f"Chat {chat_uuid} has no memory session (unknown or deleted); create the chat "
-                "before its messages."
+                "before its messages.",
             )
         state.current = False
         cls = self.message_class
@@ -291,8 +302,8 @@ class MessageRepository:
                 await self._events.post(state, [message])
         except DRMemoryNotFoundError:
             self._registry.unregister(chat_uuid)
-            raise ValueError(
-                f"Chat {chat_uuid} was deleted; its messages cannot be written."
+            raise ChatNotFoundError(
+                chat_uuid, f"Chat {chat_uuid} was deleted; its messages cannot be written."
             ) from None
         await self._put_locators(state, message)
         return export(state.messages[message.message_uuid])
