@@ -333,6 +333,10 @@ class WireRecords:
     messages: list[Message] = field(default_factory=list)
     extras: dict[uuid.UUID, dict[str, Any]] = field(default_factory=dict)
     originals: dict[uuid.UUID, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
+    indices: dict[uuid.UUID, list[int]] = field(default_factory=dict)
+    """Per record, the positions (in the list read) of the messages it was read from."""
+    orphans: int = 0
+    """Tool results read that answer no call read before them (kept with the record before)."""
 
 
 def _book(wire: Mapping[str, Any]) -> dict[str, Any]:
@@ -360,13 +364,17 @@ def _text_and_parts(
 
 
 class _Reader:
-    def __init__(self, chat_uuid: uuid.UUID, participant: str | None, salt: str) -> None:
+    def __init__(
+        self, chat_uuid: uuid.UUID, participant: str | None, salt: str, fingerprints: bool = True
+    ) -> None:
+        self.fingerprints = fingerprints
         self.chat_uuid = chat_uuid
         self.participant = participant
         self.salt = salt
         self.result = WireRecords()
         self.pending_steps: list[Reasoning] = []
         self.pending_wire: list[dict[str, Any]] = []
+        self.pending_indices: list[int] = []
         self.calls: dict[str, ToolCall] = {}
         self.call_owner: dict[str, uuid.UUID] = {}
         self.sources: dict[uuid.UUID, list[dict[str, Any]]] = {}
@@ -375,13 +383,18 @@ class _Reader:
         key = f"{self.salt}\0{index}\0{wire.get('id')}\0{wire.get('role')}"
         return uuid.uuid5(_WIRE_UUID_NAMESPACE, key)
 
-    def add(self, message: Message, wire: Mapping[str, Any]) -> None:
+    def add(self, message: Message, wire: Mapping[str, Any], index: int | None) -> None:
         sources: list[dict[str, Any]] = []
+        indices: list[int] = []
         if message.reasonings:  # the steps read before it are its own
             sources, self.pending_wire = self.pending_wire, []
+            indices, self.pending_indices = self.pending_indices, []
         if wire:
             sources.append(dict(wire))
+        if index is not None:
+            indices.append(index)
         self.sources[message.message_uuid] = sources
+        self.result.indices[message.message_uuid] = indices
         message._sequence_id = len(self.result.messages) + 1
         emitter_type, emitter_id = emitter_for_role(message.role, self.participant)
         message.emitter_type = emitter_type
@@ -396,6 +409,7 @@ class _Reader:
         wire_id = str(wire.get("id") or "")
         content = wire.get("content")
         self.pending_wire.append(dict(wire))
+        self.pending_indices.append(index)
         self.pending_steps.append(
             Reasoning(
                 uuid=_uuid(book.get("uuid"), self.fallback_uuid(index, wire)),
@@ -489,18 +503,22 @@ class _Reader:
             wire_extra={k: v for k, v in wire.items() if k not in MANAGED_KEYS} or None,
             **fields,
         )
-        self.add(message, wire)
+        self.add(message, wire, index)
 
-    def result_of(self, wire: Mapping[str, Any]) -> None:
+    def result_of(self, index: int, wire: Mapping[str, Any]) -> None:
         call_id = str(wire.get("toolCallId") or "")
         call = self.calls.get(call_id)
         if call is None:
             # A result for no known call: no record can hold it, but it is written back
             # verbatim with the record before it while that record is unchanged.
+            self.result.orphans += 1
             if self.result.messages:
-                self.sources[self.result.messages[-1].message_uuid].append(dict(wire))
+                last = self.result.messages[-1].message_uuid
+                self.sources[last].append(dict(wire))
+                self.result.indices[last].append(index)
             return
         self.sources[self.call_owner[call_id]].append(dict(wire))
+        self.result.indices[self.call_owner[call_id]].append(index)
         book = _book(wire)
         wire_id = str(wire.get("id") or "")
         text, parts = _text_and_parts(wire.get("content"), book)
@@ -520,10 +538,13 @@ class _Reader:
                 role=Role.ASSISTANT.value,
                 in_progress=False,
                 status=_COMPLETE,
+                timestamp=_UNKNOWN_TIME,
                 reasonings=self.pending_steps,
             )
             self.pending_steps = []
-            self.add(message, {})
+            self.add(message, {}, None)
+        if not self.fingerprints:
+            return self.result
         for message in self.result.messages:
             self.result.originals[message.message_uuid] = (
                 record_fingerprint(message),
@@ -538,22 +559,29 @@ def wire_to_records(
     chat_uuid: uuid.UUID,
     participant: str | None = None,
     salt: str = "",
+    start: int = 0,
+    fingerprints: bool = True,
 ) -> WireRecords:
     """Read stored wire messages back into records of the chat ``chat_uuid``.
 
     Records get sequence ids 1, 2, ... in stored order. A message without bookkeeping gets a
     uuid derived from ``salt`` (use the thread id), its position and its id, so two readers of
     the same conversation agree. Entries that are not mappings are skipped.
+
+    ``start`` is the position of the first message in the whole conversation when only its
+    tail is read (positions, and the uuids derived from them, count from it).
+    ``fingerprints=False`` leaves ``originals`` empty, for a caller that keeps the stored
+    messages itself.
     """
-    reader = _Reader(chat_uuid, participant, salt)
-    for index, wire in enumerate(wire_messages):
+    reader = _Reader(chat_uuid, participant, salt, fingerprints)
+    for index, wire in enumerate(wire_messages, start):
         if not isinstance(wire, Mapping):
             continue
         role = wire.get("role")
         if role == "reasoning":
             reader.step(index, wire)
         elif role == "tool":
-            reader.result_of(wire)
+            reader.result_of(index, wire)
         elif isinstance(role, str) and role:
             reader.anchor(index, wire)
     return reader.finish()

@@ -19,9 +19,8 @@ A thread deleted while a run writes to it stays deleted: each flush locks the th
 first, and the writes of a thread that is gone are dropped (later updates answer ``None``,
 creates raise ``ValueError``).
 
-Rows written by ``DefaultConversationStore.save`` (*wire rows*, and everything a 0.28.3
-database held) are read as records too (:func:`records_from_wire`), with ids derived from the
-row; the first write to such a record turns its row into a record row.
+Rows are built by ``contrib.store.rows``, as ``DefaultConversationStore.save`` builds them; a
+run's first write to a saved record clears the row's ``wire``, so ``load`` renders the record.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import asyncio
 import copy
 import logging
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -50,22 +49,20 @@ from django_pydantic_agent.chat_history.keys import (
     participant_id,
 )
 from django_pydantic_agent.chat_history.records import (
-    WIRE_CONTEXT,
     Chat,
     ChatCreate,
     Message,
     MessageCreate,
     MessageUpdate,
-    Reasoning,
     ToolCall,
     apply_update,
     nested_record_class,
     update_fields,
 )
 from django_pydantic_agent.chat_history.repositories import NestedRecordWrites
+from django_pydantic_agent.contrib.store import rows as rows_
 from django_pydantic_agent.persistence import derive_preview
 from django_pydantic_agent.persistence.owner import owner_user_uuid
-from django_pydantic_agent.persistence.wire import WireRecords, wire_to_records
 
 if TYPE_CHECKING:
     from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
@@ -75,7 +72,6 @@ __all__ = [
     "OrmChatRepository",
     "OrmMessageRepository",
     "owner_uuid",
-    "thread_records",
 ]
 
 logger = logging.getLogger("django_pydantic_agent.contrib.store")
@@ -84,10 +80,6 @@ OWNER_NAMESPACE: Final[UUID] = UUID("6f1c2f0e-5a43-4f0e-9d38-2f5b8a1c7e11")
 """The uuid5 namespace of the ids derived for wire rows."""
 
 _MAX_KEY = 255
-_OWN_EXCLUDE: Final[frozenset[str]] = frozenset(
-    {"content", "tool_calls", "reasonings", "message_uuid", "chat_uuid"}
-)
-_EXTRAS = "wire_extras"
 
 
 def owner_uuid(owner_id: str) -> UUID:
@@ -123,99 +115,6 @@ def _chat(row: StoredConversation) -> Chat:
     chat._id = str(row.pk)
     chat._created_at = row.created_at.isoformat()
     return chat
-
-
-def _record(message_class: type[Message], row: StoredMessage, chat_uuid: UUID) -> Message:
-    """The record a record row holds (nested records are stored in their JSON, codec form)."""
-    own = dict(row.record or {})
-    own.pop(_EXTRAS, None)
-    calls = nested_record_class(message_class, "tool_calls")
-    steps = nested_record_class(message_class, "reasonings")
-    message = message_class.model_validate(
-        {
-            **own,
-            "message_uuid": row.message_uuid,
-            "chat_uuid": chat_uuid,
-            "content": row.content,
-            "tool_calls": [
-                calls.model_validate(c, context=dict(WIRE_CONTEXT)) for c in row.tool_calls or []
-            ],
-            "reasonings": [
-                steps.model_validate(r, context=dict(WIRE_CONTEXT)) for r in row.reasonings or []
-            ],
-        }
-    )
-    message._sequence_id = row.position + 1
-    message._created_at = str(own.get("timestamp") or "")
-    return message
-
-
-def _row_fields(message: Message, extras: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The columns of a record row for ``message`` (all but the keys and the position).
-
-    ``extras`` are the wire keys the record does not model (``attachments``...) of a message
-    first saved whole: kept in ``record`` so ``load`` writes them back.
-    """
-    own = message.model_dump(mode="json", exclude=set(_OWN_EXCLUDE))
-    if extras:
-        own[_EXTRAS] = extras
-    return {
-        "message_id": (message.agui_id or "")[:_MAX_KEY],
-        "role": message.role[:32],
-        "content": message.content,
-        "record": own,
-        "tool_calls": _json_children(message.tool_calls),
-        "reasonings": _json_children(message.reasonings),
-        "status": message.status[:16],
-        "run_id": (message.run_id or "")[:_MAX_KEY],
-    }
-
-
-def _json_children(records: Iterable[ToolCall | Reasoning]) -> list[dict[str, Any]]:
-    return [r.model_dump(mode="json") for r in records]
-
-
-@dataclass
-class _Legacy:
-    """The records a thread's wire rows read as, and what turning them into rows takes."""
-
-    positions: dict[UUID, int] = field(default_factory=dict)
-    """The position each record takes as a record row (that of a row it was read from)."""
-    rows: list[int] = field(default_factory=list)
-    """The pks of the wire rows."""
-    extras: dict[UUID, dict[str, Any]] = field(default_factory=dict)
-    """Per record, the wire keys it does not model (of every row, record rows too)."""
-    wire: WireRecords | None = None
-
-
-def thread_records(
-    message_class: type[Message], rows: Sequence[StoredMessage], chat_uuid: UUID, thread_id: str
-) -> tuple[list[Message], _Legacy]:
-    """Every record of a thread's rows, in position order.
-
-    Record rows are read as they are; wire rows (written by ``save``, or by 0.28.3) are read
-    together by ``persistence.wire.wire_to_records`` (the generic adapter's reader, so both
-    agree on ids and statuses), the ``k``-th record taking the position of the ``k``-th wire
-    row.
-    """
-    wire_rows = [row for row in rows if row.message_uuid is None]
-    legacy = _Legacy(rows=[row.pk for row in wire_rows])
-    for row in rows:
-        kept = (row.record or {}).get(_EXTRAS) if row.message_uuid else None
-        if isinstance(kept, dict) and row.message_uuid is not None:
-            legacy.extras[row.message_uuid] = kept
-    records = [_record(message_class, row, chat_uuid) for row in rows if row.message_uuid]
-    if wire_rows:
-        read = wire_to_records([row.data for row in wire_rows], chat_uuid=chat_uuid, salt=thread_id)
-        legacy.wire = read
-        for record, row in zip(read.messages, wire_rows, strict=False):
-            record.chat_uuid = chat_uuid
-            record._sequence_id = row.position + 1
-            legacy.positions[record.message_uuid] = row.position
-            records.append(record)
-        legacy.extras.update(read.extras)
-    records.sort(key=lambda m: m.sequence_id)
-    return records, legacy
 
 
 # Repositories -------------------------------------------------------------------------------
@@ -449,8 +348,6 @@ class OrmMessageRepository(NestedRecordWrites):
         self.reasoning_class = nested_record_class(message_class, "reasonings")
         self._records: dict[UUID, Message] = {}
         self._children: dict[UUID, UUID] = {}
-        self._legacy: dict[UUID, _Legacy] = {}
-        self._extras: dict[UUID, dict[str, Any]] = {}
         self._pending: dict[UUID, _Pending] | None = None
         self._owner_task: asyncio.Task[Any] | None = None
         self._lock = asyncio.Lock()
@@ -485,18 +382,8 @@ class OrmMessageRepository(NestedRecordWrites):
             return []
         from django_pydantic_agent.contrib.store.models import StoredMessage
 
-        rows = list(
-            StoredMessage.objects.filter(conversation_id=state.pk)
-            .select_related("conversation")
-            .order_by("position")
-        )
-        thread_id = rows[0].conversation.thread_id if rows else ""
-        records, legacy = thread_records(self.message_class, rows, chat_uuid, thread_id)
-        self._extras.update(legacy.extras)
-        if legacy.positions:
-            self._legacy[chat_uuid] = legacy
-        else:
-            self._legacy.pop(chat_uuid, None)
+        rows = list(StoredMessage.objects.filter(conversation_id=state.pk).order_by("position"))
+        records = [rows_.record_of(self.message_class, row, chat_uuid) for row in rows]
         for record in records:
             self._keep(record)
         if rows:
@@ -507,14 +394,9 @@ class OrmMessageRepository(NestedRecordWrites):
         row = self._message_rows().filter(message_uuid=message_uuid).first()
         if row is not None:
             self.chats._remember(row.conversation, None)
-            record = _record(self.message_class, row, row.conversation.chat_uuid)
+            record = rows_.record_of(self.message_class, row, row.conversation.chat_uuid)
             self._keep(record)
             return record
-        # A record read from wire rows: its id is derived, so read its whole thread.
-        for chat_uuid in list(self.chats._states):
-            for record in self._read_thread_sync(chat_uuid):
-                if record.message_uuid == message_uuid:
-                    return record
         return None
 
     def _child_lookup_sync(self, uuid_: UUID) -> Message | None:
@@ -531,7 +413,7 @@ class OrmMessageRepository(NestedRecordWrites):
         if row is None:
             return None
         self.chats._remember(row.conversation, None)
-        record = _record(self.message_class, row, row.conversation.chat_uuid)
+        record = rows_.record_of(self.message_class, row, row.conversation.chat_uuid)
         self._keep(record)
         return record
 
@@ -559,15 +441,9 @@ class OrmMessageRepository(NestedRecordWrites):
 
     def _records_snapshot(self) -> dict[UUID, Message]:
         """The cached records as a rollback restores them: writes replace a record (copy on
-        write) rather than change it, so the dict is copied, not its records; only those a
-        legacy conversion renumbers in place are copied as well. O(1) per record, where a
-        deep copy of each made every flush of a long thread cost O(thread)."""
-        records = dict(self._records)
-        for legacy in self._legacy.values():
-            for message_uuid in legacy.positions:
-                if message_uuid in records:
-                    records[message_uuid] = self._copy(records[message_uuid])
-        return records
+        write) rather than change it, so the dict is copied, not its records. O(1) per
+        record, where a deep copy of each made every flush of a long thread cost O(thread)."""
+        return dict(self._records)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
@@ -582,7 +458,6 @@ class OrmMessageRepository(NestedRecordWrites):
             snapshot = (
                 self._records_snapshot(),
                 dict(self._children),
-                copy.deepcopy(self._legacy),
                 {k: copy.copy(v) for k, v in self.chats._states.items()},
             )
             try:
@@ -590,7 +465,7 @@ class OrmMessageRepository(NestedRecordWrites):
                 if self._pending:
                     await sync_to_async(self._apply_sync)(list(self._pending.values()))
             except BaseException:
-                self._records, self._children, self._legacy, self.chats._states = snapshot
+                self._records, self._children, self.chats._states = snapshot
                 raise
             finally:
                 self._pending = None
@@ -663,28 +538,14 @@ class OrmMessageRepository(NestedRecordWrites):
                         state.deleted = True
             live = [p for p in batch if not states[p.chat_uuid].deleted]
             inserts: list[StoredMessage] = []
-            converted: set[UUID] = set()
-            for chat_uuid in {p.chat_uuid for p in live}:
-                legacy = self._legacy.get(chat_uuid)
-                if legacy is not None and any(p.message_uuid in legacy.positions for p in live):
-                    converted.update(self._convert(states[chat_uuid], legacy, inserts))
             for pending in live:
                 record = self._records[pending.message_uuid]
-                if pending.message_uuid in converted:
-                    continue
                 if pending.created:
                     state = states[pending.chat_uuid]
                     position = state.next_position
                     state.next_position += 1
                     record._sequence_id = position + 1
-                    inserts.append(
-                        StoredMessage(
-                            conversation_id=state.pk,
-                            position=position,
-                            message_uuid=record.message_uuid,
-                            **_row_fields(record),
-                        )
-                    )
+                    inserts.append(rows_.new_row(StoredMessage, state.pk, position, record))
                 else:
                     self._update_row(pending, record)
             if inserts:
@@ -717,35 +578,10 @@ class OrmMessageRepository(NestedRecordWrites):
             conversation = StoredConversation.objects.get(pk=states[chat_uuid].pk)
             quoted: list[Any] = []
             rows = StoredMessage.objects.filter(conversation_id=conversation.pk)
-            for record, data in rows.values_list("record", "data"):
-                if isinstance(record, dict):
-                    quoted.append(
-                        {**(record.get(_EXTRAS) or {}), **(record.get("wire_extra") or {})}
-                    )
-                quoted.append(data)
+            for record, wire in rows.values_list("record", "wire"):
+                quoted.append((record or {}).get("wire_extra") or {})
+                quoted.extend(wire or [])
             reconcile_conversation_attachments(conversation, quoted)
-
-    def _convert(self, state: _ChatState, legacy: _Legacy, inserts: list[Any]) -> set[UUID]:
-        """Turn a thread's wire rows into record rows (the first write to one of them).
-
-        The wire rows are deleted and every record read from them is inserted, as the pair
-        holds it now, at its position. Returns the records written.
-        """
-        from django_pydantic_agent.contrib.store.models import StoredMessage
-
-        StoredMessage.objects.filter(pk__in=legacy.rows, message_uuid__isnull=True).delete()
-        for message_uuid, position in legacy.positions.items():
-            record = self._records[message_uuid]
-            inserts.append(
-                StoredMessage(
-                    conversation_id=state.pk,
-                    position=position,
-                    message_uuid=message_uuid,
-                    **_row_fields(record, self._extras.get(message_uuid)),
-                )
-            )
-        del self._legacy[state.chat_uuid]
-        return set(legacy.positions)
 
     def _update_row(self, pending: _Pending, record: Message) -> None:
         from django_pydantic_agent.contrib.store.models import StoredMessage
@@ -761,10 +597,12 @@ class OrmMessageRepository(NestedRecordWrites):
                 else Concat(Left("content", pending.content_offset), Value(tail))
             )
         if pending.fields:  # a text-only write (most of a run's) dumps nothing
-            fields = _row_fields(record, self._extras.get(record.message_uuid))
+            fields = rows_.record_columns(record)
             for name in pending.fields:
                 values[name] = fields[name]
         if values:
+            # The record no longer is what a save stored: load renders it from now on.
+            values["wire"] = None
             StoredMessage.objects.filter(message_uuid=record.message_uuid).update(**values)
 
     # Writes -------------------------------------------------------------------------------

@@ -176,7 +176,6 @@ def _finalise_records(run: StoredAgentRun) -> int:
             conversation__owner_id=run.owner_id,
             conversation__thread_id=run.thread_id,
             run_id=run.run_id,
-            message_uuid__isnull=False,
         )
         .order_by("position")
         .select_for_update()

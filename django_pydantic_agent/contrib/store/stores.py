@@ -17,8 +17,9 @@ import logging
 import marshal
 import math
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connection, transaction
@@ -26,6 +27,7 @@ from django.db.models import Max, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from django_pydantic_agent.contrib.store import rows
 from django_pydantic_agent.persistence import (
     AttachmentRef,
     Conversation,
@@ -72,17 +74,6 @@ logger = logging.getLogger("django_pydantic_agent.contrib.store")
 DEFAULT_LIST_LIMIT = 100
 
 _MAX_KEY = 255
-# A row saved whole is a wire row: a record row it replaces loses its record columns.
-_WIRE_FIELDS = ("message_id", "role", "data", "digest")
-_RECORD_FIELDS = (
-    "message_uuid",
-    "content",
-    "record",
-    "tool_calls",
-    "reasonings",
-    "status",
-    "run_id",
-)
 _HASH_CHUNK = 64 * 1024
 _DEDUP_PROBES = 8
 
@@ -259,42 +250,21 @@ class DefaultConversationStore(ModelConversationStore):
         return chats, OrmMessageRepository(chats)
 
     def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
-        from django.db.models import BooleanField, Case, Exists, OuterRef, Q, Value, When
-
-        from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
+        from django_pydantic_agent.contrib.store.models import StoredConversation
 
         if len(thread_id) > _MAX_KEY:
             return None
-        # A thread whose last write was a save holds wire rows only (``save_state`` is set by
-        # save and cleared by every flush of the ORM repositories): no need to look.
-        records = StoredMessage.objects.filter(
-            conversation=OuterRef("pk"), message_uuid__isnull=False
-        )
         row = (
             StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id)
-            .annotate(
-                has_records=Case(
-                    When(~Q(save_state=""), then=Value(False)),
-                    default=Exists(records),
-                    output_field=BooleanField(),
-                )
-            )
+            .only("pk", "thread_id", "chat_uuid")
             .first()
         )
         if row is None:
             return None
-        if row.has_records:  # written by runs: replayed from the records
-            return Conversation(thread_id=row.thread_id, messages=_replayed(row), owner_id=owner_id)
-        # The rows' JSON as text, parsed in one pass: measurably faster than decoding each
-        # row through JSONField on both SQLite and PostgreSQL (see docs/benchmarks.md).
-        texts = row.message_rows.order_by("position").values_list(
-            Cast("data", output_field=TextField()), flat=True
-        )
-        messages = json.loads("[" + ",".join(texts) + "]")
-        return Conversation(thread_id=row.thread_id, messages=messages, owner_id=owner_id)
+        return Conversation(thread_id=row.thread_id, messages=_loaded(row), owner_id=owner_id)
 
     def _create(
-        self, thread_id: str, owner_id: str, messages: list[Any]
+        self, thread_id: str, owner_id: str, messages: list[Any], chat_uuid: uuid.UUID
     ) -> tuple[StoredConversation, bool]:
         """Create the thread row, or lock the one a concurrent first save created (``False``)."""
         from django_pydantic_agent.contrib.store.models import StoredConversation
@@ -302,7 +272,10 @@ class DefaultConversationStore(ModelConversationStore):
         try:
             with transaction.atomic():
                 row = StoredConversation.objects.create(
-                    owner_id=owner_id, thread_id=thread_id, title=derive_title(messages)
+                    owner_id=owner_id,
+                    thread_id=thread_id,
+                    chat_uuid=chat_uuid,
+                    title=derive_title(messages),
                 )
                 return row, True
         except IntegrityError:  # a concurrent first save won the race: update its row
@@ -321,78 +294,42 @@ class DefaultConversationStore(ModelConversationStore):
             .first()
         )
 
-    def _plan(self, row: StoredConversation | None, messages: list[Any]) -> _Plan:
-        """What saving ``messages`` over ``row``'s messages writes (see ``_SaveState``).
-
-        Fast path: the thread's ``save_state`` proves the posted list starts with the
-        messages of the previous save (but its last one), so only the tail is compared and
-        no message row is read. Otherwise every stored row is read once and compared.
-        Checks each new or changed message (``UnstorableMessageError``) before anything is
-        written.
-        """
-        plan = None if row is None else _fast_plan(row, messages)
-        if plan is None:
-            plan = _full_plan(row, messages)
-        changed = [*plan.create, *plan.update]
-        if len(changed) > _FEW:  # one encoding of them all proves most lists clean
-            _check_messages(messages, changed, _json_or_none([messages[p] for p in changed]))
-        else:
-            _check_messages(messages, changed, None)
-        return plan
-
     def _store(self, conversation: Conversation, owner_id: str) -> None:
         from django_pydantic_agent.contrib.store.lifecycle import (
             reconcile_conversation_attachments,
         )
-        from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
+        from django_pydantic_agent.contrib.store.models import StoredConversation
 
-        _check_key("thread_id", conversation.thread_id)
+        thread_id = conversation.thread_id
+        _check_key("thread_id", thread_id)
         messages = list(conversation.messages)
         with transaction.atomic():
-            row = self._locked_row(conversation.thread_id, owner_id)
+            row = self._locked_row(thread_id, owner_id)
             limit = self.max_threads_per_owner
             if row is None and limit is not None:
                 _lock_owner("threads", owner_id)
                 # Looked up again under the owner lock: a concurrent first save of this very
                 # thread may have committed meanwhile, and saving it then creates nothing.
-                row = self._locked_row(conversation.thread_id, owner_id)
+                row = self._locked_row(thread_id, owner_id)
                 if row is None:
                     self._refuse_new_thread(owner_id, limit)
-            plan = self._plan(row, messages)
+            chat_uuid = uuid.uuid4() if row is None else row.chat_uuid
+            plan = _plan(row, messages, chat_uuid, thread_id)
             created_now = False
             if row is None:
-                row, created_now = self._create(conversation.thread_id, owner_id, messages)
+                row, created_now = self._create(thread_id, owner_id, messages, chat_uuid)
                 if not created_now:  # a concurrent first save won: compare with its rows
-                    plan = self._plan(row, messages)
-            if plan.delete_from is not None:
-                row.message_rows.filter(position__gte=plan.delete_from).delete()
-            for position, pk in plan.update.items():
-                message = messages[position]
-                target = (
-                    row.message_rows.filter(position=position)
-                    if pk is None
-                    else StoredMessage.objects.filter(pk=pk)
-                )
-                target.update(
-                    message_id=_short(_field(message, "id"), _MAX_KEY),
-                    role=_short(_field(message, "role"), 32),
-                    data=message,
-                    **_CLEARED,
-                )
-            _insert_messages(row.pk, messages, plan.create)
+                    plan = _plan(row, messages, row.chat_uuid, thread_id)
+            plan.write(row)
             # Links exist only if the last save left some (its state ends ":1"; unknown
             # state: maybe) or these messages may quote attachments.
             if plan.quotes or (created_now is False and not row.save_state.endswith(":0")):
                 # Proven to quote no attachment: only stale links (if any) are dropped.
                 reconcile_conversation_attachments(row, messages if plan.quotes else [])
-            if plan.state:
-                row.save_state = f"{plan.state}:{int(plan.quotes)}"
-            else:
-                row.save_state = ""
             StoredConversation.objects.filter(pk=row.pk).update(
                 preview=derive_preview(messages),
                 updated_at=timezone.now(),
-                save_state=row.save_state,
+                save_state=plan.state,
             )
 
     def _remove(self, thread_id: str, owner_id: str) -> None:
@@ -442,56 +379,57 @@ class DefaultConversationStore(ModelConversationStore):
         )
 
 
-def _replayed(row: StoredConversation) -> list[Any]:
-    """The AG-UI wire messages of a thread holding record rows (written during runs).
+def _loaded(row: StoredConversation) -> list[Any]:
+    """The wire messages of a thread: each row's saved ``wire``, or its record rendered.
 
-    Written by ``persistence.wire.records_to_wire``, as the generic adapter writes them, so
-    every store shows a message's ``status``, ``runId`` and ``error`` the same way; records
-    read from wire rows and not changed since come back exactly as they were stored.
+    The saved rows' ``wire`` columns are read as text and parsed as one JSON array, which
+    measured faster than decoding each row through ``JSONField`` (docs/benchmarks.md); only
+    rows a run wrote or changed are read whole, in one more query.
     """
     from django_pydantic_agent.chat_history import Message
-    from django_pydantic_agent.contrib.store.repositories import thread_records
-    from django_pydantic_agent.persistence.wire import records_to_wire
 
-    rows = list(row.message_rows.order_by("position"))
-    records, legacy = thread_records(Message, rows, row.chat_uuid, row.thread_id)
-    wire = legacy.wire
-    return records_to_wire(records, legacy.extras, None if wire is None else wire.originals)
+    texts = list(
+        row.message_rows.order_by("position").values_list(
+            "pk", Cast("wire", output_field=TextField())
+        )
+    )
+    if all(text is not None for _, text in texts):
+        return cast(list[Any], json.loads(rows.wire_text(text for _, text in texts)))
+    rendered = {
+        message_row.pk: rows.render(rows.record_of(Message, message_row, row.chat_uuid))
+        for message_row in row.message_rows.filter(wire__isnull=True)
+    }
+    messages: list[Any] = []
+    for pk, text in texts:
+        messages.extend(rendered[pk] if text is None else json.loads(text))
+    return messages
 
 
 # save(): what changed -------------------------------------------------------------------------
 #
-# ``StoredConversation.save_state`` is ``"<n>:<head>:<tail>:<links>"`` after a save of ``n``
-# messages (``<links>`` is ``0`` when that save proved the thread quotes no attachment, so it
-# has no attachment links and the next save skips reconciling them):
-# ``head`` hashes the first ``n - 1`` messages, ``tail`` the last one, each message as its
-# ``marshal`` (format 2: no back-references, so equal values give equal bytes). A later save
-# whose first ``n - 1`` messages hash to ``head`` changed nothing there, so only its tail is
-# compared and written: appending or growing the last message reads no message row, and the
-# whole list costs one C-speed ``marshal.dumps``. Marshal bytes of a list are its items' bytes
-# after a 5-byte header, so the next head extends the hash state instead of starting over. A
-# list marshal cannot encode, or a false mismatch (keys in another order), takes the full
-# comparison. Any other write to a thread's messages (a run through the ORM repositories, the
-# strip command) clears the state, and the next save compares every row (one read).
+# A save reads the posted list into records (``rows.saved_records``) and writes the rows from
+# the first one that differs from what is stored. ``StoredConversation.save_state`` lets most
+# saves skip reading the rows: after a save it is ``"<k>:<p>:<head>:<tail>:<links>"``, where
+# the last row (at position ``p``) holds messages ``k`` onwards, ``head`` hashes the first
+# ``k`` messages and ``tail`` the last row's, each message as its ``marshal`` (format 2: no
+# back-references, so equal values give equal bytes), and ``<links>`` is ``0`` when the save
+# proved the thread quotes no attachment. A later save whose first ``k`` messages hash to
+# ``head`` changed nothing there: only messages ``k`` onwards are read into records, and the
+# last row is rewritten only when its messages changed, so appending or growing a message reads
+# no row. Marshal bytes of a list are its items' bytes after a 5-byte header, so the next head
+# extends the hash state instead of starting over. A list marshal cannot encode, a false
+# mismatch (keys in another order), or a tail that answers a tool call of an earlier row takes
+# the full comparison. Any other write to a thread's rows (a run, the strip command) clears the
+# state, and the next save compares every row (one read).
 
 _MARSHAL_VERSION = 2
 _LIST_HEADER = 5
 _INSERT_BATCH = 500
-_CLEARED: dict[str, Any] = {
-    "digest": "",
-    "message_uuid": None,
-    "content": "",
-    "record": None,
-    "tool_calls": None,
-    "reasonings": None,
-    "status": "",
-    "run_id": "",
-}
 
 
-def _items(messages: list[Any]) -> bytes:
+def _items(messages: Sequence[Any]) -> bytes:
     """The marshal bytes of the items of ``messages`` (``ValueError`` if one cannot be)."""
-    return marshal.dumps(messages, _MARSHAL_VERSION)[_LIST_HEADER:]
+    return marshal.dumps(list(messages), _MARSHAL_VERSION)[_LIST_HEADER:]
 
 
 def _hash(data: bytes) -> Any:
@@ -500,84 +438,143 @@ def _hash(data: bytes) -> Any:
 
 @dataclass
 class _Plan:
-    """The writes of one save: positions to insert and to update (``pk``), rows to drop."""
+    """The writes of one save: rows to drop, the last row to rewrite, rows to insert."""
 
-    create: list[int] = field(default_factory=list)
-    update: dict[int, int | None] = field(default_factory=dict)
     delete_from: int | None = None
-    head: Any = None
-    """The hash state of the first ``head_count`` messages, when the fast path computed it."""
-    head_count: int = 0
-    prefix: bytes = b""
-    """The marshal bytes the head hash covers (searched for attachment refs)."""
+    """Drop the rows at this position and after."""
+    updates: list[tuple[int, rows.SavedRecord]] = field(default_factory=list)
+    """Rewrite the row at each position with this record (of the row's uuid)."""
+    inserts: list[tuple[int, rows.SavedRecord]] = field(default_factory=list)
+    state: str = ""
     quotes: bool = True
     """Whether the messages may quote attachments (``False``: proven they quote none)."""
-    state: str = ""
 
-    def finish(self, messages: list[Any]) -> None:
-        """Compute ``state`` and ``quotes`` for after this save."""
-        count = len(messages)
-        head_count = max(count - 1, 0)
-        try:
-            if self.head is None or self.head_count > head_count:
-                self.prefix = _items(messages[:head_count])
-                self.head, self.head_count = _hash(self.prefix), head_count
-            rest = [marshal.dumps(m, _MARSHAL_VERSION) for m in messages[self.head_count :]]
-        except ValueError:
-            self.state = ""
-            return
-        for item in rest[:-1]:
-            self.head.update(item)
-        self.quotes = b"attachments" in self.prefix or any(b"attachments" in i for i in rest)
-        if rest:
-            tail = _hash(rest[-1]).hexdigest()
-            self.state = f"{count}:{self.head.hexdigest()}:{tail}"
+    def written(self) -> list[rows.SavedRecord]:
+        return [s for _, s in (*self.updates, *self.inserts)]
+
+    def write(self, conversation: StoredConversation) -> None:
+        from django_pydantic_agent.contrib.store.models import StoredMessage
+
+        if self.delete_from is not None:
+            conversation.message_rows.filter(position__gte=self.delete_from).delete()
+        for position, saved in self.updates:
+            conversation.message_rows.filter(position=position).update(
+                message_uuid=saved.message.message_uuid,
+                wire=saved.wire,
+                **rows.record_columns(saved.message),
+            )
+        StoredMessage.objects.bulk_create(
+            [
+                rows.new_row(StoredMessage, conversation.pk, position, s.message, s.wire)
+                for position, s in self.inserts
+            ],
+            batch_size=_INSERT_BATCH,
+        )
+
+
+def _state(head: Any, quotes: bool, last: rows.SavedRecord, position: int) -> tuple[str, bool]:
+    """``save_state`` after a save whose last row (at ``position``) holds ``last``, and whether
+    the messages may quote attachments (``quotes``: those before ``last``'s may).
+
+    ``head`` hashes the messages before ``last``'s.
+    """
+    try:
+        tail_bytes = _items(last.wire)
+    except ValueError:
+        return "", True
+    quotes = quotes or b"attachments" in tail_bytes
+    tail = _hash(tail_bytes).hexdigest()
+    return f"{last.index}:{position}:{head.hexdigest()}:{tail}:{int(quotes)}", quotes
 
 
 def _fast_plan(row: StoredConversation, messages: list[Any]) -> _Plan | None:
     parts = row.save_state.split(":")
-    if len(parts) != 4 or not parts[0].isdigit() or int(parts[0]) < 1:
+    if len(parts) != 5 or not parts[0].isdigit() or not parts[1].isdigit():
         return None
-    stored, head_hash, tail_hash = int(parts[0]), parts[1], parts[2]
-    count = stored - 1
-    if len(messages) < count:
+    first, position, head_hash, tail_hash = int(parts[0]), int(parts[1]), parts[2], parts[3]
+    if len(messages) <= first:
         return None
     try:
-        prefix = _items(messages[:count])
-        head = _hash(prefix)
+        head_bytes = _items(messages[:first])
+        head = _hash(head_bytes)
         if head.hexdigest() != head_hash:
             return None
-        plan = _Plan(head=head, head_count=count, prefix=prefix)
-        if len(messages) > count:
-            last = marshal.dumps(messages[count], _MARSHAL_VERSION)
-            if _hash(last).hexdigest() != tail_hash:
-                plan.update[count] = None  # the row at that position
+        saved = rows.saved_records(
+            messages[first:],
+            chat_uuid=row.chat_uuid,
+            salt=row.thread_id,
+            start=first,
+            exact=True,
+        )
+        if not saved:
+            return None
+        plan = _Plan()
+        first_bytes = _items(saved[0].wire)
+        if _hash(first_bytes).hexdigest() != tail_hash:
+            plan.updates.append((position, saved[0]))
+        plan.inserts = [(position + i, s) for i, s in enumerate(saved[1:], 1)]
+        quotes = b"attachments" in head_bytes
+        for s in saved[:-1]:
+            item_bytes = first_bytes if s is saved[0] else _items(s.wire)
+            head.update(item_bytes)
+            quotes = quotes or b"attachments" in item_bytes
     except ValueError:
         return None
-    plan.create = list(range(stored, len(messages)))
-    if len(messages) < stored:
-        plan.delete_from = len(messages)
-    plan.finish(messages)
+    plan.state, plan.quotes = _state(head, quotes, saved[-1], position + len(saved) - 1)
     return plan
 
 
-def _full_plan(row: StoredConversation | None, messages: list[Any]) -> _Plan:
-    plan = _Plan()
-    stored: dict[int, tuple[int, str | None, Any]] = {}
+def _full_plan(
+    row: StoredConversation | None, messages: list[Any], chat_uuid: uuid.UUID, thread_id: str
+) -> _Plan:
+    saved = rows.saved_records(messages, chat_uuid=chat_uuid, salt=thread_id) or []
+    stored: list[tuple[int, uuid.UUID, str | None]] = []
     if row is not None:
-        rows = row.message_rows.values_list(
-            "pk", "position", "message_uuid", Cast("data", output_field=TextField())
+        stored = list(
+            row.message_rows.order_by("position").values_list(
+                "position", "message_uuid", Cast("wire", output_field=TextField())
+            )
         )
-        stored = {position: (pk, text, uuid_) for pk, position, uuid_, text in rows}
-    for position, message in enumerate(messages):
-        current = stored.get(position)
-        if current is None:
-            plan.create.append(position)
-        elif current[2] is not None or current[1] is None or json.loads(current[1]) != message:
-            plan.update[position] = current[0]
-    if any(position >= len(messages) for position in stored):
-        plan.delete_from = len(messages)
-    plan.finish(messages)
+    plan = _Plan()
+    same = 0  # rows of the same records (changed ones are rewritten in place)
+    for (position, message_uuid, text), item in zip(stored, saved, strict=False):
+        if message_uuid != item.message.message_uuid:
+            break
+        if text is None or json.loads(text) != item.wire:
+            plan.updates.append((position, item))
+        same += 1
+    if same < len(stored):
+        plan.delete_from = stored[same][0]
+    base = stored[same - 1][0] + 1 if same else 0
+    plan.inserts = [(base + i, s) for i, s in enumerate(saved[same:])]
+    if not saved:
+        plan.quotes = False
+        return plan
+    last = base + len(saved) - same - 1 if same < len(saved) else stored[same - 1][0]
+    try:
+        head_bytes = _items(messages[: saved[-1].index])
+    except ValueError:
+        return plan
+    quotes = b"attachments" in head_bytes
+    plan.state, plan.quotes = _state(_hash(head_bytes), quotes, saved[-1], last)
+    return plan
+
+
+def _plan(
+    row: StoredConversation | None, messages: list[Any], chat_uuid: uuid.UUID, thread_id: str
+) -> _Plan:
+    """What saving ``messages`` over ``row``'s messages writes.
+
+    Checks each message it writes (``UnstorableMessageError``) before anything is written.
+    """
+    plan = None if row is None else _fast_plan(row, messages)
+    if plan is None:
+        plan = _full_plan(row, messages, chat_uuid, thread_id)
+    indices = [i for s in plan.written() for i in range(s.index, s.index + len(s.wire))]
+    if len(indices) > _FEW:  # one encoding of them all proves most lists clean
+        _check_messages(messages, indices, _json_or_none([messages[i] for i in indices]))
+    else:
+        _check_messages(messages, indices, None)
     return plan
 
 
@@ -588,76 +585,6 @@ def _check_messages(messages: list[Any], positions: list[int], text: str | None)
         return
     for position in positions:
         _check_message(position, messages[position])
-
-
-def _insert_messages(conversation_pk: int, messages: list[Any], positions: list[int]) -> None:
-    """Insert ``messages[p]`` as the wire row at each position ``p``.
-
-    A contiguous run of JSON objects on SQLite or PostgreSQL is encoded once, as one JSON
-    array, and split into rows by the database (``json_each`` / ``jsonb_array_elements``):
-    no model instances, no per-row encoding. Anything else goes through ``bulk_create``.
-    """
-    from django_pydantic_agent.contrib.store.models import StoredMessage
-
-    if not positions:
-        return
-    contiguous = positions == list(range(positions[0], positions[0] + len(positions)))
-    batch = [messages[p] for p in positions]
-    if (
-        connection.vendor in {"sqlite", "postgresql"}
-        and contiguous
-        and all(type(m) is dict for m in batch)
-    ):
-        _insert_array(conversation_pk, positions[0], batch)
-        return
-    StoredMessage.objects.bulk_create(
-        [
-            StoredMessage(
-                conversation_id=conversation_pk,
-                position=position,
-                message_id=_short(_field(messages[position], "id"), _MAX_KEY),
-                role=_short(_field(messages[position], "role"), 32),
-                data=messages[position],
-            )
-            for position in positions
-        ],
-        batch_size=_INSERT_BATCH,
-    )
-
-
-_SQLITE_INSERT = (
-    "INSERT INTO {table} "
-    "(conversation_id, position, message_id, role, data, digest, content, status, run_id) "
-    "SELECT %s, %s + j.key, "
-    "CASE WHEN json_type(j.value, '$.id') = 'text' "
-    "THEN substr(json_extract(j.value, '$.id'), 1, 255) ELSE '' END, "
-    "CASE WHEN json_type(j.value, '$.role') = 'text' "
-    "THEN substr(json_extract(j.value, '$.role'), 1, 32) ELSE '' END, "
-    "j.value, '', '', '', '' FROM json_each(%s) AS j"
-)
-_POSTGRESQL_INSERT = (
-    "INSERT INTO {table} "
-    "(conversation_id, position, message_id, role, data, digest, content, status, run_id) "
-    "SELECT %s, %s + j.n - 1, "
-    "CASE WHEN jsonb_typeof(j.value -> 'id') = 'string' THEN left(j.value ->> 'id', 255) "
-    "ELSE '' END, "
-    "CASE WHEN jsonb_typeof(j.value -> 'role') = 'string' THEN left(j.value ->> 'role', 32) "
-    "ELSE '' END, "
-    "j.value, '', '', '', '' FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS j(value, n)"
-)
-
-
-def _insert_array(conversation_pk: int, first: int, batch: list[Any]) -> None:
-    from django_pydantic_agent.contrib.store.models import StoredMessage
-
-    template = _POSTGRESQL_INSERT if connection.vendor == "postgresql" else _SQLITE_INSERT
-    sql = template.format(table=connection.ops.quote_name(StoredMessage._meta.db_table))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [conversation_pk, first, json.dumps(batch)])
-
-
-def _field(message: Any, name: str) -> Any:
-    return message.get(name) if isinstance(message, dict) else None
 
 
 def _display_name(raw: str | None) -> str:

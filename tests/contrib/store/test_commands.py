@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -19,8 +20,9 @@ from django_pydantic_agent.contrib.store.models import (
     StoredAttachment,
     StoredConversation,
     StoredMessage,
-    message_digest,
 )
+from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+from django_pydantic_agent.persistence import Conversation
 
 pytestmark = pytest.mark.django_db
 OnCommit = Callable[..., Any]
@@ -171,7 +173,7 @@ def test_prune_conversations_by_last_update(on_commit: OnCommit) -> None:
     stale = StoredConversation.objects.create(
         owner_id="1", thread_id="stale", updated_at=now - timedelta(days=100)
     )
-    StoredMessage.objects.create(conversation=stale, position=0, data={"id": "m"})
+    StoredMessage.objects.create(conversation=stale, position=0, message_uuid=uuid.uuid4())
     fresh = StoredConversation.objects.create(owner_id="1", thread_id="fresh", updated_at=now)
     stale.attachments.add(blob_attachment("b/stale", b"abc", age=timedelta(days=100)))
 
@@ -194,7 +196,6 @@ def test_prune_conversations_by_last_update(on_commit: OnCommit) -> None:
 
 
 def test_strip_inline_bytes_rewrites_only_changed_rows() -> None:
-    conv = StoredConversation.objects.create(owner_id="1", thread_id="t")
     fat = {
         "id": "u1",
         "role": "user",
@@ -205,23 +206,23 @@ def test_strip_inline_bytes_rewrites_only_changed_rows() -> None:
         ],
     }
     lean = {"id": "a1", "role": "assistant", "content": "ok"}
-    for position, data in enumerate([fat, lean]):
-        StoredMessage.objects.create(
-            conversation=conv, position=position, data=data, digest=message_digest(data)
-        )
+    DefaultConversationStore()._store(Conversation(thread_id="t", messages=[fat, lean]), "1")
 
     out, _ = run("agent_store_strip_inline_bytes", "--dry-run")
     assert out.startswith("Would rewrite 1 message(s), reclaiming ")
     reclaimed = int(out.split("reclaiming ")[1].split(" ")[0])
     assert reclaimed > 1000
-    assert StoredMessage.objects.get(position=0).data == fat
+    assert StoredMessage.objects.get(position=0).wire == [fat]
 
     out, _ = run("agent_store_strip_inline_bytes", stdout=TTY())
     assert f"Rewrote 1 message(s), reclaiming {reclaimed} byte(s) of JSON." in out
     stripped = StoredMessage.objects.get(position=0)
-    assert stripped.data == {**fat, "content": [{"type": "text", "text": "see"}]}
-    assert stripped.digest == message_digest(stripped.data)
-    assert StoredMessage.objects.get(position=1).data == lean
+    assert stripped.wire == [{**fat, "content": [{"type": "text", "text": "see"}]}]
+    assert stripped.record["content_parts"] == [{"type": "text", "text": "see"}]
+    assert StoredMessage.objects.get(position=1).wire == [lean]
+    loaded = DefaultConversationStore()._fetch("t", "1")
+    assert loaded is not None
+    assert loaded.messages == [stripped.wire[0], lean]
 
     out, _ = run("agent_store_strip_inline_bytes")
     assert out == "Rewrote 0 message(s), reclaiming 0 byte(s) of JSON.\n"

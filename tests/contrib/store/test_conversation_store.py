@@ -55,12 +55,19 @@ def test_round_trip_keeps_ids_extra_fields_and_order(store: DefaultConversationS
     assert loaded.messages == messages
     assert loaded.thread_id == "t"
     assert loaded.owner_id == "1"
-    assert list(StoredMessage.objects.order_by("position").values_list("message_id", "role")) == [
-        ("m0", "user"),
-        ("tc", "assistant"),
-        ("t1", "tool"),
-        ("m3", "assistant"),
+    # One row per record: the tool result is the assistant's call's, in its row.
+    rows = list(StoredMessage.objects.order_by("position"))
+    assert [(r.message_id, r.role, r.content) for r in rows] == [
+        ("m0", "user", "question 0"),
+        ("tc", "assistant", ""),
+        ("m3", "assistant", "answer 3"),
     ]
+    assert [(c["tool_call_id"], c["content"]) for c in rows[1].tool_calls] == [("c1", "42")]
+    assert rows[0].record["wire_extra"] == {
+        "attachments": [{"id": "x", "name": "a.pdf"}],
+        "metadata": {"k": [1, 2]},
+    }
+    assert [r.wire for r in rows] == [messages[:1], messages[1:3], messages[3:]]
 
 
 def test_appending_a_message_inserts_one_row_and_rewrites_nothing(
@@ -95,7 +102,8 @@ def test_growing_the_last_message_updates_only_its_row(store: DefaultConversatio
         if q["sql"].upper().startswith("UPDATE") and "storedmessage" in q["sql"].lower()
     ]
     assert len(updates) == 1
-    assert StoredMessage.objects.get(pk=grown_pk).data["content"] == "Hello there"
+    grown = StoredMessage.objects.get(pk=grown_pk)
+    assert (grown.content, grown.wire) == ("Hello there", [bot_msg(1, "Hello there")])
     assert store._fetch("t", "1") == Conversation(
         thread_id="t", messages=[user_msg(0), bot_msg(1, "Hello there")], owner_id="1"
     )

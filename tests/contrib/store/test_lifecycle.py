@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -166,8 +167,8 @@ def test_attachment_deletion_adds_up() -> None:
 
 def test_delete_conversations_takes_exclusive_attachments_along(on_commit: OnCommit) -> None:
     old, other = conversation(thread="old"), conversation(thread="other")
-    StoredMessage.objects.create(conversation=old, position=0, data={})
-    StoredMessage.objects.create(conversation=old, position=1, data={})
+    StoredMessage.objects.create(conversation=old, position=0, message_uuid=uuid.uuid4())
+    StoredMessage.objects.create(conversation=old, position=1, message_uuid=uuid.uuid4())
     exclusive = attachment(blob="b/exclusive", size=9)
     shared = attachment(blob="b/shared", size=4)
     orphan = attachment(blob="b/orphan", size=1)  # linked nowhere: not this pass's business

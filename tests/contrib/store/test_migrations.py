@@ -7,6 +7,7 @@ filled, on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import importlib
 import re
 import uuid
 from collections.abc import Iterator
@@ -30,7 +31,7 @@ from django_pydantic_agent.contrib.store.migrations._predecessor import (
 )
 
 APP = "django_pydantic_agent_store"
-LATEST = "0009_chat_records_and_run_records"
+LATEST = "0012_one_message_shape_columns"
 PREDECESSOR_LEAF = (APP, "0005_storedmemory_storedmemoryoperation")
 DEV_MIGRATIONS = {APP: "tests.contrib.store.dev_schema.migrations"}
 SCRATCH = "upgrade_scratch"
@@ -95,6 +96,9 @@ def test_the_chain_starts_with_the_predecessors_history() -> None:
         "0007_copy_predecessor_data",
         "0008_drop_predecessor_columns",
         "0009_chat_records_and_run_records",
+        "0010_storedmessage_wire",
+        "0011_one_message_shape",
+        "0012_one_message_shape_columns",
     ]
 
 
@@ -241,22 +245,20 @@ def _predecessor_rows(connection: BaseDatabaseWrapper, threads: int) -> tuple[An
 def test_the_copy_makes_one_row_per_message_and_keeps_labels_as_links(
     scratch: BaseDatabaseWrapper,
 ) -> None:
-    from django_pydantic_agent.contrib.store.models import message_digest
-
     _migrate(scratch, PREDECESSOR_LEAF)
     _predecessor_rows(scratch, BATCH_CONVERSATIONS + 5)  # more than one batch
     _migrate(scratch)
 
-    apps = _apps_at(scratch, (APP, "0008_drop_predecessor_columns"))
+    apps = _apps_at(scratch, (APP, LATEST))
     message = apps.get_model(APP, "StoredMessage")
     rows = message.objects.using(SCRATCH).filter(conversation__thread_id="t204")
-    assert list(rows.order_by("position").values_list("position", "message_id", "role")) == [
-        (0, "m204-0", "user"),
-        (1, "m204-1", "assistant"),
-        (2, "m204-2", "user"),
+    assert list(
+        rows.order_by("position").values_list("position", "message_id", "role", "wire")
+    ) == [
+        (0, "m204-0", "user", [{"id": "m204-0", "role": "user"}]),
+        (1, "m204-1", "assistant", [{"id": "m204-1", "role": "assistant"}]),
+        (2, "m204-2", "user", [{"id": "m204-2", "role": "user"}]),
     ]
-    first = rows.get(position=0)
-    assert first.digest == message_digest(first.data)
     assert message.objects.using(SCRATCH).count() == 3 * (BATCH_CONVERSATIONS + 5)
 
     link = apps.get_model(APP, "StoredConversationAttachment")
@@ -285,7 +287,7 @@ def test_attachment_ids_become_uuids_that_our_store_finds(scratch: BaseDatabaseW
     _migrate(scratch, PREDECESSOR_LEAF)
     _, dashed = _predecessor_rows(scratch, 2)
     _migrate(scratch)
-    apps = _apps_at(scratch, (APP, "0008_drop_predecessor_columns"))
+    apps = _apps_at(scratch, (APP, LATEST))
     attachment = apps.get_model(APP, "StoredAttachment")
     found = attachment.objects.using(SCRATCH).get(attachment_id=uuid.UUID(dashed))
     assert found.name == "a.txt"
@@ -345,4 +347,115 @@ def test_a_database_built_by_the_development_0001_is_left_as_it_is(
 
     assert _applied(scratch)[-1] == LATEST
     kept = StoredMessage.objects.using(SCRATCH).get(conversation__thread_id="dev")
-    assert kept.data == {"id": "m", "role": "user"}
+    assert kept.wire == [{"id": "m", "role": "user"}]
+
+
+_SAVED = [
+    {"id": "u1", "role": "user", "content": "weather?", "attachments": [{"id": "x"}]},
+    {"id": "r1", "role": "reasoning", "content": "think"},
+    {
+        "id": "a1",
+        "role": "assistant",
+        "toolCalls": [
+            {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}
+        ],
+    },
+    {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "sunny"},
+    {"id": "a2", "role": "assistant", "content": "It is sunny", "odd": [1, None, "é"]},
+    "not a message",
+]
+
+
+def _at_0009(connection: BaseDatabaseWrapper, threads: int) -> Any:
+    """Rows as 0.29 left them: threads saved whole (wire rows), and one a run wrote."""
+    _migrate(connection, (APP, "0009_chat_records_and_run_records"))
+    apps = _apps_at(connection, (APP, "0009_chat_records_and_run_records"))
+    conversation = apps.get_model(APP, "StoredConversation")
+    message = apps.get_model(APP, "StoredMessage")
+    db = connection.alias
+    for number in range(threads):
+        row = conversation.objects.using(db).create(
+            owner_id="7", thread_id=f"saved{number}", chat_uuid=uuid.uuid4(), save_state="x"
+        )
+        message.objects.using(db).bulk_create(
+            message(conversation=row, position=10 * p, data=item, message_id="", role="")
+            for p, item in enumerate(_SAVED)
+        )
+    ran = conversation.objects.using(db).create(
+        owner_id="7", thread_id="ran", chat_uuid=uuid.uuid4()
+    )
+    record = {"role": "user", "status": "complete", "wire_extras": {"attachments": [{"id": "y"}]}}
+    message.objects.using(db).create(
+        conversation=ran,
+        position=0,
+        message_uuid=uuid.uuid4(),
+        role="user",
+        content="hi",
+        record=record,
+        tool_calls=[],
+        reasonings=[],
+        status="complete",
+    )
+    return message
+
+
+def _shape(connection: BaseDatabaseWrapper) -> list[tuple[Any, ...]]:
+    message = _apps_at(connection, (APP, LATEST)).get_model(APP, "StoredMessage")
+    rows = message.objects.using(connection.alias).order_by("conversation_id", "position")
+    return list(
+        rows.values_list(
+            "conversation__thread_id", "position", "message_uuid", "role", "content", "wire"
+        )
+    )
+
+
+def test_every_row_becomes_a_record_row_in_batches_and_back(scratch: BaseDatabaseWrapper) -> None:
+    from django_pydantic_agent.contrib.store.migrations import _predecessor
+
+    threads = 105  # 0011 converts 100 conversations per transaction
+    _at_0009(scratch, threads)
+    _migrate(scratch)
+
+    shape = _shape(scratch)
+    saved = [row for row in shape if row[0] == "saved104"]
+    # One record per message, its reasoning and tool result with it; the rest verbatim.
+    assert [(p, role, content) for _, p, _, role, content, _ in saved] == [
+        (0, "user", "weather?"),
+        (10, "assistant", ""),
+        (40, "assistant", "It is sunny"),
+        (50, "activity", ""),
+    ]
+    assert [item for row in saved for item in row[5]] == _SAVED
+    assert len({row[2] for row in shape}) == len(shape)  # uuids unique across threads
+    message = _apps_at(scratch, (APP, LATEST)).get_model(APP, "StoredMessage")
+    call = message.objects.using(SCRATCH).get(conversation__thread_id="saved0", position=10)
+    assert [(c["tool_call_id"], c["content"]) for c in call.tool_calls] == [("c1", "sunny")]
+    ran = message.objects.using(SCRATCH).get(conversation__thread_id="ran")
+    assert ran.wire is None
+    assert ran.record["wire_extra"] == {"attachments": [{"id": "y"}]}
+    assert "wire_extras" not in ran.record
+    conversation = _apps_at(scratch, (APP, LATEST)).get_model(APP, "StoredConversation")
+    assert set(conversation.objects.using(SCRATCH).values_list("save_state", flat=True)) == {""}
+
+    # Idempotent: run again, nothing changes.
+    executor = MigrationExecutor(scratch)
+    apps = executor.loader.project_state((APP, "0011_one_message_shape")).apps
+    with scratch.schema_editor() as editor:
+        importlib.import_module(
+            "django_pydantic_agent.contrib.store.migrations.0011_one_message_shape"
+        ).to_record_rows(apps, editor)
+    assert _shape(scratch) == shape
+
+    # Reversible: back at 0009, 0.29 finds its wire rows again, the run's record row kept.
+    _migrate(scratch, (APP, "0009_chat_records_and_run_records"))
+    old = _apps_at(scratch, (APP, "0009_chat_records_and_run_records"))
+    rows = old.get_model(APP, "StoredMessage").objects.using(SCRATCH)
+    back = rows.filter(conversation__thread_id="saved3").order_by("position")
+    assert list(back.values_list("position", "data", "message_uuid")) == [
+        (p, item, None) for p, item in enumerate(_SAVED)
+    ]
+    assert back.first().digest == _predecessor.message_digest(_SAVED[0])
+    assert rows.get(conversation__thread_id="ran").content == "hi"
+
+    _migrate(scratch)  # and forwards again, to the same records (positions renumbered)
+    assert [row[:1] + row[2:] for row in _shape(scratch)] == [row[:1] + row[2:] for row in shape]

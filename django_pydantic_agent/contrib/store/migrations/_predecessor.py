@@ -12,6 +12,8 @@ Not a migration (the loader skips modules starting with ``_``). Two pieces:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -138,6 +140,14 @@ def _text(message: Any, name: str, limit: int) -> str:
     return value[:limit] if isinstance(value, str) else ""
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def message_digest(message: Any) -> str:
+    """The SHA-256 hex digest of a message's canonical JSON (the column 0011 drops)."""
+    return hashlib.sha256(_CANONICAL.encode(message).encode("utf-8")).hexdigest()
+
+
 def copy_predecessor_data(apps: Any, schema_editor: BaseDatabaseSchemaEditor) -> None:
     """Copy what the predecessor kept in columns that 0008 drops; safe to run twice.
 
@@ -147,8 +157,6 @@ def copy_predecessor_data(apps: Any, schema_editor: BaseDatabaseSchemaEditor) ->
     - An attachment's ``thread_id`` label, when it names a thread of the same owner, becomes a
       link to that conversation (the only meaning the label had).
     """
-    from django_pydantic_agent.contrib.store.models.conversations import message_digest
-
     alias = schema_editor.connection.alias
     conversation = apps.get_model(APP_LABEL, "StoredConversation")
     message = apps.get_model(APP_LABEL, "StoredMessage")

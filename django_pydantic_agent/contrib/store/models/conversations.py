@@ -9,8 +9,6 @@ is one INSERT and growing the last message is one UPDATE of its row. Attachments
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -33,7 +31,6 @@ __all__ = [
     "StoredConversationAttachment",
     "StoredMessage",
     "attachment_storage",
-    "message_digest",
     "resolve_attachment_storage",
 ]
 
@@ -122,17 +119,6 @@ def attachment_storage() -> Storage:
     return _attachment_storage
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def message_digest(message: Any) -> str:
-    """Return the SHA-256 hex digest of a message's canonical (sorted, compact) JSON.
-
-    ``save`` compares digests rather than bodies, so diffing a long thread reads no bodies.
-    """
-    return hashlib.sha256(_CANONICAL.encode(message).encode("utf-8")).hexdigest()
-
-
 class StoredConversation(models.Model):
     """One thread of one owner: metadata only; the messages are ``StoredMessage`` rows.
 
@@ -146,8 +132,8 @@ class StoredConversation(models.Model):
     """The ``chat_history.Chat.chat_uuid`` of the thread (the ORM repositories' handle)."""
     title = models.CharField(max_length=255, blank=True, default="")
     preview = models.TextField(blank=True, default="")
-    save_state = models.CharField(max_length=80, blank=True, default="", editable=False)
-    """What the last ``save`` stored (count and hashes; see ``stores._fast_plan``), or ``""``."""
+    save_state = models.CharField(max_length=200, blank=True, default="", editable=False)
+    """What the last ``save`` stored (see ``stores._fast_plan``), or ``""``."""
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
     attachments: models.ManyToManyField[StoredAttachment, StoredConversationAttachment] = (
@@ -179,37 +165,31 @@ class StoredConversation(models.Model):
 
 
 class StoredMessage(models.Model):
-    """One logical message of a conversation, at ``position`` (0-based, gaps allowed).
+    """One message of a conversation (a ``chat_history.Message`` record), at ``position``.
 
-    A row holds one of two shapes:
-
-    - a **wire row** (``message_uuid`` is NULL), written by ``DefaultConversationStore.save``:
-      ``data`` is the AG-UI wire JSON exactly as saved (camelCase keys, extra fields such as
-      ``attachments`` kept); ``message_id`` and ``role`` copy its ``id`` and ``role`` for the
-      admin; ``digest`` (``message_digest(data)``) is written by older versions and by
-      ``agent_store_strip_inline_bytes`` only, ``save`` compares the JSON itself;
-    - a **record row** (``message_uuid`` set), written by the ORM chat-history repositories
-      during a run: one ``chat_history.Message`` record. ``content`` is its text (appended in
-      place, O(delta)), ``record`` its other fields, ``tool_calls`` / ``reasonings`` its nested
-      records; ``status`` and ``run_id`` copy the record's for the sweeper and the admin.
-      ``load`` replays record rows as AG-UI wire messages (``translate_messages``).
+    Every row has this one shape, whoever wrote it; ``contrib.store.rows`` builds its columns.
+    ``message_uuid`` is the record's uuid, ``message_id`` its AG-UI id; ``role``, ``content``
+    (the text, appended in place during a run), ``status`` and ``run_id`` are the record's;
+    ``record`` holds its other fields and ``tool_calls`` / ``reasonings`` its nested records.
+    ``wire`` is the list of AG-UI wire messages ``DefaultConversationStore.save`` was given
+    for this record, returned verbatim by ``load``; it is ``NULL`` for a record a run wrote or
+    changed, which ``load`` renders from the record. Positions are 0-based; gaps are allowed.
     """
 
     conversation = models.ForeignKey(
         StoredConversation, on_delete=models.CASCADE, related_name="message_rows"
     )
     position = models.PositiveIntegerField()
+    message_uuid = models.UUIDField(unique=True, editable=False)
     message_id = models.CharField(max_length=255, blank=True, default="")
     role = models.CharField(max_length=32, blank=True, default="")
-    data = models.JSONField(default=dict)
-    digest = models.CharField(max_length=64, blank=True, default="")
-    message_uuid = models.UUIDField(null=True, blank=True, editable=False)
     content = models.TextField(blank=True, default="")
-    record = models.JSONField(null=True, blank=True)
-    tool_calls = models.JSONField(null=True, blank=True)
-    reasonings = models.JSONField(null=True, blank=True)
+    record = models.JSONField(default=dict, blank=True)
+    tool_calls = models.JSONField(default=list, blank=True)
+    reasonings = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=16, blank=True, default="")
     run_id = models.CharField(max_length=255, blank=True, default="")
+    wire = models.JSONField(null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name = "message"
@@ -219,20 +199,8 @@ class StoredMessage(models.Model):
             models.UniqueConstraint(
                 fields=["conversation", "position"], name="dpa_store_message_position"
             ),
-            # Partial: wire rows (NULL uuid) cost no index entry on insert.
-            models.UniqueConstraint(
-                fields=["message_uuid"],
-                condition=models.Q(message_uuid__isnull=False),
-                name="dpa_store_message_uuid",
-            ),
         ]
-        indexes = [
-            models.Index(
-                fields=["run_id", "status"],
-                condition=models.Q(message_uuid__isnull=False),
-                name="dpa_store_msg_run_status",
-            )
-        ]
+        indexes = [models.Index(fields=["run_id", "status"], name="dpa_store_msg_run_status2")]
 
     def __str__(self) -> str:
         return f"{self.role or 'message'} #{self.position}"
