@@ -33,6 +33,7 @@ from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from pydantic_ai.agent import AbstractAgent
 
 from django_pydantic_agent.agui.access import AccessPolicy
+from django_pydantic_agent.agui.attachments import server_attachment_refs
 from django_pydantic_agent.agui.errors import (
     REDACTED_RUN_ERROR,
     REDACTED_SAVE_ERROR,
@@ -305,11 +306,12 @@ class RunEndpoint:
 
         Every refusal happens before streaming starts and is a JSON error: 429 (throttle),
         415 (not ``application/json``), 413 (body over ``body_limit()``), 400 (invalid
-        ``RunAgentInput`` or history, or a client tool shadowing a server tool, each logged as
-        one ``WARNING`` line), 403 (a persisting store refuses this caller) and 409 (the thread
-        is running another run, with ``concurrent_runs="reject"``; a run of this worker that
-        only stores its last writes after its stream ended is waited for instead). Afterwards,
-        failures are ``RUN_ERROR``, and every stream ends with ``RUN_FINISHED`` or ``RUN_ERROR``.
+        ``RunAgentInput`` or history, a client tool shadowing a server tool, or an attachment
+        reference that names no upload of the caller, each logged as one ``WARNING`` line), 403
+        (a persisting store refuses this caller) and 409 (the thread is running another run,
+        with ``concurrent_runs="reject"``; a run of this worker that only stores its last
+        writes after its stream ended is waited for instead). Afterwards, failures are
+        ``RUN_ERROR``, and every stream ends with ``RUN_FINISHED`` or ``RUN_ERROR``.
         """
         options = self._options
         refusal = await self._access.check_throttle(request)
@@ -325,6 +327,14 @@ class RunEndpoint:
         problem = history_problem(run_input) or clashing_tool_problem(self._agent, run_input)
         if problem is not None:
             return refuse_input(request, problem)
+        try:
+            run_input = await server_attachment_refs(
+                run_input, self._attachment_store, request=request
+            )
+        except RunInputError as exc:
+            return refuse_input(request, str(exc))
+        except StoreError as exc:
+            return store_refusal(exc, store="attachment")
         accept = request.headers.get("accept")
         try:
             build_adapter(

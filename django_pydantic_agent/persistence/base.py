@@ -23,11 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
+from asgiref.sync import sync_to_async
+
 # Re-exported from their old home; the tree lives in ``persistence.errors``.
 from django_pydantic_agent.persistence.errors import StoreDataError, StoreError, StoreLimitError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
     from datetime import datetime
 
     from django.core.files.uploadedfile import UploadedFile
@@ -46,10 +48,12 @@ __all__ = [
     "OpenedAttachment",
     "ProvidesRepositories",
     "ReportsPersistence",
+    "ResolvesAttachmentRefs",
     "StoreDataError",
     "StoreError",
     "StoreLimitError",
     "WrapsStore",
+    "attachment_refs",
     "check_limit",
     "is_persistent",
     "serves_anonymous",
@@ -249,6 +253,45 @@ class ProvidesRepositories(Protocol):
     ) -> tuple[ChatRepositoryLike, MessageRepositoryLike]:
         """Return the ``(ChatRepositoryLike, MessageRepositoryLike)`` pair for ``request``."""
         ...
+
+
+@runtime_checkable
+class ResolvesAttachmentRefs(Protocol):
+    """Optional: ``refs(ids, request=...)`` reads the refs of several attachments at once.
+
+    Owner-scoped like ``open``: the answer maps each id the owner has to its ``AttachmentRef``
+    and leaves out a missing or cross-owner id. Without it, ``attachment_refs`` opens each id
+    and closes it again. Read it with ``attachment_refs``.
+    """
+
+    async def refs(
+        self, attachment_ids: Sequence[str], *, request: HttpRequest
+    ) -> dict[str, AttachmentRef]:
+        """The owner's refs among ``attachment_ids``, by id."""
+        ...
+
+
+async def attachment_refs(
+    store: AttachmentStore, attachment_ids: Sequence[str], *, request: HttpRequest
+) -> dict[str, AttachmentRef]:
+    """The refs of the owner's attachments among ``attachment_ids`` (others are left out).
+
+    Uses the store's ``refs`` when it has one (``ResolvesAttachmentRefs``); otherwise opens
+    each id with ``open`` and closes its stream unread. Whatever the store raises propagates.
+    """
+    wanted = list(dict.fromkeys(attachment_ids))
+    if not wanted:
+        return {}
+    if isinstance(store, ResolvesAttachmentRefs):
+        found = await store.refs(wanted, request=request)
+        return {key: found[key] for key in wanted if key in found}
+    refs: dict[str, AttachmentRef] = {}
+    for attachment_id in wanted:
+        opened = await store.open(attachment_id, request=request)
+        if opened is not None:
+            await sync_to_async(opened.content.close)()
+            refs[attachment_id] = opened.ref
+    return refs
 
 
 def is_persistent(store: object) -> bool:

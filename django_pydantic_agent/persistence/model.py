@@ -29,7 +29,7 @@ from django_pydantic_agent.persistence.base import (
 from django_pydantic_agent.persistence.owner import resolve_owner_id
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from django.core.files.uploadedfile import UploadedFile
     from django.http import HttpRequest
@@ -201,6 +201,27 @@ class ModelAttachmentStore(_OwnerScoped, ABC):
     def _remove(self, attachment_id: str, owner_id: str) -> None:
         """Delete the owner's attachment; no-op when absent."""
 
+    def _refs(self, attachment_ids: Sequence[str], owner_id: str) -> dict[str, AttachmentRef]:
+        """The owner's refs among ``attachment_ids`` (default: ``_open`` each, then close it).
+
+        Override with one query when the metadata lives in a row.
+        """
+        found: dict[str, AttachmentRef] = {}
+        for attachment_id in attachment_ids:
+            opened = self._open(attachment_id, owner_id)
+            if opened is not None:
+                opened.content.close()
+                found[attachment_id] = opened.ref
+        return found
+
+    def _refs_sync(
+        self, attachment_ids: Sequence[str], request: HttpRequest
+    ) -> dict[str, AttachmentRef]:
+        owner_id = self._owner(request)
+        return _hook(
+            f"attachments {list(attachment_ids)!r}", self._refs, list(attachment_ids), owner_id
+        )
+
     def _save_sync(self, upload: UploadedFile[bytes], request: HttpRequest) -> AttachmentRef:
         owner_id = self._owner(request)
         return _hook(f"the upload {upload.name!r}", self._save, upload, owner_id)
@@ -224,3 +245,9 @@ class ModelAttachmentStore(_OwnerScoped, ABC):
     async def delete(self, attachment_id: str, *, request: HttpRequest) -> None:
         """Delete the owner's attachment ``attachment_id``; no-op when absent."""
         await sync_to_async(self._delete_sync)(attachment_id, request)
+
+    async def refs(
+        self, attachment_ids: Sequence[str], *, request: HttpRequest
+    ) -> dict[str, AttachmentRef]:
+        """The owner's refs among ``attachment_ids``, by id (one worker-thread hop)."""
+        return await sync_to_async(self._refs_sync)(attachment_ids, request)
