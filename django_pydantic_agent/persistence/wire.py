@@ -59,6 +59,7 @@ __all__ = [
     "BOOKKEEPING_KEY",
     "MANAGED_KEYS",
     "WireRecords",
+    "derived_uuid",
     "record_fingerprint",
     "records_to_wire",
     "wire_to_records",
@@ -363,6 +364,12 @@ def _text_and_parts(
     return (content if isinstance(content, str) else ""), None
 
 
+def derived_uuid(salt: str, index: int, wire: Mapping[str, Any]) -> uuid.UUID:
+    """The uuid ``wire_to_records`` gives the message at ``index`` that has no bookkeeping."""
+    key = f"{salt}\0{index}\0{wire.get('id')}\0{wire.get('role')}"
+    return uuid.uuid5(_WIRE_UUID_NAMESPACE, key)
+
+
 class _Reader:
     def __init__(
         self, chat_uuid: uuid.UUID, participant: str | None, salt: str, fingerprints: bool = True
@@ -380,8 +387,7 @@ class _Reader:
         self.sources: dict[uuid.UUID, list[dict[str, Any]]] = {}
 
     def fallback_uuid(self, index: int, wire: Mapping[str, Any]) -> uuid.UUID:
-        key = f"{self.salt}\0{index}\0{wire.get('id')}\0{wire.get('role')}"
-        return uuid.uuid5(_WIRE_UUID_NAMESPACE, key)
+        return derived_uuid(self.salt, index, wire)
 
     def add(self, message: Message, wire: Mapping[str, Any], index: int | None) -> None:
         sources: list[dict[str, Any]] = []

@@ -314,27 +314,9 @@ async def test_the_flush_points_of_an_undisturbed_run(
     assert [(c.tool_call_id, c.arguments) for c in stored[-1].tool_calls] == [("tc1", '{"q": 1}')]
 
 
-def _silent_final_orm(backend_name: str, point: str) -> list[Any]:
-    if backend_name == "orm" and point == "final":
-        return [
-            pytest.mark.xfail(
-                strict=True,
-                reason="contrib.store's OrmMessageRepository applies a scope whose thread is "
-                "gone as a silent no-op (_apply_sync sets state.deleted and drops the batch), "
-                "so a delete just before the final flush is never noticed and no INFO line is "
-                "logged; it should raise ChatNotFoundError there.",
-            )
-        ]
-    return []
-
-
 @pytest.mark.parametrize(
     ("backend_name", "point"),
-    [
-        pytest.param(name, point, marks=_silent_final_orm(name, point), id=f"{name}-{point}")
-        for name in BACKENDS
-        for point in POINTS
-    ],
+    [pytest.param(name, point, id=f"{name}-{point}") for name in BACKENDS for point in POINTS],
 )
 async def test_a_thread_deleted_at_a_flush_point_ends_the_run_quietly(
     make_backend: Callable[[str], Awaitable[Backend]],

@@ -243,7 +243,7 @@ async def read(written: dict[str, Any]) -> dict[str, Any]:
             {"path": entry["path"], "content": file.content, "version": file.version}
         )
 
-    # The migrated rows keep working: an append diffs by digest (one INSERT, no rewrite), a
+    # The migrated rows keep working: an append compares rows (one INSERT, no rewrite), a
     # re-upload of known bytes reuses the blob, a compare-and-set write takes the old version.
     owner = written["owners"][0]
     request = await sync_to_async(request_for)(owner)
@@ -255,6 +255,14 @@ async def read(written: dict[str, Any]) -> dict[str, Any]:
             .order_by("position")
             .values_list("pk", "position")
         )
+
+    def saved_wire() -> list[Any]:
+        rows = StoredMessage.objects.filter(conversation__thread_id=thread_id)
+        return [
+            item
+            for wire in rows.order_by("position").values_list("wire", flat=True)
+            for item in wire
+        ]
 
     before = await sync_to_async(message_rows)()
     messages = owner["conversations"][thread_id] + [
@@ -296,6 +304,9 @@ async def read(written: dict[str, Any]) -> dict[str, Any]:
         "kept_row_pks": before == after[: len(before)],
         "rows": len(after),
         "messages_after_append": len(reloaded.messages),
+        "appended_loads_verbatim": reloaded.messages == messages,
+        "appended": messages,
+        "saved_wire": await sync_to_async(saved_wire)(),
         "reupload_blob": await sync_to_async(blob_of)(ref.id),
         "memory_write_existed": mutation.existed,
     }

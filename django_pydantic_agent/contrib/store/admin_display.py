@@ -137,15 +137,14 @@ def _part(part: Mapping[str, Any]) -> str:
 
 
 def _attachments(record: Mapping[str, Any]) -> list[str]:
-    names = []
-    for key in ("wire_extra", "wire_extras"):
-        extra = record.get(key)
-        if not isinstance(extra, Mapping):
-            continue
-        for item in _mappings(extra.get("attachments")):
-            name = _text(item.get("name")) or _text(item.get("id")) or "attachment"
-            mime = _text(item.get("mime") or item.get("mimeType"))
-            names.append(f"{name} ({mime})" if mime else name)
+    names: list[str] = []
+    extra = record.get("wire_extra")
+    if not isinstance(extra, Mapping):
+        return names
+    for item in _mappings(extra.get("attachments")):
+        name = _text(item.get("name")) or _text(item.get("id")) or "attachment"
+        mime = _text(item.get("mime") or item.get("mimeType"))
+        names.append(f"{name} ({mime})" if mime else name)
     return names
 
 

@@ -489,7 +489,12 @@ class OrmMessageRepository(NestedRecordWrites):
         return pending
 
     def _apply_sync(self, batch: list[_Pending]) -> None:
-        """Write one scope's changes in one transaction (the thread rows locked first)."""
+        """Write one scope's changes in one transaction (the thread rows locked first).
+
+        Raises:
+            ChatNotFoundError: When a thread of the scope was deleted meanwhile (its writes
+                are dropped; those of the other threads are committed).
+        """
         from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 
         states = {p.chat_uuid: self.chats._states[p.chat_uuid] for p in batch}
@@ -556,6 +561,9 @@ class OrmMessageRepository(NestedRecordWrites):
                     if not state.deleted:
                         rows = StoredConversation.objects.filter(pk=state.pk)
                         rows.update(**touches[state.chat_uuid])
+        gone = [state.chat_uuid for state in states.values() if state.deleted]
+        if gone:  # what was written for the live threads is committed; these stay deleted
+            raise ChatNotFoundError(gone[0])
 
     def _link_attachments_sync(self, states: dict[UUID, _ChatState], live: list[_Pending]) -> None:
         """Link the attachments the written records quote to their threads, as ``save`` does.

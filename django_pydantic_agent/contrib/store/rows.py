@@ -27,6 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from django.db import connections
+
 from django_pydantic_agent.chat_history.records import (
     WIRE_CONTEXT,
     Message,
@@ -36,11 +38,17 @@ from django_pydantic_agent.chat_history.records import (
     nested_record_class,
 )
 from django_pydantic_agent.persistence.derive import message_text
-from django_pydantic_agent.persistence.wire import records_to_wire, wire_to_records
+from django_pydantic_agent.persistence.wire import (
+    MANAGED_KEYS,
+    derived_uuid,
+    records_to_wire,
+    wire_to_records,
+)
 
 __all__ = [
     "RECORD_COLUMNS",
     "SavedRecord",
+    "insert",
     "new_row",
     "record_columns",
     "record_of",
@@ -97,6 +105,54 @@ def new_row(
     )
 
 
+_INSERTED: Final[tuple[str, ...]] = ("conversation_id", "position", "message_uuid", "wire")
+_FIELD: Final[dict[str, str]] = {"conversation_id": "conversation"}
+
+
+def insert(model: Any, rows: Sequence[tuple[int, int, SavedRecord]], *, using: str) -> None:
+    """Insert ``(conversation_id, position, saved)`` rows of ``model`` in one statement.
+
+    One ``executemany`` of a plain ``INSERT``, values prepared by each field as the ORM
+    prepares them: ``bulk_create`` spent most of a 1,000-message first save building the SQL
+    of its batches (about 100 ms of 150 ms on SQLite, docs/benchmarks.md).
+    """
+    if not rows:
+        return
+    connection = connections[using]
+    names = (*_INSERTED, *RECORD_COLUMNS)
+    fields = [model._meta.get_field(_FIELD.get(name, name)) for name in names]
+    # Columns this shape does not fill (a historical model's) take their defaults.
+    others = [f for f in model._meta.concrete_fields if not f.primary_key and f not in fields]
+    defaults = [f.get_db_prep_save(f.get_default(), connection) for f in others]
+    fields += others
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    table = connection.ops.quote_name(model._meta.db_table)
+    sql = f"INSERT INTO {table} ({columns}) VALUES ({marks})"
+    # Only UUID and JSON values need the field's preparation; an empty list is prepared once.
+    preps = [
+        f.get_db_prep_save if f.get_internal_type() in ("UUIDField", "JSONField") else None
+        for f in fields
+    ]
+    empty = [
+        f.get_db_prep_save([], connection) if f.get_internal_type() == "JSONField" else None
+        for f in fields
+    ]
+    params = []
+    for conversation_id, position, saved in rows:
+        values = (conversation_id, position, saved.message_uuid, saved.wire)
+        values += tuple(saved.columns[name] for name in RECORD_COLUMNS)
+        params.append(
+            [
+                v if prep is None else none if none is not None and v == [] else prep(v, connection)
+                for prep, none, v in zip(preps, empty, values, strict=False)
+            ]
+            + defaults
+        )
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
 def record_of(message_class: type[Message], row: Any, chat_uuid: uuid.UUID) -> Message:
     """The record ``row`` (a ``StoredMessage``) holds, as ``message_class`` (the caller's)."""
     calls = nested_record_class(message_class, "tool_calls")
@@ -123,12 +179,78 @@ def record_of(message_class: type[Message], row: Any, chat_uuid: uuid.UUID) -> M
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SavedRecord:
-    """One record of a saved list and the wire messages it was read from, verbatim."""
+    """One record of a saved list (its uuid and row columns) and its wire messages, verbatim."""
 
-    message: Message
+    message_uuid: uuid.UUID
+    columns: dict[str, Any]
+    """The row's ``RECORD_COLUMNS``."""
     wire: list[Any]
     index: int
     """The position of the first of those messages in the whole list."""
+
+    @classmethod
+    def of(cls, message: Message, wire: list[Any], index: int) -> SavedRecord:
+        return cls(
+            message_uuid=message.message_uuid,
+            columns=record_columns(message),
+            wire=wire,
+            index=index,
+        )
+
+
+# A plain message (a string ``id``, a user/assistant/system/developer ``role``, a string
+# ``content`` and only keys the reader keeps as ``wire_extra``) is read into the same record
+# every time but for its id, text, extra keys and uuid: its columns are a template's with those
+# filled in, without building and dumping a ``Message`` (about 45 of the 70 ms a 1,000-message
+# first save spent reading; docs/benchmarks.md). ``test_rows_property`` holds the template to
+# what the reader gives.
+_PLAIN_ROLES: Final[frozenset[str]] = frozenset({"user", "assistant", "system", "developer"})
+_PLAIN_KEYS: Final[frozenset[str]] = frozenset({"id", "role", "content"})
+_templates: dict[str, dict[str, Any]] = {}
+
+
+def _plain(value: Any) -> bool:
+    return (
+        type(value) is dict
+        and value.get("role") in _PLAIN_ROLES
+        and type(value.get("id")) is str
+        and type(value.get("content")) is str
+        and not any(k in MANAGED_KEYS for k in value.keys() - _PLAIN_KEYS)
+    )
+
+
+def _template(role: str) -> dict[str, Any]:
+    template = _templates.get(role)
+    if template is None:
+        sample = {"id": "", "role": role, "content": ""}
+        [message] = wire_to_records([sample], chat_uuid=uuid.UUID(int=0)).messages
+        template = _templates[role] = record_columns(message)
+    return template
+
+
+def _plain_record(
+    value: dict[str, Any], chat_uuid: uuid.UUID, salt: str, index: int
+) -> SavedRecord:
+    template = _template(value["role"])
+    wire_id = value["id"]
+    extra = {k: v for k, v in value.items() if k not in _PLAIN_KEYS}
+    record = {
+        **template["record"],
+        "agui_id": wire_id,
+        # As model_dump(mode="json") writes them (tuples become lists).
+        "wire_extra": json.loads(json.dumps(extra)) if extra else None,
+    }
+    return SavedRecord(
+        message_uuid=_derived(chat_uuid, derived_uuid(salt, index, value), index),
+        columns={
+            **template,
+            "message_id": wire_id[:_MAX_KEY],
+            "content": value["content"],
+            "record": record,
+        },
+        wire=[value],
+        index=index,
+    )
 
 
 def _derived(chat_uuid: uuid.UUID, value: uuid.UUID, index: int) -> uuid.UUID:
@@ -172,6 +294,11 @@ def _read(
     messages: Sequence[Any], chat_uuid: uuid.UUID, salt: str, start: int, exact: bool
 ) -> list[SavedRecord] | None:
     """The records of ``messages`` as one reading, or ``None`` if it is not exact."""
+    if all(_plain(value) for value in messages):
+        return [
+            _plain_record(value, chat_uuid, salt, start + offset)
+            for offset, value in enumerate(messages)
+        ]
     read = wire_to_records(
         messages, chat_uuid=chat_uuid, salt=salt, start=start, fingerprints=False
     )
@@ -182,9 +309,7 @@ def _read(
     for m in read.messages:
         indices = read.indices[m.message_uuid]
         wire = [messages[i - start] for i in indices]
-        saved.append(
-            SavedRecord(message=_rekey(m, chat_uuid, indices[0]), wire=wire, index=indices[0])
-        )
+        saved.append(SavedRecord.of(_rekey(m, chat_uuid, indices[0]), wire, indices[0]))
     return saved
 
 
@@ -198,9 +323,7 @@ def _one_by_one(
         if one is not None and len(one) == 1:
             saved.extend(one)
         else:
-            saved.append(
-                SavedRecord(message=_unreadable(value, chat_uuid, index), wire=[value], index=index)
-            )
+            saved.append(SavedRecord.of(_unreadable(value, chat_uuid, index), [value], index))
     return saved
 
 
@@ -247,7 +370,7 @@ def render(message: Message) -> list[dict[str, Any]]:
 
 def wire_text(texts: Iterable[str]) -> str:
     """One JSON array of the wire messages of rows whose ``wire`` is given as JSON text."""
-    return "[" + ",".join(t.strip()[1:-1] for t in texts if t.strip() != "[]") + "]"
+    return "[" + ",".join(filter(None, (text[1:-1] for text in texts))) + "]"
 
 
 def wire_json(wire: list[Any]) -> str:

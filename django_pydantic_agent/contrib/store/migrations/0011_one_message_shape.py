@@ -45,7 +45,7 @@ def _text(value: Any, limit: int) -> str:
 
 
 def to_record_rows(apps: Any, schema_editor: Any) -> None:
-    from django_pydantic_agent.contrib.store.rows import new_row, saved_records
+    from django_pydantic_agent.contrib.store.rows import insert, saved_records
 
     alias = schema_editor.connection.alias
     conversation = apps.get_model(APP_LABEL, "StoredConversation")
@@ -64,13 +64,10 @@ def to_record_rows(apps: Any, schema_editor: Any) -> None:
                 saved = saved_records(
                     [data for _, data in wire_rows], chat_uuid=chat_uuid, salt=thread_id
                 )
-                positions = {index: position for index, (position, _) in enumerate(wire_rows)}
-                first = 0
-                for item in saved or []:
-                    inserts.append(new_row(message, pk, positions[first], item.message, item.wire))
-                    first += len(item.wire)
+                positions = [position for position, _ in wire_rows]
+                inserts.extend((pk, positions[item.index], item) for item in saved or [])
             rows.filter(conversation_id__in=pks, message_uuid__isnull=True).delete()
-            rows.bulk_create(inserts, batch_size=BATCH_ROWS)
+            insert(message, inserts, using=alias)
             # What the last save() stored no longer describes the rows: the next one compares.
             threads.update(save_state="")
     legacy = rows.filter(record__has_key=_LEGACY_EXTRAS)
