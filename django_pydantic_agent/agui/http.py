@@ -1,16 +1,19 @@
 """HTTP plumbing shared by the AG-UI routes: JSON bodies, body caps, refusals and backend errors.
 
-Each route answers in JSON whatever goes wrong before a stream starts. Four helpers here make
+Each route answers in JSON whatever goes wrong before a stream starts. Three helpers here make
 that uniform: ``read_json_body`` reads an ``application/json`` body without ever reading more than
 the route's cap, ``refuse_input`` answers a 400 and logs it as one ``WARNING`` line, and
-``database_error_response`` (a ``DatabaseError``) and ``memory_service_error_response`` (a
-``DRMemoryServiceError``) answer a 503 (lock, timeout, outage or rate limit, with
-``Retry-After``) or a 500, logged once with the detail, which the client never sees.
+``backend_error_response`` answers a ``DatabaseError`` or a ``DRMemoryServiceError`` with a 503
+(lock, timeout, outage or rate limit, with ``Retry-After``) or a 500, logged once with the
+detail, which the client never sees.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
 
 from django.conf import settings
 from django.db import DatabaseError, OperationalError
@@ -23,22 +26,22 @@ from django_pydantic_agent.memory_service import (
 )
 
 __all__ = [
+    "BACKEND_ERRORS",
     "DATABASE_BUSY",
     "DATABASE_FAILED",
     "DEFAULT_MAX_BODY_BYTES",
     "MEMORY_SERVICE_BUSY",
     "MEMORY_SERVICE_FAILED",
     "RETRY_AFTER_SECONDS",
+    "backend_error_response",
     "binary_size",
     "body_too_big_response",
-    "database_error_response",
     "declared_length",
     "describe_size",
     "error_response",
     "is_json_request",
     "is_transient_database_error",
     "json_body_limit",
-    "memory_service_error_response",
     "not_json_response",
     "read_json_body",
     "refuse_input",
@@ -193,28 +196,16 @@ def is_transient_database_error(exc: BaseException) -> bool:
     return any(message in text for message in _TRANSIENT_MESSAGES)
 
 
-def database_error_response(request: HttpRequest, exc: DatabaseError) -> JsonResponse:
-    """The JSON answer to a database error raised while serving ``request``, logged once.
+@dataclass(frozen=True, kw_only=True)
+class _Backend:
+    """How one backend's errors are answered: its name in the log, which of its errors are
+    worth retrying, the two messages, and the ``Retry-After`` of a retry."""
 
-    A lock or timeout (``is_transient_database_error``) is a 503 with ``Retry-After`` and a
-    ``WARNING``; any other database error is a 500 and an ``ERROR``. Both log the exception
-    with its traceback on the ``django_pydantic_agent.agui`` logger; the client sees neither.
-    """
-    transient = is_transient_database_error(exc)
-    logger.log(
-        logging.WARNING if transient else logging.ERROR,
-        "%s %s failed with a database error%s.",
-        request.method,
-        _logged_path(request),
-        "; answered 503 so the client retries" if transient else "",
-        exc_info=exc,
-    )
-    if transient:
-        response = error_response(503, DATABASE_BUSY, Retry_After=str(RETRY_AFTER_SECONDS))
-    else:
-        response = error_response(500, DATABASE_FAILED)
-    response._has_been_logged = True  # type: ignore[attr-defined]
-    return response
+    name: str
+    transient: Callable[[Any], bool]
+    busy: str
+    failed: str
+    retry_after: Callable[[Any], object] = lambda exc: RETRY_AFTER_SECONDS
 
 
 def _transient_memory_service_error(exc: DRMemoryServiceError) -> bool:
@@ -223,27 +214,50 @@ def _transient_memory_service_error(exc: DRMemoryServiceError) -> bool:
     return exc.status_code in (502, 503, 504)
 
 
-def memory_service_error_response(request: HttpRequest, exc: DRMemoryServiceError) -> JsonResponse:
-    """The JSON answer to a Memory Service error raised while serving ``request``, logged once.
+_DATABASE = _Backend(
+    name="a database error",
+    transient=is_transient_database_error,
+    busy=DATABASE_BUSY,
+    failed=DATABASE_FAILED,
+)
+_MEMORY_SERVICE = _Backend(
+    name="a Memory Service error",
+    transient=_transient_memory_service_error,
+    busy=MEMORY_SERVICE_BUSY,
+    failed=MEMORY_SERVICE_FAILED,
+    # The service's own wait for a 429, else ours.
+    retry_after=lambda exc: getattr(exc, "retry_after", None) or RETRY_AFTER_SECONDS,
+)
 
-    An outage, a timeout or a rate limit (no response, 429, 502-504) is a 503 with
-    ``Retry-After`` (the service's own for a 429, else ``RETRY_AFTER_SECONDS``) and a
-    ``WARNING``; any other error is a 500 and an ``ERROR``. Both log the exception with its
-    traceback; the client sees neither.
+#: The backend errors every route answers as JSON (``backend_error_response``).
+BACKEND_ERRORS: Final = (DatabaseError, DRMemoryServiceError)
+
+
+def backend_error_response(
+    request: HttpRequest, exc: DatabaseError | DRMemoryServiceError
+) -> JsonResponse:
+    """The JSON answer to a backend error raised while serving ``request``, logged once.
+
+    A transient error is a 503 with ``Retry-After`` and a ``WARNING``: for the database a lock
+    or timeout (``is_transient_database_error``), for the Memory Service an outage, a timeout or
+    a rate limit (no response, 429, 502-504; ``Retry-After`` is the service's own for a 429).
+    Any other error is a 500 and an ``ERROR``. Both log the exception with its traceback on the
+    ``django_pydantic_agent.agui`` logger; the client sees neither.
     """
-    transient = _transient_memory_service_error(exc)
+    backend = _DATABASE if isinstance(exc, DatabaseError) else _MEMORY_SERVICE
+    transient = backend.transient(exc)
     logger.log(
         logging.WARNING if transient else logging.ERROR,
-        "%s %s failed with a Memory Service error%s.",
+        "%s %s failed with %s%s.",
         request.method,
         _logged_path(request),
+        backend.name,
         "; answered 503 so the client retries" if transient else "",
         exc_info=exc,
     )
     if transient:
-        wait = getattr(exc, "retry_after", None) or RETRY_AFTER_SECONDS
-        response = error_response(503, MEMORY_SERVICE_BUSY, Retry_After=str(wait))
+        response = error_response(503, backend.busy, Retry_After=str(backend.retry_after(exc)))
     else:
-        response = error_response(500, MEMORY_SERVICE_FAILED)
+        response = error_response(500, backend.failed)
     response._has_been_logged = True  # type: ignore[attr-defined]
     return response

@@ -14,19 +14,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
 from asgiref.sync import markcoroutinefunction, sync_to_async
-from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
 from django_pydantic_agent.agui.access import UNSAFE_METHODS, AccessPolicy
 from django_pydantic_agent.agui.http import (
+    BACKEND_ERRORS,
+    backend_error_response,
     body_too_big_response,
-    database_error_response,
     declared_length,
     error_response,
-    memory_service_error_response,
 )
 from django_pydantic_agent.agui.ids import is_valid_id
-from django_pydantic_agent.memory_service import DRMemoryServiceError
 
 __all__ = ["ABANDONED_HOOK", "AGUIView", "Handler"]
 
@@ -145,10 +143,8 @@ class AGUIView:
     async def _respond(self, request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
         try:
             response = await self._dispatch(request, **kwargs)
-        except DatabaseError as exc:
-            response = database_error_response(request, exc)
-        except DRMemoryServiceError as exc:
-            response = memory_service_error_response(request, exc)
+        except BACKEND_ERRORS as exc:
+            response = backend_error_response(request, exc)
         if not isinstance(response, StreamingHttpResponse) and not response.has_header(
             "Cache-Control"
         ):

@@ -154,11 +154,11 @@ async def test_a_memory_service_outage_is_a_json_503_never_a_500(
 def test_any_other_memory_service_error_is_a_json_500_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from django_pydantic_agent.agui.http import MEMORY_SERVICE_FAILED, memory_service_error_response
+    from django_pydantic_agent.agui.http import MEMORY_SERVICE_FAILED, backend_error_response
     from django_pydantic_agent.memory_service import DRMemoryBadRequestError
 
     error = DRMemoryBadRequestError("bad participant s3cr3t", 400)
-    response = memory_service_error_response(RequestFactory().get("/agent/threads/"), error)
+    response = backend_error_response(RequestFactory().get("/agent/threads/"), error)
     assert response.status_code == 500
     assert json.loads(response.content) == {"error": MEMORY_SERVICE_FAILED}
     [record] = [r for r in caplog.records if "Memory Service error" in r.message]
