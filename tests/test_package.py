@@ -62,8 +62,9 @@ def _exported_all(package: str) -> list[str] | None:
 
 
 PACKAGES = _packages()
-# ``models`` packages need the app registry by design; every other package must import bare.
-IMPORTABLE = [name for name in PACKAGES if name.rsplit(".", 1)[-1] != "models"]
+# ``models`` and ``admin`` packages (the admin registers models) need the app registry by
+# design; every other package must import bare.
+IMPORTABLE = [name for name in PACKAGES if name.rsplit(".", 1)[-1] not in {"models", "admin"}]
 # Namespace-only packages (``contrib``, ``management``) declare no ``__all__``; that is fine.
 EXPORTING = [name for name in PACKAGES if _exported_all(name) is not None]
 

@@ -18,6 +18,7 @@ __all__ = [
     "derive_preview",
     "derive_title",
     "message_text",
+    "normalize_title",
 ]
 
 DEFAULT_TITLE = "New conversation"
@@ -61,6 +62,12 @@ def message_text(message: Any) -> str:
             if isinstance(text, str):
                 texts.append(text)
     return _collapse(" ".join(texts))
+
+
+def normalize_title(title: Any, limit: int | None = None) -> str:
+    """``title`` as a store keeps a name: whitespace collapsed, NUL dropped (PostgreSQL's text
+    cannot hold it), at most ``limit`` characters."""
+    return _collapse(str(title).replace("\x00", ""))[:limit]
 
 
 def derive_title(messages: Iterable[Any]) -> str:

@@ -61,7 +61,14 @@ from django_pydantic_agent.chat_history.records import (
 )
 from django_pydantic_agent.chat_history.repositories import NestedRecordWrites
 from django_pydantic_agent.contrib.store import rows as rows_
+from django_pydantic_agent.contrib.store.deletion import delete_conversations
+from django_pydantic_agent.contrib.store.links import (
+    attachment_ids_in,
+    reconcile_conversation_attachments,
+)
+from django_pydantic_agent.contrib.store.quotas import MAX_KEY, lock_owner, refuse_new_thread
 from django_pydantic_agent.persistence import derive_preview
+from django_pydantic_agent.persistence.derive import normalize_title
 from django_pydantic_agent.persistence.owner import owner_user_uuid
 
 if TYPE_CHECKING:
@@ -78,8 +85,6 @@ logger = logging.getLogger("django_pydantic_agent.contrib.store")
 
 OWNER_NAMESPACE: Final[UUID] = UUID("6f1c2f0e-5a43-4f0e-9d38-2f5b8a1c7e11")
 """The uuid5 namespace of the ids derived for wire rows."""
-
-_MAX_KEY = 255
 
 
 def owner_uuid(owner_id: str) -> UUID:
@@ -214,12 +219,11 @@ class OrmChatRepository:
 
     def _create_sync(self, chat_data: ChatCreate) -> Chat:
         from django_pydantic_agent.contrib.store.models import StoredConversation
-        from django_pydantic_agent.contrib.store.stores import _lock_owner, _refuse_new_thread
 
         thread_id, user = chat_data.thread_id, chat_data.user_uuid
-        if not thread_id or user is None or len(thread_id) > _MAX_KEY:
+        if not thread_id or user is None or len(thread_id) > MAX_KEY:
             raise ValueError(
-                f"create_chat needs a thread_id of 1 to {_MAX_KEY} characters and a user_uuid, "
+                f"create_chat needs a thread_id of 1 to {MAX_KEY} characters and a user_uuid, "
                 f"got thread_id={thread_id!r} and user_uuid={user!r}."
             )
         owner = self._owner_for(user)
@@ -231,17 +235,17 @@ class OrmChatRepository:
         found = self._rows().filter(owner_id=owner, thread_id=thread_id).first()
         if found is not None:
             return self._remember(found, found.top)
-        title = " ".join(chat_data.name.replace("\x00", "").split())[:_MAX_KEY]
+        title = normalize_title(chat_data.name, MAX_KEY)
         with transaction.atomic():
             limit = self.max_threads_per_owner
             if limit is not None:
-                _lock_owner("threads", owner)
+                lock_owner("threads", owner)
                 existing = StoredConversation.objects.filter(
                     owner_id=owner, thread_id=thread_id
                 ).first()
                 if existing is not None:
                     return self._remember(existing, None)
-                _refuse_new_thread(owner, limit)
+                refuse_new_thread(owner, limit)
             try:
                 with transaction.atomic():
                     row = StoredConversation.objects.create(
@@ -255,10 +259,9 @@ class OrmChatRepository:
         return self._remember(row, None)
 
     def _refuse_over_quota_sync(self, owner: str, thread_id: str, limit: int) -> None:
-        from django_pydantic_agent.contrib.store.stores import _refuse_new_thread
 
         if not self._rows().filter(owner_id=owner, thread_id=thread_id).exists():
-            _refuse_new_thread(owner, limit)
+            refuse_new_thread(owner, limit)
 
     async def refuse_over_quota(self, thread_id: str) -> None:
         """Raise ``StoreLimitError`` if a run on ``thread_id`` would create a thread over quota.
@@ -283,7 +286,7 @@ class OrmChatRepository:
 
     def _by_thread_sync(self, user_uuid: UUID, thread_id: str) -> Chat | None:
         owner = self._owner_for(user_uuid)
-        if owner is None or len(thread_id) > _MAX_KEY:
+        if owner is None or len(thread_id) > MAX_KEY:
             return None
         row = self._rows().filter(owner_id=owner, thread_id=thread_id).first()
         return None if row is None else self._remember(row, row.top)
@@ -306,7 +309,7 @@ class OrmChatRepository:
         return await sync_to_async(self._all_sync)(user_uuid)
 
     def _rename_sync(self, chat_uuid: UUID, name: str) -> Chat | None:
-        title = " ".join(str(name).replace("\x00", "").split())[:_MAX_KEY]
+        title = normalize_title(name, MAX_KEY)
         rows = self._plain().filter(chat_uuid=chat_uuid)
         if not rows.update(title=title):
             return None
@@ -318,7 +321,6 @@ class OrmChatRepository:
         return await sync_to_async(self._rename_sync)(chat_uuid, name)
 
     def _delete_sync(self, chat_uuid: UUID) -> Chat | None:
-        from django_pydantic_agent.contrib.store.lifecycle import delete_conversations
         from django_pydantic_agent.contrib.store.models import StoredConversation
 
         row = self._rows().filter(chat_uuid=chat_uuid).first()
@@ -571,10 +573,6 @@ class OrmMessageRepository(NestedRecordWrites):
         Only threads a written record quotes an attachment in are reconciled (against every
         row of the thread), so ``agent_store_prune_attachments`` keeps the files.
         """
-        from django_pydantic_agent.contrib.store.lifecycle import (
-            attachment_ids_in,
-            reconcile_conversation_attachments,
-        )
         from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 
         quoting = {

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from django_pydantic_agent.contrib.store.admin_display import (
+from django_pydantic_agent.contrib.store.admin.display import (
     TokenTotals,
     run_duration,
     token_totals,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django_pydantic_agent.contrib.store.lifecycle import (
+from django_pydantic_agent.contrib.store.deletion import (
     delete_attachments,
     preview_attachment_deletion,
 )

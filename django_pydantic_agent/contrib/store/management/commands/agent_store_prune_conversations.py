@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from django_pydantic_agent.contrib.store.lifecycle import delete_conversations
+from django_pydantic_agent.contrib.store.deletion import delete_conversations
 from django_pydantic_agent.contrib.store.management.commands._common import StoreCommand
 from django_pydantic_agent.contrib.store.models import StoredConversation
 

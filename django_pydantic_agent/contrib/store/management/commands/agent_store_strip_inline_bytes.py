@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db import transaction
 
-from django_pydantic_agent.contrib.store.lifecycle import strip_inline_binary_parts
+from django_pydantic_agent.contrib.store.links import strip_inline_binary_parts
 from django_pydantic_agent.contrib.store.management.commands._common import StoreCommand
 from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 

@@ -24,7 +24,7 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from django_pydantic_agent.contrib.store.admin import (
+from django_pydantic_agent.contrib.store.admin.owners import (
     OwnerColumnMixin,
     owner_label,
     users_by_owner_id,
