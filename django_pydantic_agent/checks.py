@@ -20,8 +20,9 @@ Both cache checks are silenced for a single-process deployment with
 
 Mounted stores are found by walking the URLconf for views carrying an ``agui_server``
 attribute (what ``AGUIServer.urls`` mounts) and reading the server's ``conversation_store``
-and ``attachment_store``; wrappers exposing ``inner`` (``ScopedConversationStore``) are
-unwrapped.
+and ``attachment_store``. Each store checks itself (``check(**kwargs)``, the
+``persistence.ChecksItself`` capability, Django's ``Field.check()`` habit): this module knows
+no store. A wrapper (``ScopedConversationStore``) forwards to the store it wraps.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.urls import URLPattern, URLResolver, get_resolver
-from django.utils.module_loading import import_string
 
-from django_pydantic_agent.persistence.base import wrapped_stores
+from django_pydantic_agent.persistence.base import store_checks, wrapped_stores
+from django_pydantic_agent.persistence.session import SESSION_MIDDLEWARE_CHECK_ID
 
 __all__ = [
     "E001",
@@ -52,12 +53,11 @@ __all__ = [
 
 E001 = "django_pydantic_agent.E001"
 E002 = "django_pydantic_agent.E002"
-E003 = "django_pydantic_agent.E003"
+E003 = SESSION_MIDDLEWARE_CHECK_ID
 E004 = "django_pydantic_agent.E004"
 W001 = "django_pydantic_agent.W001"
 
 _STORE_APP = "django_pydantic_agent.contrib.store"
-_SESSION_MIDDLEWARE = "django.contrib.sessions.middleware.SessionMiddleware"
 _ATTACHMENT_ALIAS = "django_pydantic_agent_attachments"
 
 
@@ -109,56 +109,49 @@ def mounted_stores() -> list[Any]:
     return list(stores.values())
 
 
-def _has_session_middleware() -> bool:
-    from django.contrib.sessions.middleware import SessionMiddleware
-
-    for path in settings.MIDDLEWARE:
-        try:
-            middleware = import_string(path)
-        except ImportError:
-            continue  # Django's own checks report unimportable middleware
-        if isinstance(middleware, type) and issubclass(middleware, SessionMiddleware):
-            return True
-    return False
+def _as_mounted() -> list[Any]:
+    """Every store the URLconf's AG-UI servers were given, once each, in URL order."""
+    stores: dict[int, Any] = {}
+    for server in mounted_servers():
+        for attribute in ("conversation_store", "attachment_store"):
+            store = getattr(server, attribute, None)
+            if store is not None:
+                stores.setdefault(id(store), store)
+    return list(stores.values())
 
 
 def _needs_store_app(store: object) -> bool:
     """Whether ``store`` is (or subclasses) a class of ``contrib.store``, hence needs its tables.
 
-    Read from the class hierarchy's module names: the base app imports nothing from
-    ``contrib`` (DESIGN §2), so it cannot ``isinstance`` against the ``Default*`` stores.
+    Transitional: read from the class hierarchy's module names until ``contrib.store``'s own
+    stores report E001 themselves (``contrib.store.checks``); the base app imports nothing from
+    ``contrib`` (DESIGN §2).
     """
     return any(klass.__module__.startswith(f"{_STORE_APP}.") for klass in type(store).__mro__)
 
 
 def check_mounted_stores(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """E001 and E003: stores mounted in the URLconf whose requirements are not installed."""
-    from django_pydantic_agent.persistence import DjangoSessionConversationStore
+    """What each store mounted in the URLconf reports about itself (E001, E003, ...).
 
-    errors: list[checks.CheckMessage] = []
+    A message reported twice (one store mounted under two wrappers) is kept once.
+    """
+    found: list[checks.CheckMessage] = []
     for store in mounted_stores():
-        name = type(store).__name__
         if _needs_store_app(store) and not apps.is_installed(_STORE_APP):
-            errors.append(
+            found.append(
                 checks.Error(
-                    f"{name} is mounted, but {_STORE_APP!r} is not in INSTALLED_APPS, so its "
-                    "tables do not exist.",
+                    f"{type(store).__name__} is mounted, but {_STORE_APP!r} is not in "
+                    "INSTALLED_APPS, so its tables do not exist.",
                     hint=f"Add {_STORE_APP!r} to INSTALLED_APPS and run migrate.",
                     obj=store,
                     id=E001,
                 )
             )
-        if isinstance(store, DjangoSessionConversationStore) and not _has_session_middleware():
-            errors.append(
-                checks.Error(
-                    f"{name} is mounted, but no SessionMiddleware is in MIDDLEWARE, so "
-                    "requests have no session to keep conversations in.",
-                    hint=f"Add {_SESSION_MIDDLEWARE!r} to MIDDLEWARE.",
-                    obj=store,
-                    id=E003,
-                )
-            )
-    return errors
+    for store in _as_mounted():
+        for message in store_checks(store, **kwargs):
+            if message not in found:
+                found.append(message)
+    return found
 
 
 def check_attachment_storage(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:

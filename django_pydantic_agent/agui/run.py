@@ -78,6 +78,8 @@ from django_pydantic_agent.persistence import (
     ConversationStore,
     StoreError,
     is_persistent,
+    refuse_over_quota,
+    repository_user_uuid,
     resolve_owner_id,
     serves_anonymous,
 )
@@ -247,8 +249,8 @@ class RunEndpoint:
         Raises the store's ``StoreError`` (an anonymous caller it refuses, for example).
         """
         chat_repo, message_repo = await repositories_for(self._store, request=request)
-        user_uuid = getattr(chat_repo, "user_uuid", None)
-        if not isinstance(user_uuid, uuid.UUID):
+        user_uuid = repository_user_uuid(chat_repo)
+        if user_uuid is None:
             owner_id = await self.owner_id(request)
             user_uuid = owner_user_uuid(owner_id)
         return chat_repo, message_repo, user_uuid
@@ -361,9 +363,7 @@ class RunEndpoint:
             chat_repo, message_repo, user_uuid = await self.repositories(request)
             # A repository that can tell a run would create a thread over quota says so now,
             # as a 413, rather than in a RUN_ERROR once streaming started.
-            refuse_over_quota = getattr(chat_repo, "refuse_over_quota", None)
-            if refuse_over_quota is not None:
-                await refuse_over_quota(run_input.thread_id)
+            await refuse_over_quota(chat_repo, run_input.thread_id)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
         coordinator = self.coordinator

@@ -52,7 +52,7 @@ from django_pydantic_agent.persistence import (
     NullAttachmentStore,
     NullConversationStore,
     is_persistent,
-    wrapped_stores,
+    own_run_store,
 )
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
@@ -78,13 +78,8 @@ def default_run_store(
 ) -> RunStore:
     """Where runs on ``store`` are recorded: its own ``run_store()`` (looked up through
     wrappers), else ``CacheRunStore`` in Django's default cache (with ``lease_seconds``)."""
-    for candidate in wrapped_stores(store):
-        factory = getattr(candidate, "run_store", None)
-        if callable(factory):
-            found = factory()
-            if isinstance(found, RunStore):
-                return found
-    return CacheRunStore(lease=lease_seconds)
+    found = own_run_store(store)
+    return found if found is not None else CacheRunStore(lease=lease_seconds)
 
 
 class UnsafeCSRFExemptionWarning(UserWarning):

@@ -14,12 +14,17 @@ A store may also offer optional capabilities, each declared here once as a small
 ``runtime_checkable`` protocol and read through one helper that knows its default:
 ``persistent`` (``ReportsPersistence``, read by ``is_persistent``), ``allow_anonymous``
 (``DeclaresAnonymousPolicy``, ``serves_anonymous``), ``inner`` (``WrapsStore``,
-``wrapped_stores``) and ``repositories`` (``ProvidesRepositories``, ``store_repositories``).
-The store errors live in ``persistence.errors`` and are re-exported here.
+``wrapped_stores``), ``repositories`` (``ProvidesRepositories``, ``store_repositories``),
+``run_store()`` (``ProvidesRunStore``, ``own_run_store``) and ``check()`` (``ChecksItself``,
+``store_checks``, Django's ``Field.check()`` habit). The chat repository a store hands out
+may name its user (``NamesItsUser``, ``repository_user_uuid``) and refuse a run over quota
+before it streams (``RefusesOverQuota``, ``refuse_over_quota``). The store errors live in
+``persistence.errors`` and are re-exported here.
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
@@ -27,11 +32,13 @@ from asgiref.sync import sync_to_async
 
 # Re-exported from their old home; the tree lives in ``persistence.errors``.
 from django_pydantic_agent.persistence.errors import StoreDataError, StoreError, StoreLimitError
+from django_pydantic_agent.persistence.runs import RunStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from datetime import datetime
 
+    from django.core.checks import CheckMessage
     from django.core.files.uploadedfile import UploadedFile
     from django.http import HttpRequest
 
@@ -40,13 +47,17 @@ if TYPE_CHECKING:
 __all__ = [
     "AttachmentRef",
     "AttachmentStore",
+    "ChecksItself",
     "Conversation",
     "ConversationMeta",
     "ConversationMetaList",
     "ConversationStore",
     "DeclaresAnonymousPolicy",
+    "NamesItsUser",
     "OpenedAttachment",
     "ProvidesRepositories",
+    "ProvidesRunStore",
+    "RefusesOverQuota",
     "ReportsPersistence",
     "ResolvesAttachmentRefs",
     "StoreDataError",
@@ -56,7 +67,11 @@ __all__ = [
     "attachment_refs",
     "check_limit",
     "is_persistent",
+    "own_run_store",
+    "refuse_over_quota",
+    "repository_user_uuid",
     "serves_anonymous",
+    "store_checks",
     "store_repositories",
     "wrapped_stores",
 ]
@@ -269,6 +284,86 @@ class ResolvesAttachmentRefs(Protocol):
     ) -> dict[str, AttachmentRef]:
         """The owner's refs among ``attachment_ids``, by id."""
         ...
+
+
+@runtime_checkable
+class ProvidesRunStore(Protocol):
+    """Optional: a store that records its runs in its own tables says where, ``run_store()``.
+
+    Without it a transport records runs in Django's cache (``CacheRunStore``). Read it,
+    through any wrappers, with ``own_run_store``.
+    """
+
+    def run_store(self) -> RunStore:
+        """The ``RunStore`` the runs on this store are recorded in."""
+        ...
+
+
+@runtime_checkable
+class ChecksItself(Protocol):
+    """Optional: ``check(**kwargs)`` returns the system-check messages of a mounted store.
+
+    Django's ``Field.check()`` habit: the base app's checks ask each store the URLconf mounts
+    (``store_checks``) instead of knowing every store. A wrapper forwards to what it wraps.
+    Without it a store has nothing to report.
+    """
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """The problems of this store's setup, as Django ``CheckMessage``s (``[]`` when none)."""
+        ...
+
+
+@runtime_checkable
+class NamesItsUser(Protocol):
+    """Optional, on a chat repository: ``user_uuid``, the chat-history user its owner's chats
+    are filed under (``None`` when it has none). Read it with ``repository_user_uuid``."""
+
+    @property
+    def user_uuid(self) -> uuid.UUID | None:
+        """The chat-history user of the repository's owner, or ``None``."""
+        ...
+
+
+@runtime_checkable
+class RefusesOverQuota(Protocol):
+    """Optional, on a chat repository: ``refuse_over_quota(thread_id)`` raises the store's
+    ``StoreLimitError`` when a run would create a thread over the owner's quota, so a
+    transport refuses it before streaming. Call it through ``refuse_over_quota``."""
+
+    async def refuse_over_quota(self, thread_id: str) -> None:
+        """Raise ``StoreLimitError`` if a new thread ``thread_id`` would exceed the quota."""
+        ...
+
+
+def own_run_store(store: object) -> RunStore | None:
+    """The ``RunStore`` of the first store along ``wrapped_stores`` that provides one
+    (``ProvidesRunStore``), or ``None`` when none does."""
+    for layer in wrapped_stores(store):
+        if isinstance(layer, ProvidesRunStore):
+            found = layer.run_store()
+            if isinstance(found, RunStore):
+                return found
+    return None
+
+
+def store_checks(store: object, **kwargs: Any) -> list[CheckMessage]:
+    """``store.check(**kwargs)`` when the store checks itself (``ChecksItself``), else ``[]``."""
+    return list(store.check(**kwargs)) if isinstance(store, ChecksItself) else []
+
+
+def repository_user_uuid(chat_repository: object) -> uuid.UUID | None:
+    """The ``user_uuid`` a chat repository names (``NamesItsUser``), or ``None``."""
+    if isinstance(chat_repository, NamesItsUser):
+        found = chat_repository.user_uuid
+        return found if isinstance(found, uuid.UUID) else None
+    return None
+
+
+async def refuse_over_quota(chat_repository: object, thread_id: str) -> None:
+    """Ask a chat repository that can (``RefusesOverQuota``) whether a run on ``thread_id`` is
+    over quota: its ``StoreLimitError`` propagates. Nothing happens for any other repository."""
+    if isinstance(chat_repository, RefusesOverQuota):
+        await chat_repository.refuse_over_quota(thread_id)
 
 
 async def attachment_refs(

@@ -78,6 +78,7 @@ from django_pydantic_agent.persistence.wire import (
 )
 
 if TYPE_CHECKING:
+    from django.core.checks import CheckMessage
     from django.core.files.uploadedfile import UploadedFile
     from django.http import HttpRequest
 
@@ -233,6 +234,10 @@ class MemoryServiceConversationStore:
 
     def __repr__(self) -> str:
         return f"MemoryServiceConversationStore(space={self._space.key!r})"
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """Nothing to report (``ChecksItself``): the client is checked at construction."""
+        return []
 
     @property
     def allow_anonymous(self) -> bool:
@@ -462,6 +467,10 @@ class MemoryServiceAttachmentStore:
         return (
             f"MemoryServiceAttachmentStore(space={self._space.key!r}, max_bytes={self._max_bytes})"
         )
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """Nothing to report (``ChecksItself``): the client is checked at construction."""
+        return []
 
     @property
     def allow_anonymous(self) -> bool:

@@ -13,7 +13,7 @@ that transports answer as the caller's fault. Every other exception passes throu
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import DataError
@@ -31,6 +31,7 @@ from django_pydantic_agent.persistence.owner import resolve_owner_id
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from django.core.checks import CheckMessage
     from django.core.files.uploadedfile import UploadedFile
     from django.http import HttpRequest
 
@@ -80,6 +81,12 @@ class _OwnerScoped:
     def allow_anonymous(self) -> bool:
         """Whether anonymous visitors are served, each keyed to their own session."""
         return self._allow_anonymous
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """The system-check messages of this store when mounted (``ChecksItself``): none for
+        the base. A subclass whose models need an app or a setting reports it here, as
+        ``[*super().check(**kwargs), *its_own]``."""
+        return []
 
     def _owner(self, request: HttpRequest) -> str:
         """Resolve the owner of ``request`` under this store's anonymous policy (sync)."""

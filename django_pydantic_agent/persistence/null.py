@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from django_pydantic_agent.persistence.base import (
     AttachmentRef,
@@ -14,6 +14,7 @@ from django_pydantic_agent.persistence.base import (
 from django_pydantic_agent.persistence.errors import PersistenceDisabledError
 
 if TYPE_CHECKING:
+    from django.core.checks import CheckMessage
     from django.core.files.uploadedfile import UploadedFile
     from django.http import HttpRequest
 
@@ -33,6 +34,10 @@ class NullConversationStore:
 
     def __repr__(self) -> str:
         return "NullConversationStore()"
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """Nothing to report (``ChecksItself``): a Null store needs nothing installed."""
+        return []
 
     async def load(self, thread_id: str, *, request: HttpRequest) -> Conversation | None:
         """Always ``None``."""
@@ -72,6 +77,10 @@ class NullAttachmentStore:
 
     def __repr__(self) -> str:
         return "NullAttachmentStore()"
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """Nothing to report (``ChecksItself``): a Null store needs nothing installed."""
+        return []
 
     async def save(self, upload: UploadedFile[bytes], *, request: HttpRequest) -> AttachmentRef:
         """Refuse: raises ``PersistenceDisabledError``."""

@@ -13,10 +13,13 @@ from django_pydantic_agent.persistence.base import (
     ConversationStore,
     check_limit,
     is_persistent,
+    repository_user_uuid,
+    store_checks,
     store_repositories,
 )
 
 if TYPE_CHECKING:
+    from django.core.checks import CheckMessage
     from django.http import HttpRequest
 
     from django_pydantic_agent.chat_history import (
@@ -41,7 +44,7 @@ class _ScopedChats:
     @property
     def user_uuid(self) -> Any:
         """The inner repository's ``user_uuid`` (the user its owner's chats are filed under)."""
-        return getattr(self._inner, "user_uuid", None)
+        return repository_user_uuid(self._inner)
 
     def _out(self, chat: Chat | None) -> Chat | None:
         if chat is None or not chat.thread_id.startswith(self._prefix):
@@ -118,6 +121,10 @@ class ScopedConversationStore:
 
     def __repr__(self) -> str:
         return f"ScopedConversationStore({self._inner!r}, scope={self._scope!r})"
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """The inner store's system-check messages (``ChecksItself``): a scope adds none."""
+        return store_checks(self._inner, **kwargs)
 
     @property
     def inner(self) -> ConversationStore:

@@ -7,6 +7,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.sessions.middleware import SessionMiddleware
+from django.core import checks
+from django.utils.module_loading import import_string
 
 from django_pydantic_agent.persistence.base import (
     Conversation,
@@ -24,7 +28,11 @@ if TYPE_CHECKING:
     from django.contrib.sessions.backends.base import SessionBase
     from django.http import HttpRequest
 
-__all__ = ["DjangoSessionConversationStore"]
+__all__ = ["SESSION_MIDDLEWARE_CHECK_ID", "DjangoSessionConversationStore"]
+
+#: The system check of a session store mounted without ``SessionMiddleware``.
+SESSION_MIDDLEWARE_CHECK_ID = "django_pydantic_agent.E003"
+_SESSION_MIDDLEWARE = "django.contrib.sessions.middleware.SessionMiddleware"
 
 _Threads = dict[str, dict[str, Any]]
 
@@ -46,6 +54,18 @@ def _parse_timestamp(value: object) -> datetime | None:
         return datetime.fromisoformat(value)
     except ValueError:
         return None
+
+
+def _has_session_middleware() -> bool:
+    """Whether ``MIDDLEWARE`` holds ``SessionMiddleware`` or a subclass of it."""
+    for path in settings.MIDDLEWARE:
+        try:
+            middleware = import_string(path)
+        except ImportError:
+            continue  # Django's own checks report unimportable middleware
+        if isinstance(middleware, type) and issubclass(middleware, SessionMiddleware):
+            return True
+    return False
 
 
 class DjangoSessionConversationStore:
@@ -98,6 +118,21 @@ class DjangoSessionConversationStore:
             f"DjangoSessionConversationStore(session_key={self._session_key!r}, "
             f"max_threads={self._max_threads!r}, max_bytes={self._max_bytes!r})"
         )
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """``django_pydantic_agent.E003`` when ``MIDDLEWARE`` has no ``SessionMiddleware``:
+        requests then have no session to keep conversations in (``ChecksItself``)."""
+        if _has_session_middleware():
+            return []
+        return [
+            checks.Error(
+                f"{type(self).__name__} is mounted, but no SessionMiddleware is in MIDDLEWARE, "
+                "so requests have no session to keep conversations in.",
+                hint=f"Add {_SESSION_MIDDLEWARE!r} to MIDDLEWARE.",
+                obj=self,
+                id=SESSION_MIDDLEWARE_CHECK_ID,
+            )
+        ]
 
     @property
     def max_threads(self) -> int:

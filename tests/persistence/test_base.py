@@ -4,33 +4,45 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import uuid
 from datetime import UTC, datetime
 
 import pytest
+from django.test import override_settings
 
 from django_pydantic_agent.chat_history import InMemoryChatRepository, InMemoryMessageRepository
 from django_pydantic_agent.persistence import (
     AttachmentRef,
     AttachmentStore,
+    ChecksItself,
     Conversation,
     ConversationMeta,
     ConversationStore,
     DeclaresAnonymousPolicy,
     DjangoSessionConversationStore,
+    NamesItsUser,
+    NullAttachmentStore,
     NullConversationStore,
     OpenedAttachment,
     ProvidesRepositories,
+    ProvidesRunStore,
+    RefusesOverQuota,
     ReportsPersistence,
     ScopedConversationStore,
     StoreError,
     StoreLimitError,
     WrapsStore,
     is_persistent,
+    own_run_store,
+    refuse_over_quota,
+    repository_user_uuid,
     serves_anonymous,
+    store_checks,
     store_repositories,
     wrapped_stores,
 )
 from django_pydantic_agent.persistence.base import check_limit
+from django_pydantic_agent.persistence.runs import CacheRunStore
 
 
 def test_value_types_are_frozen_with_defaults() -> None:
@@ -170,3 +182,72 @@ async def test_store_repositories_asks_a_capable_store_and_is_none_otherwise() -
     assert pair == (store.chats, store.messages)
     assert store.calls == [request]
     assert await store_repositories(NullConversationStore(), request=request) is None  # type: ignore[arg-type]
+
+
+class _RunRecording:
+    """A store that records its runs itself, and a chat repository that names its user."""
+
+    def __init__(self, run_store: object) -> None:
+        self._run_store = run_store
+
+    def run_store(self) -> object:
+        return self._run_store
+
+
+class _NamedChats:
+    def __init__(self, user_uuid: object) -> None:
+        self.user_uuid = user_uuid
+        self.asked: list[str] = []
+
+    async def refuse_over_quota(self, thread_id: str) -> None:
+        self.asked.append(thread_id)
+        if thread_id == "one-too-many":
+            raise StoreLimitError("Over quota.")
+
+
+def test_the_run_store_and_repository_capabilities_are_declared_protocols() -> None:
+    cache_runs = CacheRunStore()
+    assert isinstance(_RunRecording(cache_runs), ProvidesRunStore)
+    assert isinstance(_NamedChats(None), NamesItsUser)
+    assert isinstance(_NamedChats(None), RefusesOverQuota)
+    for protocol in (ProvidesRunStore, NamesItsUser, RefusesOverQuota, ChecksItself):
+        assert not isinstance(object(), protocol), protocol.__name__
+
+
+def test_own_run_store_looks_through_wrappers_and_ignores_a_non_run_store() -> None:
+    cache_runs = CacheRunStore()
+    assert own_run_store(_Wrapper(_RunRecording(cache_runs))) is cache_runs
+    assert own_run_store(_RunRecording(object())) is None
+    assert own_run_store(NullConversationStore()) is None
+
+
+def test_repository_user_uuid_is_a_uuid_or_none() -> None:
+    user = uuid.uuid4()
+    assert repository_user_uuid(_NamedChats(user)) == user
+    assert repository_user_uuid(_NamedChats("not-a-uuid")) is None
+    assert repository_user_uuid(InMemoryChatRepository()) is None
+
+
+async def test_refuse_over_quota_asks_a_capable_repository_only() -> None:
+    chats = _NamedChats(None)
+    await refuse_over_quota(chats, "fine")
+    with pytest.raises(StoreLimitError):
+        await refuse_over_quota(chats, "one-too-many")
+    assert chats.asked == ["fine", "one-too-many"]
+    await refuse_over_quota(InMemoryChatRepository(), "anything")  # nothing to ask
+
+
+def test_every_shipped_store_checks_itself_and_a_scope_forwards() -> None:
+    session = DjangoSessionConversationStore()
+    for store in (NullConversationStore(), NullAttachmentStore(), session):
+        assert isinstance(store, ChecksItself)
+    assert store_checks(object()) == []
+    assert store_checks(NullConversationStore()) == []
+    missing = [m for m in session.check() if m.id == "django_pydantic_agent.E003"]
+    scoped = ScopedConversationStore(session, scope="a")
+    assert store_checks(scoped) == session.check()
+    with override_settings(MIDDLEWARE=[]):
+        [error] = store_checks(ScopedConversationStore(session, scope="a"))
+    assert missing == []
+    assert error.id == "django_pydantic_agent.E003"
+    assert error.obj is session
