@@ -1,4 +1,5 @@
-"""System checks W001 and E004: durable runs over a cache the workers cannot share."""
+"""System checks W001 and E004 (durable runs over a cache the workers cannot share), and the
+E001 that ``contrib.store``'s stores report."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import types
 from collections.abc import Iterator
 
 import pytest
+from django.apps import apps
 from django.core.management import call_command
 from django.test import override_settings
 from django.urls import path
 
 from django_pydantic_agent.agui import AGUIServer
-from django_pydantic_agent.checks import E004, W001, check_run_cache, mounted_servers
+from django_pydantic_agent.checks import E001, E004, W001, check_run_cache, mounted_servers
+from django_pydantic_agent.contrib.store.checks import STORE_APP, store_app_installed
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence import DjangoSessionConversationStore
 from django_pydantic_agent.persistence.runs import CacheRunStore
@@ -146,3 +149,15 @@ def test_the_test_settings_check_clean() -> None:
     out = io.StringIO()
     call_command("check", stdout=out)
     assert "System check identified no issues" in out.getvalue()
+
+
+def test_contrib_store_reports_e001_for_a_store_whose_app_is_missing() -> None:
+    store = object()
+    assert store_app_installed(store) == []
+    installed = [app.name for app in apps.get_app_configs() if app.name != STORE_APP]
+    with override_settings(INSTALLED_APPS=installed):
+        [error] = store_app_installed(store)
+    assert error.id == E001
+    assert error.obj is store
+    assert error.msg.startswith(f"object is mounted, but {STORE_APP!r} is not in INSTALLED_APPS")
+    assert "migrate" in (error.hint or "")
