@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.db.models import Max
 
+from django_pydantic_agent.contrib.store.checks import store_app_installed
 from django_pydantic_agent.contrib.store.deletion import delete_attachments
 from django_pydantic_agent.contrib.store.quotas import MAX_KEY, check_quota, count, lock_owner
 from django_pydantic_agent.persistence import (
@@ -24,6 +25,7 @@ from django_pydantic_agent.persistence import (
 )
 
 if TYPE_CHECKING:
+    from django.core.checks import CheckMessage
     from django.core.files.storage import Storage
     from django.core.files.uploadedfile import UploadedFile
 
@@ -90,6 +92,10 @@ class DefaultAttachmentStore(ModelAttachmentStore):
         self.max_files_per_owner = check_quota(
             "max_files_per_owner", max_files_per_owner, "attachments"
         )
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """The base's system checks, and E001 when ``contrib.store`` is not installed."""
+        return [*super().check(**kwargs), *store_app_installed(self)]
 
     @property
     def _has_quota(self) -> bool:

@@ -25,6 +25,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from django_pydantic_agent.contrib.store import rows
+from django_pydantic_agent.contrib.store.checks import store_app_installed
 from django_pydantic_agent.contrib.store.deletion import delete_conversations
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
 from django_pydantic_agent.contrib.store.quotas import (
@@ -51,6 +52,7 @@ from django_pydantic_agent.persistence import (
 from django_pydantic_agent.persistence.derive import normalize_title
 
 if TYPE_CHECKING:
+    from django.core.checks import CheckMessage
     from django.http import HttpRequest
 
     from django_pydantic_agent.contrib.store.models import StoredConversation
@@ -154,6 +156,10 @@ class DefaultConversationStore(ModelConversationStore):
     def run_store(self) -> DefaultRunStore:
         """Where ``AGUIServer`` records this store's runs: ``StoredAgentRun`` rows."""
         return DefaultRunStore()
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """The base's system checks, and E001 when ``contrib.store`` is not installed."""
+        return [*super().check(**kwargs), *store_app_installed(self)]
 
     async def repositories(
         self, *, request: HttpRequest
