@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from django.apps import apps
 from django.conf import settings
 from django.core import checks
 from django.urls import URLPattern, URLResolver, get_resolver
@@ -57,7 +56,6 @@ E003 = SESSION_MIDDLEWARE_CHECK_ID
 E004 = "django_pydantic_agent.E004"
 W001 = "django_pydantic_agent.W001"
 
-_STORE_APP = "django_pydantic_agent.contrib.store"
 _ATTACHMENT_ALIAS = "django_pydantic_agent_attachments"
 
 
@@ -120,33 +118,12 @@ def _as_mounted() -> list[Any]:
     return list(stores.values())
 
 
-def _needs_store_app(store: object) -> bool:
-    """Whether ``store`` is (or subclasses) a class of ``contrib.store``, hence needs its tables.
-
-    Transitional: read from the class hierarchy's module names until ``contrib.store``'s own
-    stores report E001 themselves (``contrib.store.checks``); the base app imports nothing from
-    ``contrib`` (DESIGN §2).
-    """
-    return any(klass.__module__.startswith(f"{_STORE_APP}.") for klass in type(store).__mro__)
-
-
 def check_mounted_stores(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """What each store mounted in the URLconf reports about itself (E001, E003, ...).
 
     A message reported twice (one store mounted under two wrappers) is kept once.
     """
     found: list[checks.CheckMessage] = []
-    for store in mounted_stores():
-        if _needs_store_app(store) and not apps.is_installed(_STORE_APP):
-            found.append(
-                checks.Error(
-                    f"{type(store).__name__} is mounted, but {_STORE_APP!r} is not in "
-                    "INSTALLED_APPS, so its tables do not exist.",
-                    hint=f"Add {_STORE_APP!r} to INSTALLED_APPS and run migrate.",
-                    obj=store,
-                    id=E001,
-                )
-            )
     for store in _as_mounted():
         for message in store_checks(store, **kwargs):
             if message not in found:
