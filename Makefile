@@ -51,7 +51,7 @@ sdk-venv: $(SDK_VENV)/.installed
 
 demo: $(VENV)/.installed-example
 	cd example_project && ../$(BIN)/python manage.py migrate --noinput
-	cd example_project && ../$(BIN)/python manage.py ensure_demo_user
+	cd example_project && ../$(BIN)/python manage.py ensure_demo_user --base-url http://$(HOST):$(PORT)
 	cd example_project && ../$(BIN)/uvicorn example_project.asgi:application --host $(HOST) --port $(PORT) --lifespan off
 
 dev: $(VENV)/.installed-test

@@ -54,7 +54,6 @@ __all__ = [
     "record_of",
     "render",
     "saved_records",
-    "wire_json",
     "wire_text",
 ]
 
@@ -129,25 +128,32 @@ def insert(model: Any, rows: Sequence[tuple[int, int, SavedRecord]], *, using: s
     marks = ", ".join(["%s"] * len(fields))
     table = connection.ops.quote_name(model._meta.db_table)
     sql = f"INSERT INTO {table} ({columns}) VALUES ({marks})"
-    # Only UUID and JSON values need the field's preparation; an empty list is prepared once.
-    preps = [
-        f.get_db_prep_save if f.get_internal_type() in ("UUIDField", "JSONField") else None
-        for f in fields
-    ]
-    empty = [
-        f.get_db_prep_save([], connection) if f.get_internal_type() == "JSONField" else None
-        for f in fields
-    ]
+    # The values in the order of ``names``: each as its field prepares it (JSON through the
+    # backend's adapter, as JSONField does), without the field's call chain per value.
+    uuid_value = fields[2].get_db_prep_value
+    wire_value = fields[3].get_prep_value
+    adapt = connection.ops.adapt_json_value
+    empty = adapt([], None)
     params = []
     for conversation_id, position, saved in rows:
-        values = (conversation_id, position, saved.message_uuid, saved.wire)
-        values += tuple(saved.columns[name] for name in RECORD_COLUMNS)
+        values = saved.columns
+        calls, steps = values["tool_calls"], values["reasonings"]
         params.append(
             [
-                v if prep is None else none if none is not None and v == [] else prep(v, connection)
-                for prep, none, v in zip(preps, empty, values, strict=False)
+                conversation_id,
+                position,
+                uuid_value(saved.message_uuid, connection),
+                wire_value(saved.wire),
+                values["message_id"],
+                values["role"],
+                values["content"],
+                adapt(values["record"], None),
+                adapt(calls, None) if calls else empty,
+                adapt(steps, None) if steps else empty,
+                values["status"],
+                values["run_id"],
+                *defaults,
             ]
-            + defaults
         )
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
@@ -371,8 +377,3 @@ def render(message: Message) -> list[dict[str, Any]]:
 def wire_text(texts: Iterable[str]) -> str:
     """One JSON array of the wire messages of rows whose ``wire`` is given as JSON text."""
     return "[" + ",".join(filter(None, (text[1:-1] for text in texts))) + "]"
-
-
-def wire_json(wire: list[Any]) -> str:
-    """``wire`` as the JSON text ``save()`` compares with a row's stored ``wire``."""
-    return json.dumps(wire, ensure_ascii=False, separators=(",", ":"))

@@ -1,6 +1,8 @@
 """``StoredMessage.wire``: the wire messages a saved record was read from (see ``rows``)."""
 
-from django.db import migrations, models
+from django.db import migrations
+
+import django_pydantic_agent.contrib.store.models.conversations
 
 
 class Migration(migrations.Migration):
@@ -12,6 +14,8 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="storedmessage",
             name="wire",
-            field=models.JSONField(blank=True, editable=False, null=True),
+            field=django_pydantic_agent.contrib.store.models.conversations.JSONTextField(
+                blank=True, editable=False, null=True
+            ),
         ),
     ]

@@ -9,6 +9,7 @@ is one INSERT and growing the last message is one UPDATE of its row. Attachments
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTACHMENT_STORAGE_ALIAS",
+    "JSONTextField",
     "StoredAgentRun",
     "StoredAttachment",
     "StoredConversation",
@@ -119,6 +121,18 @@ def attachment_storage() -> Storage:
     return _attachment_storage
 
 
+class JSONTextField(models.TextField):  # type: ignore[type-arg]
+    """JSON kept as the text ``json.dumps`` wrote: a number, a key order or an escape comes
+    back as it went in, where a ``jsonb`` column normalises them (``1e16`` would read back as
+    ``10000000000000000``). Python values in and out, like ``JSONField``; ``None`` is NULL."""
+
+    def get_prep_value(self, value: Any) -> Any:
+        return None if value is None else json.dumps(value, separators=(",", ":"))
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        return None if value is None else json.loads(value)
+
+
 class StoredConversation(models.Model):
     """One thread of one owner: metadata only; the messages are ``StoredMessage`` rows.
 
@@ -189,7 +203,7 @@ class StoredMessage(models.Model):
     reasonings = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=16, blank=True, default="")
     run_id = models.CharField(max_length=255, blank=True, default="")
-    wire = models.JSONField(null=True, blank=True, editable=False)
+    wire = JSONTextField(null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name = "message"
