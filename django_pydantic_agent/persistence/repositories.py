@@ -48,16 +48,13 @@ from django_pydantic_agent.chat_history.records import (
     ChatCreate,
     Message,
     MessageCreate,
-    MessageReasoningCreate,
-    MessageReasoningUpdate,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
     MessageUpdate,
     Reasoning,
     ToolCall,
     apply_update,
     update_fields,
 )
+from django_pydantic_agent.chat_history.repositories import NestedRecordWrites
 from django_pydantic_agent.persistence.base import (
     Conversation,
     ConversationStore,
@@ -324,12 +321,15 @@ class ConversationChatRepository:
         return thread.chat.model_copy(deep=True)
 
 
-class ConversationMessageRepository:
+class ConversationMessageRepository(NestedRecordWrites):
     """A ``MessageRepositoryLike`` keeping each loaded conversation in memory.
 
     Writes are saved with ``store.save`` at the exit of ``transaction()`` (one save per chat
     changed inside it), or at once outside a transaction.
     """
+
+    tool_call_class = ToolCall
+    reasoning_class = Reasoning
 
     def __init__(self, state: _Conversations) -> None:
         self._state = state
@@ -411,7 +411,7 @@ class ConversationMessageRepository:
             await self._state.changed(thread)
         return _copy(message)
 
-    async def _append(self, attribute: str, record_class: type[Any], data: BaseModel) -> Any:
+    async def _append_child(self, attribute: str, record_class: type[Any], data: BaseModel) -> Any:
         parent_uuid: uuid.UUID = getattr(data, "message_uuid")  # noqa: B009
         found = await self._state.by_message(parent_uuid)
         if found is None:
@@ -437,30 +437,6 @@ class ConversationMessageRepository:
                 setattr(child, name, getattr(staged, name))
             await self._state.changed(thread)
         return child.model_copy(deep=True)
-
-    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
-        """Append a tool call to its parent (``ValueError`` if the parent is missing)."""
-        result: ToolCall = await self._append("tool_calls", ToolCall, data)
-        return result
-
-    async def update_message_tool_call(
-        self, uuid: uuid.UUID, update: MessageToolCallUpdate
-    ) -> ToolCall | None:
-        """Apply ``update`` to a tool call; ``None`` when it is unknown."""
-        result: ToolCall | None = await self._update_child("tool_calls", uuid, update)
-        return result
-
-    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
-        """Append a reasoning step to its parent (``ValueError`` if the parent is missing)."""
-        result: Reasoning = await self._append("reasonings", Reasoning, data)
-        return result
-
-    async def update_message_reasoning(
-        self, uuid: uuid.UUID, update: MessageReasoningUpdate
-    ) -> Reasoning | None:
-        """Apply ``update`` to a reasoning step; ``None`` when it is unknown."""
-        result: Reasoning | None = await self._update_child("reasonings", uuid, update)
-        return result
 
     # Reads --------------------------------------------------------------------------------
 

@@ -34,17 +34,13 @@ from django_pydantic_agent.chat_history.records import (
     PAYLOAD_VERSION,
     Message,
     MessageCreate,
-    MessageReasoningCreate,
-    MessageReasoningUpdate,
-    MessageToolCallCreate,
-    MessageToolCallUpdate,
     MessageUpdate,
-    Reasoning,
     ToolCall,
     apply_update,
     nested_record_class,
     update_fields,
 )
+from django_pydantic_agent.chat_history.repositories import NestedRecordWrites
 from django_pydantic_agent.memory_service import (
     DRMemoryNotFoundError,
     DRMemorySpace,
@@ -55,6 +51,9 @@ __all__ = ["MAX_CONTENT_LENGTH", "MessageRepository"]
 logger = logging.getLogger("django_pydantic_agent.chat_history")
 
 _CONCURRENT_TAILS: Final[int] = 8
+
+_KINDS: Final[dict[str, LocatorKind]] = {"tool_calls": "tool_call", "reasonings": "reasoning"}
+"""The locator kind of each nested-record field."""
 
 
 @dataclass(eq=False)
@@ -83,7 +82,7 @@ class _Batch:
 _BATCH: ContextVar[_Batch | None] = ContextVar("chat_history_memory_service_batch", default=None)
 
 
-class MessageRepository:
+class MessageRepository(NestedRecordWrites):
     """Message persistence backed by session events: one event per logical message.
 
     Tool calls and reasoning steps are nested in the parent message's event body. Each chat's
@@ -110,6 +109,8 @@ class MessageRepository:
         self._registry = registry
         self._retry = registry.retry
         self.message_class = message_class
+        self.tool_call_class = nested_record_class(message_class, "tool_calls")
+        self.reasoning_class = nested_record_class(message_class, "reasonings")
         self._events = EventStore(registry, message_class)
 
     # Transactions ------------------------------------------------------------------------------
@@ -321,13 +322,9 @@ class MessageRepository:
         apply_quietly(clone(message), update)  # a bad delta raises ValueError now
         return export(await self._mutate(state, message, lambda m: apply_quietly(m, update)))
 
-    async def _append(
-        self,
-        parent_uuid: UUID,
-        attribute: str,
-        data: MessageToolCallCreate | MessageReasoningCreate,
-        kind: LocatorKind,
-    ) -> Any:
+    async def _append_child(self, attribute: str, record_class: type[Any], data: Any) -> Any:
+        parent_uuid: UUID = data.message_uuid
+        kind = _KINDS[attribute]
         located = await self._locate(
             parent_uuid, "message", lambda m: m.message_uuid == parent_uuid
         )
@@ -337,7 +334,6 @@ class MessageRepository:
                 f"{kind.replace('_', ' ')}s."
             )
         state, message = located
-        record_class = nested_record_class(self.message_class, attribute)
         values = data.model_dump(exclude={"message_uuid"})
         record: Any = record_class(**{**values, "uuid": mint_child_uuid(state.chat.chat_uuid)})
 
@@ -356,13 +352,9 @@ class MessageRepository:
         stored = next((r for r in getattr(updated, attribute) if r.uuid == record.uuid), record)
         return stored.model_copy(deep=True)
 
-    async def _update_child(
-        self,
-        uuid: UUID,
-        attribute: str,
-        kind: LocatorKind,
-        update: MessageToolCallUpdate | MessageReasoningUpdate,
-    ) -> Any:
+    async def _update_child(self, attribute: str, uuid: UUID, update: Any) -> Any:
+        kind = _KINDS[attribute]
+
         def holds(message: Message) -> bool:
             return any(r.uuid == uuid for r in getattr(message, attribute))
 
@@ -383,30 +375,6 @@ class MessageRepository:
         updated = await self._mutate(state, message, change)
         stored = next((r for r in getattr(updated, attribute) if r.uuid == uuid), None)
         return None if stored is None else stored.model_copy(deep=True)
-
-    async def create_message_tool_call(self, data: MessageToolCallCreate) -> ToolCall:
-        """Append a tool call to its parent message (``ValueError`` if the parent is missing)."""
-        call: ToolCall = await self._append(data.message_uuid, "tool_calls", data, "tool_call")
-        return call
-
-    async def update_message_tool_call(
-        self, uuid: UUID, update: MessageToolCallUpdate
-    ) -> ToolCall | None:
-        """Patch a nested tool call, or ``None`` when it is unknown."""
-        call: ToolCall | None = await self._update_child(uuid, "tool_calls", "tool_call", update)
-        return call
-
-    async def create_message_reasoning(self, data: MessageReasoningCreate) -> Reasoning:
-        """Append a reasoning step to its parent (``ValueError`` if the parent is missing)."""
-        step: Reasoning = await self._append(data.message_uuid, "reasonings", data, "reasoning")
-        return step
-
-    async def update_message_reasoning(
-        self, uuid: UUID, update: MessageReasoningUpdate
-    ) -> Reasoning | None:
-        """Patch a nested reasoning step, or ``None`` when it is unknown."""
-        step: Reasoning | None = await self._update_child(uuid, "reasonings", "reasoning", update)
-        return step
 
     # Reads -----------------------------------------------------------------------------------
 
