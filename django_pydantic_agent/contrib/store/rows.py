@@ -131,7 +131,8 @@ def insert(model: Any, rows: Sequence[tuple[int, int, SavedRecord]], *, using: s
     # The values in the order of ``names``: each as its field prepares it (JSON through the
     # backend's adapter, as JSONField does), without the field's call chain per value.
     uuid_value = fields[2].get_db_prep_value
-    wire_value = fields[3].get_prep_value
+    wire_value = fields[3].get_db_prep_save
+    record_value = fields[7].get_db_prep_save
     adapt = connection.ops.adapt_json_value
     empty = adapt([], None)
     params = []
@@ -143,11 +144,11 @@ def insert(model: Any, rows: Sequence[tuple[int, int, SavedRecord]], *, using: s
                 conversation_id,
                 position,
                 uuid_value(saved.message_uuid, connection),
-                wire_value(saved.wire),
+                wire_value(saved.wire, connection),
                 values["message_id"],
                 values["role"],
                 values["content"],
-                adapt(values["record"], None),
+                record_value(values["record"], connection),
                 adapt(calls, None) if calls else empty,
                 adapt(steps, None) if steps else empty,
                 values["status"],

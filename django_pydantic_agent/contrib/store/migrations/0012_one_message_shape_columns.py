@@ -2,6 +2,8 @@
 
 from django.db import migrations, models
 
+import django_pydantic_agent.contrib.store.models.conversations
+
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -43,7 +45,9 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="storedmessage",
             name="record",
-            field=models.JSONField(blank=True, default=dict),
+            field=django_pydantic_agent.contrib.store.models.conversations.JSONTextField(
+                blank=True, default=dict
+            ),
         ),
         migrations.AlterField(
             model_name="storedmessage",

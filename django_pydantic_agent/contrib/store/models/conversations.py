@@ -198,7 +198,7 @@ class StoredMessage(models.Model):
     message_id = models.CharField(max_length=255, blank=True, default="")
     role = models.CharField(max_length=32, blank=True, default="")
     content = models.TextField(blank=True, default="")
-    record = models.JSONField(default=dict, blank=True)
+    record = JSONTextField(default=dict, blank=True)
     tool_calls = models.JSONField(default=list, blank=True)
     reasonings = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=16, blank=True, default="")
