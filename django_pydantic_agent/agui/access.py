@@ -22,6 +22,7 @@ from django.middleware.csrf import CsrfViewMiddleware
 
 from django_pydantic_agent.agui.errors import store_refusal
 from django_pydantic_agent.agui.http import error_response
+from django_pydantic_agent.agui.options import check_callable, check_flag
 
 __all__ = [
     "UNSAFE_METHODS",
@@ -118,6 +119,12 @@ class AccessPolicy:
     authorize: AuthorizeHook | None
     csrf_exempt: bool
     throttle: ThrottleHook | None
+
+    def __post_init__(self) -> None:
+        check_flag("require_authenticated", self.require_authenticated)
+        for name in ("get_user", "authorize", "throttle"):
+            check_callable(name, getattr(self, name))
+        check_flag("csrf_exempt", self.csrf_exempt)
 
     async def authenticate(self, request: HttpRequest) -> JsonResponse | None:
         """Set ``request.user`` and return a 401/403 response, or ``None`` when allowed."""

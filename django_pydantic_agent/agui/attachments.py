@@ -8,10 +8,6 @@ request body before any view runs; only ``BodyLimitMiddleware`` (see
 ``django_pydantic_agent.agui.asgi``) closes that gap, and the upload view logs a warning once when
 it runs under ASGI without it. Downloads are forced (``Content-Disposition: attachment``) and
 never sniffed.
-
-``server_attachment_refs`` makes the references a posted user message quotes the server's: each
-must name an upload of the caller, and is replaced by the attachment store's ref (real name,
-type and size), whatever the client wrote beside the id.
 """
 
 from __future__ import annotations
@@ -38,19 +34,12 @@ from django.utils.http import content_disposition_header
 from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.errors import store_refusal
 from django_pydantic_agent.agui.http import error_response
-from django_pydantic_agent.agui.input import RunInputError, _shown_id
 from django_pydantic_agent.agui.options import AttachmentOptions
 from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing
-from django_pydantic_agent.persistence import (
-    AttachmentRef,
-    AttachmentStore,
-    StoreError,
-    attachment_refs,
-    is_persistent,
-)
+from django_pydantic_agent.agui.views import Route
+from django_pydantic_agent.persistence import AttachmentStore, StoreError, is_persistent
 
 if TYPE_CHECKING:
-    from ag_ui.core import RunAgentInput
     from django.core.files.uploadedfile import UploadedFile
 
 __all__ = [
@@ -60,7 +49,6 @@ __all__ = [
     "AttachmentEndpoints",
     "CappedUploadHandler",
     "safe_filename",
-    "server_attachment_refs",
 ]
 
 logger = logging.getLogger("django_pydantic_agent.agui")
@@ -215,6 +203,29 @@ class AttachmentEndpoints:
         self._access = access
         self._options = options
 
+    def routes(self) -> list[Route]:
+        """``attachments/`` (upload) and ``attachments/<attachment_id>/``, mounted when the
+        store persists. The upload route runs its own CSRF check and file cap."""
+        mounted = is_persistent(self._store)
+        return [
+            Route(
+                path="attachments/",
+                name="attachments",
+                handlers={"POST": self.upload},
+                check_csrf=False,
+                capped=False,
+                upload_max_bytes=self._options.max_bytes,
+                mounted=mounted,
+            ),
+            Route(
+                path="attachments/<str:attachment_id>/",
+                name="attachment",
+                handlers={"GET": self.download, "DELETE": self.delete},
+                not_found=ATTACHMENT_NOT_FOUND,
+                mounted=mounted,
+            ),
+        ]
+
     def _parse(
         self, request: HttpRequest
     ) -> tuple[UploadedFile[bytes] | None, HttpResponseBase | None]:
@@ -345,82 +356,3 @@ class AttachmentEndpoints:
         except StoreError as exc:
             return store_refusal(exc, store="attachment")
         return HttpResponse(status=204)
-
-
-def _ref_json(ref: AttachmentRef) -> dict[str, Any]:
-    body: dict[str, Any] = {"id": ref.id, "name": ref.name, "mime": ref.mime, "size": ref.size}
-    if ref.url is not None:
-        body["url"] = ref.url
-    return body
-
-
-def _quoted_refs(run_input: RunAgentInput) -> list[tuple[int, str, dict[str, Any], list[Any]]]:
-    """``(message index, where, wire message, refs list)`` of every user message quoting refs:
-    its ``attachments`` list, and its ``metadata.attachments`` list."""
-    found = []
-    for index, message in enumerate(run_input.messages):
-        if message.role != "user":
-            continue
-        wire = message.model_dump(mode="json", by_alias=True, exclude_unset=True)
-        metadata = wire.get("metadata")
-        for where, holder in (("attachments", wire), ("metadata.attachments", metadata)):
-            if isinstance(holder, dict) and holder.get("attachments") is not None:
-                found.append((index, where, wire, holder["attachments"]))
-    return found
-
-
-async def server_attachment_refs(
-    run_input: RunAgentInput, store: AttachmentStore | None, *, request: HttpRequest
-) -> RunAgentInput:
-    """``run_input`` with each attachment reference of its user messages replaced by the ref
-    the attachment store holds for the caller (the client's name, type and size are dropped).
-
-    Raises ``RunInputError`` (a 400) naming the message and the id for a reference that is not
-    an object with a string ``id``, an id that names no upload of the caller (a stranger's
-    reads as missing), and any reference when the mount has no attachment store. The store's
-    ``StoreError`` propagates. ``run_input`` is returned as is when nothing is quoted.
-    """
-    quoted = _quoted_refs(run_input)
-    if not quoted:
-        return run_input
-    ids: list[str] = []
-    for index, where, _wire, refs in quoted:
-        message_id = _shown_id(run_input.messages[index].id)
-        if not isinstance(refs, list):
-            raise RunInputError(
-                f"messages.{index} (id {message_id}) {where} must be a list of attachment "
-                'references ({"id": ...}); send the ids that attachments/ returned.'
-            )
-        for position, ref in enumerate(refs):
-            if not isinstance(ref, dict) or not isinstance(ref.get("id"), str) or not ref["id"]:
-                raise RunInputError(
-                    f"messages.{index} (id {message_id}) {where}.{position} has no string "
-                    "id; quote an upload by the id that attachments/ returned."
-                )
-            ids.append(ref["id"])
-    if store is None or not is_persistent(store):
-        raise RunInputError(
-            f"messages.{quoted[0][0]} (id {_shown_id(run_input.messages[quoted[0][0]].id)}) "
-            f"quotes attachment {_shown_id(ids[0])}, but this endpoint keeps no uploads (its "
-            "attachment store is Null); send the file's content instead, or mount an "
-            "attachment store."
-        )
-    known = await attachment_refs(store, ids, request=request)
-    for index, where, _wire, refs in quoted:
-        for position, ref in enumerate(refs):
-            if ref["id"] not in known:
-                raise RunInputError(
-                    f"messages.{index} (id {_shown_id(run_input.messages[index].id)}) "
-                    f"{where}.{position} names attachment {_shown_id(ref['id'])}, which is not "
-                    "an upload of yours; upload the file to attachments/ and quote the id it "
-                    "returns."
-                )
-    messages = list(run_input.messages)
-    for index, where, wire, refs in quoted:
-        replaced = [_ref_json(known[ref["id"]]) for ref in refs]
-        if where == "attachments":
-            wire["attachments"] = replaced
-        else:
-            wire["metadata"] = {**wire["metadata"], "attachments": replaced}
-        messages[index] = type(messages[index]).model_validate(wire)
-    return run_input.model_copy(update={"messages": messages})

@@ -2,12 +2,14 @@
 
 ``build_adapter`` wraps the mount's agent in pydantic-ai's ``AGUIAdapter`` for one
 ``RunAgentInput``, converting the posted history up front so an unusable one is refused before
-streaming. Its event stream logs the agent's own failures and redacts their ``RUN_ERROR`` (see
-``errors.redact_run_error``). ``PydanticAIAgent`` is the same adapter as a chat-history
-``AGUIAgent`` (what ``AGUIStorageAgent`` wraps): one per run, it never raises (a failure is a
-redacted ``RUN_ERROR``) and puts the run's token usage on ``RUN_FINISHED``. ``build_deps``
-makes the per-run deps, and ``without_reasoning`` drops chain-of-thought events. Nothing about
-a request is ever stored on the agent.
+streaming. It is built once per run: a stateless run hands the one its intake built to
+``PydanticAIAgent.run``; a durable run checks the posted history with ``check_convertible`` and
+builds its adapter from the stored history. Its event stream logs the agent's own failures and
+redacts their ``RUN_ERROR`` (see ``errors.redact_run_error``). ``PydanticAIAgent`` is the same
+adapter as a chat-history ``AGUIAgent`` (what ``AGUIStorageAgent`` wraps): one per run, it never
+raises (a failure is a redacted ``RUN_ERROR``) and puts the run's token usage on
+``RUN_FINISHED``. ``build_deps`` makes the per-run deps, and ``without_reasoning`` drops
+chain-of-thought events. Nothing about a request is ever stored on the agent.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ __all__ = [
     "RedactingAGUIAdapter",
     "build_adapter",
     "build_deps",
+    "check_convertible",
     "log_run_failure",
     "without_reasoning",
 ]
@@ -154,6 +157,15 @@ def build_adapter(
     return adapter
 
 
+def check_convertible(run_input: RunAgentInput) -> None:
+    """Convert ``run_input``'s messages as ``build_adapter`` would, building no adapter.
+
+    Raises ``ValueError`` or ``TypeError`` exactly when ``build_adapter`` would. The durable
+    path checks the posted messages with it: its run's adapter is built from the stored history.
+    """
+    RedactingAGUIAdapter.load_messages(run_input.messages)
+
+
 async def without_reasoning(events: AsyncIterator[BaseEvent]) -> AsyncIterator[BaseEvent]:
     """Drop every ``REASONING_*`` event, so chain-of-thought never reaches the browser."""
     async for event in events:
@@ -209,7 +221,11 @@ class PydanticAIAgent(AGUIAgent):
         self._expose = expose_error_messages
         self._forward_reasoning = forward_reasoning
 
-    async def run(self, input: RunAgentInput) -> AsyncGenerator[BaseEvent, None]:
+    async def run(
+        self, input: RunAgentInput, *, adapter: RedactingAGUIAdapter | None = None
+    ) -> AsyncGenerator[BaseEvent, None]:
+        """Stream the run of ``input``; ``adapter``, when given, is the one already built for
+        it (``build_adapter``), so the history is not converted twice."""
         usage: list[TokenUsage] = []
 
         async def complete(result: AgentRunResult[Any]) -> None:
@@ -217,13 +233,14 @@ class PydanticAIAgent(AGUIAgent):
 
         started = ended = False
         try:
-            adapter = build_adapter(
-                self._agent,
-                input,
-                accept=self._accept,
-                allowed_file_url_schemes=self._schemes,
-                expose_error_messages=self._expose,
-            )
+            if adapter is None:
+                adapter = build_adapter(
+                    self._agent,
+                    input,
+                    accept=self._accept,
+                    allowed_file_url_schemes=self._schemes,
+                    expose_error_messages=self._expose,
+                )
             source = adapter.run_stream(
                 deps=self._deps, instructions=self._instructions, on_complete=complete
             )

@@ -1,5 +1,11 @@
 """The run endpoint's input: parsing a body into a ``RunAgentInput``, and the checks that refuse it.
 
+``accept_run`` is the whole intake of a run, in order: the JSON body under the route's cap, the
+parsed input, the history and tool checks, the attachment references made the server's
+(``server_attachment_refs``: each must name an upload of the caller, and is replaced by the
+attachment store's ref, whatever the client wrote beside the id), and the history's conversion
+for the model. Whatever it refuses is one JSON answer, before anything streams.
+
 ``parse_run_input`` turns the body into a ``RunAgentInput`` or raises ``RunInputError`` with a
 safe message. pydantic validates the shape of the body; the other checks refuse what validates but
 can never work:
@@ -13,23 +19,39 @@ shown as a short ``repr``).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from ag_ui.core import RunAgentInput
+from django.http import HttpRequest, HttpResponseBase
 from pydantic import ValidationError
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.ui.ag_ui import AGUIAdapter
 
+from django_pydantic_agent.agui.errors import store_refusal
+from django_pydantic_agent.agui.http import read_json_body, refuse_input
 from django_pydantic_agent.agui.ids import ID_RULE, is_valid_id
+from django_pydantic_agent.persistence import (
+    AttachmentRef,
+    AttachmentStore,
+    StoreError,
+    attachment_refs,
+    is_persistent,
+)
 
 __all__ = [
     "NESTED_TOO_DEEPLY",
+    "RUN_TOO_BIG",
+    "AcceptedRun",
     "RunInputError",
+    "accept_run",
     "clashing_tool_problem",
     "history_problem",
     "may_hold_unstorable_values",
     "parse_run_input",
+    "ref_json",
+    "server_attachment_refs",
     "unconvertible_history_problem",
     "unstorable_problem",
 ]
@@ -39,6 +61,9 @@ NESTED_TOO_DEEPLY = (
     "The request body is nested too deeply to parse; send at most a few hundred levels of "
     "nested arrays and objects."
 )
+
+#: What the 413 of the run endpoint asks the caller to send instead.
+RUN_TOO_BIG = "send a shorter history, or raise the limit."
 
 _MAX_REPORTED_PROBLEMS = 5
 _ID_SHOWN_CHARS = 40
@@ -285,3 +310,134 @@ def unconvertible_history_problem(run_input: RunAgentInput) -> str:
         "The messages are not a usable conversation history (for example a file part with "
         "neither url nor data); send the history as it was streamed."
     )
+
+
+def ref_json(ref: AttachmentRef) -> dict[str, Any]:
+    """The wire form of ``ref``: ``{"id", "name", "mime", "size"}`` and ``"url"`` when set."""
+    body: dict[str, Any] = {"id": ref.id, "name": ref.name, "mime": ref.mime, "size": ref.size}
+    if ref.url is not None:
+        body["url"] = ref.url
+    return body
+
+
+def _quoted_refs(run_input: RunAgentInput) -> list[tuple[int, str, dict[str, Any], list[Any]]]:
+    """``(message index, where, wire message, refs list)`` of every user message quoting refs:
+    its ``attachments`` list, and its ``metadata.attachments`` list."""
+    found = []
+    for index, message in enumerate(run_input.messages):
+        if message.role != "user":
+            continue
+        wire = message.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        metadata = wire.get("metadata")
+        for where, holder in (("attachments", wire), ("metadata.attachments", metadata)):
+            if isinstance(holder, dict) and holder.get("attachments") is not None:
+                found.append((index, where, wire, holder["attachments"]))
+    return found
+
+
+async def server_attachment_refs(
+    run_input: RunAgentInput, store: AttachmentStore | None, *, request: HttpRequest
+) -> RunAgentInput:
+    """``run_input`` with each attachment reference of its user messages replaced by the ref
+    the attachment store holds for the caller (the client's name, type and size are dropped).
+
+    Raises ``RunInputError`` (a 400) naming the message and the id for a reference that is not
+    an object with a string ``id``, an id that names no upload of the caller (a stranger's
+    reads as missing), and any reference when the mount has no attachment store. The store's
+    ``StoreError`` propagates. ``run_input`` is returned as is when nothing is quoted.
+    """
+    quoted = _quoted_refs(run_input)
+    if not quoted:
+        return run_input
+    ids: list[str] = []
+    for index, where, _wire, refs in quoted:
+        message_id = _shown_id(run_input.messages[index].id)
+        if not isinstance(refs, list):
+            raise RunInputError(
+                f"messages.{index} (id {message_id}) {where} must be a list of attachment "
+                'references ({"id": ...}); send the ids that attachments/ returned.'
+            )
+        for position, ref in enumerate(refs):
+            if not isinstance(ref, dict) or not isinstance(ref.get("id"), str) or not ref["id"]:
+                raise RunInputError(
+                    f"messages.{index} (id {message_id}) {where}.{position} has no string "
+                    "id; quote an upload by the id that attachments/ returned."
+                )
+            ids.append(ref["id"])
+    if store is None or not is_persistent(store):
+        raise RunInputError(
+            f"messages.{quoted[0][0]} (id {_shown_id(run_input.messages[quoted[0][0]].id)}) "
+            f"quotes attachment {_shown_id(ids[0])}, but this endpoint keeps no uploads (its "
+            "attachment store is Null); send the file's content instead, or mount an "
+            "attachment store."
+        )
+    known = await attachment_refs(store, ids, request=request)
+    for index, where, _wire, refs in quoted:
+        for position, ref in enumerate(refs):
+            if ref["id"] not in known:
+                raise RunInputError(
+                    f"messages.{index} (id {_shown_id(run_input.messages[index].id)}) "
+                    f"{where}.{position} names attachment {_shown_id(ref['id'])}, which is not "
+                    "an upload of yours; upload the file to attachments/ and quote the id it "
+                    "returns."
+                )
+    messages = list(run_input.messages)
+    for index, where, wire, refs in quoted:
+        replaced = [ref_json(known[ref["id"]]) for ref in refs]
+        if where == "attachments":
+            wire["attachments"] = replaced
+        else:
+            wire["metadata"] = {**wire["metadata"], "attachments": replaced}
+        messages[index] = type(messages[index]).model_validate(wire)
+    return run_input.model_copy(update={"messages": messages})
+
+
+_Converted = TypeVar("_Converted")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceptedRun(Generic[_Converted]):
+    """A run the intake accepted: its input (attachment references made the server's), the
+    client's ``Accept`` header, and what ``convert`` made of the input."""
+
+    run_input: RunAgentInput
+    accept: str | None
+    converted: _Converted
+
+
+async def accept_run(
+    request: HttpRequest,
+    *,
+    agent: AbstractAgent[Any, Any],
+    attachment_store: AttachmentStore | None,
+    limit: int,
+    convert: Callable[[RunAgentInput, str | None], _Converted],
+) -> AcceptedRun[_Converted] | HttpResponseBase:
+    """The run ``request`` posts, or the JSON answer refusing it (nothing has streamed).
+
+    415 or 413 for the body (``read_json_body``, at most ``limit`` bytes); 400, logged as one
+    ``WARNING`` line, for an input ``parse_run_input``, ``history_problem``,
+    ``clashing_tool_problem`` or ``server_attachment_refs`` refuses, or one that
+    ``convert(run_input, accept)`` cannot convert (it raises ``ValueError``/``TypeError``;
+    ``unconvertible_history_problem`` words it); the attachment store's refusal as
+    ``errors.store_refusal`` answers it.
+    """
+    body = read_json_body(request, limit=limit, too_big=RUN_TOO_BIG)
+    if not isinstance(body, bytes):
+        return body
+    accept = request.headers.get("accept")
+    try:
+        run_input = parse_run_input(body)
+        problem = history_problem(run_input) or clashing_tool_problem(agent, run_input)
+        if problem is not None:
+            raise RunInputError(problem)
+        run_input = await server_attachment_refs(run_input, attachment_store, request=request)
+        try:
+            converted = convert(run_input, accept)
+        except (ValueError, TypeError) as exc:
+            raise RunInputError(unconvertible_history_problem(run_input)) from exc
+    except RunInputError as exc:
+        return refuse_input(request, str(exc))
+    except StoreError as exc:
+        return store_refusal(exc, store="attachment")
+    return AcceptedRun(run_input=run_input, accept=accept, converted=converted)

@@ -1,37 +1,42 @@
-"""The frozen options an ``AGUIServer`` hands down to its handlers, and the checks behind them.
+"""The frozen options an ``AGUIServer`` hands down to its handlers; each checks itself.
 
-``AGUIServer.__init__`` checks every argument with the helpers here (a wrong one fails at
-construction with ``TypeError``/``ValueError`` naming the value and the fix), then builds one
-options object per concern and gives each handler only the ones it uses. Handlers never see the
-server, so configuration flows down and nothing reaches back up.
+httpx's ``Timeout``/``Limits`` habit: constructing an options object checks every value, and a
+wrong one fails there with ``TypeError``/``ValueError`` naming the value and the fix (values
+are normalised on the way: seconds to ``float``, MIME types and URL schemes lower-cased).
+``AGUIServer.__init__`` only builds them and gives each handler the ones it uses. Handlers never
+see the server, so configuration flows down and nothing reaches back up.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 from django.http import HttpRequest
 
 from django_pydantic_agent.agui.http import json_body_limit
-from django_pydantic_agent.agui.runs import DEFAULT_SWEEP_INTERVAL_SECONDS
 from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 from django_pydantic_agent.persistence.runs import DEFAULT_LEASE_SECONDS
 
 __all__ = [
     "DEFAULT_ATTACHMENT_MAX_BYTES",
+    "DEFAULT_SWEEP_INTERVAL_SECONDS",
     "DEFAULT_THREAD_LIST_LIMIT",
     "AttachmentOptions",
     "BodyLimit",
     "ConcurrentRuns",
+    "MountOptions",
     "OnDisconnect",
     "RunOptions",
+    "UnsafeCSRFExemptionWarning",
     "check_callable",
     "check_choice",
     "check_flag",
     "check_positive",
     "check_run_lease",
+    "csrf_exemption",
     "file_url_schemes",
     "mime_types",
 ]
@@ -45,6 +50,8 @@ ConcurrentRuns: TypeAlias = Literal["reject", "interrupt"]
 DEFAULT_ATTACHMENT_MAX_BYTES = 10 * 1024 * 1024
 #: Default and maximum ``?limit=`` of the thread list.
 DEFAULT_THREAD_LIST_LIMIT = 50
+#: Seconds between two sweeps of stale runs, the default ``sweep_interval_seconds``.
+DEFAULT_SWEEP_INTERVAL_SECONDS: Final[float] = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +63,11 @@ class BodyLimit:
     """
 
     max_body_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes is not None:
+            check_positive("max_body_bytes", self.max_body_bytes)
+            _normalise(self, "max_body_bytes", int(self.max_body_bytes))
 
     def __call__(self) -> int:
         """The cap now, in bytes."""
@@ -94,6 +106,35 @@ class RunOptions:
     #: How long ``concurrent_runs="interrupt"`` waits for the cancelled run to end.
     interrupt_wait_seconds: float = 10.0
 
+    def __post_init__(self) -> None:
+        check_positive("heartbeat_seconds", self.heartbeat_seconds, allow_zero=True)
+        check_positive("stream_coalesce_seconds", self.stream_coalesce_seconds, allow_zero=True)
+        for name in ("forward_reasoning", "expose_error_messages"):
+            check_flag(name, getattr(self, name))
+        check_callable("deps_factory", self.deps_factory)
+        check_choice("on_disconnect", self.on_disconnect, ("continue", "cancel"))
+        check_choice("concurrent_runs", self.concurrent_runs, ("reject", "interrupt"))
+        check_positive("run_heartbeat_seconds", self.run_heartbeat_seconds)
+        check_positive("run_lease_seconds", self.run_lease_seconds)
+        check_run_lease(self.run_lease_seconds, self.run_heartbeat_seconds)
+        check_positive("sweep_interval_seconds", self.sweep_interval_seconds, allow_zero=True)
+        check_positive("interrupt_wait_seconds", self.interrupt_wait_seconds)
+        for name in _SECONDS:
+            _normalise(self, name, float(getattr(self, name)))
+        _normalise(
+            self, "allowed_file_url_schemes", file_url_schemes(self.allowed_file_url_schemes)
+        )
+
+
+_SECONDS = (
+    "heartbeat_seconds",
+    "stream_coalesce_seconds",
+    "run_heartbeat_seconds",
+    "run_lease_seconds",
+    "sweep_interval_seconds",
+    "interrupt_wait_seconds",
+)
+
 
 @dataclass(frozen=True, kw_only=True)
 class AttachmentOptions:
@@ -103,6 +144,67 @@ class AttachmentOptions:
     max_bytes: int = DEFAULT_ATTACHMENT_MAX_BYTES
     #: Lower-cased MIME types (``image/*`` allowed) accepted; empty accepts any type.
     allowed_types: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_positive("attachment_max_bytes", self.max_bytes)
+        _normalise(self, "max_bytes", int(self.max_bytes))
+        _normalise(self, "allowed_types", mime_types(self.allowed_types))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MountOptions:
+    """Where the routes are mounted, and how long the thread list gets."""
+
+    #: The URL namespace (and app name) of ``server.urls``: non-empty, without ``:``.
+    namespace: str = "agent"
+    #: Default and maximum ``?limit=`` of the thread list.
+    thread_list_limit: int = DEFAULT_THREAD_LIST_LIMIT
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.namespace, str) or not self.namespace or ":" in self.namespace:
+            raise ValueError(
+                f"namespace={self.namespace!r} is not a usable URL namespace; pass a non-empty "
+                "name without ':'."
+            )
+        check_positive("thread_list_limit", self.thread_list_limit)
+        _normalise(self, "thread_list_limit", int(self.thread_list_limit))
+
+
+class UnsafeCSRFExemptionWarning(UserWarning):
+    """An ``AGUIServer`` is CSRF-exempt by default while authenticating with cookies.
+
+    Emitted at construction when ``csrf_exempt`` is left unstated and no ``get_user`` hook is
+    given: the session cookie then authenticates cross-site requests. Silence it by choosing:
+    ``csrf_exempt=False`` (enforce, for browser clients) or ``csrf_exempt=True`` (exempt, for
+    clients authenticated by a header your ``get_user`` reads).
+    """
+
+
+def csrf_exemption(csrf_exempt: object, *, header_auth: bool, stacklevel: int = 2) -> bool:
+    """Whether the views are CSRF-exempt: ``csrf_exempt``, or ``True`` when unstated (``None``).
+
+    Unstated with cookie authentication (no ``header_auth``) warns with
+    ``UnsafeCSRFExemptionWarning`` (``stacklevel`` counted from the caller); anything but
+    ``True``, ``False`` or ``None`` is a ``TypeError``.
+    """
+    if csrf_exempt is not None and not isinstance(csrf_exempt, bool):
+        raise TypeError(f"csrf_exempt={csrf_exempt!r} must be True, False or None (unstated).")
+    if csrf_exempt is None and not header_auth:
+        warnings.warn(
+            "AGUIServer: csrf_exempt is unstated, so the endpoint is CSRF-exempt while "
+            "requests authenticate with the session cookie; any site could drive the "
+            "agent as a logged-in user. Pass csrf_exempt=False to enforce CSRF (browser "
+            "clients send the X-CSRFToken header), or csrf_exempt=True with a get_user "
+            "hook for header authentication.",
+            UnsafeCSRFExemptionWarning,
+            stacklevel=stacklevel + 1,
+        )
+    return True if csrf_exempt is None else csrf_exempt
+
+
+def _normalise(options: object, name: str, value: object) -> None:
+    """Set a frozen options field to its normalised value (from ``__post_init__`` only)."""
+    object.__setattr__(options, name, value)
 
 
 def check_positive(name: str, value: object, *, allow_zero: bool = False) -> None:

@@ -1,4 +1,8 @@
-"""Anonymous owners: when a visitor gets a session, and when they can own nothing.
+"""Request owners: who a request acts for on a store, and the anonymous visitor's session.
+
+``request_owner`` resolves the store owner of a request once per request, and
+``owner_repositories`` hands out that owner's chat-history repositories on the store (its own,
+or the generic adapter of ``persistence.repositories``).
 
 Stores key an anonymous visitor's data to their session and never create one themselves (a cookie
 set after a stream started would never arrive). So a route that creates data calls
@@ -9,12 +13,58 @@ session row being created for them.
 
 from __future__ import annotations
 
+import uuid
+from typing import Any
+
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 
-from django_pydantic_agent.persistence import aensure_session_key, serves_anonymous
+from django_pydantic_agent.persistence import (
+    aensure_session_key,
+    owner_user_uuid,
+    repositories_for,
+    repository_user_uuid,
+    resolve_owner_id,
+    serves_anonymous,
+)
 
-__all__ = ["ensure_anonymous_session", "owns_nothing", "serves_anonymous"]
+__all__ = [
+    "ensure_anonymous_session",
+    "owner_repositories",
+    "owns_nothing",
+    "request_owner",
+    "serves_anonymous",
+]
+
+_OWNER_ATTR = "_django_pydantic_agent_owner"
+"""Where ``request_owner`` keeps a request's resolved owner (by ``allow_anonymous``)."""
+
+
+async def request_owner(request: HttpRequest, store: object) -> str:
+    """The owner ``store`` keys ``request``'s data to (its ``StoreError`` if it refuses them).
+
+    Resolved once per request (off the event loop: it may read the session).
+    """
+    allow_anonymous = serves_anonymous(store)
+    known: dict[bool, str] = request.__dict__.setdefault(_OWNER_ATTR, {})
+    if allow_anonymous not in known:
+        known[allow_anonymous] = await sync_to_async(resolve_owner_id)(
+            request, allow_anonymous=allow_anonymous
+        )
+    return known[allow_anonymous]
+
+
+async def owner_repositories(request: HttpRequest, store: Any) -> tuple[Any, Any, uuid.UUID]:
+    """``(chat_repo, message_repo, user_uuid)`` of ``request``'s owner on ``store``.
+
+    ``user_uuid`` is the one the chat repository names, else the owner's. Raises the store's
+    ``StoreError`` (an anonymous caller it refuses, for example).
+    """
+    chat_repo, message_repo = await repositories_for(store, request=request)
+    user_uuid = repository_user_uuid(chat_repo)
+    if user_uuid is None:
+        user_uuid = owner_user_uuid(await request_owner(request, store))
+    return chat_repo, message_repo, user_uuid
 
 
 async def ensure_anonymous_session(request: HttpRequest, store: object) -> None:

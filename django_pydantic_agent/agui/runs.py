@@ -2,6 +2,10 @@
 
 ``RunCoordinator`` owns the mount's ``StreamPersistenceManager`` (one per ``AGUIServer``): every
 persisting run executes in a task it owns, so a client that goes away stops only its reading.
+It claims a thread for a new run (``claim``: a second run on a busy thread is refused with
+``ThreadBusy``, or, under ``concurrent_runs="interrupt"``, the first is cancelled and waited
+for; a run of this worker that has ended for its readers and only stores its last writes is
+waited for, bounded), then starts it (``start``).
 As the manager's ``RunObserver`` it keeps the run's record in the run store (``running`` at
 start, a heartbeat with the last sequence number, the final status and token usage at the end),
 relays each live run's log to Django's cache (``relay.RunRelay``), and reads the run's cancel
@@ -24,6 +28,7 @@ a 404 exactly like a missing one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import math
@@ -47,6 +52,7 @@ from django.db import connections
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from django_pydantic_agent.agui.http import error_response
+from django_pydantic_agent.agui.options import DEFAULT_SWEEP_INTERVAL_SECONDS
 from django_pydantic_agent.agui.relay import (
     RELAY_INTERVAL_SECONDS,
     RelayedLog,
@@ -56,6 +62,7 @@ from django_pydantic_agent.agui.relay import (
     run_digest,
 )
 from django_pydantic_agent.agui.sse import encode_event, sse_response, with_heartbeat
+from django_pydantic_agent.agui.views import Route
 from django_pydantic_agent.chat_history import (
     RunHandle,
     StreamPersistenceManager,
@@ -80,8 +87,10 @@ __all__ = [
     "RUN_NOT_FOUND",
     "SETTLE_SECONDS",
     "SWEEP_LEASE_PREFIX",
+    "THREAD_BUSY",
     "RunCoordinator",
     "RunEndpoints",
+    "ThreadBusy",
     "event_id",
     "parse_after",
 ]
@@ -102,10 +111,20 @@ _CANCEL_TTL = 24 * 3600
 _RELAY_GRACE_SECONDS = 1.0
 #: This process, as the ``worker`` of the runs it executes.
 WORKER_ID: Final[str] = f"{socket.gethostname()}:{os.getpid()}"
-#: Seconds between two sweeps of stale runs, the default ``sweep_interval_seconds``.
-DEFAULT_SWEEP_INTERVAL_SECONDS: Final[float] = 60.0
 #: The cache key prefix of the sweep lease (``<prefix>:<run store class>``, value: the worker).
 SWEEP_LEASE_PREFIX: Final[str] = "django_pydantic_agent:sweep"
+#: The refusal of a second run on a busy thread (``concurrent_runs="reject"``).
+THREAD_BUSY = (
+    "Thread {thread_id!r} is running run {run_id!r}; wait for it to end, cancel it "
+    "(POST runs/<thread_id>/<run_id>/cancel/), or reattach to it."
+)
+
+
+class ThreadBusy(Exception):
+    """``RunCoordinator.claim`` refused a run: its thread is busy, or the run already ran.
+
+    The message is a full sentence for the client (the run endpoint answers it as a 409).
+    """
 
 
 def parse_after(request: HttpRequest, run_id: str) -> int | None:
@@ -182,8 +201,12 @@ class RunCoordinator(RunObserver):
         relay_interval: float = RELAY_INTERVAL_SECONDS,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
+        concurrent_runs: str = "reject",
+        wait_seconds: float = 10.0,
     ) -> None:
         self.run_store = run_store
+        self.concurrent_runs = concurrent_runs
+        self.wait_seconds = wait_seconds
         self._cache_alias = cache_alias
         self.relay = RunRelay(
             cache_alias=cache_alias, interval=relay_interval, on_tick=self._poll_cancel
@@ -203,6 +226,101 @@ class RunCoordinator(RunObserver):
         )
         self._handles: set[RunHandle] = set()
         RunCoordinator._instances.add(self)
+
+    # -- claiming a thread and starting a run --------------------------------------------
+
+    async def claim(self, owner_id: str, thread_id: str, run_id: str) -> None:
+        """Record the run as ``running`` on its thread, or raise ``ThreadBusy``.
+
+        Refused when the run already ran, or the thread runs another run (under
+        ``concurrent_runs="interrupt"`` that run is cancelled and waited for, bounded by
+        ``wait_seconds``, first). A run that has ended for its readers and only stores its last
+        writes is waited for (bounded) instead of refusing.
+        """
+        for _attempt in range(2):
+            record, started = await self.run_store.start(
+                owner_id=owner_id, thread_id=thread_id, run_id=run_id, worker_id=WORKER_ID
+            )
+            if started:
+                return
+            if record.run_id == run_id:
+                raise ThreadBusy(
+                    f"Run {run_id!r} already ran on thread {thread_id!r} ({record.status}); "
+                    "start a new run with a new runId, or reattach to this one."
+                )
+            if await self._finishing(owner_id, thread_id, record.run_id):
+                continue  # it ended for its readers and has now stored its last events
+            if self.concurrent_runs != "interrupt":
+                raise ThreadBusy(THREAD_BUSY.format(thread_id=thread_id, run_id=record.run_id))
+            await self.request_cancel(owner_id, thread_id, record.run_id)
+            await self._wait_until_idle(owner_id, thread_id, record.run_id)
+        raise ThreadBusy(THREAD_BUSY.format(thread_id=thread_id, run_id="?"))
+
+    async def _finishing(self, owner_id: str, thread_id: str, run_id: str) -> bool:
+        """Wait (a bounded time) for a run of this worker that already sent its terminal event
+        and is still storing its last events; ``True`` once it is done.
+
+        A client sends its next turn as soon as it reads ``RUN_FINISHED``: that turn must not
+        find the thread busy with a run that has ended for every reader.
+        """
+        handle = self.manager.get(thread_id, run_id, owner=owner_id)
+        if handle is None:
+            return await self._finishing_elsewhere(owner_id, thread_id, run_id)
+        if handle.terminal_event is None:
+            return False
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(handle.wait(), timeout=self.wait_seconds)
+        return handle.done()
+
+    async def _finishing_elsewhere(self, owner_id: str, thread_id: str, run_id: str) -> bool:
+        """The same for a run this worker does not hold: ``True`` once its record has ended.
+
+        It may have ended between the claim's read and now; or it runs on another worker and
+        has relayed its terminal event, and then its record is waited for (bounded).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_seconds
+        while True:
+            record = await self.run_store.get(owner_id=owner_id, thread_id=thread_id, run_id=run_id)
+            if record is None or not record.running:
+                return True
+            if loop.time() >= deadline or not await self.relay.ended(owner_id, thread_id, run_id):
+                return False
+            await asyncio.sleep(0.05)
+
+    async def _wait_until_idle(self, owner_id: str, thread_id: str, run_id: str) -> None:
+        """Wait (a bounded time) for a cancelled run to end, here or on another worker."""
+        handle = self.manager.get(thread_id, run_id, owner=owner_id)
+        if handle is not None:
+            with contextlib.suppress(TimeoutError):  # still running: the claim refuses
+                await asyncio.wait_for(handle.wait(), timeout=self.wait_seconds)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_seconds
+        while loop.time() < deadline:
+            record = await self.run_store.get(owner_id=owner_id, thread_id=thread_id, run_id=run_id)
+            if record is None or not record.running:
+                return
+            await asyncio.sleep(0.1)
+
+    async def start(self, owner_id: str, run_input: Any, *parts: Any) -> RunHandle:
+        """Start the claimed run of ``run_input`` in the manager; ``parts`` are what the agent
+        factory builds the run's agent from (repositories, user, inner agent)."""
+        handle = await self.manager.run_as(owner_id, run_input, *parts)
+        self.track(handle, owner_id)
+        return handle
+
+    async def active_run(self, owner_id: str, thread_id: str) -> dict[str, Any] | None:
+        """``{"runId", "lastSeq"}`` of ``owner_id``'s running run on ``thread_id``, or ``None``."""
+        record = await self.run_store.active_run_for_thread(owner_id=owner_id, thread_id=thread_id)
+        if record is None:
+            return None
+        handle = self.manager.get(thread_id, record.run_id, owner=owner_id)
+        if handle is not None:
+            return {"runId": record.run_id, "lastSeq": handle.last_seq}
+        # Running on another worker: its relayed log is fresher than the record's heartbeat.
+        relayed = await self.relay.last_seq(owner_id, thread_id, record.run_id)
+        return {"runId": record.run_id, "lastSeq": max(record.last_seq, relayed or 0)}
 
     async def wait_for_runs(self) -> None:
         """Return once every run this coordinator started is done, persistence included."""
@@ -483,6 +601,24 @@ class RunEndpoints:
         self._heartbeat = heartbeat_seconds
         self._coalesce = coalesce_seconds
         self._poll = poll_seconds
+
+    def routes(self) -> list[Route]:
+        """``runs/<thread_id>/<run_id>/`` (reattach) and ``.../cancel/``."""
+        run = "runs/<str:thread_id>/<str:run_id>/"
+        return [
+            Route(
+                path=run,
+                name="run-reattach",
+                handlers={"GET": self.reattach},
+                not_found=RUN_NOT_FOUND,
+            ),
+            Route(
+                path=f"{run}cancel/",
+                name="run-cancel",
+                handlers={"POST": self.cancel},
+                not_found=RUN_NOT_FOUND,
+            ),
+        ]
 
     async def _owned(self, request: HttpRequest, thread_id: str, run_id: str) -> Any:
         """``(owner_id, record)`` of the caller's run, or ``None`` (missing, or a stranger's)."""

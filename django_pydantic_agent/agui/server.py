@@ -1,14 +1,14 @@
 """``AGUIServer``: one pydantic-ai agent served over AG-UI, mounted with ``path(..., server.urls)``.
 
-The server only composes. Its constructor checks every argument, builds the frozen options of
-``options.py``, and constructs each handler with just what it uses; the handlers never see the
-server. Nothing about a request is ever stored on the agent or the server, so one agent serves
-every caller concurrently.
+The server only composes. Its constructor builds the frozen options of ``options.py`` (each
+checks its own values) and the handlers, each with just what it uses; the handlers never see
+the server. One route table, the rows each handler states (``routes()``), drives both the
+views and ``urlpatterns``. Nothing about a request is ever stored on the agent or the server,
+so one agent serves every caller concurrently.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,36 +16,27 @@ from django.urls import URLPattern, path
 from pydantic_ai.agent import AbstractAgent
 
 from django_pydantic_agent.agui.access import AccessPolicy
-from django_pydantic_agent.agui.attachments import ATTACHMENT_NOT_FOUND, AttachmentEndpoints
+from django_pydantic_agent.agui.attachments import AttachmentEndpoints
 from django_pydantic_agent.agui.inner import AgentDeps, build_deps
 from django_pydantic_agent.agui.options import (
     DEFAULT_ATTACHMENT_MAX_BYTES,
+    DEFAULT_SWEEP_INTERVAL_SECONDS,
     DEFAULT_THREAD_LIST_LIMIT,
     AttachmentOptions,
     BodyLimit,
     ConcurrentRuns,
+    MountOptions,
     OnDisconnect,
     RunOptions,
-    check_callable,
-    check_choice,
-    check_flag,
-    check_positive,
-    check_run_lease,
-    file_url_schemes,
-    mime_types,
+    UnsafeCSRFExemptionWarning,
+    csrf_exemption,
 )
 from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing
-from django_pydantic_agent.agui.run import RUN_TOO_BIG, RunEndpoint
-from django_pydantic_agent.agui.runs import (
-    DEFAULT_SWEEP_INTERVAL_SECONDS,
-    RUN_NOT_FOUND,
-    RunCoordinator,
-    RunEndpoints,
-)
+from django_pydantic_agent.agui.run import DurableRunEndpoint, StatelessRunEndpoint, StoreGuard
+from django_pydantic_agent.agui.runs import RunCoordinator, RunEndpoints
 from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
-from django_pydantic_agent.agui.threads import NOT_FOUND as THREAD_NOT_FOUND
-from django_pydantic_agent.agui.threads import TITLE_TOO_BIG, ThreadEndpoints
-from django_pydantic_agent.agui.views import AGUIView, Handler
+from django_pydantic_agent.agui.threads import ThreadEndpoints
+from django_pydantic_agent.agui.views import AGUIView, Route
 from django_pydantic_agent.persistence import (
     AttachmentStore,
     ConversationStore,
@@ -82,32 +73,74 @@ def default_run_store(
     return found if found is not None else CacheRunStore(lease=lease_seconds)
 
 
-class UnsafeCSRFExemptionWarning(UserWarning):
-    """An ``AGUIServer`` is CSRF-exempt by default while authenticating with cookies.
+def _checked(name: str, value: Any, contract: type, methods: str) -> Any:
+    """``value``, or a ``TypeError`` naming it when it does not implement ``contract``."""
+    if not isinstance(value, contract):
+        raise TypeError(f"{name}={value!r} does not implement {contract.__name__} ({methods}).")
+    return value
 
-    Emitted at construction when ``csrf_exempt`` is left unstated and no ``get_user`` hook is
-    given: the session cookie then authenticates cross-site requests. Silence it by choosing:
-    ``csrf_exempt=False`` (enforce, for browser clients) or ``csrf_exempt=True`` (exempt, for
-    clients authenticated by a header your ``get_user`` reads).
-    """
+
+class _Option:
+    """An ``AGUIServer`` argument read back from the options object that holds it."""
+
+    def __init__(self, options: str, field: str = "") -> None:
+        self._options = options
+        self._field = field
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._field = self._field or name
+
+    def __get__(self, server: Any, owner: type | None = None) -> Any:
+        if server is None:
+            return self
+        return getattr(getattr(server, self._options), self._field)
 
 
 class AGUIServer:
     """Serve a pydantic-ai agent over AG-UI, with optional thread and attachment routes.
 
     ``server.urls`` is an ``include()``-able triple, mounted as ``path("agent/", server.urls)``.
-    It always mounts the run endpoint (``POST``); the thread routes only when
+    It always mounts the run endpoint (``POST``); the thread and run routes only when
     ``conversation_store`` persists, and the attachment routes only when ``attachment_store``
     does. Every route authenticates before it looks at the method, and answers errors as
     ``{"error": "..."}`` JSON.
 
-    Raises ``TypeError``/``ValueError`` at construction for a wrong argument, and warns with
-    ``UnsafeCSRFExemptionWarning`` when CSRF is left unstated with cookie authentication.
+    Raises ``TypeError``/``ValueError`` at construction for a wrong argument (the options
+    objects check their own values), and warns with ``UnsafeCSRFExemptionWarning`` when CSRF
+    is left unstated with cookie authentication.
 
     What the handlers were built with is readable, frozen: ``access`` (``AccessPolicy``),
-    ``run_options`` (``RunOptions``), ``attachment_options`` (``AttachmentOptions``) and
-    ``body_limit`` (``BodyLimit``); the individual arguments read back as properties.
+    ``run_options`` (``RunOptions``), ``attachment_options`` (``AttachmentOptions``),
+    ``mount_options`` (``MountOptions``) and ``body_limit`` (``BodyLimit``); each argument also
+    reads back under its own name (``server.heartbeat_seconds``), and each route's view as
+    ``<route name>_view`` (``server.run_view``, ``server.thread_view``, ...).
     """
+
+    # The arguments as given, read from the options the handlers were built with.
+    heartbeat_seconds = _Option("run_options")
+    stream_coalesce_seconds = _Option("run_options")
+    run_heartbeat_seconds = _Option("run_options")
+    run_lease_seconds = _Option("run_options")
+    sweep_interval_seconds = _Option("run_options")
+    forward_reasoning = _Option("run_options")
+    expose_error_messages = _Option("run_options")
+    allowed_file_url_schemes = _Option("run_options")
+    instructions = _Option("run_options")
+    deps_factory = _Option("run_options")
+    attachment_max_bytes = _Option("attachment_options", "max_bytes")
+    attachment_allowed_types = _Option("attachment_options", "allowed_types")
+    max_body_bytes = _Option("body_limit")
+    namespace = _Option("mount_options")
+    thread_list_limit = _Option("mount_options")
+
+    # The views of the route table (the run routes only with durable runs).
+    run_view: AGUIView
+    threads_view: AGUIView
+    thread_view: AGUIView
+    run_reattach_view: AGUIView
+    run_cancel_view: AGUIView
+    attachments_view: AGUIView
+    attachment_view: AGUIView
 
     def __init__(
         self,
@@ -144,202 +177,128 @@ class AGUIServer:
                 f"AGUIServer needs a pydantic-ai Agent, got {agent!r}; pass an "
                 "instance such as Agent('openai:gpt-4o')."
             )
-        if not isinstance(conversation_store, ConversationStore):
-            raise TypeError(
-                f"conversation_store={conversation_store!r} does not implement "
-                "ConversationStore (async load, save, delete, list, exists, rename)."
-            )
-        if not isinstance(attachment_store, AttachmentStore):
-            raise TypeError(
-                f"attachment_store={attachment_store!r} does not implement AttachmentStore "
-                "(async save, open, delete)."
-            )
-        for name, hook in (
-            ("get_user", get_user),
-            ("authorize", authorize),
-            ("throttle", throttle),
-            ("deps_factory", deps_factory),
-        ):
-            check_callable(name, hook)
-        for name, flag in (
-            ("require_authenticated", require_authenticated),
-            ("forward_reasoning", forward_reasoning),
-            ("expose_error_messages", expose_error_messages),
-        ):
-            check_flag(name, flag)
-        if csrf_exempt is not None and not isinstance(csrf_exempt, bool):
-            raise TypeError(f"csrf_exempt={csrf_exempt!r} must be True, False or None (unstated).")
-        check_positive("heartbeat_seconds", heartbeat_seconds, allow_zero=True)
-        check_positive("stream_coalesce_seconds", stream_coalesce_seconds, allow_zero=True)
-        check_positive("attachment_max_bytes", attachment_max_bytes)
-        check_positive("thread_list_limit", thread_list_limit)
-        if max_body_bytes is not None:
-            check_positive("max_body_bytes", max_body_bytes)
-        check_positive("run_heartbeat_seconds", run_heartbeat_seconds)
-        check_positive("run_lease_seconds", run_lease_seconds)
-        check_run_lease(run_lease_seconds, run_heartbeat_seconds)
-        check_positive("sweep_interval_seconds", sweep_interval_seconds, allow_zero=True)
-        check_choice("on_disconnect", on_disconnect, ("continue", "cancel"))
-        check_choice("concurrent_runs", concurrent_runs, ("reject", "interrupt"))
-        if run_store is not None and not isinstance(run_store, RunStore):
-            raise TypeError(
-                f"run_store={run_store!r} does not implement RunStore (async start, heartbeat, "
-                "finish, get, active_run_for_thread, sweep)."
-            )
-        allowed_types = mime_types(attachment_allowed_types)
-        schemes = file_url_schemes(allowed_file_url_schemes)
-        if not namespace or ":" in namespace:
-            raise ValueError(
-                f"namespace={namespace!r} is not a usable URL namespace; pass a non-empty "
-                "name without ':'."
-            )
-        if csrf_exempt is None and get_user is None:
-            warnings.warn(
-                "AGUIServer: csrf_exempt is unstated, so the endpoint is CSRF-exempt while "
-                "requests authenticate with the session cookie; any site could drive the "
-                "agent as a logged-in user. Pass csrf_exempt=False to enforce CSRF (browser "
-                "clients send the X-CSRFToken header), or csrf_exempt=True with a get_user "
-                "hook for header authentication.",
-                UnsafeCSRFExemptionWarning,
-                stacklevel=2,
-            )
-
         self.agent = agent
-        self.conversation_store: ConversationStore = conversation_store
-        self.attachment_store: AttachmentStore = attachment_store
-        self.namespace = namespace
-        self.thread_list_limit = int(thread_list_limit)
+        self.conversation_store: ConversationStore = _checked(
+            "conversation_store",
+            conversation_store,
+            ConversationStore,
+            "async load, save, delete, list, exists, rename",
+        )
+        self.attachment_store: AttachmentStore = _checked(
+            "attachment_store", attachment_store, AttachmentStore, "async save, open, delete"
+        )
         self.access = AccessPolicy(
             require_authenticated=require_authenticated,
             get_user=get_user,
             authorize=authorize,
-            csrf_exempt=True if csrf_exempt is None else csrf_exempt,
+            csrf_exempt=csrf_exemption(csrf_exempt, header_auth=get_user is not None),
             throttle=throttle,
         )
-        self.body_limit = BodyLimit(
-            max_body_bytes=None if max_body_bytes is None else int(max_body_bytes)
-        )
+        self.body_limit = BodyLimit(max_body_bytes=max_body_bytes)
         self.run_options = RunOptions(
-            heartbeat_seconds=float(heartbeat_seconds),
-            stream_coalesce_seconds=float(stream_coalesce_seconds),
+            heartbeat_seconds=heartbeat_seconds,
+            stream_coalesce_seconds=stream_coalesce_seconds,
             forward_reasoning=forward_reasoning,
             expose_error_messages=expose_error_messages,
-            allowed_file_url_schemes=schemes,
+            allowed_file_url_schemes=allowed_file_url_schemes,  # type: ignore[arg-type]
             instructions=instructions,
             deps_factory=deps_factory,
             on_disconnect=on_disconnect,
             concurrent_runs=concurrent_runs,
-            run_heartbeat_seconds=float(run_heartbeat_seconds),
-            run_lease_seconds=float(run_lease_seconds),
-            sweep_interval_seconds=float(sweep_interval_seconds),
+            run_heartbeat_seconds=run_heartbeat_seconds,
+            run_lease_seconds=run_lease_seconds,
+            sweep_interval_seconds=sweep_interval_seconds,
         )
-        self.run_store: RunStore | None = None
-        if is_persistent(conversation_store):
-            self.run_store = (
-                run_store
-                if run_store is not None
-                else default_run_store(conversation_store, lease_seconds=run_lease_seconds)
-            )
         self.attachment_options = AttachmentOptions(
-            max_bytes=int(attachment_max_bytes), allowed_types=allowed_types
+            max_bytes=attachment_max_bytes,
+            allowed_types=attachment_allowed_types,  # type: ignore[arg-type]
         )
-
-        run = RunEndpoint(
-            agent,
-            conversation_store,
-            access=self.access,
-            body_limit=self.body_limit,
-            options=self.run_options,
-            run_store=self.run_store,
-            attachment_store=attachment_store if is_persistent(attachment_store) else None,
-        )
-        self.run_endpoint = run
-        self.coordinator: RunCoordinator | None = run.coordinator
-        threads = ThreadEndpoints(
-            conversation_store,
-            list_limit=self.thread_list_limit,
-            body_limit=self.body_limit,
-            active_run=run.active_run,
-            settle=run.settle,
-        )
-        attachments = AttachmentEndpoints(
-            attachment_store, access=self.access, options=self.attachment_options
-        )
-        self.run_view = self._view({"POST": run}, too_big=RUN_TOO_BIG)
-        self.threads_view = self._view({"GET": threads.index})
-        self.thread_view = self._view(
-            {"GET": threads.get, "PATCH": threads.rename, "DELETE": threads.delete},
-            not_found=THREAD_NOT_FOUND,
-            too_big=TITLE_TOO_BIG,
-        )
-        if run.coordinator is not None:
-            runs = RunEndpoints(
-                run.coordinator,
-                conversation_store,
-                repositories=run.repositories,
-                heartbeat_seconds=self.run_options.heartbeat_seconds,
-                coalesce_seconds=self.run_options.stream_coalesce_seconds,
+        self.mount_options = MountOptions(namespace=namespace, thread_list_limit=thread_list_limit)
+        self.run_store: RunStore | None = (
+            None
+            if run_store is None
+            else _checked(
+                "run_store",
+                run_store,
+                RunStore,
+                "async start, heartbeat, finish, get, active_run_for_thread, sweep",
             )
-            self.run_reattach_view = self._view({"GET": runs.reattach}, not_found=RUN_NOT_FOUND)
-            self.run_cancel_view = self._view({"POST": runs.cancel}, not_found=RUN_NOT_FOUND)
-        self.attachments_view = self._view(
-            {"POST": attachments.upload}, check_csrf=False, capped=False
         )
-        self.attachments_view.agui_upload_max_bytes = self.attachment_options.max_bytes
-        self.attachment_view = self._view(
-            {"GET": attachments.download, "DELETE": attachments.delete},
-            not_found=ATTACHMENT_NOT_FOUND,
+        self.coordinator: RunCoordinator | None = None
+        self._routes = self._compose()
+        for route, view in self._routes:
+            setattr(self, route.attribute, view)
+
+    def _compose(self) -> list[tuple[Route, AGUIView]]:
+        """Build the handlers over the options, and a view for each row of their routes."""
+        options, store = self.run_options, self.conversation_store
+        uploads = self.attachment_store if is_persistent(self.attachment_store) else None
+        run: StatelessRunEndpoint | DurableRunEndpoint
+        if is_persistent(store):
+            if self.run_store is None:
+                self.run_store = default_run_store(store, lease_seconds=options.run_lease_seconds)
+            self.coordinator = RunCoordinator(
+                StoreGuard.factory(expose_error_messages=options.expose_error_messages),
+                run_store=self.run_store,
+                heartbeat_seconds=options.run_heartbeat_seconds,
+                lease_seconds=options.run_lease_seconds,
+                sweep_interval_seconds=options.sweep_interval_seconds,
+                concurrent_runs=options.concurrent_runs,
+                wait_seconds=options.interrupt_wait_seconds,
+            )
+            run = DurableRunEndpoint(
+                self.agent,
+                store,
+                coordinator=self.coordinator,
+                access=self.access,
+                body_limit=self.body_limit,
+                options=options,
+                attachment_store=uploads,
+            )
+            threads = ThreadEndpoints(
+                store,
+                list_limit=self.thread_list_limit,
+                body_limit=self.body_limit,
+                active_run=run.active_run,
+                settle=run.settle,
+            )
+            runs = RunEndpoints(
+                self.coordinator,
+                store,
+                repositories=run.repositories,
+                heartbeat_seconds=options.heartbeat_seconds,
+                coalesce_seconds=options.stream_coalesce_seconds,
+            )
+            table = [*run.routes(), *threads.routes(), *runs.routes()]
+        else:
+            run = StatelessRunEndpoint(
+                self.agent,
+                access=self.access,
+                body_limit=self.body_limit,
+                options=options,
+                attachment_store=uploads,
+            )
+            threads = ThreadEndpoints(
+                store, list_limit=self.thread_list_limit, body_limit=self.body_limit
+            )
+            table = [*run.routes(), *threads.routes()]
+            self.run_store = None  # stateless: nothing of a run outlives its request
+        self.run_endpoint = run
+        attachments = AttachmentEndpoints(
+            self.attachment_store, access=self.access, options=self.attachment_options
         )
-
-    def _view(
-        self,
-        handlers: dict[str, Handler],
-        *,
-        check_csrf: bool = True,
-        not_found: str = "Not found.",
-        capped: bool = True,
-        too_big: str = "send a smaller body.",
-    ) -> AGUIView:
-        view = AGUIView(
-            policy=self.access,
-            handlers=handlers,
-            check_csrf=check_csrf,
-            not_found=not_found,
-            max_body_bytes=self.body_limit if capped else None,
-            too_big=too_big,
-            on_request=None if self.coordinator is None else self.coordinator.start_sweeper,
-        )
-        # A marker for discovery (system checks, pages stating the limits); the view never
-        # reads it.
-        view.agui_server = self
-        return view
-
-    # The arguments as given, read from the options the handlers were built with.
-
-    @property
-    def heartbeat_seconds(self) -> float:
-        """Seconds of silence before an SSE heartbeat; ``0.0`` when turned off."""
-        return self.run_options.heartbeat_seconds
-
-    @property
-    def stream_coalesce_seconds(self) -> float:
-        """The shortest interval between two writes of a busy stream; ``0.0`` when off."""
-        return self.run_options.stream_coalesce_seconds
-
-    @property
-    def run_heartbeat_seconds(self) -> float:
-        """Seconds between a durable run's heartbeats (its lease renewal)."""
-        return self.run_options.run_heartbeat_seconds
-
-    @property
-    def run_lease_seconds(self) -> float:
-        """Seconds without a heartbeat after which a run is swept as ``errored``."""
-        return self.run_options.run_lease_seconds
-
-    @property
-    def sweep_interval_seconds(self) -> float:
-        """Seconds between sweeps of stale runs; ``0.0`` when the server never sweeps."""
-        return self.run_options.sweep_interval_seconds
+        table += attachments.routes()
+        on_request = None if self.coordinator is None else self.coordinator.start_sweeper
+        routes = []
+        for route in table:
+            view = AGUIView.for_route(
+                route, policy=self.access, body_limit=self.body_limit, on_request=on_request
+            )
+            # A marker for discovery (system checks, pages stating the limits); the view never
+            # reads it.
+            view.agui_server = self
+            routes.append((route, view))
+        return routes
 
     # The sweeper, for projects that start it themselves (ASGI lifespan, a management loop).
 
@@ -362,46 +321,6 @@ class AGUIServer:
         """Stop the sweeper and wait for it (ASGI lifespan shutdown); runs are not touched."""
         if self.coordinator is not None:
             await self.coordinator.aclose()
-
-    @property
-    def forward_reasoning(self) -> bool:
-        """Whether ``REASONING_*`` events reach the client."""
-        return self.run_options.forward_reasoning
-
-    @property
-    def expose_error_messages(self) -> bool:
-        """Whether ``RUN_ERROR`` carries the exception's text."""
-        return self.run_options.expose_error_messages
-
-    @property
-    def allowed_file_url_schemes(self) -> frozenset[str]:
-        """The lower-cased URL schemes a client may name in a file part."""
-        return self.run_options.allowed_file_url_schemes
-
-    @property
-    def instructions(self) -> Any:
-        """The extra instructions passed to every run."""
-        return self.run_options.instructions
-
-    @property
-    def deps_factory(self) -> Callable[[HttpRequest], Any] | None:
-        """The ``deps_factory`` hook, or ``None`` for ``AgentDeps``."""
-        return self.run_options.deps_factory
-
-    @property
-    def attachment_max_bytes(self) -> int:
-        """The largest upload accepted, in bytes."""
-        return self.attachment_options.max_bytes
-
-    @property
-    def attachment_allowed_types(self) -> tuple[str, ...]:
-        """The lower-cased MIME types accepted for uploads; ``()`` accepts any."""
-        return self.attachment_options.allowed_types
-
-    @property
-    def max_body_bytes(self) -> int | None:
-        """The JSON routes' body cap as given, or ``None`` for ``DATA_UPLOAD_MAX_MEMORY_SIZE``."""
-        return self.body_limit.max_body_bytes
 
     def json_body_limit(self) -> int:
         """The body cap of this server's JSON routes now, in bytes.
@@ -432,28 +351,9 @@ class AGUIServer:
     @property
     def urlpatterns(self) -> list[URLPattern]:
         """The routes this server mounts (see the class docstring for which ones)."""
-        patterns = [path("", self.run_view, name="run")]
-        if self.persists_conversations:
-            patterns += [
-                path("threads/", self.threads_view, name="threads"),
-                path("threads/<str:thread_id>/", self.thread_view, name="thread"),
-                path(
-                    "runs/<str:thread_id>/<str:run_id>/",
-                    self.run_reattach_view,
-                    name="run-reattach",
-                ),
-                path(
-                    "runs/<str:thread_id>/<str:run_id>/cancel/",
-                    self.run_cancel_view,
-                    name="run-cancel",
-                ),
-            ]
-        if self.accepts_attachments:
-            patterns += [
-                path("attachments/", self.attachments_view, name="attachments"),
-                path("attachments/<str:attachment_id>/", self.attachment_view, name="attachment"),
-            ]
-        return patterns
+        return [
+            path(route.path, view, name=route.name) for route, view in self._routes if route.mounted
+        ]
 
     @property
     def urls(self) -> tuple[list[URLPattern], str, str]:

@@ -19,7 +19,13 @@ from django_pydantic_agent.agui.errors import store_refusal
 from django_pydantic_agent.agui.http import error_response, read_json_body, refuse_input
 from django_pydantic_agent.agui.input import NESTED_TOO_DEEPLY
 from django_pydantic_agent.agui.owners import owns_nothing
-from django_pydantic_agent.persistence import ConversationMeta, ConversationStore, StoreError
+from django_pydantic_agent.agui.views import Route
+from django_pydantic_agent.persistence import (
+    ConversationMeta,
+    ConversationStore,
+    StoreError,
+    is_persistent,
+)
 from django_pydantic_agent.persistence.wire import BOOKKEEPING_KEY
 
 __all__ = ["MAX_TITLE_LENGTH", "NOT_FOUND", "TITLE_TOO_BIG", "ThreadEndpoints"]
@@ -91,6 +97,21 @@ class ThreadEndpoints:
         self._body_limit = body_limit
         self._active_run = active_run
         self._settle = settle
+
+    def routes(self) -> list[Route]:
+        """``threads/`` and ``threads/<thread_id>/``, mounted when the store persists."""
+        mounted = is_persistent(self._store)
+        return [
+            Route(path="threads/", name="threads", handlers={"GET": self.index}, mounted=mounted),
+            Route(
+                path="threads/<str:thread_id>/",
+                name="thread",
+                handlers={"GET": self.get, "PATCH": self.rename, "DELETE": self.delete},
+                not_found=NOT_FOUND,
+                too_big=TITLE_TOO_BIG,
+                mounted=mounted,
+            ),
+        ]
 
     async def _owns_nothing(self, request: HttpRequest) -> bool:
         return await owns_nothing(request, self._store)

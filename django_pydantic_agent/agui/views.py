@@ -1,5 +1,9 @@
 """``AGUIView``: one mounted route of an ``AGUIServer``: the access policy, then its handlers.
 
+``Route`` is one row of a server's route table (DRF routers' habit): each handler class states
+its rows (``routes()``), and the one table drives both the views the server builds and its
+``urlpatterns``.
+
 Every route answers the same way whatever goes wrong before its handler runs: 401 or 403 from
 the access policy, then 405 for a method the route does not serve, 413 for a declared body over
 the route's cap, the CSRF 403, and 404 for an id outside the id alphabet (``ids.py``). The view
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from asgiref.sync import markcoroutinefunction, sync_to_async
@@ -26,7 +31,7 @@ from django_pydantic_agent.agui.http import (
 )
 from django_pydantic_agent.agui.ids import is_valid_id
 
-__all__ = ["ABANDONED_HOOK", "AGUIView", "Handler"]
+__all__ = ["ABANDONED_HOOK", "AGUIView", "Handler", "Route"]
 
 logger = logging.getLogger("django_pydantic_agent.agui")
 
@@ -36,6 +41,37 @@ Handler: TypeAlias = Callable[..., Awaitable[HttpResponseBase]]
 #: The attribute of a response naming what to call when its client left before it was sent
 #: (the run endpoint sets it under ``on_disconnect="cancel"``: cancel the run).
 ABANDONED_HOOK = "agui_abandoned"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Route:
+    """One route of an ``AGUIServer``: its URL pattern and name, a handler per method, and how
+    its view answers before a handler runs.
+
+    ``mounted`` says whether ``urlpatterns`` includes it: the thread routes of a Null store
+    exist (a project may mount them itself) but are not mounted. The server reads the route's
+    view back as ``<name>_view`` (``run-cancel``: ``run_cancel_view``).
+    """
+
+    path: str
+    name: str
+    handlers: Mapping[str, Handler]
+    #: The 404 message of an id outside the id alphabet.
+    not_found: str = "Not found."
+    #: What the 413 of a declared body over the cap asks the caller to send instead.
+    too_big: str = "send a smaller body."
+    #: Whether the view runs the CSRF check (the upload route runs its own).
+    check_csrf: bool = True
+    #: Whether the JSON body cap applies (the upload route checks its own file cap).
+    capped: bool = True
+    #: The upload route's file cap, for ``BodyLimitMiddleware``.
+    upload_max_bytes: int | None = None
+    mounted: bool = True
+
+    @property
+    def attribute(self) -> str:
+        """The server attribute holding this route's view: ``<name>_view``."""
+        return f"{self.name.replace('-', '_')}_view"
 
 
 def _abandoned(task: asyncio.Task[HttpResponseBase]) -> None:
@@ -106,8 +142,11 @@ class AGUIView:
         max_body_bytes: Callable[[], int] | None = None,
         too_big: str = "send a smaller body.",
         on_request: Callable[[], object] | None = None,
+        upload_max_bytes: int | None = None,
     ) -> None:
         self.agui_csrf_enforced = not policy.csrf_exempt
+        if upload_max_bytes is not None:
+            self.agui_upload_max_bytes = upload_max_bytes
         self._policy = policy
         self._handlers = dict(handlers)
         self._check_csrf = check_csrf
@@ -117,6 +156,28 @@ class AGUIView:
         self._on_request = on_request
         self._allow = ", ".join(sorted(self._handlers))
         markcoroutinefunction(self)
+
+    @classmethod
+    def for_route(
+        cls,
+        route: Route,
+        *,
+        policy: AccessPolicy,
+        body_limit: Callable[[], int],
+        on_request: Callable[[], object] | None = None,
+    ) -> AGUIView:
+        """The view serving ``route`` under ``policy``, capped by ``body_limit`` when the route
+        is ``capped``."""
+        return cls(
+            policy=policy,
+            handlers=route.handlers,
+            check_csrf=route.check_csrf,
+            not_found=route.not_found,
+            max_body_bytes=body_limit if route.capped else None,
+            too_big=route.too_big,
+            on_request=on_request,
+            upload_max_bytes=route.upload_max_bytes,
+        )
 
     @property
     def allowed_methods(self) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ import pytest
 import django_pydantic_agent.agui as agui_package
 from django_pydantic_agent.agui import AGUIServer, AGUIView
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
-from django_pydantic_agent.agui.run import RunEndpoint
+from django_pydantic_agent.agui.run import DurableRunEndpoint, StatelessRunEndpoint
 from django_pydantic_agent.agui.runs import RunEndpoints
 from django_pydantic_agent.agui.threads import ThreadEndpoints
 from django_pydantic_agent.contrib.store.stores import (
@@ -30,7 +30,14 @@ from tests.agui.agents import text_agent
 
 PACKAGE = "django_pydantic_agent.agui"
 MODULES = sorted(f"{PACKAGE}.{info.name}" for info in pkgutil.iter_modules(agui_package.__path__))
-HANDLERS = [RunEndpoint, RunEndpoints, ThreadEndpoints, AttachmentEndpoints, AGUIView]
+HANDLERS = [
+    StatelessRunEndpoint,
+    DurableRunEndpoint,
+    RunEndpoints,
+    ThreadEndpoints,
+    AttachmentEndpoints,
+    AGUIView,
+]
 
 
 def imported_modules(module_name: str) -> set[str]:
@@ -96,7 +103,7 @@ def test_no_handler_keeps_the_server() -> None:
         for method in view._handlers.values():
             handlers.add(getattr(method, "__self__", method))
     assert {type(handler) for handler in handlers} == {
-        RunEndpoint,
+        DurableRunEndpoint,
         RunEndpoints,
         ThreadEndpoints,
         AttachmentEndpoints,

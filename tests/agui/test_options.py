@@ -1,0 +1,164 @@
+"""The options check themselves; one route table drives the views and ``urlpatterns``; the
+adapter is built once per run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from django_pydantic_agent.agui import AGUIServer, UnsafeCSRFExemptionWarning, inner, run
+from django_pydantic_agent.agui.access import AccessPolicy
+from django_pydantic_agent.agui.options import (
+    AttachmentOptions,
+    BodyLimit,
+    MountOptions,
+    RunOptions,
+    csrf_exemption,
+)
+from django_pydantic_agent.agui.views import AGUIView
+from django_pydantic_agent.contrib.store.stores import (
+    DefaultAttachmentStore,
+    DefaultConversationStore,
+)
+from tests.agui.agents import text_agent
+from tests.agui.conftest import event_types, logged_in, run_body
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda: RunOptions(heartbeat_seconds=-1), ValueError, "heartbeat_seconds=-1"),
+        (lambda: RunOptions(stream_coalesce_seconds="2ms"), TypeError, "'2ms' is not a number"),
+        (lambda: RunOptions(forward_reasoning=1), TypeError, "forward_reasoning=1"),
+        (lambda: RunOptions(deps_factory="app.deps"), TypeError, "deps_factory='app.deps'"),
+        (lambda: RunOptions(on_disconnect="stop"), ValueError, "on_disconnect='stop'"),
+        (lambda: RunOptions(concurrent_runs="queue"), ValueError, "concurrent_runs='queue'"),
+        (lambda: RunOptions(run_lease_seconds=5.0), ValueError, "run_lease_seconds=5.0 must"),
+        (lambda: RunOptions(interrupt_wait_seconds=0), ValueError, "interrupt_wait_seconds=0"),
+        (
+            lambda: RunOptions(allowed_file_url_schemes="https"),  # type: ignore[arg-type]
+            TypeError,
+            "allowed_file_url_schemes='https'",
+        ),
+        (lambda: AttachmentOptions(max_bytes=-5), ValueError, "attachment_max_bytes=-5"),
+        (
+            lambda: AttachmentOptions(allowed_types="image/png"),  # type: ignore[arg-type]
+            TypeError,
+            "is a string",
+        ),
+        (lambda: BodyLimit(max_body_bytes=0), ValueError, "max_body_bytes=0"),
+        (lambda: MountOptions(namespace="a:b"), ValueError, "namespace='a:b'"),
+        (lambda: MountOptions(thread_list_limit=0), ValueError, "thread_list_limit=0"),
+        (
+            lambda: AccessPolicy(
+                require_authenticated=True,
+                get_user=None,
+                authorize="app.allowed",  # type: ignore[arg-type]
+                csrf_exempt=False,
+                throttle=None,
+            ),
+            TypeError,
+            "authorize='app.allowed' is not callable",
+        ),
+        (
+            lambda: AccessPolicy(
+                require_authenticated="yes",  # type: ignore[arg-type]
+                get_user=None,
+                authorize=None,
+                csrf_exempt=False,
+                throttle=None,
+            ),
+            TypeError,
+            "require_authenticated='yes'",
+        ),
+        (lambda: csrf_exemption("no", header_auth=True), TypeError, "csrf_exempt='no'"),
+    ],
+)
+def test_an_options_object_refuses_a_bad_value_at_construction_naming_it(
+    build: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message.replace("(", r"\(")):
+        build()
+
+
+def test_options_normalise_what_they_keep() -> None:
+    options = RunOptions(heartbeat_seconds=3, allowed_file_url_schemes=("HTTPS",))  # type: ignore[arg-type]
+    assert options.heartbeat_seconds == 3.0
+    assert isinstance(options.heartbeat_seconds, float)
+    assert options.allowed_file_url_schemes == frozenset({"https"})
+    assert AttachmentOptions(allowed_types=["Image/PNG"]).allowed_types == ("image/png",)  # type: ignore[arg-type]
+    assert BodyLimit(max_body_bytes=4096)() == 4096
+
+
+def test_an_unstated_csrf_choice_warns_at_the_caller_and_means_exempt() -> None:
+    with pytest.warns(UnsafeCSRFExemptionWarning) as caught:
+        server = AGUIServer(text_agent())
+    assert caught[0].filename == __file__  # the line constructing the server
+    assert server.access.csrf_exempt is True
+    assert csrf_exemption(None, header_auth=True) is True
+    assert csrf_exemption(False, header_auth=False) is False
+
+
+@pytest.mark.parametrize("persisting", [False, True], ids=["stateless", "durable"])
+def test_one_route_table_drives_the_views_and_the_urlpatterns(persisting: bool) -> None:
+    stores: dict[str, Any] = {}
+    if persisting:
+        stores = {
+            "conversation_store": DefaultConversationStore(),
+            "attachment_store": DefaultAttachmentStore(),
+        }
+    server = AGUIServer(text_agent(), csrf_exempt=True, **stores)
+    for pattern in server.urlpatterns:
+        view = getattr(server, f"{pattern.name.replace('-', '_')}_view")
+        assert pattern.callback is view
+        assert isinstance(view, AGUIView)
+    # The thread and attachment views exist unmounted for a Null store; the run routes do not.
+    assert isinstance(server.thread_view, AGUIView)
+    assert isinstance(server.attachments_view, AGUIView)
+    assert hasattr(server, "run_cancel_view") is persisting
+    assert server.attachments_view.agui_upload_max_bytes == server.attachment_max_bytes
+
+
+@pytest.fixture
+def adapters_built(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Every adapter built, by either path (the intake's and the inner agent's)."""
+    built: list[object] = []
+    real = inner.build_adapter
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        adapter = real(*args, **kwargs)
+        built.append(adapter)
+        return adapter
+
+    monkeypatch.setattr(inner, "build_adapter", counting)
+    monkeypatch.setattr(run, "build_adapter", counting)
+    return built
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("tests.agui.urls")
+@pytest.mark.parametrize("mount", ["/agent/", "/stored/"], ids=["stateless", "durable"])
+async def test_the_adapter_is_built_once_per_run(
+    mount: str, alice: Any, adapters_built: list[object]
+) -> None:
+    async with await logged_in(alice) as http:
+        response = await http.post(mount, json=run_body())
+    assert response.status_code == 200
+    assert event_types(response.text)[-1] == "RUN_FINISHED"
+    assert len(adapters_built) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("tests.agui.urls")
+async def test_a_durable_run_still_refuses_an_unconvertible_history_before_streaming(
+    alice: Any, adapters_built: list[object]
+) -> None:
+    body = run_body()
+    body["messages"].append({"id": "t1", "role": "tool", "toolCallId": "nope", "content": "5"})
+    body["messages"].append({"id": "u2", "role": "user", "content": "And then?"})
+    async with await logged_in(alice) as http:
+        response = await http.post("/stored/", json=body)
+    assert response.status_code == 400
+    assert "toolCallId answers no tool call" in response.json()["error"]
+    assert adapters_built == []
