@@ -584,7 +584,8 @@ class OrmMessageRepository(NestedRecordWrites):
             conversation = StoredConversation.objects.get(pk=states[chat_uuid].pk)
             quoted: list[Any] = []
             rows = StoredMessage.objects.filter(conversation_id=conversation.pk)
-            for record, wire in rows.values_list("record", "wire"):
+            pairs: list[tuple[Any, Any]] = list(rows.values_list("record", "wire"))
+            for record, wire in pairs:
                 quoted.append((record or {}).get("wire_extra") or {})
                 quoted.extend(wire or [])
             reconcile_conversation_attachments(conversation, quoted)
