@@ -354,17 +354,19 @@ class DurableRunEndpoint(_RunEndpoint):
             handle = await coordinator.start(
                 owner_id, run_input, chat_repo, message_repo, user_uuid, inner
             )
-        frames = replay(
-            handle,
-            0,
-            heartbeat_seconds=self._options.heartbeat_seconds,
-            coalesce_seconds=self._options.stream_coalesce_seconds,
+        cancel = self._options.on_disconnect == "cancel"
+        response = sse_response(
+            replay(
+                handle,
+                0,
+                heartbeat_seconds=self._options.heartbeat_seconds,
+                coalesce_seconds=self._options.stream_coalesce_seconds,
+                cancel_on_close=cancel,
+            )
         )
-        if self._options.on_disconnect != "cancel":
-            return sse_response(frames)
-        response = sse_response(_cancelling(handle, frames))
-        # The client left before the response started: no reader will ever close it.
-        setattr(response, ABANDONED_HOOK, handle.cancel)
+        if cancel:
+            # The client left before the response started: no reader will ever close it.
+            setattr(response, ABANDONED_HOOK, handle.cancel)
         return response
 
     async def repositories(self, request: HttpRequest) -> tuple[Any, Any, uuid.UUID]:
@@ -394,15 +396,3 @@ class DurableRunEndpoint(_RunEndpoint):
         except StoreError:
             return
         await self.coordinator.settle(owner_id, thread_id)
-
-
-async def _cancelling(handle: Any, frames: AsyncIterator[str]) -> AsyncIterator[str]:
-    """The durable stream of ``on_disconnect="cancel"``: closing it (a disconnect) cancels the
-    run; otherwise a disconnect stops only the reading."""
-    try:
-        async for frame in frames:
-            yield frame
-    finally:
-        await aclose(frames)
-        if handle.terminal_event is None:
-            handle.cancel()

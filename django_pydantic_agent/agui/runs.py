@@ -61,7 +61,7 @@ from django_pydantic_agent.agui.relay import (
     replay_entries,
     run_digest,
 )
-from django_pydantic_agent.agui.sse import encode_event, sse_response, with_heartbeat
+from django_pydantic_agent.agui.sse import aclose, encode_event, sse_response, with_heartbeat
 from django_pydantic_agent.agui.views import Route
 from django_pydantic_agent.chat_history import (
     RunHandle,
@@ -533,8 +533,12 @@ def replay(
     *,
     heartbeat_seconds: float | None = None,
     coalesce_seconds: float = 0.0,
+    cancel_on_close: bool = False,
 ) -> AsyncIterator[str]:
     """SSE frames of ``handle`` for a reader that saw up to ``after``, then the live tail.
+
+    With ``cancel_on_close`` (``on_disconnect="cancel"``), closing the frames before the run
+    ended (a disconnect) cancels the run; otherwise it stops only the reading.
 
     With ``heartbeat_seconds``, ``SSE_HEARTBEAT`` goes out whenever the run is silent that
     long: the reader waits on the log with a timeout, in its own task, so a durable stream
@@ -562,7 +566,19 @@ def replay(
         max_batch=CATCH_UP_BATCH if coalesce_seconds else 1,
         coalesce=coalesce_seconds,
     )
-    return replay_entries(batches, handle.run_id, after)
+    frames = replay_entries(batches, handle.run_id, after)
+    return _cancelling(handle, frames) if cancel_on_close else frames
+
+
+async def _cancelling(handle: RunHandle, frames: AsyncIterator[str]) -> AsyncIterator[str]:
+    """``frames``, cancelling the run of ``handle`` if they are closed before it ended."""
+    try:
+        async for frame in frames:
+            yield frame
+    finally:
+        await aclose(frames)
+        if handle.terminal_event is None:
+            handle.cancel()
 
 
 async def _frames_of(*events: BaseEvent) -> AsyncIterator[str]:
