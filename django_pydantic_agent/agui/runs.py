@@ -52,7 +52,7 @@ from django.db import connections
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from django_pydantic_agent.agui.http import error_response
-from django_pydantic_agent.agui.options import DEFAULT_SWEEP_INTERVAL_SECONDS
+from django_pydantic_agent.agui.options import DEFAULT_SWEEP_INTERVAL_SECONDS, ConcurrentRuns
 from django_pydantic_agent.agui.relay import (
     RELAY_INTERVAL_SECONDS,
     RelayedLog,
@@ -183,6 +183,7 @@ class RunCoordinator(RunObserver):
     run in a fresh ``contextvars.Context``: they outlive their request, so nothing
     request-scoped (asgiref's per-request thread) may follow them. A finished run is not
     retained in memory: reattaching to it is answered from storage, on every worker alike.
+    ``concurrent_runs`` and ``wait_seconds`` are how ``claim`` treats a busy thread.
     """
 
     _instances: weakref.WeakSet[RunCoordinator] = weakref.WeakSet()
@@ -201,7 +202,7 @@ class RunCoordinator(RunObserver):
         relay_interval: float = RELAY_INTERVAL_SECONDS,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
-        concurrent_runs: str = "reject",
+        concurrent_runs: ConcurrentRuns = "reject",
         wait_seconds: float = 10.0,
     ) -> None:
         self.run_store = run_store
