@@ -257,3 +257,24 @@ def test_a_streaming_row_pairs_each_run_with_the_off_run_of_its_round() -> None:
     assert off_row.ratio is None
     assert off_row.paired_ratio is None
     assert off_row.row().split(" | ")[5:7] == ["", ""]
+
+
+def test_the_upgrade_bench_migrates_there_back_and_there_again(tmp_path: Path) -> None:
+    """``python -m bench.upgrade`` (docs/upgrading.md), at a toy size, on its own database."""
+    env = {**os.environ, "BENCH_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env.pop("DATABASE_URL", None)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.upgrade", "--conversations", "3", "--messages-per", "12"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    header, rule, row = done.stdout.strip().splitlines()
+    assert header.startswith("| database | messages | 0009 → 0012 |")
+    assert row.startswith("| sqlite | 36 | ")
+    assert row.count(" s |") == 3
