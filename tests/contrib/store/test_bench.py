@@ -274,7 +274,7 @@ def test_the_upgrade_bench_migrates_there_back_and_there_again(tmp_path: Path) -
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    header, rule, row = done.stdout.strip().splitlines()
+    header, _rule, row = done.stdout.strip().splitlines()
     assert header.startswith("| database | messages | 0009 → 0012 |")
     assert row.startswith("| sqlite | 36 | ")
     assert row.count(" s |") == 3
