@@ -1,7 +1,7 @@
 """Message rows: the one module that builds ``StoredMessage`` columns.
 
 Every row holds one ``chat_history.Message`` record, whoever wrote it (``save()``, a run, the
-upgrade migration, the strip command):
+upgrade migration); the sweeper and the strip command change rows they find:
 
 - ``message_uuid``, ``message_id`` (the AG-UI id), ``role``, ``content``, ``status`` and
   ``run_id``: the record fields that queries filter on and the admin shows;
@@ -37,6 +37,7 @@ from django_pydantic_agent.chat_history.records import (
     ToolCall,
     nested_record_class,
 )
+from django_pydantic_agent.contrib.store.quotas import MAX_KEY
 from django_pydantic_agent.persistence.derive import message_text
 from django_pydantic_agent.persistence.wire import (
     MANAGED_KEYS,
@@ -57,7 +58,6 @@ __all__ = [
     "wire_text",
 ]
 
-_MAX_KEY = 255
 _NOT_IN_RECORD: Final[frozenset[str]] = frozenset(
     {"content", "tool_calls", "reasonings", "message_uuid", "chat_uuid"}
 )
@@ -80,14 +80,14 @@ _UNREADABLE = "unreadable"
 def record_columns(message: Message) -> dict[str, Any]:
     """The columns of ``message``'s row but its keys, its position and ``wire``."""
     return {
-        "message_id": (message.agui_id or "")[:_MAX_KEY],
+        "message_id": (message.agui_id or "")[:MAX_KEY],
         "role": message.role[:32],
         "content": message.content,
         "record": message.model_dump(mode="json", exclude=set(_NOT_IN_RECORD)),
         "tool_calls": [call.model_dump(mode="json") for call in message.tool_calls],
         "reasonings": [step.model_dump(mode="json") for step in message.reasonings],
         "status": message.status[:16],
-        "run_id": (message.run_id or "")[:_MAX_KEY],
+        "run_id": (message.run_id or "")[:MAX_KEY],
     }
 
 
@@ -251,7 +251,7 @@ def _plain_record(
         message_uuid=_derived(chat_uuid, derived_uuid(salt, index, value), index),
         columns={
             **template,
-            "message_id": wire_id[:_MAX_KEY],
+            "message_id": wire_id[:MAX_KEY],
             "content": value["content"],
             "record": record,
         },

@@ -194,8 +194,11 @@ def _finalise_records(run: StoredAgentRun) -> int:
             continue
         row.record, row.tool_calls, row.reasonings = record, calls, steps
         row.status = str(record.get("status") or row.status)[:16]
+        row.wire = None  # no longer what a save stored: load renders the record
         changed.append(row)
-    StoredMessage.objects.bulk_update(changed, ["record", "tool_calls", "reasonings", "status"])
+    StoredMessage.objects.bulk_update(
+        changed, ["record", "tool_calls", "reasonings", "status", "wire"]
+    )
     return len(changed)
 
 
