@@ -210,7 +210,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
     Args:
         name: Written as ``name`` on every agent-created message.
         user_id: The owning user's UUID (chats are scoped by it).
-        chat_repo / message_repo: Any ``ChatRepositoryLike`` / ``MessageRepositoryLike``.
+        chat_repo: Any ``ChatRepositoryLike``.
+        message_repo: Any ``MessageRepositoryLike``.
         inner: The wrapped agent; another ``AGUIStorageAgent`` is refused (``ValueError``).
         minimal_chunk_to_persist: Flush a record once this many characters are buffered.
         flush_interval: Flush buffered changes at most this many seconds after they arrive,
