@@ -52,6 +52,7 @@ __all__ = [
     "InMemoryMessageRepository",
     "MessageRepositoryLike",
     "NestedRecordWrites",
+    "TaskScope",
 ]
 
 
@@ -220,6 +221,35 @@ class InMemoryChatRepository:
         return None if chat is None else chat.model_copy(deep=True)
 
 
+class TaskScope:
+    """The scope behind a repository's ``transaction()``: held by one task at a time.
+
+    ``hold()`` waits for the scope and makes the current task its owner until the block
+    exits; ``joined`` is true inside the owner task, where a nested ``transaction()`` (or a
+    write) joins the open scope instead of waiting for it, which would deadlock. Every
+    backend's ``transaction()`` is built on it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._owner: asyncio.Task[Any] | None = None
+
+    @property
+    def joined(self) -> bool:
+        """Whether the current task holds the scope."""
+        return self._owner is not None and self._owner is asyncio.current_task()
+
+    @asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        """Wait for the scope, then hold it for the current task until the block exits."""
+        async with self._lock:
+            self._owner = asyncio.current_task()
+            try:
+                yield
+            finally:
+                self._owner = None
+
+
 class NestedRecordWrites(ABC):
     """The four nested-record methods of ``MessageRepositoryLike``, over two primitives.
 
@@ -287,20 +317,17 @@ class InMemoryMessageRepository(NestedRecordWrites):
         self.writes: list[tuple[str, UUID]] = []
         self._messages: dict[UUID, Message] = {}
         self._sequence = 0
-        self._lock = asyncio.Lock()
-        self._owner: asyncio.Task[Any] | None = None
+        self._scope = TaskScope()
 
     # Transactions -------------------------------------------------------------------------
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
         """Apply the writes made inside the block atomically (all or none)."""
-        task = asyncio.current_task()
-        if self._owner is not None and self._owner is task:
+        if self._scope.joined:
             yield  # nested: the outermost block owns the snapshot
             return
-        async with self._lock:
-            self._owner = task
+        async with self._scope.hold():
             snapshot = (copy.deepcopy(self._messages), self._sequence, len(self.writes))
             try:
                 yield
@@ -308,15 +335,13 @@ class InMemoryMessageRepository(NestedRecordWrites):
                 self._messages, self._sequence, count = snapshot
                 del self.writes[count:]
                 raise
-            finally:
-                self._owner = None
 
     @asynccontextmanager
     async def _writing(self) -> AsyncIterator[None]:
-        if self._owner is not None and self._owner is asyncio.current_task():
+        if self._scope.joined:
             yield
             return
-        async with self._lock:
+        async with self._scope.hold():
             yield
 
     # Lookups ------------------------------------------------------------------------------

@@ -26,7 +26,6 @@ stores that know only ``load``/``save``; a store that can do better offers ``rep
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -54,7 +53,7 @@ from django_pydantic_agent.chat_history.records import (
     apply_update,
     update_fields,
 )
-from django_pydantic_agent.chat_history.repositories import NestedRecordWrites
+from django_pydantic_agent.chat_history.repositories import NestedRecordWrites, TaskScope
 from django_pydantic_agent.persistence.base import (
     Conversation,
     ConversationStore,
@@ -127,8 +126,7 @@ class _Conversations:
         self.threads: dict[uuid.UUID, _Thread] = {}
         self.scanned = False
         self.dirty: set[uuid.UUID] | None = None  # inside a transaction: chats to save at exit
-        self.lock = asyncio.Lock()
-        self.owner_task: asyncio.Task[Any] | None = None
+        self.scope = TaskScope()
 
     def chat(self, thread_id: str, name: str) -> Chat:
         chat_uuid = chat_uuid_for(self.user_uuid, thread_id)
@@ -215,7 +213,7 @@ class _Conversations:
 
     async def changed(self, thread: _Thread) -> None:
         """A flush point: save now, or at the exit of the open transaction."""
-        if self.dirty is not None and self.owner_task is asyncio.current_task():
+        if self.dirty is not None and self.scope.joined:
             self.dirty.add(thread.chat.chat_uuid)
             return
         await self.save(thread)
@@ -338,16 +336,15 @@ class ConversationMessageRepository(NestedRecordWrites):
     async def transaction(self) -> AsyncIterator[None]:
         """Save the chats changed inside the block at its exit; a raise restores and saves none."""
         state = self._state
-        task = asyncio.current_task()
-        if state.owner_task is task and state.dirty is not None:
+        if state.scope.joined and state.dirty is not None:
             yield  # nested: the outermost block saves
             return
-        async with state.lock:
+        async with state.scope.hold():
             snapshot = {
                 key: (list(map(_copy, thread.messages)), copy.deepcopy(thread.extras))
                 for key, thread in state.threads.items()
             }
-            state.owner_task, state.dirty = task, set()
+            state.dirty = set()
             try:
                 yield
             except BaseException:
@@ -362,7 +359,7 @@ class ConversationMessageRepository(NestedRecordWrites):
                     if changed is not None:
                         await state.save(changed)
             finally:
-                state.owner_task, state.dirty = None, None
+                state.dirty = None
 
     # Writes -------------------------------------------------------------------------------
 

@@ -25,7 +25,6 @@ run's first write to a saved record clears the row's ``wire``, so ``load`` rende
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import uuid
@@ -59,7 +58,7 @@ from django_pydantic_agent.chat_history.records import (
     nested_record_class,
     update_fields,
 )
-from django_pydantic_agent.chat_history.repositories import NestedRecordWrites
+from django_pydantic_agent.chat_history.repositories import NestedRecordWrites, TaskScope
 from django_pydantic_agent.contrib.store import rows as rows_
 from django_pydantic_agent.contrib.store.deletion import delete_conversations
 from django_pydantic_agent.contrib.store.links import (
@@ -351,8 +350,7 @@ class OrmMessageRepository(NestedRecordWrites):
         self._records: dict[UUID, Message] = {}
         self._children: dict[UUID, UUID] = {}
         self._pending: dict[UUID, _Pending] | None = None
-        self._owner_task: asyncio.Task[Any] | None = None
-        self._lock = asyncio.Lock()
+        self._scope = TaskScope()
 
     # Caching ------------------------------------------------------------------------------
 
@@ -450,12 +448,10 @@ class OrmMessageRepository(NestedRecordWrites):
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[None]:
         """Apply the writes made inside the block as one database transaction (all or none)."""
-        task = asyncio.current_task()
-        if self._pending is not None and self._owner_task is task:
+        if self._scope.joined:
             yield  # nested: the outermost block applies the batch
             return
-        async with self._lock:
-            self._owner_task = task
+        async with self._scope.hold():
             self._pending = {}
             snapshot = (
                 self._records_snapshot(),
@@ -471,11 +467,10 @@ class OrmMessageRepository(NestedRecordWrites):
                 raise
             finally:
                 self._pending = None
-                self._owner_task = None
 
     @asynccontextmanager
     async def _writing(self) -> AsyncIterator[None]:
-        if self._pending is not None and self._owner_task is asyncio.current_task():
+        if self._scope.joined:
             yield
             return
         async with self.transaction():
