@@ -17,13 +17,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
-from django_pydantic_agent.chat_history._tracking import (
-    StorageState,
-    TrackedMessage,
-    TrackedReasoning,
-    TrackedRecord,
-    TrackedToolCall,
-)
 from django_pydantic_agent.chat_history.errors import ChatNotFoundError, StaleDeltaError
 from django_pydantic_agent.chat_history.records import (
     MessageReasoningUpdate,
@@ -31,6 +24,13 @@ from django_pydantic_agent.chat_history.records import (
     MessageUpdate,
 )
 from django_pydantic_agent.chat_history.repositories import MessageRepositoryLike
+from django_pydantic_agent.chat_history.tracking import (
+    StorageState,
+    TrackedMessage,
+    TrackedReasoning,
+    TrackedRecord,
+    TrackedToolCall,
+)
 
 __all__ = ["Flusher", "is_transient", "thread_gone"]
 

@@ -73,7 +73,6 @@ from ag_ui.core import (
 from ag_ui.core import Message as AGUIMessage
 
 from django_pydantic_agent.chat_history._flushing import Flusher, is_transient, thread_gone
-from django_pydantic_agent.chat_history._fold import EventFold
 from django_pydantic_agent.chat_history._inbound import (
     InboundPlan,
     derive_chat_name,
@@ -81,12 +80,12 @@ from django_pydantic_agent.chat_history._inbound import (
     flatten_content,
     plan_inbound,
 )
-from django_pydantic_agent.chat_history._tracking import StorageState
 from django_pydantic_agent.chat_history.errors import (
     ChatNotFoundError,
     ErrorCodes,
     InvalidInputError,
 )
+from django_pydantic_agent.chat_history.fold import EventFold
 from django_pydantic_agent.chat_history.keys import chat_deduplication_key
 from django_pydantic_agent.chat_history.records import (
     Chat,
@@ -104,6 +103,7 @@ from django_pydantic_agent.chat_history.repositories import (
     ChatRepositoryLike,
     MessageRepositoryLike,
 )
+from django_pydantic_agent.chat_history.tracking import StorageState
 from django_pydantic_agent.chat_history.translate import BOOKKEEPING_KEY, translate_messages
 
 __all__ = [

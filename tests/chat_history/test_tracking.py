@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from django_pydantic_agent.chat_history._tracking import TrackedText, apply_json_patch
+from django_pydantic_agent.chat_history.tracking import TrackedText, apply_json_patch
 
 
 def test_tracked_text_sends_a_delta_or_the_whole_value() -> None:

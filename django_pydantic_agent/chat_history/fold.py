@@ -39,20 +39,20 @@ from django_pydantic_agent.chat_history._inbound import (
     dump_parts,
     flatten_content,
 )
-from django_pydantic_agent.chat_history._tracking import (
-    StorageState,
-    TrackedMessage,
-    TrackedReasoning,
-    TrackedRecord,
-    TrackedToolCall,
-    apply_json_patch,
-)
 from django_pydantic_agent.chat_history.records import (
     Chat,
     MessageCreate,
     MessageReasoningCreate,
     MessageStatus,
     MessageToolCallCreate,
+)
+from django_pydantic_agent.chat_history.tracking import (
+    StorageState,
+    TrackedMessage,
+    TrackedReasoning,
+    TrackedRecord,
+    TrackedToolCall,
+    apply_json_patch,
 )
 
 __all__ = ["EventFold"]
