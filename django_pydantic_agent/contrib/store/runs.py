@@ -177,6 +177,7 @@ def _finalise_records(run: StoredAgentRun) -> int:
             conversation__thread_id=run.thread_id,
             run_id=run.run_id,
         )
+        .exclude(run_id="")  # the condition of the partial (run_id, status) index
         .order_by("position")
         .select_for_update()
     )

@@ -56,6 +56,10 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name="storedmessage",
-            index=models.Index(fields=["run_id", "status"], name="dpa_store_msg_run_status2"),
+            index=models.Index(
+                condition=models.Q(("run_id", ""), _negated=True),
+                fields=["run_id", "status"],
+                name="dpa_store_msg_run_status2",
+            ),
         ),
     ]

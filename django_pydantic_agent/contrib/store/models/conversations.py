@@ -214,7 +214,14 @@ class StoredMessage(models.Model):
                 fields=["conversation", "position"], name="dpa_store_message_position"
             ),
         ]
-        indexes = [models.Index(fields=["run_id", "status"], name="dpa_store_msg_run_status2")]
+        indexes = [
+            # Partial: a saved message that names no run costs no index entry on insert.
+            models.Index(
+                fields=["run_id", "status"],
+                condition=~models.Q(run_id=""),
+                name="dpa_store_msg_run_status2",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.role or 'message'} #{self.position}"
