@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,6 +36,9 @@ SESSION_MIDDLEWARE_CHECK_ID = "django_pydantic_agent.E003"
 _SESSION_MIDDLEWARE = "django.contrib.sessions.middleware.SessionMiddleware"
 
 _Threads = dict[str, dict[str, Any]]
+
+#: Serialise each session's reload-change-save within this process (striped by session key).
+_LOCKS = tuple(threading.Lock() for _ in range(64))
 
 
 def _positive_int(name: str, value: object) -> int:
@@ -77,11 +81,16 @@ class DjangoSessionConversationStore:
 
     Every write saves the session explicitly, in the same worker-thread hop, so a save made
     after a streaming response has started (when ``SessionMiddleware`` has already run) still
-    persists. A write reloads the session as stored now and changes only this store's entry,
-    so a change made meanwhile by another tab is kept; two writes at the same instant still
-    race (the later one wins). The store never creates a session (its cookie could arrive
-    after the headers): the view creates it before responding (``ensure_session_key``), as
-    the AG-UI server does, and a save for a request without one raises ``StoreError``.
+    persists. Every read and write reloads the session as stored now, and a write changes
+    only this store's entry, so a change made meanwhile by another tab (a deleted thread) is
+    seen and kept. A revision counter stored next to the entry (``<session_key>:revision``)
+    tells that apart from a stale copy of the whole session saved over it (by
+    ``SessionMiddleware``): an entry older than the one this request last wrote or saw is
+    replaced by the request's own. Two writes of one session at the same instant in two
+    processes still race (the later one wins); within a process they take turns. The store
+    never creates a session (its cookie could arrive after the headers): the view creates it
+    before responding (``ensure_session_key``), as the AG-UI server does, and a save for a
+    request without one raises ``StoreError``.
 
     Limits, per session: ``max_threads`` conversations and ``max_bytes`` of JSON for all of
     them together. A save that would exceed either raises ``StoreLimitError`` and changes
@@ -110,6 +119,7 @@ class DjangoSessionConversationStore:
                 "the session entry that holds the conversations."
             )
         self._session_key = session_key
+        self._revision_key = f"{session_key}:revision"
         self._max_threads = _positive_int("max_threads", max_threads)
         self._max_bytes = _positive_int("max_bytes", max_bytes)
 
@@ -150,15 +160,20 @@ class DjangoSessionConversationStore:
     def _session(request: HttpRequest) -> SessionBase | None:
         return getattr(request, "session", None)
 
-    def _read(self, request: HttpRequest) -> _Threads:
-        session = self._session(request)
-        return {} if session is None else self._threads_in(session)
-
     def _threads_in(self, session: SessionBase) -> _Threads:
         raw = session.get(self._session_key)
         if not isinstance(raw, dict):
             return {}
         return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, dict)}
+
+    def _revision_in(self, session: SessionBase) -> int:
+        raw = session.get(self._revision_key)
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            return 0  # written by 0.28.3 or earlier, or not a counter
+        return raw
+
+    def _read(self, request: HttpRequest) -> _Threads:
+        return self._sync(request, None, required=False)
 
     def _modify(
         self,
@@ -167,18 +182,32 @@ class DjangoSessionConversationStore:
         *,
         required: bool,
     ) -> None:
-        """Apply ``change`` to the threads as stored *now*, and save them (one worker hop).
+        self._sync(request, change, required=required)
+
+    def _sync(
+        self,
+        request: HttpRequest,
+        change: Callable[[_Threads], _Threads | None] | None,
+        *,
+        required: bool,
+    ) -> _Threads:
+        """Read, and with ``change`` write, the threads as stored *now* (one worker hop).
 
         The request's session was loaded when the request started; another tab may have
-        changed the stored one since. So the stored data is reloaded from the backend, only
-        this store's entry is replaced, and that copy is saved. ``change`` returns the new
-        threads, or ``None`` for "nothing to write". ``required`` is false for delete and
-        rename, which are no-ops (not errors) when there is no session to change.
+        changed the stored one since, and a stale copy of the whole session (this request's
+        own, saved by ``SessionMiddleware`` after this store's first write, or another
+        request's with ``SESSION_SAVE_EVERY_REQUEST``) may have been saved over it. So the
+        stored data is reloaded from the backend and its revision compared with the one this
+        request last wrote or saw: newer is a change made elsewhere and is kept; older is a
+        stale copy, and this request's own entry is written back. ``change`` returns the new
+        threads, or ``None`` for "nothing to write". ``required`` is false for reads, delete
+        and rename, which are no-ops (not errors) when there is no session to use. Returns
+        the threads as they are now.
         """
         session = self._session(request)
         if session is None:
             if not required:
-                return
+                return {}
             from django.core.exceptions import ImproperlyConfigured
 
             raise ImproperlyConfigured(
@@ -190,39 +219,60 @@ class DjangoSessionConversationStore:
         session.keys()  # load it: a forged or expired cookie leaves no session key
         key = session.session_key
         if not key:
+            if change is None:
+                return self._threads_in(session)
             if not required:
-                return
+                return {}
             # Creating one here could be too late for its cookie to reach the browser.
             raise StoreError(
                 "The conversation was not saved: this request has no session, and the store "
                 "does not create one. Call ensure_session_key(request) in the view before "
                 "responding; for clients without a session cookie, use a model-backed store."
             )
-        stored = type(session)(key)  # as SessionMiddleware builds it
-        threads = self._threads_in(stored)  # reads the backend now
-        ended = not stored.session_key
-        updated = None if ended else change(threads)
-        cause: UpdateError | None = None
-        if updated is not None:
-            stored[self._session_key] = updated
-            # Explicit: SessionMiddleware has already run if the response is streaming.
-            try:
-                stored.save()
-            except UpdateError as exc:  # the row went between the reload and the save
-                ended, cause = True, exc
+        # Two tabs served by this process never interleave a reload and its save.
+        with _LOCKS[hash(key) % len(_LOCKS)]:
+            stored = type(session)(key)  # as SessionMiddleware builds it
+            threads = self._threads_in(stored)  # reads the backend now
+            revision = self._revision_in(stored)
+            ended = not stored.session_key
+            seen = self._revision_in(session)
+            restore = not ended and revision < seen
+            if restore:  # a stale copy was saved over this request's newer entry
+                threads = self._threads_in(session)
+            updated = None if ended or change is None else change(threads)
+            if updated is None and restore:
+                updated = threads
+            cause: UpdateError | None = None
+            if updated is not None:
+                revision = max(revision, seen) + 1
+                stored[self._session_key] = updated
+                stored[self._revision_key] = revision
+                # Explicit: SessionMiddleware has already run if the response is streaming.
+                try:
+                    stored.save()
+                except UpdateError as exc:  # the row went between the reload and the save
+                    ended, cause = True, exc
         if ended:
             if not required:
-                return
+                return {}
             raise StoreError(
                 "The conversation was not saved: the session ended while the request was "
                 "running (a logout or flush elsewhere). Sign in or reload, then try again."
             ) from cause
+        current = updated if updated is not None else threads
         # Keep this request's copy in step for later reads, without asking SessionMiddleware
-        # to write its older copy of the rest of the session back. A backend whose key is its
-        # data (signed cookies) does need the middleware to send the new key.
+        # to write its older copy of the rest of the session back. The entry goes in before
+        # its revision: a middleware save that reads the copy meanwhile then carries the
+        # older revision, which the next call recognises. A backend whose key is its data
+        # (signed cookies) does need the middleware to send the new key.
         was_modified = session.modified
-        session[self._session_key] = updated if updated is not None else threads
-        session.modified = was_modified or stored.session_key != key
+        session[self._session_key] = current
+        session[self._revision_key] = revision
+        if stored.session_key != key:
+            session._session_key = stored.session_key
+            was_modified = True
+        session.modified = was_modified
+        return current
 
     def _load_sync(self, thread_id: str, request: HttpRequest) -> Conversation | None:
         entry = self._read(request).get(thread_id)

@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import re
+import time
+from concurrent.futures import ThreadPoolExecutor
 from importlib import import_module
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.contrib.sessions.backends.base import UpdateError
 from django.contrib.sessions.models import Session
 from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, RequestFactory
 
+from django_pydantic_agent.chat_history.records import ChatCreate, MessageCreate
 from django_pydantic_agent.persistence import (
     Conversation,
     ConversationStore,
     DjangoSessionConversationStore,
     StoreError,
     StoreLimitError,
+    ensure_session_key,
+    repositories_for,
 )
 from django_pydantic_agent.testing import (
     ConversationStoreContract,
@@ -368,3 +373,152 @@ async def test_signed_cookie_sessions_still_get_their_new_cookie_from_the_middle
     after = CookieStore(request.session.session_key)
     assert sorted(after[SESSION_KEY]) == ["t1"]
     assert after["greeting"] == "hi"
+
+
+# -- regression: a stale copy of the whole session saved over the store's entry ---------------
+
+
+def _save_stale_copy(session_key: str, data: dict[str, Any]) -> None:
+    """What SessionMiddleware does with a request's copy loaded (or created) before a write."""
+    copy = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    copy._session_cache = dict(data)
+    copy.save()
+
+
+class MiddlewareSavesBeforeRename(DjangoSessionConversationStore):
+    """Replays SessionMiddleware's save of the request's copy of a session created for the
+    request, as it was before the run's first write, landing after that write (here: just
+    before ``create_chat``'s rename)."""
+
+    stale: dict[str, Any]
+
+    async def rename(self, thread_id: str, title: str, *, request: Any) -> None:
+        await sync_to_async(_save_stale_copy)(request.session.session_key, self.stale)
+        await super().rename(thread_id, title, request=request)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_middleware_save_of_the_new_session_does_not_lose_the_new_thread() -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    store = MiddlewareSavesBeforeRename()
+    request = RequestFactory().post("/agent/")
+    request.session = import_module(settings.SESSION_ENGINE).SessionStore()
+    request.user = AnonymousUser()
+    await sync_to_async(ensure_session_key)(request)  # marks the session modified
+    store.stale = await sync_to_async(lambda: dict(request.session.items()))()
+    chats, messages = await repositories_for(store, request=request)
+    chat = await chats.create_chat(
+        ChatCreate(thread_id="first", name="First", user_uuid=chats.user_uuid)
+    )
+    await messages.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, role="user", content="Hello")
+    )
+
+    fresh = import_module(settings.SESSION_ENGINE).SessionStore(request.session.session_key)
+    stored = await sync_to_async(fresh.get)(SESSION_KEY)
+    assert sorted(stored) == ["first"]
+    assert stored["first"]["title"] == "First"
+    assert [m["content"] for m in stored["first"]["messages"]] == ["Hello"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_stale_copy_saved_after_the_last_write_is_repaired_by_the_next_read(
+    actors: StoreActors,
+) -> None:
+    store = DjangoSessionConversationStore()
+    # Another request (SESSION_SAVE_EVERY_REQUEST=True) loaded the session before the run wrote.
+    other = actors.request("alice")
+    before = await sync_to_async(lambda: dict(other.session.items()))()
+    run = actors.request("alice")
+    await store.save(_conversation("A"), request=run)
+    await sync_to_async(_save_stale_copy)(actors.session_key("alice"), before)
+    assert await sync_to_async(_stored)(actors, "alice") is None
+
+    assert await store.exists("A", request=run) is True  # and it is written back
+    stored = await sync_to_async(_stored)(actors, "alice")
+    assert isinstance(stored, dict)
+    assert sorted(stored) == ["A"]
+    assert await store.exists("A", request=actors.request("alice")) is True
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_read_sees_a_thread_deleted_in_another_tab(actors: StoreActors) -> None:
+    store = DjangoSessionConversationStore()
+    await store.save(_conversation("B"), request=actors.request("alice"))
+    long_run = actors.request("alice")
+    assert await store.exists("B", request=long_run) is True
+    await store.delete("B", request=actors.request("alice"))
+    # The deletion carries a newer revision: this request's copy of B is not written back.
+    assert await store.exists("B", request=long_run) is False
+    assert await store.load("B", request=long_run) is None
+    assert await store.list(request=long_run) == []
+    assert await sync_to_async(_stored)(actors, "alice") == {}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_sessions_written_by_earlier_versions_read_the_same(actors: StoreActors) -> None:
+    # 0.28.3 and earlier stored the threads under the same key, with no revision.
+    legacy = {"old": {"messages": [{"id": "m", "role": "user", "content": "hi"}], "title": "Old"}}
+    await sync_to_async(_save_stale_copy)(actors.session_key("alice"), {SESSION_KEY: legacy})
+    store = DjangoSessionConversationStore()
+    request = actors.request("alice")
+    assert [(row.thread_id, row.title) for row in await store.list(request=request)] == [
+        ("old", "Old")
+    ]
+    await store.save(_conversation("new"), request=request)
+    stored = await sync_to_async(_stored)(actors, "alice")
+    assert isinstance(stored, dict)
+    assert sorted(stored) == ["new", "old"]
+    assert await store.exists("old", request=actors.request("alice")) is True
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_tabs_writing_at_once_in_one_process_keep_both_threads(
+    actors: StoreActors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = import_module(settings.SESSION_ENGINE).SessionStore
+    real_load = engine.load
+
+    def slow_load(self: object) -> Any:
+        data = real_load(self)
+        time.sleep(0.05)  # widen the window between a reload and its save
+        return data
+
+    monkeypatch.setattr(engine, "load", slow_load)
+    store = DjangoSessionConversationStore()
+    tabs = [actors.request("alice") for _ in range(4)]
+    for tab in tabs:
+        tab.session.keys()  # each tab's request loads the session when it starts
+
+    def write(index: int) -> None:
+        async_to_sync(store.save)(_conversation(f"tab-{index}"), request=tabs[index])
+
+    with ThreadPoolExecutor(max_workers=len(tabs)) as pool:
+        list(pool.map(write, range(len(tabs))))
+    stored = _stored(actors, "alice")
+    assert isinstance(stored, dict)
+    assert sorted(stored) == [f"tab-{index}" for index in range(len(tabs))]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_revision_that_is_not_a_counter_counts_as_zero(actors: StoreActors) -> None:
+    legacy = {"old": {"messages": []}}
+    for revision in ("7", True, -3):
+        data = {SESSION_KEY: legacy, f"{SESSION_KEY}:revision": revision}
+        await sync_to_async(_save_stale_copy)(actors.session_key("alice"), data)
+        request = actors.request("alice")
+        await DjangoSessionConversationStore().save(_conversation("new"), request=request)
+        stored = import_module(settings.SESSION_ENGINE).SessionStore(actors.session_key("alice"))
+        assert await sync_to_async(stored.get)(f"{SESSION_KEY}:revision") == 1
+        assert sorted(await sync_to_async(stored.get)(SESSION_KEY)) == ["new", "old"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_forged_cookie_reads_nothing_and_creates_no_session() -> None:
+    request = RequestFactory().get("/")
+    request.session = import_module(settings.SESSION_ENGINE).SessionStore("forged" * 6)
+    store = DjangoSessionConversationStore()
+    assert await store.list(request=request) == []
+    assert await store.exists("t1", request=request) is False
+    assert await Session.objects.acount() == 0
