@@ -349,7 +349,10 @@ async def test_a_run_over_the_session_thread_limit_ends_with_store_limit() -> No
     assert first[-1]["type"] == "RUN_FINISHED"
     assert second[-1]["type"] == "RUN_ERROR"
     assert second[-1]["code"] == "STORE_LIMIT"
-    assert_valid_agui(second)
+    # The refusal comes at the run's first flush, which can fall while a tool call's arguments
+    # stream: a run that errors mid-call ends with the arguments it had (as a cancelled one
+    # does in tests/reliability/test_disconnects.py), not always whole JSON.
+    assert_valid_agui(second, severity_overrides={"AGUI204": "warning"})
     assert [t["threadId"] for t in listing.json()["threads"]] == ["first"]
 
 
