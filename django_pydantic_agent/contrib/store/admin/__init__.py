@@ -317,8 +317,20 @@ def _deletion_counts(preview: ConversationDeletion) -> dict[str, int | str]:
     return counts
 
 
+class _ReadOnly:
+    """Rows the admin shows but never adds or edits (their writers keep invariants)."""
+
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 @admin.register(StoredAttachment)
-class StoredAttachmentAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class StoredAttachmentAdmin(_ReadOnly, OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """Attachment metadata, the conversations quoting it and its deduplication siblings."""
 
     list_display = ("__str__", "owner", "mime", "size", "short_sha256", "created_at")
@@ -340,13 +352,6 @@ class StoredAttachmentAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore
         "dedup_siblings",
     )
     readonly_fields = fields
-    show_full_result_count = False
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="SHA-256")
     def short_sha256(self, obj: StoredAttachment) -> str:
@@ -396,7 +401,7 @@ class StoredAttachmentAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore
 
 
 @admin.register(StoredAgentRun)
-class StoredAgentRunAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class StoredAgentRunAdmin(_ReadOnly, OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """Run records: read-only, searchable by exact thread, run or owner id.
 
     Nothing is editable and nothing can be added: the rows are the run store's, written by the
@@ -440,13 +445,6 @@ class StoredAgentRunAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[t
         "error",
     )
     readonly_fields = fields
-    show_full_result_count = False
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         if obj is not None and obj.status == "running":
