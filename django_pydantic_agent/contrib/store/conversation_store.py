@@ -183,14 +183,18 @@ class DefaultConversationStore(ModelConversationStore):
 
         if len(thread_id) > MAX_KEY:
             return None
+        texts = _wire_texts(owner_id, thread_id)
+        if texts and all(text is not None for _, text in texts):  # one query: all saved
+            messages = json.loads(rows.wire_text(t for _, t in texts if t is not None))
+            return Conversation(thread_id=thread_id, messages=messages, owner_id=owner_id)
         row = (
             StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id)
-            .only("pk", "thread_id", "chat_uuid")
+            .only("pk", "chat_uuid")
             .first()
         )
         if row is None:
             return None
-        return Conversation(thread_id=row.thread_id, messages=_loaded(row), owner_id=owner_id)
+        return Conversation(thread_id=thread_id, messages=_rendered(row, texts), owner_id=owner_id)
 
     def _create(
         self, thread_id: str, owner_id: str, messages: list[Any], chat_uuid: uuid.UUID
@@ -303,24 +307,38 @@ class DefaultConversationStore(ModelConversationStore):
         )
 
 
-def _loaded(row: StoredConversation) -> list[Any]:
-    """The wire messages of a thread: each row's saved ``wire``, or its record rendered.
+def _wire_texts(owner_id: str, thread_id: str) -> list[tuple[int, str | None]]:
+    """``(position, wire as JSON text)`` of each row of the owner's thread, in order.
 
-    The ``wire`` columns are read as text by a plain cursor and parsed as one JSON array: the
-    ORM's row iteration took 1.3 of a 1,000-message load's 3.2 ms, the cursor 0.4
-    (docs/benchmarks.md). Only rows a run wrote or changed are read whole, in one more query.
+    One plain ``SELECT`` joined on the thread, read by a cursor: the ORM's query building and
+    row iteration took about 1.5 of a 1,000-message load's 3.2 ms (docs/benchmarks.md).
     """
+    from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
+
+    using = router.db_for_read(StoredMessage)
+    quote = connections[using].ops.quote_name
+    message, thread = StoredMessage._meta, StoredConversation._meta
+
+    def column(meta: Any, name: str) -> str:
+        return quote(meta.get_field(name).column)
+
+    sql = (
+        f"SELECT m.{column(message, 'position')}, m.{column(message, 'wire')} "
+        f"FROM {quote(message.db_table)} m INNER JOIN {quote(thread.db_table)} t "
+        f"ON t.{column(thread, 'id')} = m.{column(message, 'conversation')} "
+        f"WHERE t.{column(thread, 'owner_id')} = %s AND t.{column(thread, 'thread_id')} = %s "
+        f"ORDER BY m.{column(message, 'position')}"
+    )
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [owner_id, thread_id])
+        return cast(list[tuple[int, str | None]], cursor.fetchall())
+
+
+def _rendered(row: StoredConversation, texts: list[tuple[int, str | None]]) -> list[Any]:
+    """The wire messages of a thread some of whose rows a run wrote or changed: those rows'
+    records rendered (one more query), the others' ``wire`` as saved."""
     from django_pydantic_agent.chat_history import Message
 
-    query = row.message_rows.order_by("position").values_list(
-        "position", Cast("wire", output_field=TextField())
-    )
-    sql, params = query.query.sql_with_params()
-    with connections[query.db].cursor() as cursor:
-        cursor.execute(sql, params)
-        texts: list[tuple[int, str | None]] = cursor.fetchall()
-    if all(text is not None for _, text in texts):
-        return cast(list[Any], json.loads(rows.wire_text(t for _, t in texts if t is not None)))
     rendered = {
         message_row.position: rows.render(rows.record_of(Message, message_row, row.chat_uuid))
         for message_row in row.message_rows.filter(wire__isnull=True)
