@@ -334,3 +334,69 @@ def test_the_root_package_resolves_its_names_lazily_and_refuses_unknown_ones() -
     assert root.ScopedConversationStore is persistence.ScopedConversationStore
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchStore'"):
         root.NoSuchStore  # noqa: B018
+
+
+def _module_arrows() -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports (at any depth, dynamic ones included).
+
+    A package's ``__init__`` is a face: an import of a name from a package leads to nothing
+    (the face hands names on), an import of one of its submodules leads to that module.
+    """
+    paths = {_module_name(path): path for path in _package_modules()}
+    faces = {name for name, path in paths.items() if path.name == "__init__.py"}
+    modules = set(paths) - faces
+    arrows: dict[str, set[str]] = {}
+    for name in modules:
+        path = paths[name]
+        found = imported_names(path.read_text(encoding="utf-8"), module=name)
+        targets = set()
+        for _, imported in found:
+            while imported and imported not in modules and imported not in faces:
+                imported = imported.rpartition(".")[0]  # a name defined in a module
+            if imported in modules and imported != name:
+                targets.add(imported)
+        arrows[name] = targets
+    return arrows
+
+
+def circles(arrows: dict[str, set[str]]) -> list[list[str]]:
+    """Every set of modules that import one another in a loop (Tarjan's components)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in sorted(arrows.get(module, ())):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for module in sorted(arrows):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_two_modules_import_each_other_in_a_loop() -> None:
+    """The house has no circle (DESIGN.md §7): what two modules both need goes below both."""
+    assert circles(_module_arrows()) == []
+
+
+def test_a_circle_is_found() -> None:
+    arrows = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(arrows) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
