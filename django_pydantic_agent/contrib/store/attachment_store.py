@@ -133,7 +133,7 @@ class DefaultAttachmentStore(ModelAttachmentStore):
         from django_pydantic_agent.contrib.store.models import StoredAttachment
 
         # Locked until the new row is inserted: a prune deleting a sibling waits for it and
-        # then sees the new row name the blob, so it keeps the blob (see lifecycle._pass).
+        # then sees the new row name the blob, so it keeps the blob (see deletion._pass).
         names = (
             StoredAttachment.objects.select_for_update()
             .filter(owner_id=owner_id, sha256=sha256)

@@ -40,7 +40,9 @@ def _batches(queryset: Any) -> Any:
         last = pks[-1]
 
 
-def _text(value: Any, limit: int) -> str:
+def _text(item: Any, key: str, limit: int) -> str:
+    """``item[key]`` cut to ``limit`` when ``item`` is an object with a string there, else ``""``."""
+    value = item.get(key) if isinstance(item, dict) else None
     return value[:limit] if isinstance(value, str) else ""
 
 
@@ -113,8 +115,8 @@ def to_wire_rows(apps: Any, schema_editor: Any) -> None:
                             message(
                                 conversation_id=row.conversation_id,
                                 position=following,
-                                message_id=_text(getattr(item, "get", dict().get)("id"), 255),
-                                role=_text(getattr(item, "get", dict().get)("role"), 32),
+                                message_id=_text(item, "id", 255),
+                                role=_text(item, "role", 32),
                                 data=item,
                                 digest=message_digest(item),
                                 record=None,

@@ -147,7 +147,7 @@ class StoredConversation(models.Model):
     title = models.CharField(max_length=255, blank=True, default="")
     preview = models.TextField(blank=True, default="")
     save_state = models.CharField(max_length=200, blank=True, default="", editable=False)
-    """What the last ``save`` stored (see ``stores._fast_plan``), or ``""``."""
+    """What the last ``save`` stored (see ``conversation_store._fast_plan``), or ``""``."""
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
     attachments: models.ManyToManyField[StoredAttachment, StoredConversationAttachment] = (
