@@ -338,6 +338,10 @@ class WireRecords:
     """Per record, the positions (in the list read) of the messages it was read from."""
     orphans: int = 0
     """Tool results read that answer no call read before them (kept with the record before)."""
+    derived: set[uuid.UUID] = field(default_factory=set)
+    """The uuids derived for records and nested records that have no bookkeeping uuid."""
+    sent: set[uuid.UUID] = field(default_factory=set)
+    """The uuids bookkeeping gave (one may equal a derived one: a client can send any)."""
 
 
 def _book(wire: Mapping[str, Any]) -> dict[str, Any]:
@@ -364,16 +368,28 @@ def _text_and_parts(
     return (content if isinstance(content, str) else ""), None
 
 
-def derived_uuid(salt: str, index: int, wire: Mapping[str, Any]) -> uuid.UUID:
-    """The uuid ``wire_to_records`` gives the message at ``index`` that has no bookkeeping."""
+def derived_uuid(
+    salt: str,
+    index: int,
+    wire: Mapping[str, Any],
+    namespace: uuid.UUID = _WIRE_UUID_NAMESPACE,
+) -> uuid.UUID:
+    """The uuid ``wire_to_records`` (given ``namespace``) gives the message at ``index`` that
+    has no bookkeeping."""
     key = f"{salt}\0{index}\0{wire.get('id')}\0{wire.get('role')}"
-    return uuid.uuid5(_WIRE_UUID_NAMESPACE, key)
+    return uuid.uuid5(namespace, key)
 
 
 class _Reader:
     def __init__(
-        self, chat_uuid: uuid.UUID, participant: str | None, salt: str, fingerprints: bool = True
+        self,
+        chat_uuid: uuid.UUID,
+        participant: str | None,
+        salt: str,
+        fingerprints: bool = True,
+        namespace: uuid.UUID = _WIRE_UUID_NAMESPACE,
     ) -> None:
+        self.namespace = namespace
         self.fingerprints = fingerprints
         self.chat_uuid = chat_uuid
         self.participant = participant
@@ -386,8 +402,12 @@ class _Reader:
         self.call_owner: dict[str, uuid.UUID] = {}
         self.sources: dict[uuid.UUID, list[dict[str, Any]]] = {}
 
-    def fallback_uuid(self, index: int, wire: Mapping[str, Any]) -> uuid.UUID:
-        return derived_uuid(self.salt, index, wire)
+    def own_uuid(self, sent: Any, index: int, wire: Mapping[str, Any]) -> uuid.UUID:
+        """The uuid the bookkeeping ``sent``, else one derived (and listed in ``derived``)."""
+        fallback = derived_uuid(self.salt, index, wire, self.namespace)
+        chosen = _uuid(sent, fallback)
+        (self.result.derived if chosen is fallback else self.result.sent).add(chosen)
+        return chosen
 
     def add(self, message: Message, wire: Mapping[str, Any], index: int | None) -> None:
         sources: list[dict[str, Any]] = []
@@ -418,7 +438,7 @@ class _Reader:
         self.pending_indices.append(index)
         self.pending_steps.append(
             Reasoning(
-                uuid=_uuid(book.get("uuid"), self.fallback_uuid(index, wire)),
+                uuid=self.own_uuid(book.get("uuid"), index, wire),
                 agui_id=_id_field(book, "aguiId", wire_id),
                 role=str(book.get("role") or Role.REASONING.value),
                 name=str(book.get("name") or ""),
@@ -436,9 +456,9 @@ class _Reader:
         entry = entry if isinstance(entry, Mapping) else {}
         function = entry.get("function") if isinstance(entry.get("function"), Mapping) else {}
         wire_id = str(entry.get("id") or "")
-        fallback = self.fallback_uuid(index, {"id": f"{wire_id}#{position}", "role": "call"})
+        call = {"id": f"{wire_id}#{position}", "role": "call"}
         return ToolCall(
-            uuid=_uuid(book.get("uuid"), fallback),
+            uuid=self.own_uuid(book.get("uuid"), index, call),
             agui_id=_id_field(book, "aguiId", wire_id),
             tool_call_id=_id_field(book, "toolCallId", wire_id),
             role=str(book.get("role") or Role.TOOL.value),
@@ -457,7 +477,7 @@ class _Reader:
         book = _book(wire)
         role = str(wire.get("role"))
         wire_id = str(wire.get("id") or "")
-        message_uuid = _uuid(book.get("uuid"), self.fallback_uuid(index, wire))
+        message_uuid = self.own_uuid(book.get("uuid"), index, wire)
         fields: dict[str, Any] = {}
         content: Any = wire.get("content")
         if role == "activity":
@@ -567,6 +587,7 @@ def wire_to_records(
     salt: str = "",
     start: int = 0,
     fingerprints: bool = True,
+    namespace: uuid.UUID = _WIRE_UUID_NAMESPACE,
 ) -> WireRecords:
     """Read stored wire messages back into records of the chat ``chat_uuid``.
 
@@ -577,9 +598,10 @@ def wire_to_records(
     ``start`` is the position of the first message in the whole conversation when only its
     tail is read (positions, and the uuids derived from them, count from it).
     ``fingerprints=False`` leaves ``originals`` empty, for a caller that keeps the stored
-    messages itself.
+    messages itself. ``namespace`` is the uuid5 namespace of the derived uuids (``derived``
+    lists them).
     """
-    reader = _Reader(chat_uuid, participant, salt, fingerprints)
+    reader = _Reader(chat_uuid, participant, salt, fingerprints, namespace)
     for index, wire in enumerate(wire_messages, start):
         if not isinstance(wire, Mapping):
             continue

@@ -94,6 +94,7 @@ async def read(written: dict[str, Any]) -> dict[str, Any]:
         StoredConversationAttachment,
         StoredMessage,
     )
+    from django_pydantic_agent.contrib.store.rows import saved_wire as row_wire
     from django_pydantic_agent.contrib.store.stores import (
         DefaultAttachmentStore,
         DefaultConversationStore,
@@ -258,11 +259,7 @@ async def read(written: dict[str, Any]) -> dict[str, Any]:
 
     def saved_wire() -> list[Any]:
         rows = StoredMessage.objects.filter(conversation__thread_id=thread_id)
-        return [
-            item
-            for wire in rows.order_by("position").values_list("wire", flat=True)
-            for item in wire
-        ]
+        return [item for row in rows.order_by("position") for item in row_wire(row)]
 
     before = await sync_to_async(message_rows)()
     messages = owner["conversations"][thread_id] + [

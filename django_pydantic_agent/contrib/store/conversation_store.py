@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connections, router, transaction
-from django.db.models import TextField
-from django.db.models.functions import Cast
 from django.utils import timezone
 
 from django_pydantic_agent.contrib.store import rows
@@ -184,8 +182,8 @@ class DefaultConversationStore(ModelConversationStore):
         if len(thread_id) > MAX_KEY:
             return None
         texts = _wire_texts(owner_id, thread_id)
-        if texts and all(text is not None for _, text in texts):  # one query: all saved
-            messages = json.loads(rows.wire_text(t for _, t in texts if t is not None))
+        messages = rows.loaded((w, i, r, c) for _, w, i, r, c in texts) if texts else None
+        if messages is not None:  # one query: every row as saved
             return Conversation(thread_id=thread_id, messages=messages, owner_id=owner_id)
         row = (
             StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id)
@@ -307,8 +305,12 @@ class DefaultConversationStore(ModelConversationStore):
         )
 
 
-def _wire_texts(owner_id: str, thread_id: str) -> list[tuple[int, str | None]]:
-    """``(position, wire as JSON text)`` of each row of the owner's thread, in order.
+_Texts = list[tuple[int, str | None, str, str, str]]
+
+
+def _wire_texts(owner_id: str, thread_id: str) -> _Texts:
+    """``(position, wire as JSON text, message_id, role, content)`` of each row of the owner's
+    thread, in order (what ``rows.loaded`` reads).
 
     One plain ``SELECT`` joined on the thread, read by a cursor: the ORM's query building and
     row iteration took about 1.5 of a 1,000-message load's 3.2 ms (docs/benchmarks.md).
@@ -322,8 +324,12 @@ def _wire_texts(owner_id: str, thread_id: str) -> list[tuple[int, str | None]]:
     def column(meta: Any, name: str) -> str:
         return quote(meta.get_field(name).column)
 
+    selected = ", ".join(
+        f"m.{column(message, name)}"
+        for name in ("position", "wire", "message_id", "role", "content")
+    )
     sql = (
-        f"SELECT m.{column(message, 'position')}, m.{column(message, 'wire')} "
+        f"SELECT {selected} "
         f"FROM {quote(message.db_table)} m INNER JOIN {quote(thread.db_table)} t "
         f"ON t.{column(thread, 'id')} = m.{column(message, 'conversation')} "
         f"WHERE t.{column(thread, 'owner_id')} = %s AND t.{column(thread, 'thread_id')} = %s "
@@ -331,12 +337,12 @@ def _wire_texts(owner_id: str, thread_id: str) -> list[tuple[int, str | None]]:
     )
     with connections[using].cursor() as cursor:
         cursor.execute(sql, [owner_id, thread_id])
-        return cast(list[tuple[int, str | None]], cursor.fetchall())
+        return cast(_Texts, cursor.fetchall())
 
 
-def _rendered(row: StoredConversation, texts: list[tuple[int, str | None]]) -> list[Any]:
+def _rendered(row: StoredConversation, texts: _Texts) -> list[Any]:
     """The wire messages of a thread some of whose rows a run wrote or changed: those rows'
-    records rendered (one more query), the others' ``wire`` as saved."""
+    records rendered (one more query), the others' as saved."""
     from django_pydantic_agent.chat_history import Message
 
     rendered = {
@@ -344,8 +350,10 @@ def _rendered(row: StoredConversation, texts: list[tuple[int, str | None]]) -> l
         for message_row in row.message_rows.filter(wire__isnull=True)
     }
     messages: list[Any] = []
-    for position, text in texts:
-        messages.extend(rendered[position] if text is None else json.loads(text))
+    for position, wire, message_id, role, content in texts:
+        messages.extend(
+            rendered.get(position) or rows.loaded([(wire, message_id, role, content)]) or []
+        )
     return messages
 
 
@@ -403,7 +411,9 @@ class _Plan:
             conversation.message_rows.filter(position__gte=self.delete_from).delete()
         for position, saved in self.updates:
             conversation.message_rows.filter(position=position).update(
-                message_uuid=saved.message_uuid, wire=saved.wire, **saved.columns
+                message_uuid=saved.message_uuid,
+                wire=rows.stored_wire(saved),
+                **saved.columns,
             )
         rows.insert(StoredMessage, [(conversation.pk, p, s) for p, s in self.inserts], using=using)
 
@@ -464,19 +474,21 @@ def _full_plan(
     row: StoredConversation | None, messages: list[Any], chat_uuid: uuid.UUID, thread_id: str
 ) -> _Plan:
     saved = rows.saved_records(messages, chat_uuid=chat_uuid, salt=thread_id) or []
-    stored: list[tuple[int, uuid.UUID, str | None]] = []
+    stored: list[tuple[int, uuid.UUID, Any]] = []
     if row is not None:
-        stored = list(
-            row.message_rows.order_by("position").values_list(
-                "position", "message_uuid", Cast("wire", output_field=TextField())
+        columns = ("position", "message_uuid", "wire", "message_id", "role", "content")
+        stored = [
+            (position, message_uuid, rows.wire_of(wire, message_id, role, content))
+            for position, message_uuid, wire, message_id, role, content in (
+                row.message_rows.order_by("position").values_list(*columns)
             )
-        )
+        ]
     plan = _Plan()
     same = 0  # rows of the same records (changed ones are rewritten in place)
-    for (position, message_uuid, text), item in zip(stored, saved, strict=False):
+    for (position, message_uuid, wire), item in zip(stored, saved, strict=False):
         if message_uuid != item.message_uuid:
             break
-        if text is None or json.loads(text) != item.wire:
+        if wire is None or wire != item.wire:
             plan.updates.append((position, item))
         same += 1
     if same < len(stored):

@@ -9,7 +9,10 @@ upgrade migration); the sweeper and the strip command change rows they find:
   (JSON, each as ``model_dump(mode="json")`` writes it);
 - ``wire``: the AG-UI wire messages ``save()`` was given for this record, verbatim, so
   ``load()`` returns them as saved; ``NULL`` for a record a run wrote or has changed since,
-  which ``load()`` renders with ``persistence.wire.records_to_wire``.
+  which ``load()`` renders with ``persistence.wire.records_to_wire``. A message saved as
+  exactly ``{"id", "role", "content"}`` (most of a long thread) keeps ``PLAIN_WIRE`` there
+  instead: its message is its record's id, role and text, which ``load()`` builds from those
+  columns (``loaded``), so the text is written once and no JSON is parsed to read it.
 
 A saved list is read into records by ``persistence.wire.wire_to_records`` (one record is a
 message with the reasoning steps before it and the tool results that answer its calls). When
@@ -21,6 +24,7 @@ message's position, so they are unique across threads and the same on every save
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -41,20 +45,25 @@ from django_pydantic_agent.contrib.store.quotas import MAX_KEY
 from django_pydantic_agent.persistence.derive import message_text
 from django_pydantic_agent.persistence.wire import (
     MANAGED_KEYS,
-    derived_uuid,
+    WireRecords,
     records_to_wire,
     wire_to_records,
 )
 
 __all__ = [
+    "PLAIN_WIRE",
     "RECORD_COLUMNS",
     "SavedRecord",
     "insert",
+    "loaded",
     "new_row",
     "record_columns",
     "record_of",
     "render",
     "saved_records",
+    "saved_wire",
+    "stored_wire",
+    "wire_of",
     "wire_text",
 ]
 
@@ -75,6 +84,48 @@ RECORD_COLUMNS: Final[tuple[str, ...]] = (
 every column of a row but its thread)."""
 _UNREADABLE = "unreadable"
 """The ``activity_type`` of the record kept for a saved value that is no message."""
+PLAIN_WIRE: Final = 0
+"""The ``wire`` of a row whose saved message was exactly ``{"id", "role", "content"}``, in
+that order, with a string text: ``loaded`` and ``wire_of`` rebuild it from the row's
+``message_id``, ``role`` and ``content``."""
+_PLAIN_ORDER: Final = ("id", "role", "content")
+_PLAIN_TEXT: Final = json.dumps(PLAIN_WIRE)
+
+
+def wire_of(wire: Any, message_id: str, role: str, content: str) -> Any:
+    """The wire messages a row's ``wire`` value stands for (``None``: a record ``load``
+    renders), given its ``message_id``, ``role`` and ``content``."""
+    if type(wire) is int:  # PLAIN_WIRE
+        return [{"id": message_id, "role": role, "content": content}]
+    return wire
+
+
+def saved_wire(row: Any) -> Any:
+    """``wire_of`` a ``StoredMessage`` row (or its historical model's)."""
+    return wire_of(row.wire, row.message_id, row.role, row.content)
+
+
+def loaded(texts: Iterable[tuple[str | None, str, str, str]]) -> list[Any] | None:
+    """The wire messages of rows given as ``(wire as JSON text, message_id, role, content)``,
+    in order; ``None`` if one of them is a record ``load`` renders.
+
+    A ``PLAIN_WIRE`` row's message is built from its columns, the others' parsed: a
+    1,000-message thread of plain messages loads without parsing any JSON.
+    """
+    messages: list[Any] = []
+    for text, message_id, role, content in texts:
+        if text == _PLAIN_TEXT:
+            messages.append({"id": message_id, "role": role, "content": content})
+        elif text is None:
+            return None
+        else:
+            messages.extend(json.loads(text))
+    return messages
+
+
+def stored_wire(saved: SavedRecord) -> Any:
+    """The value of the ``wire`` column that stands for ``saved``'s wire messages."""
+    return PLAIN_WIRE if saved.plain else saved.wire
 
 
 def record_columns(message: Message) -> dict[str, Any]:
@@ -135,20 +186,22 @@ def insert(model: Any, rows: Sequence[tuple[int, int, SavedRecord]], *, using: s
     record_value = fields[7].get_db_prep_save
     adapt = connection.ops.adapt_json_value
     empty = adapt([], None)
+    plain = wire_value(PLAIN_WIRE, connection)
     params = []
     for conversation_id, position, saved in rows:
         values = saved.columns
         calls, steps = values["tool_calls"], values["reasonings"]
+        record = saved.record_text
         params.append(
             [
                 conversation_id,
                 position,
                 uuid_value(saved.message_uuid, connection),
-                wire_value(saved.wire, connection),
+                plain if saved.plain else wire_value(saved.wire, connection),
                 values["message_id"],
                 values["role"],
                 values["content"],
-                record_value(values["record"], connection),
+                record if record is not None else record_value(values["record"], connection),
                 adapt(calls, None) if calls else empty,
                 adapt(steps, None) if steps else empty,
                 values["status"],
@@ -184,7 +237,7 @@ def record_of(message_class: type[Message], row: Any, chat_uuid: uuid.UUID) -> M
     return message
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(kw_only=True, slots=True)  # not frozen: a thousand are built per first save
 class SavedRecord:
     """One record of a saved list (its uuid and row columns) and its wire messages, verbatim."""
 
@@ -194,6 +247,10 @@ class SavedRecord:
     wire: list[Any]
     index: int
     """The position of the first of those messages in the whole list."""
+    plain: bool = False
+    """Whether ``wire`` is one message a ``PLAIN_WIRE`` row stands for."""
+    record_text: str | None = None
+    """The ``record`` column's JSON text, when it was written without dumping the record."""
 
     @classmethod
     def of(cls, message: Message, wire: list[Any], index: int) -> SavedRecord:
@@ -213,7 +270,7 @@ class SavedRecord:
 # what the reader gives.
 _PLAIN_ROLES: Final[frozenset[str]] = frozenset({"user", "assistant", "system", "developer"})
 _PLAIN_KEYS: Final[frozenset[str]] = frozenset({"id", "role", "content"})
-_templates: dict[str, dict[str, Any]] = {}
+_templates: dict[str, tuple[dict[str, Any], str, str]] = {}
 
 
 def _plain(value: Any) -> bool:
@@ -222,41 +279,50 @@ def _plain(value: Any) -> bool:
         and value.get("role") in _PLAIN_ROLES
         and type(value.get("id")) is str
         and type(value.get("content")) is str
-        and not any(k in MANAGED_KEYS for k in value.keys() - _PLAIN_KEYS)
+        and (len(value) == 3 or not any(k in MANAGED_KEYS for k in value.keys() - _PLAIN_KEYS))
     )
 
 
-def _template(role: str) -> dict[str, Any]:
+def _template(role: str) -> tuple[dict[str, Any], str, str]:
+    """The columns of a plain message of ``role`` and its ``record`` text around the id."""
     template = _templates.get(role)
     if template is None:
         sample = {"id": "", "role": role, "content": ""}
         [message] = wire_to_records([sample], chat_uuid=uuid.UUID(int=0)).messages
-        template = _templates[role] = record_columns(message)
+        columns = record_columns(message)
+        marker = "\0agui_id\0"
+        text = json.dumps({**columns["record"], "agui_id": marker}, separators=(",", ":"))
+        before, after = text.split(json.dumps(marker))
+        template = _templates[role] = (columns, before, after)
     return template
 
 
-def _plain_record(
-    value: dict[str, Any], chat_uuid: uuid.UUID, salt: str, index: int
-) -> SavedRecord:
-    template = _template(value["role"])
+def _plain_record(value: dict[str, Any], chat_bytes: bytes, salt: str, index: int) -> SavedRecord:
+    columns, before, after = _template(value["role"])
     wire_id = value["id"]
-    extra = {k: v for k, v in value.items() if k not in _PLAIN_KEYS}
+    extra = {k: v for k, v in value.items() if k not in _PLAIN_KEYS} if len(value) > 3 else None
     record = {
-        **template["record"],
+        **columns["record"],
         "agui_id": wire_id,
         # As model_dump(mode="json") writes them (tuples become lists).
         "wire_extra": json.loads(json.dumps(extra)) if extra else None,
     }
+    # The uuid ``wire_to_records(..., namespace=chat_uuid)`` derives for this message.
+    key = f"{salt}\0{index}\0{wire_id}\0{value['role']}"
+    digest = hashlib.sha1(chat_bytes + key.encode()).digest()
+    plain = not extra and len(wire_id) <= MAX_KEY and tuple(value) == _PLAIN_ORDER
     return SavedRecord(
-        message_uuid=_derived(chat_uuid, derived_uuid(salt, index, value), index),
+        message_uuid=uuid.UUID(bytes=digest[:16], version=5),
         columns={
-            **template,
+            **columns,
             "message_id": wire_id[:MAX_KEY],
             "content": value["content"],
             "record": record,
         },
         wire=[value],
         index=index,
+        plain=plain,
+        record_text=None if extra else f"{before}{json.dumps(wire_id)}{after}",
     )
 
 
@@ -264,12 +330,19 @@ def _derived(chat_uuid: uuid.UUID, value: uuid.UUID, index: int) -> uuid.UUID:
     return uuid.uuid5(chat_uuid, f"{value}\0{index}")
 
 
-def _rekey(message: Message, chat_uuid: uuid.UUID, index: int) -> Message:
-    """Give ``message`` and its nested records uuids of this thread and position."""
-    message.message_uuid = _derived(chat_uuid, message.message_uuid, index)
+def _rekey(message: Message, chat_uuid: uuid.UUID, index: int, read: WireRecords) -> Message:
+    """Give ``message`` and its nested records uuids of this thread and position: those the
+    reader derived are (in the thread's namespace), those a client sent are made so."""
+
+    def own(value: uuid.UUID) -> uuid.UUID:
+        if value in read.derived and value not in read.sent:
+            return value
+        return _derived(chat_uuid, value, index)
+
+    message.message_uuid = own(message.message_uuid)
     children: Iterable[ToolCall | Reasoning] = (*message.tool_calls, *message.reasonings)
     for child in children:
-        child.uuid = _derived(chat_uuid, child.uuid, index)
+        child.uuid = own(child.uuid)
     return message
 
 
@@ -302,12 +375,18 @@ def _read(
 ) -> list[SavedRecord] | None:
     """The records of ``messages`` as one reading, or ``None`` if it is not exact."""
     if all(_plain(value) for value in messages):
+        chat_bytes = chat_uuid.bytes
         return [
-            _plain_record(value, chat_uuid, salt, start + offset)
+            _plain_record(value, chat_bytes, salt, start + offset)
             for offset, value in enumerate(messages)
         ]
     read = wire_to_records(
-        messages, chat_uuid=chat_uuid, salt=salt, start=start, fingerprints=False
+        messages,
+        chat_uuid=chat_uuid,
+        salt=salt,
+        start=start,
+        fingerprints=False,
+        namespace=chat_uuid,
     )
     order = [i for m in read.messages for i in read.indices[m.message_uuid]]
     if order != list(range(start, start + len(messages))) or (exact and read.orphans):
@@ -316,7 +395,7 @@ def _read(
     for m in read.messages:
         indices = read.indices[m.message_uuid]
         wire = [messages[i - start] for i in indices]
-        saved.append(SavedRecord.of(_rekey(m, chat_uuid, indices[0]), wire, indices[0]))
+        saved.append(SavedRecord.of(_rekey(m, chat_uuid, indices[0], read), wire, indices[0]))
     return saved
 
 

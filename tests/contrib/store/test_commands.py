@@ -21,6 +21,7 @@ from django_pydantic_agent.contrib.store.models import (
     StoredConversation,
     StoredMessage,
 )
+from django_pydantic_agent.contrib.store.rows import saved_wire
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence import Conversation
 
@@ -212,17 +213,17 @@ def test_strip_inline_bytes_rewrites_only_changed_rows() -> None:
     assert out.startswith("Would rewrite 1 message(s), reclaiming ")
     reclaimed = int(out.split("reclaiming ")[1].split(" ")[0])
     assert reclaimed > 1000
-    assert StoredMessage.objects.get(position=0).wire == [fat]
+    assert saved_wire(StoredMessage.objects.get(position=0)) == [fat]
 
     out, _ = run("agent_store_strip_inline_bytes", stdout=TTY())
     assert f"Rewrote 1 message(s), reclaiming {reclaimed} byte(s) of JSON." in out
     stripped = StoredMessage.objects.get(position=0)
-    assert stripped.wire == [{**fat, "content": [{"type": "text", "text": "see"}]}]
+    assert saved_wire(stripped) == [{**fat, "content": [{"type": "text", "text": "see"}]}]
     assert stripped.record["content_parts"] == [{"type": "text", "text": "see"}]
-    assert StoredMessage.objects.get(position=1).wire == [lean]
+    assert saved_wire(StoredMessage.objects.get(position=1)) == [lean]
     loaded = DefaultConversationStore()._fetch("t", "1")
     assert loaded is not None
-    assert loaded.messages == [stripped.wire[0], lean]
+    assert loaded.messages == [saved_wire(stripped)[0], lean]
 
     out, _ = run("agent_store_strip_inline_bytes")
     assert out == "Rewrote 0 message(s), reclaiming 0 byte(s) of JSON.\n"

@@ -18,6 +18,7 @@ from django_pydantic_agent.contrib.store.models import (
     StoredConversation,
     StoredMessage,
 )
+from django_pydantic_agent.contrib.store.rows import PLAIN_WIRE, saved_wire
 from django_pydantic_agent.contrib.store.stores import DEFAULT_LIST_LIMIT, DefaultConversationStore
 from django_pydantic_agent.persistence import AnonymousOperationError, Conversation, StoreLimitError
 
@@ -68,7 +69,7 @@ def test_round_trip_keeps_ids_extra_fields_and_order(store: DefaultConversationS
         "attachments": [{"id": "x", "name": "a.pdf"}],
         "metadata": {"k": [1, 2]},
     }
-    assert [r.wire for r in rows] == [messages[:1], messages[1:3], messages[3:]]
+    assert [saved_wire(r) for r in rows] == [messages[:1], messages[1:3], messages[3:]]
 
 
 def test_appending_a_message_inserts_one_row_and_rewrites_nothing(
@@ -105,7 +106,7 @@ def test_growing_the_last_message_updates_only_its_row(store: DefaultConversatio
     ]
     assert len(updates) == 1
     grown = StoredMessage.objects.get(pk=grown_pk)
-    assert (grown.content, grown.wire) == ("Hello there", [bot_msg(1, "Hello there")])
+    assert (grown.content, saved_wire(grown)) == ("Hello there", [bot_msg(1, "Hello there")])
     assert store._fetch("t", "1") == Conversation(
         thread_id="t", messages=[user_msg(0), bot_msg(1, "Hello there")], owner_id="1"
     )
@@ -543,3 +544,23 @@ async def test_a_run_on_a_thread_over_the_quota_is_a_413_naming_the_limit(alice:
     assert second.headers["content-type"] == "application/json"
     assert "at most 1 thread per owner (max_threads_per_owner=1)" in second.json()["error"]
     assert [thread["threadId"] for thread in listing] == ["a"]
+
+
+def test_a_plain_message_keeps_its_text_once_and_any_other_shape_verbatim(
+    store: DefaultConversationStore,
+) -> None:
+    """A message that is exactly ``{"id", "role", "content"}`` is rebuilt from its columns;
+    another key order, an extra key or a long id is kept as sent, and all load back as sent."""
+    reordered = {"role": "user", "content": "b", "id": "m1"}
+    extra = {"id": "m2", "role": "assistant", "content": "c", "metadata": {"k": 1}}
+    long_id = {"id": "x" * 300, "role": "user", "content": "d"}
+    thread = [user_msg(0), reordered, extra, long_id, bot_msg(4, 'quote " and \\ and é')]
+    save(store, "1", "t", thread)
+
+    raw = dict(StoredMessage.objects.values_list("position", "wire"))
+    assert [raw[p] for p in range(5)] == [PLAIN_WIRE, [reordered], [extra], [long_id], PLAIN_WIRE]
+    assert StoredMessage.objects.get(position=0).content == "question 0"
+    loaded = store._fetch("t", "1")
+    assert loaded is not None
+    assert loaded.messages == thread
+    assert [list(m) for m in loaded.messages] == [list(m) for m in thread]  # key order too

@@ -29,6 +29,7 @@ from django_pydantic_agent.contrib.store.migrations._predecessor import (
     CopyPredecessorData,
     OnPredecessorSchema,
 )
+from django_pydantic_agent.contrib.store.rows import saved_wire
 
 APP = "django_pydantic_agent_store"
 LATEST = "0012_one_message_shape_columns"
@@ -252,9 +253,10 @@ def test_the_copy_makes_one_row_per_message_and_keeps_labels_as_links(
     apps = _apps_at(scratch, (APP, LATEST))
     message = apps.get_model(APP, "StoredMessage")
     rows = message.objects.using(SCRATCH).filter(conversation__thread_id="t204")
-    assert list(
-        rows.order_by("position").values_list("position", "message_id", "role", "wire")
-    ) == [
+    assert [
+        (row.position, row.message_id, row.role, saved_wire(row))
+        for row in rows.order_by("position")
+    ] == [
         (0, "m204-0", "user", [{"id": "m204-0", "role": "user"}]),
         (1, "m204-1", "assistant", [{"id": "m204-1", "role": "assistant"}]),
         (2, "m204-2", "user", [{"id": "m204-2", "role": "user"}]),
@@ -347,7 +349,7 @@ def test_a_database_built_by_the_development_0001_is_left_as_it_is(
 
     assert _applied(scratch)[-1] == LATEST
     kept = StoredMessage.objects.using(SCRATCH).get(conversation__thread_id="dev")
-    assert kept.wire == [{"id": "m", "role": "user"}]
+    assert saved_wire(kept) == [{"id": "m", "role": "user"}]
 
 
 _SAVED = [
@@ -402,11 +404,10 @@ def _at_0009(connection: BaseDatabaseWrapper, threads: int) -> Any:
 def _shape(connection: BaseDatabaseWrapper) -> list[tuple[Any, ...]]:
     message = _apps_at(connection, (APP, LATEST)).get_model(APP, "StoredMessage")
     rows = message.objects.using(connection.alias).order_by("conversation_id", "position")
-    return list(
-        rows.values_list(
-            "conversation__thread_id", "position", "message_uuid", "role", "content", "wire"
-        )
-    )
+    return [
+        (r.conversation.thread_id, r.position, r.message_uuid, r.role, r.content, saved_wire(r))
+        for r in rows.select_related("conversation")
+    ]
 
 
 def test_every_row_becomes_a_record_row_in_batches_and_back(scratch: BaseDatabaseWrapper) -> None:

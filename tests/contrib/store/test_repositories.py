@@ -31,6 +31,7 @@ from django_pydantic_agent.contrib.store.repositories import (
     OrmChatRepository,
     OrmMessageRepository,
 )
+from django_pydantic_agent.contrib.store.rows import saved_wire
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence import (
     AnonymousOperationError,
@@ -473,7 +474,7 @@ async def test_threads_saved_whole_are_records_and_render_once_a_run_changes_the
     await fresh.update_message(again[2].message_uuid, MessageUpdate(status="interrupted"))
     rows = await sync_to_async(list)(StoredMessage.objects.order_by("position"))
     assert [row.message_uuid for row in rows] == [m.message_uuid for m in records]
-    assert [row.wire for row in rows] == [wire[:1], wire[1:4], None]
+    assert [saved_wire(row) for row in rows] == [wire[:1], wire[1:4], None]
     after = await OrmMessageRepository(OrmChatRepository()).get_chat_messages(chat.chat_uuid)
     assert [(m.message_uuid, m.status) for m in after] == [
         (records[0].message_uuid, "complete"),

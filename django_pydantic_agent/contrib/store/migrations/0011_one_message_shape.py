@@ -89,6 +89,7 @@ def to_record_rows(apps: Any, schema_editor: Any) -> None:
 
 def to_wire_rows(apps: Any, schema_editor: Any) -> None:
     from django_pydantic_agent.contrib.store.migrations._predecessor import message_digest
+    from django_pydantic_agent.contrib.store.rows import wire_of
 
     alias = schema_editor.connection.alias
     conversation = apps.get_model(APP_LABEL, "StoredConversation")
@@ -110,7 +111,7 @@ def to_wire_rows(apps: Any, schema_editor: Any) -> None:
                     inserts.append(row)
                     following += 1
                 else:
-                    for item in row.wire:
+                    for item in wire_of(row.wire, row.message_id, row.role, row.content):
                         inserts.append(
                             message(
                                 conversation_id=row.conversation_id,
