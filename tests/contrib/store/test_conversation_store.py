@@ -564,3 +564,20 @@ def test_a_plain_message_keeps_its_text_once_and_any_other_shape_verbatim(
     assert loaded is not None
     assert loaded.messages == thread
     assert [list(m) for m in loaded.messages] == [list(m) for m in thread]  # key order too
+
+
+def test_a_client_sending_a_saved_uuid_for_another_message_cannot_make_two_rows_share_it(
+    store: DefaultConversationStore,
+) -> None:
+    """The uuids of saved messages are derived; one a client sends as bookkeeping is re-derived
+    for its position, even when it equals a derived one (else two rows would share a uuid)."""
+    save(store, "1", "t", [user_msg(0)])
+    taken = str(StoredMessage.objects.get(position=0).message_uuid)
+    forged = {**bot_msg(1), "chatHistory": {"uuid": taken}}
+    thread = [user_msg(0), forged, {**user_msg(2), "chatHistory": {"uuid": taken}}]
+
+    save(store, "1", "t", thread)
+
+    uuids = list(StoredMessage.objects.values_list("message_uuid", flat=True))
+    assert len(set(uuids)) == len(uuids) == 3
+    assert store._fetch("t", "1") == Conversation(thread_id="t", messages=thread, owner_id="1")
