@@ -248,7 +248,7 @@ _MEMORY_SERVICE = _Backend(
 )
 
 #: The backend errors every route answers as JSON (``backend_error_response``).
-BACKEND_ERRORS: Final = (
+BACKEND_ERRORS: Final[tuple[type[Exception], ...]] = (
     DatabaseError,
     InterfaceError,
     DRMemoryServiceError,

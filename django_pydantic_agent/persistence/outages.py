@@ -117,7 +117,7 @@ def is_database_outage(exc: BaseException) -> bool:
     return code is None or code.startswith("08") or code in _GONE_SQLSTATES
 
 
-def _cache_errors() -> tuple[type[BaseException], ...]:
+def _cache_errors() -> tuple[type[Exception], ...]:
     try:
         from redis import exceptions
     except ImportError:  # pragma: no cover - redis is a dependency of the extras
