@@ -145,10 +145,11 @@ def as_unavailable(exc: BaseException) -> BackendUnavailableError | None:
     """``exc`` as a ``BackendUnavailableError`` when it is an outage, else ``None``."""
     if isinstance(exc, BackendUnavailableError):
         return exc
+    detail = " ".join(str(exc).split())  # drivers' messages run over several lines
     if is_database_outage(exc):
-        return DatabaseUnavailableError(f"The database is unavailable: {exc}".strip())
+        return DatabaseUnavailableError(f"The database is unavailable: {detail}")
     if is_cache_outage(exc):
-        return CacheUnavailableError(f"The cache is unavailable: {exc}".strip())
+        return CacheUnavailableError(f"The cache is unavailable: {detail}")
     return None
 
 
