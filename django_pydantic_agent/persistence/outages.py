@@ -163,8 +163,11 @@ def reset_broken_connections() -> None:
     for connection in connections.all(initialized_only=True):
         if connection.connection is None or connection.in_atomic_block:
             continue
-        if connection.errors_occurred and not connection.is_usable():
-            connection.close()
+        if connection.errors_occurred:
+            if connection.is_usable():
+                connection.errors_occurred = False  # as Django's own check does
+            else:
+                connection.close()
 
 
 def _close_after_outage() -> None:

@@ -168,3 +168,18 @@ async def test_unit_of_work_connects_again_after_the_server_ended_its_connection
     second = await work()  # the broken connection was closed: this one is new
     assert second != first
     await unit_of_work(connections.close_all)()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_connection_that_saw_an_error_but_still_works_is_kept() -> None:
+    def saw_an_error() -> int:
+        connection.ensure_connection()
+        connection.errors_occurred = True  # a failed query that left the connection usable
+        return id(connection.connection)
+
+    def current() -> tuple[int, bool]:
+        return id(connection.connection), connection.errors_occurred
+
+    first = await unit_of_work(saw_an_error)()
+    # Checked once, kept, and not checked again at every unit of work after.
+    assert await unit_of_work(current)() == (first, False)
