@@ -5,7 +5,8 @@ that uniform: ``read_json_body`` reads an ``application/json`` body without ever
 the route's cap, ``refuse_input`` answers a 400 and logs it as one ``WARNING`` line, and
 ``backend_error_response`` answers a ``DatabaseError`` or a ``DRMemoryServiceError`` with a 503
 (lock, timeout, outage or rate limit, with ``Retry-After``) or a 500, logged once with the
-detail, which the client never sees.
+detail, which the client never sees; an outage of the database, the cache or the file storage
+(``persistence.outages``) is a 503 (a full disk a 507), logged as one line.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from django.conf import settings
-from django.db import DatabaseError, OperationalError
+from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from django_pydantic_agent.memory_service import (
@@ -24,15 +25,24 @@ from django_pydantic_agent.memory_service import (
     DRMemoryServiceError,
     DRMemoryUnavailableError,
 )
+from django_pydantic_agent.persistence.outages import (
+    CACHE_ERRORS,
+    BackendUnavailableError,
+    StorageUnavailableError,
+    as_unavailable,
+    is_database_outage,
+)
 
 __all__ = [
     "BACKEND_ERRORS",
+    "BACKEND_UNAVAILABLE",
     "DATABASE_BUSY",
     "DATABASE_FAILED",
     "DEFAULT_MAX_BODY_BYTES",
     "MEMORY_SERVICE_BUSY",
     "MEMORY_SERVICE_FAILED",
     "RETRY_AFTER_SECONDS",
+    "STORAGE_FULL",
     "backend_error_response",
     "binary_size",
     "body_too_big_response",
@@ -58,6 +68,11 @@ RETRY_AFTER_SECONDS = 1
 DATABASE_BUSY = "The database is busy; retry in a moment."
 #: The 500 message for any other database error (the detail is logged, never sent).
 DATABASE_FAILED = "A database error stopped this request. The error has been logged on the server."
+
+#: The 503 message of an outage (``{backend}``: "The database", "The cache", ...).
+BACKEND_UNAVAILABLE = "{backend} is unavailable right now; retry in a moment."
+#: The 507 message when the attachment storage is full.
+STORAGE_FULL = "The attachment storage is full; nothing was stored. Retry later."
 
 #: The 503 message when the Memory Service is unreachable, overloaded or rate-limiting.
 MEMORY_SERVICE_BUSY = "The Memory Service is unavailable or busy; retry in a moment."
@@ -181,11 +196,14 @@ def refuse_input(request: HttpRequest, message: str) -> JsonResponse:
 
 
 def is_transient_database_error(exc: BaseException) -> bool:
-    """Whether ``exc`` is a lock or timeout worth retrying, rather than a broken query.
+    """Whether ``exc`` is a lock, timeout or outage worth retrying, rather than a broken query.
 
-    SQLite's "database is locked" (and "database table is locked"), and PostgreSQL's lock and
-    statement timeouts, deadlocks and serialization failures, by SQLSTATE.
+    SQLite's "database is locked" (and "database table is locked"), PostgreSQL's lock and
+    statement timeouts, deadlocks and serialization failures, by SQLSTATE, and a lost or
+    refused connection (``persistence.outages.is_database_outage``).
     """
+    if is_database_outage(exc):
+        return True
     if not isinstance(exc, OperationalError):
         return False
     cause = exc.__cause__
@@ -230,21 +248,49 @@ _MEMORY_SERVICE = _Backend(
 )
 
 #: The backend errors every route answers as JSON (``backend_error_response``).
-BACKEND_ERRORS: Final = (DatabaseError, DRMemoryServiceError)
+BACKEND_ERRORS: Final[tuple[type[Exception], ...]] = (
+    DatabaseError,
+    InterfaceError,
+    DRMemoryServiceError,
+    BackendUnavailableError,
+    *CACHE_ERRORS,
+)
 
 
-def backend_error_response(
-    request: HttpRequest, exc: DatabaseError | DRMemoryServiceError
-) -> JsonResponse:
+def _outage_response(request: HttpRequest, exc: BackendUnavailableError) -> JsonResponse:
+    """503 (507 for a full storage) with ``Retry-After``, logged as one line, no traceback."""
+    logger.warning(
+        "%s %s met an outage (%s); answered %s so the client retries.",
+        request.method,
+        _logged_path(request),
+        exc,
+        507 if isinstance(exc, StorageUnavailableError) and exc.full else 503,
+    )
+    if isinstance(exc, StorageUnavailableError) and exc.full:
+        response = error_response(507, STORAGE_FULL, Retry_After=str(RETRY_AFTER_SECONDS))
+    else:
+        message = BACKEND_UNAVAILABLE.format(backend=exc.backend)
+        response = error_response(503, message, Retry_After=str(RETRY_AFTER_SECONDS))
+    response._has_been_logged = True  # type: ignore[attr-defined]
+    return response
+
+
+def backend_error_response(request: HttpRequest, exc: BaseException) -> JsonResponse:
     """The JSON answer to a backend error raised while serving ``request``, logged once.
 
     A transient error is a 503 with ``Retry-After`` and a ``WARNING``: for the database a lock
     or timeout (``is_transient_database_error``), for the Memory Service an outage, a timeout or
     a rate limit (no response, 429, 502-504; ``Retry-After`` is the service's own for a 429).
     Any other error is a 500 and an ``ERROR``. Both log the exception with its traceback on the
-    ``django_pydantic_agent.agui`` logger; the client sees neither.
+    ``django_pydantic_agent.agui`` logger; the client sees neither. An outage (the database or
+    the cache unreachable or restarting, a file storage that refused a write) is a 503 (a 507
+    for a full storage) with ``Retry-After``, logged as one ``WARNING`` line, no traceback.
     """
-    backend = _DATABASE if isinstance(exc, DatabaseError) else _MEMORY_SERVICE
+    unavailable = as_unavailable(exc)
+    if unavailable is not None:
+        return _outage_response(request, unavailable)
+    database = isinstance(exc, DatabaseError | InterfaceError)
+    backend = _DATABASE if database else _MEMORY_SERVICE
     transient = backend.transient(exc)
     logger.log(
         logging.WARNING if transient else logging.ERROR,

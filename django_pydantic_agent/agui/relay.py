@@ -56,6 +56,7 @@ from asgiref.sync import sync_to_async
 from django_pydantic_agent.agui.sse import SSE_HEARTBEAT, encode_event
 from django_pydantic_agent.chat_history import RunHandle
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES, RunLogTruncatedError
+from django_pydantic_agent.persistence.outages import CacheUnavailableError, is_cache_outage
 
 __all__ = [
     "ALIVE_CHECK_SECONDS",
@@ -103,6 +104,11 @@ _OPENS_OR_CLOSES = frozenset(
 )
 # A follower fetches at most this many batches per cache call.
 _FETCH_CHUNK = 200
+
+
+def _bug(exc: BaseException) -> bool:
+    """Whether a cache failure deserves its traceback in the log (an outage does not)."""
+    return not is_cache_outage(exc)
 
 
 def event_id(run_id: str, seq: int) -> str:
@@ -241,6 +247,7 @@ class _Publication:
         self.finished = False
         self.nudge = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self.failing = False  # the last write to the cache failed (logged once per outage)
 
 
 class RelayedLog:
@@ -442,8 +449,8 @@ class RunRelay:
             return
         try:
             await sync_to_async(self._cache.delete_many)(due)
-        except Exception:
-            logger.warning("Could not delete %d finished relay keys.", len(due), exc_info=True)
+        except Exception as exc:
+            logger.warning("Could not delete %d finished relay keys.", len(due), exc_info=_bug(exc))
 
     async def _publish_loop(self, publication: _Publication) -> None:
         await self._flush(publication)
@@ -487,14 +494,23 @@ class RunRelay:
         }
         try:
             await sync_to_async(self._cache.set_many)(data, self.ttl)
-        except Exception:
-            logger.warning(
-                "Could not relay run %r of thread %r to the cache; retrying.",
-                handle.run_id,
-                handle.thread_id,
-                exc_info=True,
-            )
+        except Exception as exc:
+            # Logged once per outage, not at every tick: the run goes on meanwhile, and the
+            # next write that lands carries every event since the last one that did.
+            if not publication.failing:
+                logger.warning(
+                    "Could not relay run %r of thread %r to the cache (%s: %s); retrying.",
+                    handle.run_id,
+                    handle.thread_id,
+                    type(exc).__name__,
+                    exc,
+                    exc_info=_bug(exc),
+                )
+            publication.failing = True
             return
+        if publication.failing:
+            publication.failing = False
+            logger.info("Relaying run %r to the cache works again.", handle.run_id)
         publication.announced = True
         publication.batches = batches
         if entries:
@@ -503,11 +519,15 @@ class RunRelay:
 
     # -- following (a worker that does not hold the run) ---------------------------------------
 
-    async def _get(self, key: str) -> Any:
+    async def _get(self, key: str, *, strict: bool = False) -> Any:
+        """The cache's value at ``key``; ``None`` when missing or the cache fails, unless
+        ``strict``: then a cache outage raises ``CacheUnavailableError``."""
         try:
             return await sync_to_async(self._cache.get)(key)
-        except Exception:
-            logger.warning("Could not read the relayed run log %r.", key, exc_info=True)
+        except Exception as exc:
+            if strict and is_cache_outage(exc):
+                raise CacheUnavailableError(f"The cache is unavailable: {exc}") from exc
+            logger.warning("Could not read the relayed run log %r.", key, exc_info=_bug(exc))
             return None
 
     async def _batches(self, key: str, first: int, last: int) -> list[Any]:
@@ -518,8 +538,8 @@ class RunRelay:
             chunk = names[start : start + _FETCH_CHUNK]
             try:
                 found.update(await sync_to_async(self._cache.get_many)(chunk))
-            except Exception:
-                logger.warning("Could not read the relayed run log %r.", key, exc_info=True)
+            except Exception as exc:
+                logger.warning("Could not read the relayed run log %r.", key, exc_info=_bug(exc))
                 return [None]
         return [found.get(name) for name in names]
 
@@ -538,12 +558,14 @@ class RunRelay:
     ) -> RelayedLog | None:
         """The run's relayed log, or ``None`` when the cache holds none (or only part of one).
 
-        ``grace`` seconds are allowed for the log to appear (a run that just started).
+        ``grace`` seconds are allowed for the log to appear (a run that just started). A cache
+        that cannot be reached raises ``CacheUnavailableError`` (routes answer it with a 503):
+        whether the run has a log cannot be told then.
         """
         key = self._key(owner_id, thread_id, run_id)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
-        head = await self._get(f"{key}:head")
+        head = await self._get(f"{key}:head", strict=True)
         while not isinstance(head, dict) and loop.time() < deadline:
             await asyncio.sleep(self.interval)
             head = await self._get(f"{key}:head")

@@ -74,6 +74,7 @@ from django_pydantic_agent.chat_history.manager import (
     RunObserver,
 )
 from django_pydantic_agent.persistence import StoreError, resolve_owner_id, serves_anonymous
+from django_pydantic_agent.persistence.outages import OutageLog, is_outage, retry_outage
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
     RunRecord,
@@ -226,6 +227,7 @@ class RunCoordinator(RunObserver):
             finished_run_retention=0.0,
         )
         self._handles: set[RunHandle] = set()
+        self._outages = OutageLog(logger)
         RunCoordinator._instances.add(self)
 
     # -- claiming a thread and starting a run --------------------------------------------
@@ -385,11 +387,16 @@ class RunCoordinator(RunObserver):
         while True:
             try:
                 swept = await self.sweep()
-            except Exception:
-                logger.exception(
-                    "Sweeping stale runs failed; retrying in %s s.", self.sweep_interval_seconds
-                )
+            except Exception as exc:
+                if is_outage(exc):  # one line: the lease is taken again once it is back
+                    self._outages.failed("Sweeping stale runs", exc)
+                else:
+                    logger.exception(
+                        "Sweeping stale runs failed; retrying in %s s.",
+                        self.sweep_interval_seconds,
+                    )
             else:
+                self._outages.recovered("Sweeping stale runs")
                 if swept:
                     logger.info("Swept %d stale run(s) as errored.", len(swept))
             await asyncio.sleep(self.sweep_interval_seconds)
@@ -487,17 +494,33 @@ class RunCoordinator(RunObserver):
             return False
         self._last_cancel_check[handle] = now
         key = self._cancel_key(owner_id, handle.thread_id, handle.run_id)
-        return bool(await sync_to_async(self._cache.get)(key))
+        try:
+            requested = await sync_to_async(self._cache.get)(key)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            self._outages.failed("Reading cancel intents from the cache", exc)
+            return False  # the run goes on; the intent is read again once the cache is back
+        self._outages.recovered("Reading cancel intents from the cache")
+        return bool(requested)
 
     async def on_heartbeat(self, handle: RunHandle) -> None:
         owner_id = self._owners.get(handle)
         if owner_id is not None and not handle.finalizing:
-            await self.run_store.heartbeat(
-                owner_id=owner_id,
-                thread_id=handle.thread_id,
-                run_id=handle.run_id,
-                last_seq=handle.last_seq,
-            )
+            try:
+                await self.run_store.heartbeat(
+                    owner_id=owner_id,
+                    thread_id=handle.thread_id,
+                    run_id=handle.run_id,
+                    last_seq=handle.last_seq,
+                )
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                # The next heartbeat renews the lease; one line per outage, not per beat.
+                self._outages.failed("Renewing run heartbeats", exc)
+            else:
+                self._outages.recovered("Renewing run heartbeats")
 
     async def on_done(self, handle: RunHandle) -> None:
         try:
@@ -517,14 +540,20 @@ class RunCoordinator(RunObserver):
         error = ""
         if isinstance(terminal, RunErrorEvent):
             error = f"[{terminal.code}] {terminal.message}" if terminal.code else terminal.message
-        await self.run_store.finish(
-            owner_id=owner_id,
-            thread_id=handle.thread_id,
-            run_id=handle.run_id,
-            status=_status_of(handle),
-            usage=_usage_of(terminal),
-            last_seq=handle.last_seq,
-            error=error,
+        # Retried (bounded) while the run store is out: a run whose record stayed running
+        # would be swept as errored, its stored answer complete.
+        await retry_outage(
+            lambda: self.run_store.finish(
+                owner_id=owner_id,
+                thread_id=handle.thread_id,
+                run_id=handle.run_id,
+                status=_status_of(handle),
+                usage=_usage_of(terminal),
+                last_seq=handle.last_seq,
+                error=error,
+            ),
+            what=f"Ending run {handle.run_id!r}",
+            log=logger,
         )
 
 

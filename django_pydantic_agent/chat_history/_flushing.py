@@ -94,6 +94,8 @@ class Flusher:
         self.repo = repo
         self.retry_after = retry_after
         self.chat_gone = chat_gone
+        #: Whether the last failed ``flush`` failed with a transient error (``is_transient``).
+        self.transient_failure = False
         self._missing: list[TrackedRecord] = []
 
     async def _is_gone(self, state: StorageState) -> bool:
@@ -115,6 +117,7 @@ class Flusher:
             state.flush_due = None
             return True
         commits: list[Callable[[], None]] = []
+        retrying = state.needs_recovery  # an earlier flush failed
         try:
             if state.needs_recovery:
                 await self.recover(state)
@@ -127,9 +130,13 @@ class Flusher:
             return thread_gone(state)
         except Exception as exc:
             expected = is_transient(exc)
+            self.transient_failure = expected
             if not expected and await self._is_gone(state):
                 return thread_gone(state)
-            logger.warning(
+            # An outage fails every flush until it ends: its first failure is logged, the
+            # others only at DEBUG (a run retries every flush interval).
+            logger.log(
+                logging.DEBUG if expected and retrying else logging.WARNING,
                 "Persisting run %r failed; the changes are kept and retried.%s",
                 state.run_id,
                 f" ({type(exc).__name__}: {exc})" if expected else "",
@@ -140,6 +147,8 @@ class Flusher:
             return False
         for commit in commits:
             commit()
+        if retrying:
+            logger.info("Persisting run %r works again; nothing was lost.", state.run_id)
         state.needs_recovery = False
         state.flush_due = None
         if self._missing:

@@ -134,8 +134,10 @@ ERRORED = MessageStatus.ERRORED.value
 _NIL = UUID(int=0)
 _RUN_ENDS: Final = (RunFinishedEvent, RunErrorEvent)
 _RETRY_PAUSES: Final = (0.05, 0.2, 0.8)
-"""Seconds between the attempts of a write tried three times (the final flush also waits the
-last one before it gives up)."""
+"""Seconds between the attempts of a write tried three times (the final flush goes on with the
+last one while the store's failure is transient)."""
+# The final flush stops retrying an outage this long before finalize_timeout abandons it.
+_FINAL_FLUSH_MARGIN: Final = 1.0
 _THINKING = (  # ag-ui 0.1.x only; registered when the installed ag-ui still has them
     "ThinkingStartEvent",
     "ThinkingEndEvent",
@@ -688,13 +690,25 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                 self._set_outcome(state, outcome, force=state.resumed)
         elif state.dropped:
             self._terminate(state, ERRORED, DROPPED_TEXT, None)
-        for pause in _RETRY_PAUSES:
-            if await self._flush(state):
+        # Three attempts; while the store is out (a transient failure: the database or the
+        # service restarting), more, until shortly before finalize_timeout.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.finalize_timeout - _FINAL_FLUSH_MARGIN
+        attempt = 0
+        while True:
+            flusher = self._flusher()
+            if await flusher.flush(state):
                 return
-            await asyncio.sleep(pause)
+            attempt += 1
+            if attempt >= len(_RETRY_PAUSES) and (
+                not flusher.transient_failure or loop.time() >= deadline
+            ):
+                break
+            await asyncio.sleep(_RETRY_PAUSES[min(attempt, len(_RETRY_PAUSES)) - 1])
         logger.error(
-            "The final flush of run %r failed three times; some of its changes are not stored.",
+            "The final flush of run %r failed %d times; some of its changes are not stored.",
             state.run_id,
+            attempt,
         )
 
     def _event_time(self, event: BaseEvent) -> datetime:
@@ -731,11 +745,13 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         """Persist every buffered change of this run now (see ``flush_message_buffer``)."""
         await self._flush(state)
 
-    async def _flush(self, state: StorageState) -> bool:
-        flusher = Flusher(
+    def _flusher(self) -> Flusher:
+        return Flusher(
             self.message_repo, retry_after=self.flush_interval, chat_gone=self._chat_gone
         )
-        return await flusher.flush(state)
+
+    async def _flush(self, state: StorageState) -> bool:
+        return await self._flusher().flush(state)
 
     async def _chat_gone(self, state: StorageState) -> bool:
         """Whether the run's chat is no longer in the store (asked only after a failed or

@@ -25,8 +25,9 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final, Protocol, runtime_checkable
 
-from asgiref.sync import sync_to_async
 from django.utils import timezone
+
+from django_pydantic_agent.persistence.outages import unit_of_work
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -144,7 +145,8 @@ class SyncRunStore(ABC):
 
     Subclasses implement ``_start_sync``, ``_heartbeat_sync``, ``_finish_sync``, ``_get_sync``,
     ``_active_sync`` and ``sweep``; the async methods of ``RunStore`` are written here once,
-    one ``sync_to_async`` per call (so ORM and cache work stays off the event loop).
+    one ``unit_of_work`` per call (``sync_to_async`` that survives a database or cache restart,
+    ``persistence.outages``), so ORM and cache work stays off the event loop.
     """
 
     @abstractmethod
@@ -183,13 +185,13 @@ class SyncRunStore(ABC):
         self, *, owner_id: str, thread_id: str, run_id: str, worker_id: str = ""
     ) -> tuple[RunRecord, bool]:
         """Record a new ``running`` run, or return the thread's active run and ``False``."""
-        return await sync_to_async(self._start_sync)(owner_id, thread_id, run_id, worker_id)
+        return await unit_of_work(self._start_sync)(owner_id, thread_id, run_id, worker_id)
 
     async def heartbeat(
         self, *, owner_id: str, thread_id: str, run_id: str, last_seq: int | None = None
     ) -> bool:
         """Renew a running run's heartbeat (and ``last_seq``); ``False`` if it is not running."""
-        return await sync_to_async(self._heartbeat_sync)(owner_id, thread_id, run_id, last_seq)
+        return await unit_of_work(self._heartbeat_sync)(owner_id, thread_id, run_id, last_seq)
 
     async def finish(
         self,
@@ -204,17 +206,17 @@ class SyncRunStore(ABC):
     ) -> RunRecord | None:
         """End a running run (``ValueError`` for a status that is not final); an ended run is
         returned unchanged, an unknown one as ``None``."""
-        return await sync_to_async(self._finish_sync)(
+        return await unit_of_work(self._finish_sync)(
             owner_id, thread_id, run_id, status, usage, last_seq, error
         )
 
     async def get(self, *, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
         """Return the owner's run, or ``None``."""
-        return await sync_to_async(self._get_sync)(owner_id, thread_id, run_id)
+        return await unit_of_work(self._get_sync)(owner_id, thread_id, run_id)
 
     async def active_run_for_thread(self, *, owner_id: str, thread_id: str) -> RunRecord | None:
         """Return the thread's running run, or ``None``."""
-        return await sync_to_async(self._active_sync)(owner_id, thread_id)
+        return await unit_of_work(self._active_sync)(owner_id, thread_id)
 
 
 #: The error of a run a ``CacheRunStore`` found stale (no heartbeat within the lease).

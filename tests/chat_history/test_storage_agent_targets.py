@@ -225,7 +225,13 @@ async def test_s83_2_a_store_that_stays_down_does_not_hang_the_run(
 
     messages.create_message = create  # type: ignore[method-assign]
     agent = AGUIStorageAgent(
-        "assistant", USER, chats, messages, ScriptedAgent(script), flush_interval=0.01
+        "assistant",
+        USER,
+        chats,
+        messages,
+        ScriptedAgent(script),
+        flush_interval=0.01,
+        finalize_timeout=2.0,  # an outage is retried until 1 s before it
     )
     events = await asyncio.wait_for(_collect(agent, run_input()), 5)
     assert events[-1].type == "RUN_FINISHED"

@@ -5,6 +5,7 @@ This module imports no models at import time (see ``stores``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import uuid
@@ -23,6 +24,7 @@ from django_pydantic_agent.persistence import (
     OpenedAttachment,
     StoreLimitError,
 )
+from django_pydantic_agent.persistence.outages import StorageUnavailableError
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
@@ -185,7 +187,7 @@ class DefaultAttachmentStore(ModelAttachmentStore):
             if self._has_quota:  # refuse before writing the bytes; checked again below
                 self._refuse_over_quota(owner_id, size)
         upload.seek(0)
-        row.file.save(uuid.uuid4().hex, upload, save=False)
+        self._write_blob(row, upload, storage)
         blob_name = str(row.file.name)
         try:
             with transaction.atomic():
@@ -197,6 +199,28 @@ class DefaultAttachmentStore(ModelAttachmentStore):
             storage.delete(blob_name)
             raise
         return self._ref(row)
+
+    @staticmethod
+    def _write_blob(row: StoredAttachment, upload: UploadedFile[Any], storage: Storage) -> None:
+        """Write the upload's bytes as the row's blob, or raise ``StorageUnavailableError``.
+
+        A write that fails (a full disk, a ``Storage`` that raises) leaves nothing behind: what
+        it wrote of the blob is deleted, and the row is never saved.
+        """
+        name = row.file.field.generate_filename(row, uuid.uuid4().hex)
+        try:
+            row.file.save(name.rsplit("/", 1)[-1], upload, save=False)
+        except Exception as exc:
+            with contextlib.suppress(Exception):  # a storage that failed may fail again
+                if storage.exists(name):
+                    storage.delete(name)
+            logger.warning(
+                "Writing an attachment's bytes to storage failed (%s: %s); nothing was stored.",
+                type(exc).__name__,
+                exc,
+                exc_info=not isinstance(exc, OSError),
+            )
+            raise StorageUnavailableError.wrapping(exc) from exc
 
     def _refs(self, attachment_ids: Sequence[str], owner_id: str) -> dict[str, AttachmentRef]:
         """The owner's refs among ``attachment_ids``, from one query (no blob is opened)."""

@@ -35,7 +35,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
-from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Subquery, Value
 from django.db.models.functions import Concat, Left
@@ -68,6 +67,7 @@ from django_pydantic_agent.contrib.store.links import (
 from django_pydantic_agent.contrib.store.quotas import MAX_KEY, lock_owner, refuse_new_thread
 from django_pydantic_agent.persistence import derive_preview
 from django_pydantic_agent.persistence.derive import normalize_title
+from django_pydantic_agent.persistence.outages import unit_of_work
 from django_pydantic_agent.persistence.owner import owner_user_uuid
 
 if TYPE_CHECKING:
@@ -272,7 +272,7 @@ class OrmChatRepository:
         """
         owner, limit = self.owner_id, self.max_threads_per_owner
         if owner is not None and limit is not None:
-            await sync_to_async(self._refuse_over_quota_sync)(owner, thread_id, limit)
+            await unit_of_work(self._refuse_over_quota_sync)(owner, thread_id, limit)
 
     async def create_chat(self, chat_data: ChatCreate) -> Chat:
         """Create the owner's thread (idempotent by thread id) or return the existing one.
@@ -281,7 +281,7 @@ class OrmChatRepository:
             ValueError: For a missing or too long thread id, or another owner's user uuid.
             StoreLimitError: When the owner already keeps ``max_threads_per_owner`` threads.
         """
-        return await sync_to_async(self._create_sync)(chat_data)
+        return await unit_of_work(self._create_sync)(chat_data)
 
     def _by_thread_sync(self, user_uuid: UUID, thread_id: str) -> Chat | None:
         owner = self._owner_for(user_uuid)
@@ -292,7 +292,7 @@ class OrmChatRepository:
 
     async def get_chat_by_thread_id(self, user_uuid: UUID, thread_id: str) -> Chat | None:
         """Return the owner's chat of ``thread_id`` (exact match), or ``None``."""
-        return await sync_to_async(self._by_thread_sync)(user_uuid, thread_id)
+        return await unit_of_work(self._by_thread_sync)(user_uuid, thread_id)
 
     def _all_sync(self, user_uuid: UUID | None) -> list[Chat]:
         rows = self._rows()
@@ -305,7 +305,7 @@ class OrmChatRepository:
 
     async def get_all_chats(self, user_uuid: UUID | None) -> Sequence[Chat]:
         """Return the owner's chats (``None``: every chat this repository may see), oldest first."""
-        return await sync_to_async(self._all_sync)(user_uuid)
+        return await unit_of_work(self._all_sync)(user_uuid)
 
     def _rename_sync(self, chat_uuid: UUID, name: str) -> Chat | None:
         title = normalize_title(name, MAX_KEY)
@@ -317,7 +317,7 @@ class OrmChatRepository:
 
     async def update_chat_name(self, chat_uuid: UUID, name: str) -> Chat | None:
         """Rename the owner's chat; ``None`` when it is unknown."""
-        return await sync_to_async(self._rename_sync)(chat_uuid, name)
+        return await unit_of_work(self._rename_sync)(chat_uuid, name)
 
     def _delete_sync(self, chat_uuid: UUID) -> Chat | None:
         from django_pydantic_agent.contrib.store.models import StoredConversation
@@ -332,7 +332,7 @@ class OrmChatRepository:
 
     async def delete_chat(self, chat_uuid: UUID) -> Chat | None:
         """Delete the owner's chat, its messages and unshared attachments; ``None`` if unknown."""
-        return await sync_to_async(self._delete_sync)(chat_uuid)
+        return await unit_of_work(self._delete_sync)(chat_uuid)
 
 
 class OrmMessageRepository(NestedRecordWrites):
@@ -420,7 +420,7 @@ class OrmMessageRepository(NestedRecordWrites):
     async def _cached(self, message_uuid: UUID) -> Message | None:
         record = self._records.get(message_uuid)
         if record is None:
-            record = await sync_to_async(self._lookup_sync)(message_uuid)
+            record = await unit_of_work(self._lookup_sync)(message_uuid)
         if record is None or record.chat_uuid is None:
             return None
         state = self.chats._states.get(record.chat_uuid)
@@ -431,7 +431,7 @@ class OrmMessageRepository(NestedRecordWrites):
     async def _parent_of(self, child_uuid: UUID) -> Message | None:
         parent = self._children.get(child_uuid)
         if parent is None:
-            record = await sync_to_async(self._child_lookup_sync)(child_uuid)
+            record = await unit_of_work(self._child_lookup_sync)(child_uuid)
             if record is None:
                 return None
             parent = record.message_uuid
@@ -461,7 +461,7 @@ class OrmMessageRepository(NestedRecordWrites):
             try:
                 yield
                 if self._pending:
-                    await sync_to_async(self._apply_sync)(list(self._pending.values()))
+                    await unit_of_work(self._apply_sync)(list(self._pending.values()))
             except BaseException:
                 self._records, self._children, self.chats._states = snapshot
                 raise
@@ -620,7 +620,7 @@ class OrmMessageRepository(NestedRecordWrites):
             raise ValueError("create_message needs chat_uuid; pass the chat the message joins.")
         state = self.chats._states.get(chat_uuid)
         if state is None:
-            state = await sync_to_async(self.chats._state_sync)(chat_uuid)
+            state = await unit_of_work(self.chats._state_sync)(chat_uuid)
         if state is None or state.deleted:
             raise ChatNotFoundError(chat_uuid)
         declared = self.message_class.model_fields
@@ -716,14 +716,14 @@ class OrmMessageRepository(NestedRecordWrites):
 
     async def get_message(self, message_uuid: UUID) -> Message | None:
         """Return a message of this owner by uuid, or ``None``."""
-        return await sync_to_async(self._get_sync)(message_uuid)
+        return await unit_of_work(self._get_sync)(message_uuid)
 
     def _thread_sync(self, chat_uuid: UUID) -> list[Message]:
         return [self._copy(m) for m in self._read_thread_sync(chat_uuid)]
 
     async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
         """Return the first message of the chat with this AG-UI id, or ``None``."""
-        for message in await sync_to_async(self._thread_sync)(chat_uuid):
+        for message in await unit_of_work(self._thread_sync)(chat_uuid):
             if message.agui_id == agui_id:
                 return message
         return None
@@ -740,7 +740,7 @@ class OrmMessageRepository(NestedRecordWrites):
 
     async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[Message]:
         """Return every message of the chat in sequence order (``[]`` for an unknown chat)."""
-        return await sync_to_async(self._thread_sync)(chat_uuid)
+        return await unit_of_work(self._thread_sync)(chat_uuid)
 
     def _last_sync(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         result: dict[UUID, Message] = {}
@@ -752,4 +752,4 @@ class OrmMessageRepository(NestedRecordWrites):
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         """Return the latest message of each given chat that has one."""
-        return await sync_to_async(self._last_sync)(chat_uuids)
+        return await unit_of_work(self._last_sync)(chat_uuids)

@@ -18,10 +18,10 @@ import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from django_pydantic_agent.persistence.outages import unit_of_work
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
     RunRecord,
@@ -245,7 +245,7 @@ def sweep_runs(
 
 async def asweep_runs(*, lease: float = DEFAULT_LEASE_SECONDS) -> list[RunRecord]:
     """The async form of :func:`sweep_runs` (one ``sync_to_async``)."""
-    return await sync_to_async(sweep_runs)(lease=lease)
+    return await unit_of_work(sweep_runs)(lease=lease)
 
 
 async def run_sweeper(

@@ -204,7 +204,7 @@ async def test_without_a_quota_the_early_check_costs_no_trip_to_a_thread(
     def no_trip(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("refuse_over_quota took a trip to a worker thread")
 
-    monkeypatch.setattr(repositories, "sync_to_async", no_trip)
+    monkeypatch.setattr(repositories, "unit_of_work", no_trip)
     await OrmChatRepository(owner_id="owner-free").refuse_over_quota("t-any")
     await OrmChatRepository().refuse_over_quota("t-any")
     capped = OrmChatRepository(owner_id="owner-capped", max_threads_per_owner=1)
