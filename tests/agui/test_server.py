@@ -99,9 +99,9 @@ def test_persisting_server_mounts_every_route_with_a_back_pointer() -> None:
         "thread",
         "run-reattach",
         "run-cancel",
+        "usage",
         "attachments",
         "attachment",
-        "usage",
     ]
     for pattern in patterns:
         assert isinstance(pattern.callback, AGUIView)
