@@ -150,7 +150,8 @@ def budget_refusal(error: BaseException, *, now: datetime | None = None) -> Budg
     return BudgetRefusal(
         budget=found["name"],
         window=window,
-        detail=found["detail"],
+        # The harness's advice after the figures ("Raise the budget, ...") is for developers.
+        detail=found["detail"].split(". ", 1)[0],
         resets_at=resets_at(window, now or datetime.now(UTC)),
     )
 

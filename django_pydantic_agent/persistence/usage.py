@@ -58,7 +58,9 @@ class RunUsage:
 
 
 def _count(entry: Mapping[str, Any], key: str) -> int:
-    value = entry.get(key)
+    """A count of a ``TokenUsage`` entry by its field name; its camelCase alias is read too."""
+    head, *rest = key.split("_")
+    value = entry.get(key, entry.get(head + "".join(part.title() for part in rest)))
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
@@ -70,8 +72,8 @@ def _entries(usage: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
 
 
 def price_tokens(entry: Mapping[str, Any]) -> Decimal | None:
-    """The price of one ``TokenUsage`` entry (camelCase JSON) from genai-prices, or ``None``
-    when it names no model or the model has no price."""
+    """The price of one ``TokenUsage`` entry (as a run record stores it) from genai-prices,
+    or ``None`` when it names no model or the model has no price."""
     from pydantic_ai.messages import ModelResponse
     from pydantic_ai.usage import RequestUsage
 
@@ -79,10 +81,10 @@ def price_tokens(entry: Mapping[str, Any]) -> Decimal | None:
     if not isinstance(model, str) or not model:
         return None
     usage = RequestUsage(
-        input_tokens=_count(entry, "inputTokens"),
-        output_tokens=_count(entry, "outputTokens"),
-        cache_read_tokens=_count(entry, "cachedInputTokens"),
-        cache_write_tokens=_count(entry, "cacheWriteInputTokens"),
+        input_tokens=_count(entry, "input_tokens"),
+        output_tokens=_count(entry, "output_tokens"),
+        cache_read_tokens=_count(entry, "cached_input_tokens"),
+        cache_write_tokens=_count(entry, "cache_write_input_tokens"),
     )
     provider = entry.get("provider")
     # A provider genai-prices does not know (a FunctionModel's "function", a proxy) may still
@@ -110,14 +112,14 @@ def run_usage(usage: Mapping[str, Any] | None) -> RunUsage | None:
     costs = [price_tokens(entry) for entry in entries]
     priced = [cost for cost in costs if cost is not None]
     first = entries[0]
-    input_tokens = sum(_count(entry, "inputTokens") for entry in entries)
-    output_tokens = sum(_count(entry, "outputTokens") for entry in entries)
+    input_tokens = sum(_count(entry, "input_tokens") for entry in entries)
+    output_tokens = sum(_count(entry, "output_tokens") for entry in entries)
     return RunUsage(
         model=str(first.get("model") or "")[:255],
         provider=str(first.get("provider") or "")[:255],
         input_tokens=input_tokens,
         output_tokens=output_tokens,
-        total_tokens=sum(_count(entry, "totalTokens") for entry in entries)
+        total_tokens=sum(_count(entry, "total_tokens") for entry in entries)
         or input_tokens + output_tokens,
         cost_usd=sum(priced, Decimal(0)) if len(priced) == len(costs) else None,
     )

@@ -114,12 +114,12 @@ def _record_usage(row: StoredAgentRun) -> None:
 
 #: The sums of ``UsageTotals``, in one aggregate query.
 _TOTALS = {
-    "runs": Count("pk"),
-    "input_tokens": Sum("input_tokens"),
-    "output_tokens": Sum("output_tokens"),
-    "total_tokens": Sum("total_tokens"),
-    "cost_usd": Sum("cost_usd"),
-    "unpriced_runs": Count("pk", filter=Q(cost_usd__isnull=True)),
+    "sum_runs": Count("pk"),
+    "sum_input_tokens": Sum("input_tokens"),
+    "sum_output_tokens": Sum("output_tokens"),
+    "sum_total_tokens": Sum("total_tokens"),
+    "sum_cost_usd": Sum("cost_usd"),
+    "sum_unpriced_runs": Count("pk", filter=Q(cost_usd__isnull=True)),
 }
 
 
@@ -129,14 +129,14 @@ def _plain(amount: Decimal) -> Decimal:
 
 
 def _totals(values: dict[str, Any]) -> UsageTotals:
-    cost = values.get("cost_usd")
+    cost = values.get("sum_cost_usd")
     return UsageTotals(
-        runs=values.get("runs") or 0,
-        input_tokens=values.get("input_tokens") or 0,
-        output_tokens=values.get("output_tokens") or 0,
-        total_tokens=values.get("total_tokens") or 0,
+        runs=values.get("sum_runs") or 0,
+        input_tokens=values.get("sum_input_tokens") or 0,
+        output_tokens=values.get("sum_output_tokens") or 0,
+        total_tokens=values.get("sum_total_tokens") or 0,
         cost_usd=_plain(Decimal(0) if cost is None else Decimal(cost)),
-        unpriced_runs=values.get("unpriced_runs") or 0,
+        unpriced_runs=values.get("sum_unpriced_runs") or 0,
     )
 
 
