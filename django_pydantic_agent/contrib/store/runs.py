@@ -112,8 +112,9 @@ def _record_usage(row: StoredAgentRun) -> None:
     )
 
 
-#: The sums of ``UsageTotals``, in one aggregate query.
-_TOTALS = {
+#: The sums of ``UsageTotals`` as aggregates (``sum_<field>``; the admin's by-cost page reads
+#: them too).
+USAGE_SUMS = {
     "sum_runs": Count("pk"),
     "sum_input_tokens": Sum("input_tokens"),
     "sum_output_tokens": Sum("output_tokens"),
@@ -250,7 +251,7 @@ class DefaultRunStore(SyncRunStore):
 
         def totals() -> UsageTotals:
             rows = _ledger_rows(owner_id, thread_id, since, until)
-            return _totals(rows.aggregate(**_TOTALS))
+            return _totals(rows.aggregate(**USAGE_SUMS))
 
         return await sync_to_async(totals)()
 
@@ -265,7 +266,7 @@ class DefaultRunStore(SyncRunStore):
                 _ledger_rows(owner_id, None, since, until)
                 .annotate(day=TruncDate("finished_at", tzinfo=UTC))
                 .values("day")
-                .annotate(**_TOTALS)
+                .annotate(**USAGE_SUMS)
                 .order_by("day")
             )
             return [(row["day"], _totals(row)) for row in rows]
