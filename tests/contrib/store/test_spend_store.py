@@ -21,6 +21,7 @@ pytest.importorskip(
 )
 
 from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 from pydantic_ai_harness.spend import (
     BatchSpendStore,
     Budget,
@@ -193,3 +194,20 @@ async def test_spend_limits_refuses_the_next_request_once_a_worker_spent_the_day
         await first.run("three")
     row = await StoredSpendCounter.objects.aget()
     assert (row.requests, row.usd_nanos) == (2, 20_000_000)
+
+
+def test_a_read_is_one_query_and_a_response_one_update_per_window_and_one_read() -> None:
+    store = DefaultSpendStore()
+    entries = [SpendEntry(key=f"k{n}", usd=Decimal(1), requests=1) for n in range(3)]
+    store._add_sync(entries)  # the rows exist: the steady state of a day's window
+
+    with CaptureQueriesContext(connection) as reads:
+        store._get_sync(["k0", "k1", "k2"])
+    with CaptureQueriesContext(connection) as writes:
+        store._add_sync(entries)
+
+    assert len(reads) == 1
+    statements = [
+        q["sql"].split()[0] for q in writes if q["sql"].split()[0] in ("UPDATE", "SELECT")
+    ]
+    assert statements == ["UPDATE", "UPDATE", "UPDATE", "SELECT"]
