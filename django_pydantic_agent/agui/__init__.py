@@ -24,6 +24,9 @@ back (``tests/agui/test_layout.py`` holds that):
   agent and the mount's run manager.
 - ``runs``: durable runs: the run manager and records (``RunCoordinator``), reattach and cancel.
 - ``threads``, ``attachments``: the thread and attachment routes.
+- ``spend``: spend budgets on a mount (``SpendGate``: the harness's ``SpendLimits`` scoped on
+  the server, the 429 before a run, ``RUN_ERROR`` ``BUDGET_EXCEEDED`` during one).
+- ``usage``: the ``usage/`` route, the caller's usage ledger and budgets.
 - ``asgi``: ``BodyLimitMiddleware``, body caps before Django's ASGI handler reads the body.
 """
 

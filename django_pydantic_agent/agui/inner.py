@@ -15,7 +15,7 @@ chain-of-thought events. Nothing about a request is ever stored on the agent.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -34,6 +34,7 @@ from pydantic_ai.ui.ag_ui import AGUIAdapter, AGUIEventStream
 
 from django_pydantic_agent.agui.access import call_hook
 from django_pydantic_agent.agui.errors import redact_run_error, run_error
+from django_pydantic_agent.agui.spend import budget_refusal
 from django_pydantic_agent.agui.sse import aclose
 from django_pydantic_agent.chat_history import AGUIAgent
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
@@ -107,6 +108,13 @@ class _RedactingEventStream(AGUIEventStream[Any, Any]):
     expose_error_messages: bool = field(default=False, kw_only=True)
 
     async def on_error(self, error: Exception) -> AsyncIterator[BaseEvent]:
+        refusal = budget_refusal(error)
+        if refusal is not None:
+            # A policy the client is told about, not a failure: no traceback, no redaction.
+            run_id = getattr(self.run_input, "run_id", None)
+            logger.info("The agent run %r stopped: %s", run_id, refusal.message)
+            yield refusal.event()
+            return
         log_run_failure(self.run_input, error)
         async for event in super().on_error(error):
             if isinstance(event, RunErrorEvent):
@@ -198,7 +206,8 @@ class PydanticAIAgent(AGUIAgent):
     one) with ``build_adapter`` and streams the adapter's events, reasoning dropped unless
     ``forward_reasoning``. It never raises: a failure, even while converting the history, is
     logged and ends the stream with ``RUN_ERROR`` (after a ``RUN_STARTED``), redacted unless
-    ``expose_error_messages``. ``RUN_FINISHED`` carries the run's token usage.
+    ``expose_error_messages``. ``RUN_FINISHED`` carries the run's token usage. ``run_options``
+    go to the agent's run as they are (the mount's spend capability and its metadata).
     """
 
     def __init__(
@@ -211,8 +220,10 @@ class PydanticAIAgent(AGUIAgent):
         allowed_file_url_schemes: frozenset[str],
         expose_error_messages: bool,
         forward_reasoning: bool,
+        run_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = agent.name or "agent"
+        self.run_options = dict(run_options or {})
         self._agent = agent
         self._deps = deps
         self._accept = accept
@@ -220,6 +231,11 @@ class PydanticAIAgent(AGUIAgent):
         self._schemes = allowed_file_url_schemes
         self._expose = expose_error_messages
         self._forward_reasoning = forward_reasoning
+
+    @property
+    def deps(self) -> Any:
+        """The deps this run's agent gets."""
+        return self._deps
 
     async def run(
         self, input: RunAgentInput, *, adapter: RedactingAGUIAdapter | None = None
@@ -242,7 +258,10 @@ class PydanticAIAgent(AGUIAgent):
                     expose_error_messages=self._expose,
                 )
             source = adapter.run_stream(
-                deps=self._deps, instructions=self._instructions, on_complete=complete
+                deps=self._deps,
+                instructions=self._instructions,
+                on_complete=complete,
+                **self.run_options,
             )
             events = source if self._forward_reasoning else without_reasoning(source)
             try:

@@ -27,6 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunStartedEvent
+from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponseBase
 from pydantic_ai.agent import AbstractAgent
 
@@ -65,6 +66,7 @@ from django_pydantic_agent.agui.owners import (
     request_owner,
 )
 from django_pydantic_agent.agui.runs import RunCoordinator, ThreadBusy, event_id, replay
+from django_pydantic_agent.agui.spend import SpendGate
 from django_pydantic_agent.agui.sse import (
     SSE_HEARTBEAT,
     aclose,
@@ -77,10 +79,12 @@ from django_pydantic_agent.agui.views import ABANDONED_HOOK, Route
 from django_pydantic_agent.chat_history import AGUIStorageAgent
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
 from django_pydantic_agent.persistence import (
+    AnonymousOperationError,
     AttachmentStore,
     ConversationStore,
     StoreError,
     refuse_over_quota,
+    resolve_owner_id,
 )
 
 __all__ = [
@@ -199,6 +203,8 @@ class _RunEndpoint:
     ``access`` supplies the throttle, ``body_limit()`` the body cap per request, and ``options``
     how the agent runs and streams; ``attachment_store`` (``None`` when uploads are off) is
     where quoted attachment references are looked up, and what the default deps carry.
+    ``spend`` (``None`` without ``spend_limits``) is the mount's budget gate: a run a spent
+    budget would stop is refused with a JSON 429 before it is claimed or stored.
     """
 
     def __init__(
@@ -209,12 +215,14 @@ class _RunEndpoint:
         body_limit: Callable[[], int],
         options: RunOptions,
         attachment_store: AttachmentStore | None = None,
+        spend: SpendGate | None = None,
     ) -> None:
         self._agent = agent
         self._access = access
         self._body_limit = body_limit
         self._options = options
         self._attachment_store = attachment_store
+        self._spend = spend
 
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         """Refuse the run, or stream it as SSE.
@@ -249,12 +257,16 @@ class _RunEndpoint:
     async def _stream(self, request: HttpRequest, accepted: AcceptedRun[Any]) -> HttpResponseBase:
         raise NotImplementedError
 
-    async def _inner(self, request: HttpRequest, accept: str | None) -> PydanticAIAgent:
-        """The inner agent of one run, with its deps (``deps_factory``, else ``AgentDeps``)."""
+    async def _inner(
+        self, request: HttpRequest, accept: str | None, *, owner_id: str, thread_id: str
+    ) -> PydanticAIAgent:
+        """The inner agent of one run, with its deps (``deps_factory``, else ``AgentDeps``) and,
+        with spend limits, the capability and the run's owner and thread for its scopes."""
         options = self._options
         deps = await build_deps(
             options.deps_factory, request, attachment_store=self._attachment_store
         )
+        spend = self._spend
         return PydanticAIAgent(
             self._agent,
             deps=deps,
@@ -263,7 +275,23 @@ class _RunEndpoint:
             allowed_file_url_schemes=options.allowed_file_url_schemes,
             expose_error_messages=options.expose_error_messages,
             forward_reasoning=options.forward_reasoning,
+            run_options=None if spend is None else spend.run_options(owner_id, thread_id),
         )
+
+    async def _over_budget(
+        self, inner: PydanticAIAgent, owner_id: str, run_input: RunAgentInput
+    ) -> HttpResponseBase | None:
+        """The JSON 429 of a run a spent budget would stop, or ``None`` (no limits, or room)."""
+        spend = self._spend
+        if spend is None:
+            return None
+        refusal = await spend.refusal(
+            deps=inner.deps,
+            owner_id=owner_id,
+            thread_id=run_input.thread_id,
+            run_id=run_input.run_id,
+        )
+        return None if refusal is None else refusal.response(spend.now())
 
 
 class StatelessRunEndpoint(_RunEndpoint):
@@ -283,8 +311,15 @@ class StatelessRunEndpoint(_RunEndpoint):
     async def _stream(
         self, request: HttpRequest, accepted: AcceptedRun[RedactingAGUIAdapter]
     ) -> HttpResponseBase:
-        inner = await self._inner(request, accepted.accept)
-        events = inner.run(accepted.run_input, adapter=accepted.converted)
+        run_input = accepted.run_input
+        owner_id = await self.spend_owner(request)
+        inner = await self._inner(
+            request, accepted.accept, owner_id=owner_id, thread_id=run_input.thread_id
+        )
+        refusal = await self._over_budget(inner, owner_id, run_input)
+        if refusal is not None:
+            return refusal
+        events = inner.run(run_input, adapter=accepted.converted)
         return sse_response(
             stateless_frames(
                 events,
@@ -294,15 +329,26 @@ class StatelessRunEndpoint(_RunEndpoint):
             )
         )
 
+    async def spend_owner(self, request: HttpRequest) -> str:
+        """Who spends on this stateless mount, for the budget scopes: the user, or the visitor's
+        session; visitors without a session share ``"anonymous"`` (nothing keys them apart)."""
+        if self._spend is None:
+            return ""
+        try:
+            return await sync_to_async(resolve_owner_id)(request, allow_anonymous=True)
+        except AnonymousOperationError:
+            return "anonymous"
+
 
 class DurableRunEndpoint(_RunEndpoint):
     """The ``POST <mount>/`` handler of a persisting ``store``: each run is claimed and started
     by ``coordinator``, the mount's run manager, and the response reads its log.
 
     Its own refusals, before streaming: 403 or 413 (the store refuses this caller, or the run
-    would create a thread over quota) and 409 (``runs.ThreadBusy``: the thread runs another
-    run under ``concurrent_runs="reject"``, or the run already ran). ``active_run``,
-    ``settle`` and ``repositories`` answer the thread and run routes for the same owners.
+    would create a thread over quota), 429 (a spent budget) and 409 (``runs.ThreadBusy``: the
+    thread runs another run under ``concurrent_runs="reject"``, or the run already ran).
+    ``active_run``, ``settle`` and ``repositories`` answer the thread and run routes for the
+    same owners.
     """
 
     def __init__(
@@ -315,6 +361,7 @@ class DurableRunEndpoint(_RunEndpoint):
         body_limit: Callable[[], int],
         options: RunOptions,
         attachment_store: AttachmentStore | None = None,
+        spend: SpendGate | None = None,
     ) -> None:
         super().__init__(
             agent,
@@ -322,6 +369,7 @@ class DurableRunEndpoint(_RunEndpoint):
             body_limit=body_limit,
             options=options,
             attachment_store=attachment_store,
+            spend=spend,
         )
         self._store = store
         self.coordinator = coordinator
@@ -346,11 +394,16 @@ class DurableRunEndpoint(_RunEndpoint):
         coordinator = self.coordinator
         handle = coordinator.manager.get(run_input.thread_id, run_input.run_id, owner=owner_id)
         if handle is None:
+            inner = await self._inner(
+                request, accepted.accept, owner_id=owner_id, thread_id=run_input.thread_id
+            )
+            refusal = await self._over_budget(inner, owner_id, run_input)
+            if refusal is not None:
+                return refusal
             try:
                 await coordinator.claim(owner_id, run_input.thread_id, run_input.run_id)
             except ThreadBusy as exc:
                 return error_response(409, str(exc))
-            inner = await self._inner(request, accepted.accept)
             handle = await coordinator.start(
                 owner_id, run_input, chat_repo, message_repo, user_uuid, inner
             )

@@ -9,6 +9,7 @@ so one agent serves every caller concurrently.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,11 +32,13 @@ from django_pydantic_agent.agui.options import (
     UnsafeCSRFExemptionWarning,
     csrf_exemption,
 )
-from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing
+from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing, request_owner
 from django_pydantic_agent.agui.run import DurableRunEndpoint, StatelessRunEndpoint, StoreGuard
 from django_pydantic_agent.agui.runs import RunCoordinator, RunEndpoints
+from django_pydantic_agent.agui.spend import SpendGate
 from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 from django_pydantic_agent.agui.threads import ThreadEndpoints
+from django_pydantic_agent.agui.usage import UsageEndpoint
 from django_pydantic_agent.agui.views import AGUIView, Route
 from django_pydantic_agent.persistence import (
     AttachmentStore,
@@ -51,6 +54,7 @@ from django_pydantic_agent.persistence.runs import (
     RunRecord,
     RunStore,
 )
+from django_pydantic_agent.persistence.usage import UsageLedger
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -103,7 +107,10 @@ class AGUIServer:
     It always mounts the run endpoint (``POST``); the thread and run routes only when
     ``conversation_store`` persists, and the attachment routes only when ``attachment_store``
     does. Every route authenticates before it looks at the method, and answers errors as
-    ``{"error": "..."}`` JSON.
+    ``{"error": "..."}`` JSON. ``spend_limits`` (a pydantic-ai-harness ``SpendLimits``) is
+    given to every run, scoped by the server (``agui.spend``), and a run a spent budget would
+    stop is refused with a JSON 429; the ``usage/`` route shows the caller their usage and
+    budgets when the run store keeps the ledger or there are spend limits.
 
     Raises ``TypeError``/``ValueError`` at construction for a wrong argument (the options
     objects check their own values), and warns with ``UnsafeCSRFExemptionWarning`` when CSRF
@@ -141,6 +148,7 @@ class AGUIServer:
     run_cancel_view: AGUIView
     attachments_view: AGUIView
     attachment_view: AGUIView
+    usage_view: AGUIView
 
     def __init__(
         self,
@@ -171,6 +179,7 @@ class AGUIServer:
         run_heartbeat_seconds: float = 10.0,
         run_lease_seconds: float = DEFAULT_LEASE_SECONDS,
         sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
+        spend_limits: Any = None,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise TypeError(
@@ -224,6 +233,8 @@ class AGUIServer:
                 "async start, heartbeat, finish, get, active_run_for_thread, sweep",
             )
         )
+        #: The mount's budget gate over ``spend_limits`` (``None`` without them).
+        self.spend: SpendGate | None = None if spend_limits is None else SpendGate(spend_limits)
         self.coordinator: RunCoordinator | None = None
         self._routes = self._compose()
         for route, view in self._routes:
@@ -254,6 +265,7 @@ class AGUIServer:
                 body_limit=self.body_limit,
                 options=options,
                 attachment_store=uploads,
+                spend=self.spend,
             )
             threads = ThreadEndpoints(
                 store,
@@ -270,6 +282,12 @@ class AGUIServer:
                 coalesce_seconds=options.stream_coalesce_seconds,
             )
             table = [*run.routes(), *threads.routes(), *runs.routes()]
+            ledger = self.run_store if isinstance(self.run_store, UsageLedger) else None
+
+            async def owner(request: HttpRequest) -> str | None:
+                if await owns_nothing(request, store):
+                    return None
+                return await request_owner(request, store)
         else:
             run = StatelessRunEndpoint(
                 self.agent,
@@ -277,13 +295,18 @@ class AGUIServer:
                 body_limit=self.body_limit,
                 options=options,
                 attachment_store=uploads,
+                spend=self.spend,
             )
+            ledger, owner = None, run.spend_owner
             threads = ThreadEndpoints(
                 store, list_limit=self.thread_list_limit, body_limit=self.body_limit
             )
             table = [*run.routes(), *threads.routes()]
             self.run_store = None  # stateless: nothing of a run outlives its request
         self.run_endpoint = run
+        deps = functools.partial(build_deps, options.deps_factory, attachment_store=uploads)
+        usage = UsageEndpoint(owner=owner, ledger=ledger, spend=self.spend, deps=deps)
+        table += usage.routes()
         attachments = AttachmentEndpoints(
             self.attachment_store, access=self.access, options=self.attachment_options
         )

@@ -22,6 +22,7 @@ from django_pydantic_agent.agui.attachments import AttachmentEndpoints
 from django_pydantic_agent.agui.run import DurableRunEndpoint, StatelessRunEndpoint
 from django_pydantic_agent.agui.runs import RunEndpoints
 from django_pydantic_agent.agui.threads import ThreadEndpoints
+from django_pydantic_agent.agui.usage import UsageEndpoint
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
     DefaultConversationStore,
@@ -36,6 +37,7 @@ HANDLERS = [
     RunEndpoints,
     ThreadEndpoints,
     AttachmentEndpoints,
+    UsageEndpoint,
     AGUIView,
 ]
 
@@ -107,6 +109,7 @@ def test_no_handler_keeps_the_server() -> None:
         RunEndpoints,
         ThreadEndpoints,
         AttachmentEndpoints,
+        UsageEndpoint,
     }
     for handler in handlers:
         assert all(value is not server for value in vars(handler).values())

@@ -99,6 +99,7 @@ def test_persisting_server_mounts_every_route_with_a_back_pointer() -> None:
         "thread",
         "run-reattach",
         "run-cancel",
+        "usage",
         "attachments",
         "attachment",
     ]
@@ -122,6 +123,7 @@ def test_only_conversations_mounts_no_attachment_routes() -> None:
         "thread",
         "run-reattach",
         "run-cancel",
+        "usage",
     ]
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,8 @@ def test_chat_page_in_chromium(
     assert "calculator" in reasoning["body"]
     assert reasoning["open"] is False, "reasoning collapses once it is done"
     assert answered["threads"] == ["What is 12 * (3 + 4)?"]
+    # The thread's usage from GET usage/: the scripted model has tokens but no price.
+    assert re.fullmatch(r"This conversation: [\d,]+ tokens, cost unknown", answered["usage"])
 
     stopped = steps["stopped"]
     assert stopped["status"] == "Stopped"

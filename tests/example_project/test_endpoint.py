@@ -131,6 +131,20 @@ async def test_the_run_is_listed_as_a_thread(client: AsyncClient) -> None:
     assert roles == ["user", "reasoning", "assistant", "tool", "assistant"]
 
 
+async def test_the_page_shows_a_threads_usage_from_the_usage_route(client: AsyncClient) -> None:
+    await _stream(client, run_input("What is 6 * 7?", thread_id="t-42"))
+
+    page = (await client.get("/")).content.decode()
+    usage = (await client.get("/agent/usage/?thread=t-42&days=1")).json()
+
+    assert 'id="thread-usage"' in page
+    thread = usage["thread"]
+    assert (thread["threadId"], thread["runs"]) == ("t-42", 1)
+    assert thread["totalTokens"] == thread["inputTokens"] + thread["outputTokens"] > 0
+    # The demo's scripted model has no price: the page says "cost unknown", never "$0".
+    assert thread["unpricedRuns"] == 1
+
+
 @pytest.mark.usefixtures("example_urls")
 def test_the_memory_service_emulator_is_mounted() -> None:
     assert reverse("memory_service_emulator:space-list") == "/api/v2/memory/"

@@ -4,6 +4,11 @@
 row per run, at most one ``running`` row per thread (a partial unique constraint, so two
 workers starting a run on one thread at once cannot both win).
 
+It keeps the usage ledger too (``persistence.usage.UsageLedger``): the run that ``finish``
+ends with a usage gets one ``StoredRunUsage`` row (its tokens, and its cost where the model has
+a price), written in the same transaction, and ``usage_totals`` / ``usage_by_day`` sum an
+owner's rows in the database.
+
 ``sweep_runs(lease=...)`` finalises every ``running`` run whose heartbeat is older than
 ``lease`` seconds as ``errored``, and with it the records that run left in progress (their
 message rows, tool calls and reasoning steps become ``errored``), so nothing stays
@@ -15,10 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from django.db import IntegrityError, transaction
+from django.db.models import Count, Q, Sum
+from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from django_pydantic_agent.persistence.outages import unit_of_work
@@ -29,6 +37,7 @@ from django_pydantic_agent.persistence.runs import (
     SyncRunStore,
     check_terminal,
 )
+from django_pydantic_agent.persistence.usage import UsageTotals, run_usage
 
 if TYPE_CHECKING:
     from django_pydantic_agent.contrib.store.models import StoredAgentRun
@@ -75,8 +84,79 @@ def _rows() -> Any:
     return StoredAgentRun.objects
 
 
+def _ledger() -> Any:
+    from django_pydantic_agent.contrib.store.models import StoredRunUsage
+
+    return StoredRunUsage.objects
+
+
+def _record_usage(row: StoredAgentRun) -> None:
+    """The ledger row of a run that just ended with a usage (none for a run without one)."""
+    line = run_usage(row.usage)
+    if line is None:
+        return
+    _ledger().update_or_create(
+        owner_id=row.owner_id,
+        thread_id=row.thread_id,
+        run_id=row.run_id,
+        defaults={
+            "finished_at": row.finished_at or timezone.now(),
+            "status": row.status,
+            "model": line.model,
+            "provider": line.provider,
+            "input_tokens": line.input_tokens,
+            "output_tokens": line.output_tokens,
+            "total_tokens": line.total_tokens,
+            "cost_usd": line.cost_usd,
+        },
+    )
+
+
+#: The sums of ``UsageTotals`` as aggregates (``sum_<field>``; the admin's by-cost page reads
+#: them too).
+USAGE_SUMS = {
+    "sum_runs": Count("pk"),
+    "sum_input_tokens": Sum("input_tokens"),
+    "sum_output_tokens": Sum("output_tokens"),
+    "sum_total_tokens": Sum("total_tokens"),
+    "sum_cost_usd": Sum("cost_usd"),
+    "sum_unpriced_runs": Count("pk", filter=Q(cost_usd__isnull=True)),
+}
+
+
+def _plain(amount: Decimal) -> Decimal:
+    """``amount`` without trailing zeros, never in exponent form (``0.0075``, ``3``)."""
+    return amount.quantize(Decimal(1)) if amount == amount.to_integral() else amount.normalize()
+
+
+def _totals(values: dict[str, Any]) -> UsageTotals:
+    cost = values.get("sum_cost_usd")
+    return UsageTotals(
+        runs=values.get("sum_runs") or 0,
+        input_tokens=values.get("sum_input_tokens") or 0,
+        output_tokens=values.get("sum_output_tokens") or 0,
+        total_tokens=values.get("sum_total_tokens") or 0,
+        cost_usd=_plain(Decimal(0) if cost is None else Decimal(cost)),
+        unpriced_runs=values.get("sum_unpriced_runs") or 0,
+    )
+
+
+def _ledger_rows(
+    owner_id: str, thread_id: str | None, since: datetime | None, until: datetime | None
+) -> Any:
+    rows = _ledger().filter(owner_id=owner_id)
+    if thread_id is not None:
+        rows = rows.filter(thread_id=thread_id)
+    if since is not None:
+        rows = rows.filter(finished_at__gte=since)
+    if until is not None:
+        rows = rows.filter(finished_at__lt=until)
+    return rows
+
+
 class DefaultRunStore(SyncRunStore):
-    """A ``RunStore`` over ``StoredAgentRun`` rows (see the module docstring)."""
+    """A ``RunStore`` over ``StoredAgentRun`` rows, and the usage ledger over
+    ``StoredRunUsage`` rows (see the module docstring)."""
 
     def _start_sync(
         self, owner_id: str, thread_id: str, run_id: str, worker_id: str
@@ -137,8 +217,11 @@ class DefaultRunStore(SyncRunStore):
         if last_seq is not None:
             values["last_seq"] = last_seq
         rows = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id)
-        rows.filter(status=RunStatus.RUNNING).update(**values)
-        row = rows.first()
+        with transaction.atomic():
+            ended = rows.filter(status=RunStatus.RUNNING).update(**values)
+            row = rows.first()
+            if ended and row is not None and usage is not None:
+                _record_usage(row)
         return None if row is None else _record(row)
 
     def _get_sync(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
@@ -154,6 +237,41 @@ class DefaultRunStore(SyncRunStore):
     async def sweep(self, *, lease: float = DEFAULT_LEASE_SECONDS) -> list[RunRecord]:
         """Finalise stale runs (see :func:`sweep_runs`)."""
         return await asweep_runs(lease=lease)
+
+    async def usage_totals(
+        self,
+        *,
+        owner_id: str,
+        thread_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> UsageTotals:
+        """The owner's ledger rows summed (one query), on ``thread_id`` when given, finished in
+        ``[since, until)``."""
+
+        def totals() -> UsageTotals:
+            rows = _ledger_rows(owner_id, thread_id, since, until)
+            return _totals(rows.aggregate(**USAGE_SUMS))
+
+        return await sync_to_async(totals)()
+
+    async def usage_by_day(
+        self, *, owner_id: str, since: datetime, until: datetime
+    ) -> list[tuple[date, UsageTotals]]:
+        """The owner's ledger rows summed per UTC day in ``[since, until)`` (one query), oldest
+        first."""
+
+        def by_day() -> list[tuple[date, UsageTotals]]:
+            rows = (
+                _ledger_rows(owner_id, None, since, until)
+                .annotate(day=TruncDate("finished_at", tzinfo=UTC))
+                .values("day")
+                .annotate(**USAGE_SUMS)
+                .order_by("day")
+            )
+            return [(row["day"], _totals(row)) for row in rows]
+
+        return await sync_to_async(by_day)()
 
 
 def _errored(record: dict[str, Any]) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 ``DefaultConversationStore`` (``conversation_store``) and ``DefaultAttachmentStore``
 (``attachment_store``) keep conversations and files in this app's models.
-``DefaultStepStore`` and ``DefaultMemoryStore`` (the pydantic-ai-harness stores) are imported
+``DefaultStepStore``, ``DefaultMemoryStore`` and ``DefaultSpendStore`` (the pydantic-ai-harness
+stores) are imported
 on first use, because they need the optional ``harness`` extra.
 
 No module behind these names imports models at import time, so a project can import them
@@ -24,6 +25,7 @@ from django_pydantic_agent.persistence import UnstorableMessageError
 
 if TYPE_CHECKING:
     from django_pydantic_agent.contrib.store.memory_store import DefaultMemoryStore
+    from django_pydantic_agent.contrib.store.spend_store import DefaultSpendStore
     from django_pydantic_agent.contrib.store.step_store import DefaultStepStore
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "DefaultAttachmentStore",
     "DefaultConversationStore",
     "DefaultMemoryStore",
+    "DefaultSpendStore",
     "DefaultStepStore",
     "UnstorableMessageError",
 ]
@@ -46,4 +49,8 @@ def __getattr__(name: str) -> Any:
         from django_pydantic_agent.contrib.store.memory_store import DefaultMemoryStore
 
         return DefaultMemoryStore
+    if name == "DefaultSpendStore":
+        from django_pydantic_agent.contrib.store.spend_store import DefaultSpendStore
+
+        return DefaultSpendStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

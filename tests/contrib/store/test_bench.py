@@ -278,3 +278,26 @@ def test_the_upgrade_bench_migrates_there_back_and_there_again(tmp_path: Path) -
     assert header.startswith("| database | messages | 0009 → 0012 |")
     assert row.startswith("| sqlite | 36 | ")
     assert row.count(" s |") == 3
+
+
+def test_the_spend_bench_prints_its_row(tmp_path: Path) -> None:
+    """``python -m bench.spend`` (docs/benchmarks.md, "Spend check"), at a toy size."""
+    pytest.importorskip("pydantic_ai_harness", reason="the spend bench needs the harness extra")
+    env = {**os.environ, "BENCH_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env.pop("DATABASE_URL", None)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.spend", "--samples", "4"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    header, _rule, row = done.stdout.strip().splitlines()
+    assert header.startswith("| database | runs | run without limits (median ms) |")
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[:2] == ["sqlite", "4"]
+    assert all(float(cell) > -1000 for cell in cells[2:])

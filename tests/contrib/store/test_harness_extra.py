@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[3]
 _OURS = [
     "django_pydantic_agent.contrib.store.harness",
     "django_pydantic_agent.contrib.store.memory_store",
+    "django_pydantic_agent.contrib.store.spend_store",
     "django_pydantic_agent.contrib.store.step_store",
 ]
 
@@ -46,6 +47,7 @@ def no_harness(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("django_pydantic_agent.contrib.store.step_store", "DefaultStepStore"),
         ("django_pydantic_agent.contrib.store.memory_store", "DefaultMemoryStore"),
+        ("django_pydantic_agent.contrib.store.spend_store", "DefaultSpendStore"),
         ("django_pydantic_agent.contrib.store.harness", "DefaultMemoryStore"),
     ],
 )

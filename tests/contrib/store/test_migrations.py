@@ -32,7 +32,7 @@ from django_pydantic_agent.contrib.store.migrations._predecessor import (
 from django_pydantic_agent.contrib.store.rows import saved_wire
 
 APP = "django_pydantic_agent_store"
-LATEST = "0012_one_message_shape_columns"
+LATEST = "0015_spend_and_usage"
 PREDECESSOR_LEAF = (APP, "0005_storedmemory_storedmemoryoperation")
 DEV_MIGRATIONS = {APP: "tests.contrib.store.dev_schema.migrations"}
 SCRATCH = "upgrade_scratch"
@@ -100,6 +100,7 @@ def test_the_chain_starts_with_the_predecessors_history() -> None:
         "0010_storedmessage_wire",
         "0011_one_message_shape",
         "0012_one_message_shape_columns",
+        "0015_spend_and_usage",
     ]
 
 

@@ -123,8 +123,10 @@ try {
     timeout: 20000,
   });
   await page.waitForSelector("#thread-list .thread-open"); // the drawer refreshes after each run
+  await page.waitForSelector("#thread-usage:not([hidden])"); // GET usage/ after each run
   report.steps.push({
     step: "answered",
+    usage: await page.locator("#thread-usage").textContent(),
     stopEnabledWhileRunning: midway,
     stopEnabledAfter: await page.locator("#stop").isEnabled(),
     status: await status(page),

@@ -1,4 +1,5 @@
-"""``python -m tests.reliability.project.dump``: the run records and message rows, as JSON."""
+"""``python -m tests.reliability.project.dump``: the run records, message rows and spend
+counters, as JSON."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import django
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.reliability.project.settings")
     django.setup()
-    from django_pydantic_agent.contrib.store.models import StoredAgentRun, StoredMessage
+    from django_pydantic_agent.contrib.store.models import (
+        StoredAgentRun,
+        StoredMessage,
+        StoredSpendCounter,
+    )
 
     runs = [
         {
@@ -37,7 +42,11 @@ def main() -> None:
             "conversation_id", "position"
         )
     ]
-    print(json.dumps({"runs": runs, "messages": messages}))
+    spend = [
+        {"key": row.key, "usd_nanos": row.usd_nanos, "requests": row.requests}
+        for row in StoredSpendCounter.objects.order_by("key")
+    ]
+    print(json.dumps({"runs": runs, "messages": messages, "spend": spend}))
 
 
 if __name__ == "__main__":

@@ -2,12 +2,16 @@
 
 ``agent/``         the defaults: ``on_disconnect="continue"``, ``concurrent_runs="reject"``
 ``cancel-agent/``  ``on_disconnect="cancel"``: a client that goes away cancels its run
+``spend-agent/``   (with the harness extra) a per-user daily budget of ``SPEND_BUDGET`` on
+                   ``DefaultSpendStore``, each model response priced ``SPEND_PRICE``
 
 Callers authenticate with an ``X-User: <username>`` header (the users ``prepare.py`` made).
 """
 
 from __future__ import annotations
 
+import importlib.util
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -40,3 +44,20 @@ urlpatterns = [
     path("agent/", _server("agent").urls),
     path("cancel-agent/", _server("cancel-agent", on_disconnect="cancel").urls),
 ]
+
+#: The spend mount's daily budget per user, and the price of each model response.
+SPEND_BUDGET = Decimal("0.10")
+SPEND_PRICE = Decimal("0.01")
+
+if importlib.util.find_spec("pydantic_ai_harness") is not None:
+    from pydantic_ai_harness.spend import Budget, SpendLimits
+
+    from django_pydantic_agent.agui.spend import per_user
+    from django_pydantic_agent.contrib.store.spend_store import DefaultSpendStore
+
+    _limits: SpendLimits[None] = SpendLimits(
+        budgets=[Budget(usd=SPEND_BUDGET, window="day", scope=per_user, name="daily")],
+        store=DefaultSpendStore(),
+        price=lambda response: SPEND_PRICE,
+    )
+    urlpatterns.append(path("spend-agent/", _server("spend-agent", spend_limits=_limits).urls))

@@ -8,7 +8,8 @@ confirmation previews those (a dry run) next to Django's own list.
 
 Every list has an "owner" column (``OwnerColumnMixin``): the user's name linked to their admin
 page when the owner id is a user pk, "anonymous session" for ``anon:<session_key>`` owners
-(never the key itself), and the raw id otherwise. Search by owner id stays exact.
+(never the key itself), and the raw id otherwise. Search by owner id stays exact. The usage
+ledger's admin (users and threads by cost, CSV export) is in ``admin/usage.py``.
 """
 
 from __future__ import annotations
@@ -499,6 +500,9 @@ class StoredAgentRunAdmin(_ReadOnly, OwnerColumnMixin, admin.ModelAdmin):  # typ
         )
         return format_html('<a href="{}">{}</a>', url, row)
 
+
+# The usage ledger's admin (the "By cost" page and its CSV export).
+importlib.import_module("django_pydantic_agent.contrib.store.admin.usage")
 
 # Memory admin needs the optional pydantic-ai-harness extra.
 if importlib.util.find_spec("pydantic_ai_harness") is not None:

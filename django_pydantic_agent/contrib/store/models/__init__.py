@@ -1,6 +1,8 @@
-"""The app's models: conversations and attachments, and the harness step and memory tables."""
+"""The app's models: conversations and attachments, the harness step and memory tables, and
+the spend counters and usage ledger."""
 
 from __future__ import annotations
 
 from django_pydantic_agent.contrib.store.models.conversations import *  # noqa: F403
 from django_pydantic_agent.contrib.store.models.harness import *  # noqa: F403
+from django_pydantic_agent.contrib.store.models.usage import *  # noqa: F403

@@ -38,6 +38,31 @@ const CANCEL_GRACE_MS = 10000;
 //: Reconnects after a stream that ended without a terminal event, before giving up.
 const RECONNECTS = 2;
 
+const usageLine = document.getElementById("thread-usage");
+
+// "This conversation: 1,234 tokens, $0.0123" from GET usage/; hidden when there is nothing to
+// show (a new chat, a server without the route, a failure).
+async function showUsage(threadId) {
+  usageLine.hidden = true;
+  if (!threadId) return;
+  let payload;
+  try {
+    const response = await transport.getUsage(threadId);
+    if (!response.ok) return;
+    payload = await response.json();
+  } catch {
+    return;
+  }
+  const thread = payload && payload.thread;
+  if (!thread || !thread.runs || state.threadId !== threadId) return;
+  const tokens = `${Number(thread.totalTokens).toLocaleString("en")} tokens`;
+  const priced = thread.runs - thread.unpricedRuns;
+  let cost = priced ? `$${thread.costUsd}` : "cost unknown";
+  if (priced && thread.unpricedRuns) cost += ` (+${thread.unpricedRuns} unpriced)`;
+  usageLine.textContent = `This conversation: ${tokens}, ${cost}`;
+  usageLine.hidden = false;
+}
+
 function setStatus(text, isRunning = false) {
   statusLine.textContent = text;
   statusLine.classList.toggle("running", isRunning);
@@ -210,6 +235,7 @@ function endRun(run, outcome) {
   }
   composer.focus();
   drawer.refreshAfterRun(run.threadId, outcome);
+  showUsage(run.threadId);
 }
 
 function beginRun(threadId, runId, turn) {
@@ -340,6 +366,7 @@ async function openThread(id, { history = "push" } = {}) {
   const active = activeRunOf(payload) || rememberedHere;
   const lastTurn = renderTranscript(state.transcript, { open: Boolean(active) });
   setStatus("");
+  showUsage(id);
   if (history !== "none") showThreadInUrl(id, { replace: history === "replace" });
   drawer.markCurrent();
   if (drawer.isOpen()) {
@@ -355,6 +382,7 @@ function newChat({ history = "push" } = {}) {
   state.transcript = [];
   clearLog();
   setStatus("");
+  showUsage(null);
   if (history !== "none") showThreadInUrl(null, { replace: history === "replace" });
   drawer.markCurrent();
   drawer.close();

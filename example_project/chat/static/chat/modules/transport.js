@@ -111,6 +111,12 @@ export function createTransport({ agentUrl, csrfToken, uploadUrl }) {
       return send(threadUrl(id), { headers: json });
     },
 
+    // The caller's usage and budgets, with one thread's totals (404: the route is not mounted).
+    getUsage(threadId) {
+      const query = new URLSearchParams({ thread: threadId, days: "1" });
+      return send(`${agentUrl}usage/?${query}`, { headers: json });
+    },
+
     renameThread(id, title) {
       return send(threadUrl(id), {
         method: "PATCH",
