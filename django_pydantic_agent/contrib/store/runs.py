@@ -253,7 +253,7 @@ class DefaultRunStore(SyncRunStore):
             rows = _ledger_rows(owner_id, thread_id, since, until)
             return _totals(rows.aggregate(**USAGE_SUMS))
 
-        return await sync_to_async(totals)()
+        return await unit_of_work(totals)()
 
     async def usage_by_day(
         self, *, owner_id: str, since: datetime, until: datetime
@@ -271,7 +271,7 @@ class DefaultRunStore(SyncRunStore):
             )
             return [(row["day"], _totals(row)) for row in rows]
 
-        return await sync_to_async(by_day)()
+        return await unit_of_work(by_day)()
 
 
 def _errored(record: dict[str, Any]) -> dict[str, Any]:
