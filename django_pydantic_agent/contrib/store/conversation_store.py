@@ -40,6 +40,7 @@ from django_pydantic_agent.contrib.store.repositories import (
     OrmMessageRepository,
 )
 from django_pydantic_agent.contrib.store.runs import DefaultRunStore
+from django_pydantic_agent.contrib.store.search import find_threads
 from django_pydantic_agent.persistence import (
     Conversation,
     ConversationMeta,
@@ -50,6 +51,7 @@ from django_pydantic_agent.persistence import (
     derive_title,
 )
 from django_pydantic_agent.persistence.derive import normalize_title
+from django_pydantic_agent.persistence.listing import ThreadPage, ThreadQuery
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
@@ -277,7 +279,7 @@ class DefaultConversationStore(ModelConversationStore):
         rows = (
             StoredConversation.objects.filter(owner_id=owner_id)
             .order_by("-updated_at", "-id")
-            .values_list("thread_id", "title", "updated_at", "preview")
+            .values_list("thread_id", "title", "updated_at", "preview", "archived")
         )[: limit or self.list_limit]
         return [
             ConversationMeta(
@@ -286,9 +288,22 @@ class DefaultConversationStore(ModelConversationStore):
                 updated_at=updated_at,
                 preview=preview,
                 owner_id=owner_id,
+                archived=archived,
             )
-            for thread_id, title, updated_at, preview in rows
+            for thread_id, title, updated_at, preview, archived in rows
         ]
+
+    def _find(self, query: ThreadQuery, owner_id: str) -> ThreadPage:
+        """Pages and full-text search in SQL (``contrib.store.search``)."""
+        return find_threads(owner_id, query)
+
+    def _archive(self, thread_id: str, archived: bool, owner_id: str) -> bool:
+        from django_pydantic_agent.contrib.store.models import StoredConversation
+
+        if len(thread_id) > MAX_KEY:
+            return False
+        threads = StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id)
+        return bool(threads.update(archived=archived))
 
     def _exists(self, thread_id: str, owner_id: str) -> bool:
         from django_pydantic_agent.contrib.store.models import StoredConversation
