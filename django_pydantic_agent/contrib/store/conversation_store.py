@@ -39,6 +39,7 @@ from django_pydantic_agent.contrib.store.repositories import (
     OrmChatRepository,
     OrmMessageRepository,
 )
+from django_pydantic_agent.contrib.store.retention import RetentionPolicy
 from django_pydantic_agent.contrib.store.runs import DefaultRunStore
 from django_pydantic_agent.contrib.store.search import find_threads
 from django_pydantic_agent.persistence import (
@@ -131,6 +132,9 @@ class DefaultConversationStore(ModelConversationStore):
     create one more raises ``StoreLimitError`` and writes nothing (saving an existing thread
     is never refused). The count is taken inside the saving transaction, under a per-owner
     lock on PostgreSQL, so concurrent first saves cannot overshoot it.
+
+    ``retention`` is the ``RetentionPolicy`` ``agent_store_prune_conversations`` applies to
+    these rows (``None``: keep everything until a command option says otherwise).
     """
 
     def __init__(
@@ -139,8 +143,15 @@ class DefaultConversationStore(ModelConversationStore):
         allow_anonymous: bool = False,
         list_limit: int = DEFAULT_LIST_LIMIT,
         max_threads_per_owner: int | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         super().__init__(allow_anonymous=allow_anonymous)
+        if retention is not None and not isinstance(retention, RetentionPolicy):
+            raise TypeError(
+                f"retention={retention!r} is not a RetentionPolicy: pass, for example, "
+                "RetentionPolicy(idle_days=90, keep_newest=500), or None."
+            )
+        self.retention = retention
         if isinstance(list_limit, bool) or not isinstance(list_limit, int) or list_limit < 1:
             raise ValueError(
                 f"list_limit={list_limit!r} is not valid: pass a positive integer, the "
