@@ -85,8 +85,6 @@ class _OnTheService:
 
 
 class TestConversationStoreContract(_OnTheService, ConversationStoreContract):
-    supports_archive = False
-
     def make_store(self) -> ConversationStore:
         return MemoryServiceConversationStore(
             self.service.client, self.service.key, allow_anonymous=True
@@ -95,15 +93,12 @@ class TestConversationStoreContract(_OnTheService, ConversationStoreContract):
 
 class TestConversationStoreRefusingAnonymous(_OnTheService, ConversationStoreContract):
     serves_anonymous = False
-    supports_archive = False
 
     def make_store(self) -> ConversationStore:
         return MemoryServiceConversationStore(self.service.client, self.service.key)
 
 
 class TestScopedConversationStoreContract(_OnTheService, ScopedConversationStoreContract):
-    supports_archive = False
-
     def make_inner_store(self) -> ConversationStore:
         return MemoryServiceConversationStore(
             self.service.client, self.service.key, allow_anonymous=True

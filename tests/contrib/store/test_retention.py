@@ -35,7 +35,7 @@ urlpatterns = [
             namespace="kept",
             csrf_exempt=False,
         ).urls,
-    )
+    ),
 ]
 
 
