@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import io
+import sys
+import types
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -129,3 +132,38 @@ def test_a_policy_that_cannot_be_applied_is_refused(kwargs: dict[str, int], mess
 def test_the_store_refuses_a_retention_that_is_no_policy() -> None:
     with pytest.raises(TypeError, match="RetentionPolicy"):
         DefaultConversationStore(retention=90)  # type: ignore[arg-type]
+
+
+def _docs_block(first_line: str) -> str:
+    """The ```python block of docs/contrib-store.md that starts with ``first_line``."""
+    text = (Path(__file__).parents[3] / "docs" / "contrib-store.md").read_text()
+    blocks = [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+    [found] = [block for block in blocks if block.startswith(first_line)]
+    return found
+
+
+def test_the_documented_policy_is_what_the_store_keeps() -> None:
+    namespace: dict[str, Any] = {}
+    exec(_docs_block("# urls.py\nfrom django_pydantic_agent.contrib.store.stores"), namespace)
+    assert namespace["store"].retention == RetentionPolicy(idle_days=90, keep_newest=500)
+
+
+@pytest.mark.urls(__name__)
+def test_the_documented_celery_beat_task_applies_the_mounted_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    celery = types.ModuleType("celery")
+    celery.shared_task = lambda function: function  # type: ignore[attr-defined]
+    schedules = types.ModuleType("celery.schedules")
+    schedules.crontab = lambda **fields: fields  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "celery", celery)
+    monkeypatch.setitem(sys.modules, "celery.schedules", schedules)
+    namespace: dict[str, Any] = {}
+    exec(_docs_block("# tasks.py"), namespace)
+    assert namespace["CELERY_BEAT_SCHEDULE"]["prune-conversations"]["schedule"] == {
+        "hour": 3,
+        "minute": 15,
+    }
+    threads("a", [1, 2, 3])
+    namespace["prune_conversations"]()
+    assert remaining() == ["a-0", "a-1"]
