@@ -235,7 +235,7 @@ def _search(owner_id: str, query: ThreadQuery) -> ThreadPage:
     for cid in page_ids:
         row = metas[cid]
         if cid in seen:
-            excerpt = snippet(row[2], terms)
+            excerpt = snippet(row[2], terms) or row[2]
         else:
             excerpt = snippet(texts.get(best[cid], ""), terms) or row[4]
         hits.append(ThreadHit(meta=_meta(row, owner_id, query.prefix), snippet=excerpt))
