@@ -32,7 +32,9 @@ from django_pydantic_agent.persistence.listing import (
 __all__ = [
     "FTS_TABLE",
     "INDEXED_ROLES",
+    "PG_COLUMN",
     "PG_INDEX",
+    "RANK_WINDOW",
     "SEARCH_DEPTH",
     "drop_index_statements",
     "find_threads",
@@ -43,13 +45,19 @@ __all__ = [
 
 #: A search pages through at most this many threads.
 SEARCH_DEPTH = 1000
+#: PostgreSQL ranks the owner's newest this many matching messages (all of them for a word
+#: that is not in more): a word in most messages costs the same as a rarer one.
+RANK_WINDOW = 500
 #: The roles whose message text is indexed.
 INDEXED_ROLES = ("user", "assistant")
 #: SQLite's FTS5 table of message texts (rowid = the ``StoredMessage`` id).
 FTS_TABLE = "dpa_store_message_fts"
 #: PostgreSQL's text search configuration (no stemming: words of any language match as typed).
 PG_CONFIG = "simple"
-#: PostgreSQL's expression GIN index of message texts.
+#: PostgreSQL's column of each indexed message's ``tsvector`` (generated and stored by the
+#: database, unknown to the model: ``ts_rank`` reads it instead of parsing the text again).
+PG_COLUMN = "dpa_search_vector"
+#: PostgreSQL's GIN index of that column.
 PG_INDEX = "dpa_store_msg_fts"
 
 _ROLES = "(" + ", ".join(f"'{role}'" for role in INDEXED_ROLES) + ")"
@@ -90,7 +98,11 @@ def index_statements(vendor: str, table: str) -> list[str]:
     fills it; ``[]`` for a database without one. Run by migration 0014."""
     if vendor == "postgresql":
         vector = f"to_tsvector('{PG_CONFIG}'::regconfig, content)"
-        return [f"CREATE INDEX {PG_INDEX} ON {table} USING gin ({vector}) WHERE {_indexed()}"]
+        return [
+            f"ALTER TABLE {table} ADD COLUMN {PG_COLUMN} tsvector GENERATED ALWAYS AS "
+            f"(CASE WHEN {_indexed()} THEN {vector} END) STORED",
+            f"CREATE INDEX {PG_INDEX} ON {table} USING gin ({PG_COLUMN})",
+        ]
     if vendor == "sqlite":
         return [
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS_TABLE} USING fts5(content, content='', "
@@ -101,10 +113,13 @@ def index_statements(vendor: str, table: str) -> list[str]:
     return []
 
 
-def drop_index_statements(vendor: str) -> list[str]:
+def drop_index_statements(vendor: str, table: str) -> list[str]:
     """The SQL that drops what ``index_statements`` created."""
     if vendor == "postgresql":
-        return [f"DROP INDEX IF EXISTS {PG_INDEX}"]
+        return [
+            f"DROP INDEX IF EXISTS {PG_INDEX}",
+            f"ALTER TABLE {table} DROP COLUMN IF EXISTS {PG_COLUMN}",
+        ]
     if vendor == "sqlite":
         drops = [f"DROP TRIGGER IF EXISTS {FTS_TABLE}_{suffix}" for suffix in _TRIGGERS]
         return [*drops, f"DROP TABLE IF EXISTS {FTS_TABLE}"]
@@ -220,7 +235,7 @@ def _search(owner_id: str, query: ThreadQuery) -> ThreadPage:
         titled = titled.filter(title__icontains=term)
     by_title = list(titled.order_by("-updated_at", "-id").values_list("id", flat=True)[:wanted])
     using = router.db_for_read(StoredConversation)
-    by_text = _message_matches(using, threads, terms, wanted)
+    by_text = _message_matches(using, threads, owner_id, query, wanted)
     seen = set(by_title)
     order = [*by_title, *(cid for cid, _ in by_text if cid not in seen)]
     page_ids = order[offset : offset + query.limit]
@@ -252,34 +267,59 @@ def _texts(using: str, message_ids: list[int]) -> list[tuple[int, str]]:
     return list(rows.values_list("id", "content"))
 
 
+def _thread_conditions(owner_id: str, query: ThreadQuery) -> tuple[str, list[Any]]:
+    """``_threads``' conditions as SQL on the thread table aliased ``c``, and their values."""
+    conditions, params = ["c.owner_id = %s"], [owner_id]
+    if query.prefix:
+        escaped = query.prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        conditions.append("c.thread_id LIKE %s ESCAPE '\\'")
+        params.append(f"{escaped}%")
+    if query.archived is not None:
+        conditions.append("c.archived = %s")
+        params.append(query.archived)
+    if query.updated_after is not None:
+        conditions.append("c.updated_at > %s")
+        params.append(query.updated_after)
+    if query.updated_before is not None:
+        conditions.append("c.updated_at < %s")
+        params.append(query.updated_before)
+    return " AND ".join(conditions), params
+
+
 def _message_matches(
-    using: str, threads: QuerySet[Any], terms: list[str], wanted: int
+    using: str, threads: QuerySet[Any], owner_id: str, query: ThreadQuery, wanted: int
 ) -> list[tuple[int, int]]:
     """``(thread id, best message id)`` of the threads with a message matching every term,
     best first, at most ``wanted``."""
     vendor = search_vendor(using)
     if vendor is None:
         return []
-    from django_pydantic_agent.contrib.store.models import StoredMessage
+    from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 
+    terms = query.terms
     connection = connections[using]
     quote = connection.ops.quote_name
     table = quote(StoredMessage._meta.db_table)
+    threads_table = quote(StoredConversation._meta.db_table)
     inner_sql, inner_params = threads.values("id").query.sql_with_params()
     if vendor == "postgresql":
         tsquery = " & ".join(f"'{term}':*" for term in terms)
-        vector = f"to_tsvector('{PG_CONFIG}'::regconfig, m.content)"
+        to_query = f"to_tsquery('{PG_CONFIG}'::regconfig, %s)"
+        where, where_params = _thread_conditions(owner_id, query)
+        # The owner's threads first, newest first: only their newest RANK_WINDOW matches are
+        # ranked, so a word in most messages costs no more than a rare one.
         sql = (
             "SELECT conversation_id, id FROM ("
-            f"SELECT DISTINCT ON (m.conversation_id) m.conversation_id, m.id, "
-            f"ts_rank({vector}, q) AS r "
-            f"FROM {table} m, to_tsquery('{PG_CONFIG}'::regconfig, %s) q "
-            f"WHERE {_indexed('m.')} AND {vector} @@ q "
-            f"AND m.conversation_id IN ({inner_sql}) "
-            "ORDER BY m.conversation_id, r DESC, m.id DESC) best "
+            "SELECT DISTINCT ON (h.conversation_id) h.conversation_id, h.id, "
+            f"ts_rank(h.{PG_COLUMN}, {to_query}) AS r "
+            f"FROM (SELECT m.id, m.conversation_id, m.{PG_COLUMN} "
+            f"FROM {threads_table} c JOIN {table} m ON m.conversation_id = c.id "
+            f"WHERE {where} AND m.{PG_COLUMN} @@ {to_query} "
+            f"ORDER BY c.updated_at DESC, c.id DESC LIMIT %s) h "
+            "ORDER BY h.conversation_id, r DESC, h.id DESC) best "
             "ORDER BY r DESC, conversation_id DESC LIMIT %s"
         )
-        params: list[Any] = [tsquery, *inner_params, wanted]
+        params: list[Any] = [tsquery, *where_params, tsquery, RANK_WINDOW, wanted]
     else:
         match = " ".join(f'"{term}"*' for term in terms)
         sql = (

@@ -1,7 +1,9 @@
 """The archived flag of a thread, and the message text index of full-text search.
 
-PostgreSQL: an expression GIN index over ``to_tsvector('simple', content)`` of user and
-assistant messages no longer ``active``. SQLite: a contentless FTS5 table of the same texts,
+PostgreSQL: a stored generated ``tsvector`` column (``dpa_search_vector``, unknown to the
+model; NULL for messages not indexed) of user and assistant messages no longer ``active``,
+and a GIN index on it. Adding it rewrites the message table. A later migration cannot change
+the type of ``content``, ``role`` or ``status`` without dropping the column first. SQLite: a contentless FTS5 table of the same texts,
 kept by triggers on the message table, filled from the existing rows. Other databases get
 neither (search falls back to titles). The SQL is ``contrib.store.search``'s.
 """
@@ -19,7 +21,9 @@ def forwards(apps, schema_editor) -> None:
 
 
 def backwards(apps, schema_editor) -> None:
-    for statement in drop_index_statements(schema_editor.connection.vendor):
+    model = apps.get_model("django_pydantic_agent_store", "StoredMessage")
+    table = schema_editor.quote_name(model._meta.db_table)
+    for statement in drop_index_statements(schema_editor.connection.vendor, table):
         schema_editor.execute(statement, params=None)
 
 
