@@ -269,7 +269,8 @@ def _texts(using: str, message_ids: list[int]) -> list[tuple[int, str]]:
 
 def _thread_conditions(owner_id: str, query: ThreadQuery) -> tuple[str, list[Any]]:
     """``_threads``' conditions as SQL on the thread table aliased ``c``, and their values."""
-    conditions, params = ["c.owner_id = %s"], [owner_id]
+    conditions = ["c.owner_id = %s"]
+    params: list[Any] = [owner_id]
     if query.prefix:
         escaped = query.prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         conditions.append("c.thread_id LIKE %s ESCAPE '\\'")
