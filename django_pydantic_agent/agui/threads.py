@@ -19,6 +19,7 @@ from django_pydantic_agent.agui.errors import store_refusal
 from django_pydantic_agent.agui.http import error_response, read_json_body, refuse_input
 from django_pydantic_agent.agui.input import NESTED_TOO_DEEPLY
 from django_pydantic_agent.agui.owners import owns_nothing
+from django_pydantic_agent.agui.thread_query import BAD_CURSOR, QueryError, read_query, sign_cursor
 from django_pydantic_agent.agui.views import Route
 from django_pydantic_agent.persistence import (
     ConversationMeta,
@@ -26,9 +27,16 @@ from django_pydantic_agent.persistence import (
     StoreError,
     is_persistent,
 )
+from django_pydantic_agent.persistence.listing import (
+    ArchiveUnsupportedError,
+    CursorError,
+    ThreadHit,
+    archive_thread,
+    find_threads,
+)
 from django_pydantic_agent.persistence.wire import BOOKKEEPING_KEY
 
-__all__ = ["MAX_TITLE_LENGTH", "NOT_FOUND", "TITLE_TOO_BIG", "ThreadEndpoints"]
+__all__ = ["CANNOT_ARCHIVE", "MAX_TITLE_LENGTH", "NOT_FOUND", "TITLE_TOO_BIG", "ThreadEndpoints"]
 
 #: The longest title ``PATCH threads/<id>/`` accepts, in characters.
 MAX_TITLE_LENGTH = 200
@@ -69,7 +77,39 @@ def _meta_json(meta: ConversationMeta) -> dict[str, Any]:
         "title": meta.title,
         "preview": meta.preview,
         "updatedAt": meta.updated_at.isoformat() if meta.updated_at else None,
+        "archived": meta.archived,
     }
+
+
+def _hit_json(hit: ThreadHit, *, search: bool) -> dict[str, Any]:
+    """A row of ``GET threads/``: the drawer row, and its ``snippet`` in a search."""
+    row = _meta_json(hit.meta)
+    if search:
+        row["snippet"] = hit.snippet
+    return row
+
+
+_PATCH_SHAPE = (
+    'Send a JSON object with a non-empty string "title" and/or a boolean "archived", '
+    'e.g. {"title": "Plans"} or {"archived": true}.'
+)
+#: The 400 of ``{"archived": ...}`` on a store that keeps no archived flag.
+CANNOT_ARCHIVE = "This server's conversation store cannot archive threads."
+
+
+def _read_title(title: Any) -> tuple[str, str | None]:
+    """``(normalised title, None)``, or ``("", the 400's sentence)`` for a bad title."""
+    if not isinstance(title, str) or not title.strip():
+        return "", _PATCH_SHAPE
+    title = " ".join(title.split())
+    if len(title) > MAX_TITLE_LENGTH:
+        return "", f"The title is {len(title)} characters long; the limit is {MAX_TITLE_LENGTH}."
+    if not title.isprintable():
+        return "", (
+            "The title contains control characters, unpaired surrogates or other "
+            "non-printable characters; send plain text."
+        )
+    return title, None
 
 
 class ThreadEndpoints:
@@ -117,34 +157,31 @@ class ThreadEndpoints:
         return await owns_nothing(request, self._store)
 
     async def index(self, request: HttpRequest) -> HttpResponseBase:
-        """``GET threads/?limit=N``: the caller's threads, most recent first.
+        """``GET threads/``: the caller's threads, ``{"threads": [...], "nextCursor"}``.
 
-        ``limit`` defaults to, and is capped at, ``list_limit`` (the server's
-        ``thread_list_limit``); a value that is not a positive integer is a 400.
+        Most recent first, or ranked by relevance with ``?q=`` (each row then carries a
+        ``snippet``); archived threads only with ``?archived=1`` (``all``: both);
+        ``?updated_after=`` / ``?updated_before=`` bound the last activity; ``?cursor=`` is
+        the previous page's ``nextCursor`` (``null`` on the last page). ``limit`` defaults to,
+        and is capped at, ``list_limit`` (the server's ``thread_list_limit``). A parameter
+        that cannot be read, or a cursor that was altered or made for other filters, is a 400.
         """
-        cap = self._list_limit
-        raw = request.GET.get("limit")
-        limit = cap
-        if raw is not None:
-            try:
-                limit = int(raw)
-            except ValueError:
-                limit = 0
-            if limit < 1:
-                return refuse_input(
-                    request,
-                    f"limit must be a positive integer (at most {cap}); omit it for {cap}.",
-                )
-            limit = min(limit, cap)
+        try:
+            query = read_query(request.GET, cap=self._list_limit)
+        except QueryError as exc:
+            return refuse_input(request, str(exc))
         if await self._owns_nothing(request):
-            return JsonResponse({"threads": []})
+            return JsonResponse({"threads": [], "nextCursor": None})
         if self._settle is not None:
             await self._settle(request, None)
         try:
-            metas = await self._store.list(request=request, limit=limit)
+            page = await find_threads(self._store, query, request=request)
+        except CursorError:
+            return refuse_input(request, BAD_CURSOR)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
-        return JsonResponse({"threads": [_meta_json(meta) for meta in metas[:limit]]})
+        rows = [_hit_json(hit, search=bool(query.terms)) for hit in page.hits[: query.limit]]
+        return JsonResponse({"threads": rows, "nextCursor": sign_cursor(page.next_position, query)})
 
     async def get(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``GET threads/<id>/``: ``{"threadId", "messages", "activeRun"}``, or 404.
@@ -172,11 +209,14 @@ class ThreadEndpoints:
         )
 
     async def rename(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
-        """``PATCH threads/<id>/`` with ``{"title": "..."}``: 200, 400, 404, 413 or 415.
+        """``PATCH threads/<id>/`` with ``{"title": "..."}`` and/or ``{"archived": bool}``: 200,
+        400, 404, 413 or 415.
 
         The body must be ``application/json`` (415) within ``DATA_UPLOAD_MAX_MEMORY_SIZE``
         (413). Whitespace in the title is collapsed; it must then be a non-empty string of at
-        most ``MAX_TITLE_LENGTH`` printable characters (400).
+        most ``MAX_TITLE_LENGTH`` printable characters (400). ``archived`` must be a boolean
+        (400), and the store must keep the flag (400 otherwise). Nothing changes unless every
+        field is valid. The answer echoes the fields that were set.
         """
         body = read_json_body(request, limit=self._body_limit(), too_big=TITLE_TOO_BIG)
         if not isinstance(body, bytes):
@@ -187,33 +227,37 @@ class ThreadEndpoints:
             return refuse_input(request, NESTED_TOO_DEEPLY)
         except (ValueError, UnicodeDecodeError):
             payload = None
-        title = payload.get("title") if isinstance(payload, dict) else None
-        if not isinstance(title, str) or not title.strip():
-            return refuse_input(
-                request,
-                'Send a JSON object with a non-empty string "title", e.g. {"title": "Plans"}.',
-            )
-        title = " ".join(title.split())
-        if len(title) > MAX_TITLE_LENGTH:
-            return refuse_input(
-                request,
-                f"The title is {len(title)} characters long; the limit is {MAX_TITLE_LENGTH}.",
-            )
-        if not title.isprintable():
-            return refuse_input(
-                request,
-                "The title contains control characters, unpaired surrogates or other "
-                "non-printable characters; send plain text.",
-            )
+        if not isinstance(payload, dict) or not ({"title", "archived"} & payload.keys()):
+            return refuse_input(request, _PATCH_SHAPE)
+        changes: dict[str, Any] = {}
+        if "title" in payload:
+            title, problem = _read_title(payload["title"])
+            if problem is not None:
+                return refuse_input(request, problem)
+            changes["title"] = title
+        if "archived" in payload:
+            archived = payload["archived"]
+            if not isinstance(archived, bool):
+                return refuse_input(request, '"archived" must be true or false.')
+            changes["archived"] = archived
         if await self._owns_nothing(request):
             return error_response(404, NOT_FOUND)
         try:
             if not await self._store.exists(thread_id, request=request):
                 return error_response(404, NOT_FOUND)
-            await self._store.rename(thread_id, title, request=request)
+            if "archived" in changes:
+                found = await archive_thread(
+                    self._store, thread_id, changes["archived"], request=request
+                )
+                if not found:
+                    return error_response(404, NOT_FOUND)
+            if "title" in changes:
+                await self._store.rename(thread_id, changes["title"], request=request)
+        except ArchiveUnsupportedError:
+            return refuse_input(request, CANNOT_ARCHIVE)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
-        return JsonResponse({"threadId": thread_id, "title": title})
+        return JsonResponse({"threadId": thread_id, **changes})
 
     async def delete(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``DELETE threads/<id>/``: 204 whether or not the thread existed (ids in the alphabet)."""

@@ -41,6 +41,15 @@ from django_pydantic_agent.persistence.errors import (
     StoreLimitError,
     UnstorableMessageError,
 )
+from django_pydantic_agent.persistence.listing import (
+    ArchivesThreads,
+    SearchesThreads,
+    ThreadHit,
+    ThreadPage,
+    ThreadQuery,
+    archive_thread,
+    find_threads,
+)
 from django_pydantic_agent.persistence.memory_service import (
     MemoryServiceAttachmentStore,
     MemoryServiceConversationStore,
@@ -67,6 +76,7 @@ from django_pydantic_agent.persistence.session import DjangoSessionConversationS
 
 __all__ = [
     "AnonymousOperationError",
+    "ArchivesThreads",
     "AttachmentRef",
     "AttachmentStore",
     "ChecksItself",
@@ -93,18 +103,24 @@ __all__ = [
     "ReportsPersistence",
     "ResolvesAttachmentRefs",
     "ScopedConversationStore",
+    "SearchesThreads",
     "StoreDataError",
     "StoreError",
     "StoreLimitError",
+    "ThreadHit",
+    "ThreadPage",
+    "ThreadQuery",
     "UnstorableMessageError",
     "WrapsStore",
     "aensure_session_key",
+    "archive_thread",
     "aresolve_owner_uuid",
     "attachment_refs",
     "conversation_repositories",
     "derive_preview",
     "derive_title",
     "ensure_session_key",
+    "find_threads",
     "is_persistent",
     "memory_namespace",
     "memory_namespace_for_user",

@@ -99,6 +99,8 @@ class ConversationMeta:
     ``title`` is a recorded rename or else derived from the first user message; ``preview`` is a
     one-line excerpt of the latest message; ``updated_at`` is ``None`` when a store does not
     track it. ``owner_id`` is for server-side use and must never be put on the wire.
+    ``archived`` is the thread's archived flag (always ``False`` on a store that keeps none;
+    see ``persistence.listing``).
     """
 
     thread_id: str
@@ -106,6 +108,7 @@ class ConversationMeta:
     updated_at: datetime | None = None
     preview: str = ""
     owner_id: str | None = None
+    archived: bool = False
 
 
 # A method named ``list`` shadows the builtin inside a class body, hence the alias.

@@ -90,6 +90,7 @@ __all__ = [
     "MemoryServiceConversationStore",
     "StoredAttachment",
     "StoredAttachmentChunk",
+    "StoredChat",
     "StoredWireMessage",
 ]
 
@@ -109,6 +110,13 @@ class StoredWireMessage(Message):
 
     wire: list[dict[str, Any]] | None = None
     wire_fingerprint: str | None = None
+
+
+class StoredChat(Chat):
+    """A chat-history chat that also keeps the thread's archived flag (session metadata;
+    readers that do not declare it ignore it, and a chat without it is not archived)."""
+
+    archived: bool = False
 
 
 class _SpaceHolder:
@@ -181,6 +189,11 @@ class _OwnerChats:
             return None
         return await self._inner.update_chat_name(chat_uuid, name)
 
+    async def patch_chat(self, chat_uuid: uuid.UUID, **fields: object) -> Chat | None:
+        if not await self._owned(chat_uuid):
+            return None
+        return await self._inner.patch_chat(chat_uuid, **fields)
+
     async def delete_chat(self, chat_uuid: uuid.UUID) -> Chat | None:
         if not await self._owned(chat_uuid):
             return None
@@ -251,7 +264,7 @@ class MemoryServiceConversationStore:
     async def _registry_for(self) -> ChatSessionRegistry:
         space = await self._space.get()
         if self._registry is None:
-            self._registry = ChatSessionRegistry(space, retry=self._retry)
+            self._registry = ChatSessionRegistry(space, retry=self._retry, chat_class=StoredChat)
         return self._registry
 
     def bind_repositories(
@@ -270,7 +283,9 @@ class MemoryServiceConversationStore:
                     "The store's memory space is not resolved yet: await "
                     "store.memory_space() (or call an async store method) first."
                 )
-            registry = self._registry = ChatSessionRegistry(space, retry=self._retry)
+            registry = self._registry = ChatSessionRegistry(
+                space, retry=self._retry, chat_class=StoredChat
+            )
         space = registry.space
         chats = ChatRepository(space, registry)
         messages = MessageRepository(space, registry, message_class=StoredWireMessage)
@@ -386,6 +401,7 @@ class MemoryServiceConversationStore:
                     title=chat.name,
                     updated_at=_parse_time(stamp),
                     preview=preview,
+                    archived=isinstance(chat, StoredChat) and chat.archived,
                 )
             )
         oldest = datetime.min.replace(tzinfo=UTC)
@@ -403,6 +419,18 @@ class MemoryServiceConversationStore:
         chat = await chats.get_chat_by_thread_id(user, thread_id)
         if chat is not None:
             await chats.update_chat_name(chat.chat_uuid, title)
+
+    async def archive(self, thread_id: str, archived: bool, *, request: HttpRequest) -> bool:
+        """Set the thread's archived flag (``ArchivesThreads``: ``StoredChat.archived``, one
+        guarded PATCH of the session); ``False`` when absent. Search (titles only), filters
+        and pages go through ``persistence.listing``'s generic path over ``list()``."""
+        user, chats, _ = await self._bound(request)
+        chat = await chats.get_chat_by_thread_id(user, thread_id)
+        if chat is None:
+            return False
+        registry = await self._registry_for()
+        owner_chats = _OwnerChats(ChatRepository(registry.space, registry), registry, user)
+        return await owner_chats.patch_chat(chat.chat_uuid, archived=archived) is not None
 
 
 # -- attachments ---------------------------------------------------------------------------

@@ -26,6 +26,13 @@ from django_pydantic_agent.persistence.base import (
     StoreDataError,
     check_limit,
 )
+from django_pydantic_agent.persistence.listing import (
+    GENERIC_SCAN_LIMIT,
+    ArchiveUnsupportedError,
+    ThreadPage,
+    ThreadQuery,
+    filter_threads,
+)
 from django_pydantic_agent.persistence.owner import resolve_owner_id
 
 if TYPE_CHECKING:
@@ -131,6 +138,27 @@ class ModelConversationStore(_OwnerScoped, ABC):
         """Record a display title (default: no-op)."""
         return None
 
+    def _find(self, query: ThreadQuery, owner_id: str) -> ThreadPage:
+        """The owner's threads matching ``query`` (default: ``filter_threads`` over ``_list``
+        of at most ``GENERIC_SCAN_LIMIT`` threads: titles only). Override with a query."""
+        return filter_threads(self._list(owner_id, GENERIC_SCAN_LIMIT), query)
+
+    def _archive(self, thread_id: str, archived: bool, owner_id: str) -> bool:
+        """Set the archived flag; ``False`` for a missing thread (default: the store keeps
+        no flag, ``ArchiveUnsupportedError``). Report the flag in ``_list``'s rows."""
+        raise ArchiveUnsupportedError(
+            f"{type(self).__name__} keeps no archived flag: override _archive() (and report "
+            "ConversationMeta.archived from _list()) to archive threads."
+        )
+
+    def _find_sync(self, query: ThreadQuery, request: HttpRequest) -> ThreadPage:
+        owner_id = self._owner(request)
+        return _hook("the conversation list", self._find, query, owner_id)
+
+    def _archive_sync(self, thread_id: str, archived: bool, request: HttpRequest) -> bool:
+        owner_id = self._owner(request)
+        return _hook(f"conversation {thread_id!r}", self._archive, thread_id, archived, owner_id)
+
     def _load_sync(self, thread_id: str, request: HttpRequest) -> Conversation | None:
         owner_id = self._owner(request)
         return _hook(f"conversation {thread_id!r}", self._fetch, thread_id, owner_id)
@@ -183,6 +211,15 @@ class ModelConversationStore(_OwnerScoped, ABC):
     async def rename(self, thread_id: str, title: str, *, request: HttpRequest) -> None:
         """Set the display title of the owner's conversation ``thread_id``."""
         await sync_to_async(self._rename_sync)(thread_id, title, request)
+
+    async def find_threads(self, query: ThreadQuery, *, request: HttpRequest) -> ThreadPage:
+        """The owner's threads matching ``query`` (``SearchesThreads``), through ``_find``."""
+        return await sync_to_async(self._find_sync)(query, request)
+
+    async def archive(self, thread_id: str, archived: bool, *, request: HttpRequest) -> bool:
+        """Set the archived flag of the owner's ``thread_id`` (``ArchivesThreads``); ``False``
+        when it does not exist. ``ArchiveUnsupportedError`` unless ``_archive`` is overridden."""
+        return await sync_to_async(self._archive_sync)(thread_id, archived, request)
 
 
 class ModelAttachmentStore(_OwnerScoped, ABC):

@@ -17,6 +17,12 @@ from django_pydantic_agent.persistence.base import (
     store_checks,
     store_repositories,
 )
+from django_pydantic_agent.persistence.listing import (
+    ThreadPage,
+    ThreadQuery,
+    archive_thread,
+    find_threads,
+)
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
@@ -177,6 +183,17 @@ class ScopedConversationStore:
     async def rename(self, thread_id: str, title: str, *, request: HttpRequest) -> None:
         """Rename this scope's ``thread_id``."""
         await self._inner.rename(self._key(thread_id), title, request=request)
+
+    async def find_threads(self, query: ThreadQuery, *, request: HttpRequest) -> ThreadPage:
+        """This scope's threads matching ``query``: the inner store's answer (or the generic
+        one over its ``list()``) for ids under this scope's prefix, returned without it."""
+        scoped = replace(query, prefix=f"{self._key(query.prefix)}")
+        return await find_threads(self._inner, scoped, request=request)
+
+    async def archive(self, thread_id: str, archived: bool, *, request: HttpRequest) -> bool:
+        """Archive this scope's ``thread_id`` in the inner store (``ArchiveUnsupportedError``
+        when it keeps no flag)."""
+        return await archive_thread(self._inner, self._key(thread_id), archived, request=request)
 
     async def repositories(
         self, *, request: HttpRequest

@@ -350,6 +350,7 @@ class DjangoSessionConversationStore:
                     updated_at=_parse_timestamp(entry.get("updated_at")),
                     preview=derive_preview(messages),
                     owner_id=entry.get("owner_id"),
+                    archived=entry.get("archived") is True,
                 )
             )
         # Newest first; entries without a timestamp last.
@@ -370,6 +371,20 @@ class DjangoSessionConversationStore:
             return updated
 
         self._modify(request, change, required=False)
+
+    def _archive_sync(self, thread_id: str, archived: bool, request: HttpRequest) -> bool:
+        found = False
+
+        def change(threads: _Threads) -> _Threads | None:
+            nonlocal found
+            entry = threads.get(thread_id)
+            found = entry is not None
+            if entry is None or (entry.get("archived") is True) == archived:
+                return None
+            return {**threads, thread_id: {**entry, "archived": archived}}
+
+        self._modify(request, change, required=False)
+        return found
 
     # -- the ConversationStore protocol --------------------------------------------------------
 
@@ -404,3 +419,9 @@ class DjangoSessionConversationStore:
         Raises ``StoreLimitError`` when the title would take the session over ``max_bytes``.
         """
         await sync_to_async(self._rename_sync)(thread_id, title, request)
+
+    async def archive(self, thread_id: str, archived: bool, *, request: HttpRequest) -> bool:
+        """Set the archived flag of a conversation (``ArchivesThreads``), kept in its session
+        entry; ``False`` when absent. Search and pages go through ``persistence.listing``'s
+        generic path over ``list()``."""
+        return await sync_to_async(self._archive_sync)(thread_id, archived, request)

@@ -22,6 +22,13 @@ from django_pydantic_agent.persistence.base import (
     is_persistent,
     wrapped_stores,
 )
+from django_pydantic_agent.persistence.listing import (
+    ArchiveUnsupportedError,
+    ThreadPage,
+    ThreadQuery,
+    archive_thread,
+    find_threads,
+)
 from django_pydantic_agent.persistence.null import PersistenceDisabledError
 from django_pydantic_agent.persistence.owner import AnonymousOperationError
 from django_pydantic_agent.persistence.scoped import ScopedConversationStore
@@ -76,6 +83,9 @@ class ConversationStoreContract:
       ``False`` every method must raise ``AnonymousOperationError`` for them.
     - ``supports_list``: ``list`` enumerates (else it must return ``[]``).
     - ``supports_rename``: ``rename`` records a title (else it must be a no-op).
+    - ``supports_archive``: ``archive`` keeps a flag (else, and on a Null store,
+      ``ArchiveUnsupportedError``).
+    - ``supports_full_text``: a search finds message texts, not only titles.
 
     A store whose ``persistent`` flag is ``False`` (a Null store) is held to the stateless
     contract instead: nothing it is given comes back. Override the ``actors`` fixture to build
@@ -87,6 +97,8 @@ class ConversationStoreContract:
     serves_anonymous: ClassVar[bool] = True
     supports_list: ClassVar[bool] = True
     supports_rename: ClassVar[bool] = True
+    supports_archive: ClassVar[bool] = True
+    supports_full_text: ClassVar[bool] = False
 
     def make_store(self) -> ConversationStore:
         """Return a new store instance; called more than once per test."""
@@ -315,6 +327,115 @@ class ConversationStoreContract:
         assert await store.exists("ghost", request=actors.request("alice")) is False
         assert await store.load("ghost", request=actors.request("alice")) is None
         assert await self._listed_ids(actors, "alice") == []
+
+    # -- finding threads (persistence.listing) -----------------------------------------
+
+    def _lists(self) -> bool:
+        return is_persistent(self.make_store()) and self.supports_list
+
+    async def _find(self, actors: StoreActors, actor: str, **kwargs: Any) -> ThreadPage:
+        query = ThreadQuery(**kwargs)
+        return await find_threads(self._store(), query, request=actors.request(actor))
+
+    async def _found_ids(self, actors: StoreActors, actor: str, **kwargs: Any) -> list[str]:
+        return [hit.meta.thread_id for hit in (await self._find(actors, actor, **kwargs)).hits]
+
+    async def test_search_finds_the_owners_titles_only(self, actors: StoreActors) -> None:
+        for owner, intruder in self._owners():
+            await self._save(actors, owner, f"{owner}-lisbon", f"Lisbon trip of {owner}")
+            await self._save(actors, owner, f"{owner}-porto", "Porto budget")
+            await self._save(actors, intruder, f"{intruder}-lisbon", f"Lisbon for {intruder}")
+            page = await self._find(actors, owner, text="lisb")
+            if not self._lists():
+                assert page.hits == []
+                continue
+            assert [hit.meta.thread_id for hit in page.hits] == [f"{owner}-lisbon"]
+            [hit] = page.hits
+            assert "Lisbon" in hit.snippet
+            assert intruder not in hit.snippet
+            assert await self._found_ids(actors, owner, text="nowhere") == []
+
+    async def test_search_finds_message_text_of_the_owner_only(self, actors: StoreActors) -> None:
+        if not self.supports_full_text:
+            pytest.skip("This store searches titles only.")
+        for owner, intruder in self._owners():
+            secret = [*sample_messages(f"plans of {owner}"), _said("zebrafish in the pond")]
+            other = [*sample_messages("other"), _said(f"zebrafish of {intruder}, private")]
+            store = self._store()
+            mine = Conversation(thread_id="zoo", messages=secret)
+            await store.save(mine, request=actors.request(owner))
+            theirs = Conversation(thread_id="zoo", messages=other)
+            await store.save(theirs, request=actors.request(intruder))
+            page = await self._find(actors, owner, text="zebraf POND")
+            [hit] = page.hits
+            assert hit.meta.thread_id == "zoo"
+            assert "zebrafish in the pond" in hit.snippet
+            assert intruder not in hit.snippet
+            assert "private" not in hit.snippet
+
+    async def test_pages_walk_every_thread_once(self, actors: StoreActors) -> None:
+        for index in range(5):
+            await self._save(actors, "alice", f"t{index}", f"thread {index}")
+            await asyncio.sleep(0.002)  # distinct timestamps on coarse clocks
+        await self._save(actors, "bob", "bobs", "thread of bob")
+        for text in ("", "thread"):
+            seen: list[str] = []
+            after = None
+            for _ in range(5):
+                page = await self._find(actors, "alice", text=text, limit=2, after=after)
+                seen.extend(hit.meta.thread_id for hit in page.hits)
+                after = page.next_position
+                if after is None:
+                    break
+            if not self._lists():
+                assert seen == []
+                continue
+            assert after is None
+            assert sorted(seen) == [f"t{index}" for index in range(5)]
+            if not text:
+                assert seen == ["t4", "t3", "t2", "t1", "t0"]
+
+    async def test_archive_hides_a_thread_until_asked_for(self, actors: StoreActors) -> None:
+        for thread_id in ("kept", "shelved"):
+            await self._save(actors, "alice", thread_id, f"about {thread_id}")
+            await asyncio.sleep(0.002)
+        store = self._store()
+        if not (self.supports_archive and is_persistent(store)):
+            with pytest.raises(ArchiveUnsupportedError):
+                await archive_thread(store, "shelved", True, request=actors.request("alice"))
+            return
+        assert await archive_thread(store, "shelved", True, request=actors.request("alice"))
+        # Not yours is missing: nothing changes.
+        assert not await archive_thread(store, "kept", True, request=actors.request("bob"))
+        assert not await archive_thread(store, "ghost", True, request=actors.request("alice"))
+        if not self._lists():
+            return
+        assert await self._found_ids(actors, "alice") == ["kept"]
+        assert await self._found_ids(actors, "alice", archived=True) == ["shelved"]
+        assert await self._found_ids(actors, "alice", archived=None) == ["shelved", "kept"]
+        assert await self._found_ids(actors, "bob", archived=None) == []
+        rows = await self._store().list(request=actors.request("alice"))
+        assert {row.thread_id: row.archived for row in rows} == {"kept": False, "shelved": True}
+        await archive_thread(self._store(), "shelved", False, request=actors.request("alice"))
+        assert await self._found_ids(actors, "alice") == ["shelved", "kept"]
+
+    async def test_updated_bounds_filter_by_last_activity(self, actors: StoreActors) -> None:
+        await self._save(actors, "alice", "old", "old one")
+        await asyncio.sleep(0.01)
+        await self._save(actors, "alice", "new", "new one")
+        rows = await self._store().list(request=actors.request("alice"))
+        stamps = {row.thread_id: row.updated_at for row in rows}
+        if not self._lists() or None in stamps.values():
+            return
+        old = stamps["old"]
+        assert old is not None
+        assert await self._found_ids(actors, "alice", updated_after=old) == ["new"]
+        assert await self._found_ids(actors, "alice", updated_before=stamps["new"]) == ["old"]
+
+
+def _said(text: str) -> dict[str, Any]:
+    """An assistant wire message saying ``text``."""
+    return {"id": f"said-{abs(hash(text))}", "role": "assistant", "content": text}
 
 
 class ScopedConversationStoreContract(ConversationStoreContract):

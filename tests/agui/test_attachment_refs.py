@@ -116,7 +116,7 @@ async def test_an_id_that_names_no_upload_of_the_caller_is_a_400_before_the_run(
         "it returns."
     }
     # Nothing of the refused run is written, and a stranger's file is as unknown as none.
-    assert listing.json() == {"threads": []}
+    assert listing.json() == {"threads": [], "nextCursor": None}
     assert await sync_to_async(_rows)() == (0, 0, 0)
     assert still_bobs.status_code == 404
     # One line for the refusal, no traceback.

@@ -127,7 +127,7 @@ async def test_unusable_input_is_400_with_one_warning_and_no_traceback(
     assert expected in response.json()["error"]
     # Nothing ran and nothing was stored.
     assert len(SEEN_USERS) == runs_before
-    assert listing.json() == {"threads": []}
+    assert listing.json() == {"threads": [], "nextCursor": None}
     # One WARNING line naming the problem (Django's own "Bad Request" line is not added).
     problems = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(problems) == 1, [r.getMessage() for r in problems]

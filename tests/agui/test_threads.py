@@ -87,7 +87,7 @@ async def test_thread_list_shows_title_preview_and_no_owner(alice: Any) -> None:
     assert threads[0]["title"] == "Second question"
     assert threads[0]["preview"] == "The sum is 5."
     assert threads[0]["updatedAt"]
-    assert set(threads[0]) == {"threadId", "title", "preview", "updatedAt"}
+    assert set(threads[0]) == {"threadId", "title", "preview", "updatedAt", "archived"}
     assert "owner" not in response.text
 
 
@@ -152,7 +152,7 @@ async def test_another_user_cannot_list_read_rename_or_delete(alice: Any, bob: A
         missing = await intruder.get("/stored/threads/never-existed/")
         rename = await intruder.patch("/stored/threads/thread-1/", json={"title": "pwned"})
         delete = await intruder.delete("/stored/threads/thread-1/")
-    assert listing.json() == {"threads": []}
+    assert listing.json() == {"threads": [], "nextCursor": None}
     # A cross-owner id is indistinguishable from a missing one.
     assert (read.status_code, read.json()) == (missing.status_code, missing.json())
     assert read.status_code == 404
@@ -205,7 +205,7 @@ async def test_anonymous_browsers_get_their_own_threads() -> None:
         await second.delete("/anon/threads/thread-1/")
         still = await first.get("/anon/threads/thread-1/")
     assert [t["threadId"] for t in mine.json()["threads"]] == ["thread-1"]
-    assert theirs.json() == {"threads": []}
+    assert theirs.json() == {"threads": [], "nextCursor": None}
     assert read.status_code == 404
     assert rename.status_code == 404
     assert still.status_code == 200
@@ -685,7 +685,7 @@ async def test_cookieless_reads_create_no_session(client: httpx.AsyncClient) -> 
         "delete": await client.delete("/anon/threads/t/"),
     }
     assert [r.status_code for r in refused] == [403] * 5
-    assert served["list"].json() == {"threads": []}
+    assert served["list"].json() == {"threads": [], "nextCursor": None}
     assert served["get"].status_code == served["patch"].status_code == 404
     assert served["delete"].status_code == 204
     assert await sync_to_async(session_rows)() == before
@@ -700,7 +700,7 @@ async def test_a_forged_session_cookie_reads_nothing_and_creates_nothing() -> No
         http.cookies.set("sessionid", "forgedforgedforgedforgedforged12")
         listing = await http.get("/anon/threads/")
         read = await http.get("/anon/threads/t/")
-    assert listing.json() == {"threads": []}
+    assert listing.json() == {"threads": [], "nextCursor": None}
     assert read.status_code == 404
     assert await sync_to_async(session_rows)() == before
 
@@ -712,7 +712,7 @@ async def test_message_text_with_nul_is_refused_before_anything_is_stored(alice:
         listing = await http.get("/stored/threads/")
     assert response.status_code == 400
     assert "messages.0 (id 'user-run-1') content contains a NUL" in response.json()["error"]
-    assert listing.json() == {"threads": []}
+    assert listing.json() == {"threads": [], "nextCursor": None}
 
 
 async def test_a_thread_deleted_while_a_run_streams_stays_deleted(alice: Any, caplog: Any) -> None:
@@ -737,7 +737,7 @@ async def test_a_thread_deleted_while_a_run_streams_stays_deleted(alice: Any, ca
     assert_valid_agui(events)
     # The run's later writes did not bring the thread back.
     assert after.status_code == 404
-    assert listing.json() == {"threads": []}
+    assert listing.json() == {"threads": [], "nextCursor": None}
 
 
 async def test_a_new_thread_streamed_by_a_gated_run_is_saved(alice: Any) -> None:

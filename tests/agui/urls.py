@@ -65,6 +65,10 @@ class BrokenQueryStore(DefaultConversationStore):
         await sync_to_async(query)()
         raise AssertionError("the query above always fails")  # pragma: no cover
 
+    async def find_threads(self, query: Any, *, request: HttpRequest) -> Any:
+        """``GET threads/`` asks this: the same failing query."""
+        return await self.list(request=request)
+
 
 class LaggingRunStore:
     """A ``RunStore`` whose ``finish`` waits, once ``hold()`` is called, until a second run finds

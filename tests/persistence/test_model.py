@@ -57,6 +57,7 @@ class TestMinimalThreadStoreContract(ConversationStoreContract):
 
     supports_list = False
     supports_rename = False
+    supports_archive = False
 
     def make_store(self) -> ConversationStore:
         return MinimalThreadStore(allow_anonymous=True)
@@ -73,6 +74,7 @@ class TestScopedThreadStoreContract(ScopedConversationStoreContract):
 class TestScopedMinimalThreadStoreContract(ScopedConversationStoreContract):
     supports_list = False
     supports_rename = False
+    supports_archive = False
 
     def make_inner_store(self) -> ConversationStore:
         return MinimalThreadStore(allow_anonymous=True)

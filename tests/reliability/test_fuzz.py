@@ -46,7 +46,15 @@ asgi_app()
 
 UPLOAD_CAP = 2048
 #: Examples per route; the figures in docs/reliability.md come from these counts.
-EXAMPLES = {"run": 500, "ids": 300, "title": 150, "upload": 200, "cursor": 150}
+EXAMPLES = {
+    "run": 500,
+    "ids": 300,
+    "title": 150,
+    "upload": 200,
+    "cursor": 150,
+    "listing": 200,
+    "archive": 100,
+}
 TALLY: Counter[str] = Counter()
 STATUSES: Counter[int] = Counter()
 FAILURES: Counter[str] = Counter()
@@ -408,6 +416,99 @@ async def test_cursors(
     _check("cursor", response, quiet_caplog)
     listed = await http.get("/default/threads/", params={} if limit is None else {"limit": limit})
     _check("cursor", listed, quiet_caplog)
+
+
+listing_values = (
+    st.none()
+    | hostile_text
+    | st.sampled_from(
+        ["0", "1", "all", "true", "2026-12-01T09:30:00Z", "2026-12-01", "9999-99-99T99:99", "-1"]
+    )
+)
+
+
+@_fuzz("listing")
+@given(
+    q=listing_values,
+    archived=listing_values,
+    updated_after=listing_values,
+    updated_before=listing_values,
+    cursor=listing_values | st.sampled_from(["TAMPER", "OTHER-FILTERS"]),
+    limit=listing_values,
+)
+@example(q="plans", archived="all", updated_after=None, updated_before=None, cursor=None, limit="1")
+@example(
+    q=None, archived=None, updated_after=None, updated_before=None, cursor="TAMPER", limit=None
+)
+@example(
+    q="fine",
+    archived=None,
+    updated_after=None,
+    updated_before=None,
+    cursor="OTHER-FILTERS",
+    limit="1",
+)
+async def test_listing_parameters(
+    http: httpx.AsyncClient,
+    quiet_caplog: pytest.LogCaptureFixture,
+    q: str | None,
+    archived: str | None,
+    updated_after: str | None,
+    updated_before: str | None,
+    cursor: str | None,
+    limit: str | None,
+) -> None:
+    if TALLY["listing"] == 0:
+        for thread in ("listed-1", "listed-2"):
+            created = await _post_run(http, "default", _encode(run_body(thread_id=thread)))
+            assert created.status_code == 200
+    tampered = cursor == "TAMPER"
+    if cursor in ("TAMPER", "OTHER-FILTERS"):
+        # A real cursor, altered by one character or sent with other filters.
+        first = await http.get("/default/threads/", params={"limit": "1"})
+        real = first.json()["nextCursor"]
+        assert real
+        cursor = real[:-1] + ("A" if real[-1] != "A" else "B") if cursor == "TAMPER" else real
+    drawn = {
+        "q": q,
+        "archived": archived,
+        "updated_after": updated_after,
+        "updated_before": updated_before,
+        "cursor": cursor,
+        "limit": limit,
+    }
+    params = {key: value for key, value in drawn.items() if value is not None}
+    query = urllib.parse.urlencode(
+        {k: v.encode("utf-8", "surrogatepass") for k, v in params.items()}
+    )
+    for store in ("default", "session"):
+        response = await http.get(f"/{store}/threads/?{query}")
+        _check("listing", response, quiet_caplog)
+        assert not tampered or response.status_code == 400
+        if response.status_code == 200:
+            body = response.json()
+            assert set(body) == {"threads", "nextCursor"}
+
+
+@_fuzz("archive")
+@given(body=st.fixed_dictionaries({"archived": json_values}) | json_values)
+@example(body={"archived": True})
+@example(body={"archived": "true"})
+@example(body={"archived": False, "title": ""})
+async def test_archive_bodies(
+    http: httpx.AsyncClient, quiet_caplog: pytest.LogCaptureFixture, body: Any
+) -> None:
+    if TALLY["archive"] == 0:
+        created = await _post_run(http, "default", _encode(run_body(thread_id="shelved")))
+        assert created.status_code == 200
+    response = await http.patch(
+        "/default/threads/shelved/",
+        content=_encode(body),
+        headers={"Content-Type": "application/json"},
+    )
+    _check("archive", response, quiet_caplog)
+    if response.status_code == 200:
+        assert response.json()["archived"] is body["archived"]
 
 
 def test_figure() -> None:

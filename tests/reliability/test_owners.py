@@ -256,6 +256,16 @@ def _probes(store: str, owned: Owned) -> list[Probe]:
             f"{runs}/{nope}/{nope}/cancel/",
         ),
         Probe("thread list", "GET", f"{threads}/", None),
+        # The secret's words as a search, and every archived thread: a stranger's own only.
+        Probe("thread search", "GET", f"{threads}/?q=secret", None),
+        Probe("thread list archived", "GET", f"{threads}/?archived=all", None),
+        Probe(
+            "thread archive",
+            "PATCH",
+            f"{threads}/{owned.finished_thread}/",
+            f"{threads}/{nope}/",
+            {"archived": True},
+        ),
         Probe("thread get", "GET", f"{threads}/{owned.finished_thread}/", f"{threads}/{nope}/"),
         Probe("thread get live", "GET", f"{threads}/{owned.held_thread}/", f"{threads}/{nope}/"),
         Probe(
@@ -295,6 +305,9 @@ _EXPECTED = {
     "reattach finished": (404, 404),
     "cancel": (404, 404),
     "thread list": (200, 403),
+    "thread search": (200, 403),
+    "thread list archived": (200, 403),
+    "thread archive": (404, 403),
     "thread get": (404, 403),
     "thread get live": (404, 403),
     "thread rename": (404, 403),
@@ -305,6 +318,10 @@ _EXPECTED = {
     "run on the owner's thread": (200, 403),
     "run as the owner's live run": (200, 403),
 }
+
+
+#: The probes that list threads: none of the owner's may be among the rows.
+_LISTINGS = ("thread list", "thread search", "thread list archived")
 
 
 @dataclass
@@ -351,7 +368,7 @@ async def _attack(
                 answer = await _send(http, probe.method, probe.url, probe.json)
                 tally.requests += 1
                 judge(store, identity, probe.route, answer)
-                if probe.route == "thread list" and answer.status == 200:
+                if probe.route in _LISTINGS and answer.status == 200:
                     listed = {row["threadId"] for row in json.loads(answer.body)["threads"]}
                     if {ids.finished_thread, ids.held_thread} & listed:
                         tally.leaks += 1

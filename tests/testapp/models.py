@@ -14,6 +14,7 @@ class Thread(models.Model):
     preview = models.TextField(blank=True, default="")
     messages = models.JSONField(default=list)
     updated_at = models.DateTimeField()
+    archived = models.BooleanField(default=False)
 
     class Meta:
         constraints = [

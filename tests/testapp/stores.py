@@ -59,7 +59,7 @@ class ThreadStore(MinimalThreadStore):
         rows = (
             Thread.objects.filter(owner_id=owner_id)
             .order_by("-updated_at", "-id")
-            .values_list("thread_id", "title", "preview", "updated_at")
+            .values_list("thread_id", "title", "preview", "updated_at", "archived")
         )
         if limit is not None:
             rows = rows[:limit]
@@ -70,9 +70,14 @@ class ThreadStore(MinimalThreadStore):
                 preview=preview,
                 updated_at=updated_at,
                 owner_id=owner_id,
+                archived=archived,
             )
-            for thread_id, title, preview, updated_at in rows
+            for thread_id, title, preview, updated_at, archived in rows
         ]
+
+    def _archive(self, thread_id: str, archived: bool, owner_id: str) -> bool:
+        rows = Thread.objects.filter(owner_id=owner_id, thread_id=thread_id)
+        return bool(rows.update(archived=archived))
 
     def _exists(self, thread_id: str, owner_id: str) -> bool:
         return Thread.objects.filter(owner_id=owner_id, thread_id=thread_id).exists()

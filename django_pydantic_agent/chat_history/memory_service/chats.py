@@ -112,17 +112,28 @@ class ChatRepository:
         Raises:
             DRMemoryVersionConflictError: After three conflicting attempts.
         """
+        return await self.patch_chat(chat_uuid, name=name)
+
+    async def patch_chat(self, chat_uuid: UUID, **fields: object) -> Chat | None:
+        """Change metadata fields of a chat (declared on the registry's ``chat_class``),
+        ``If-Match`` guarded, re-read and retried on a version conflict.
+
+        Returns ``None`` when no live chat has the uuid.
+
+        Raises:
+            DRMemoryVersionConflictError: After three conflicting attempts.
+        """
         state = await self._registry.state(chat_uuid)
         if state is None:
             return None
         chat = state.chat
         for attempt in range(RENAME_ATTEMPTS):
 
-            async def rename(chat: Chat = chat) -> None:
-                await chat.patch(name=name)
+            async def patch(chat: Chat = chat) -> None:
+                await chat.patch(**fields)
 
             try:
-                await self._retry.run(rename)
+                await self._retry.run(patch)
             except DRMemoryNotFoundError:
                 self._registry.unregister(chat_uuid)
                 return None

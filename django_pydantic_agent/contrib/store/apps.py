@@ -1,6 +1,15 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+
+def _repair_search_index(sender: AppConfig, using: str = "default", **kwargs: Any) -> None:
+    from django_pydantic_agent.contrib.store.search import repair_sqlite_index
+
+    repair_sqlite_index(using)
 
 
 class StoreConfig(AppConfig):
@@ -8,3 +17,6 @@ class StoreConfig(AppConfig):
     label = "django_pydantic_agent_store"
     verbose_name = "Agent store"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        post_migrate.connect(_repair_search_index, sender=self)

@@ -37,7 +37,9 @@ from django_pydantic_agent.contrib.store.repositories import (
     OrmChatRepository,
     OrmMessageRepository,
 )
+from django_pydantic_agent.contrib.store.retention import RetentionPolicy
 from django_pydantic_agent.contrib.store.runs import DefaultRunStore
+from django_pydantic_agent.contrib.store.search import find_threads
 from django_pydantic_agent.persistence import (
     Conversation,
     ConversationMeta,
@@ -48,6 +50,7 @@ from django_pydantic_agent.persistence import (
     derive_title,
 )
 from django_pydantic_agent.persistence.derive import normalize_title
+from django_pydantic_agent.persistence.listing import ThreadPage, ThreadQuery
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
@@ -127,6 +130,9 @@ class DefaultConversationStore(ModelConversationStore):
     create one more raises ``StoreLimitError`` and writes nothing (saving an existing thread
     is never refused). The count is taken inside the saving transaction, under a per-owner
     lock on PostgreSQL, so concurrent first saves cannot overshoot it.
+
+    ``retention`` is the ``RetentionPolicy`` ``agent_store_prune_conversations`` applies to
+    these rows (``None``: keep everything until a command option says otherwise).
     """
 
     def __init__(
@@ -135,8 +141,15 @@ class DefaultConversationStore(ModelConversationStore):
         allow_anonymous: bool = False,
         list_limit: int = DEFAULT_LIST_LIMIT,
         max_threads_per_owner: int | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         super().__init__(allow_anonymous=allow_anonymous)
+        if retention is not None and not isinstance(retention, RetentionPolicy):
+            raise TypeError(
+                f"retention={retention!r} is not a RetentionPolicy: pass, for example, "
+                "RetentionPolicy(idle_days=90, keep_newest=500), or None."
+            )
+        self.retention = retention
         if isinstance(list_limit, bool) or not isinstance(list_limit, int) or list_limit < 1:
             raise ValueError(
                 f"list_limit={list_limit!r} is not valid: pass a positive integer, the "
@@ -275,7 +288,7 @@ class DefaultConversationStore(ModelConversationStore):
         rows = (
             StoredConversation.objects.filter(owner_id=owner_id)
             .order_by("-updated_at", "-id")
-            .values_list("thread_id", "title", "updated_at", "preview")
+            .values_list("thread_id", "title", "updated_at", "preview", "archived")
         )[: limit or self.list_limit]
         return [
             ConversationMeta(
@@ -284,9 +297,22 @@ class DefaultConversationStore(ModelConversationStore):
                 updated_at=updated_at,
                 preview=preview,
                 owner_id=owner_id,
+                archived=archived,
             )
-            for thread_id, title, updated_at, preview in rows
+            for thread_id, title, updated_at, preview, archived in rows
         ]
+
+    def _find(self, query: ThreadQuery, owner_id: str) -> ThreadPage:
+        """Pages and full-text search in SQL (``contrib.store.search``)."""
+        return find_threads(owner_id, query)
+
+    def _archive(self, thread_id: str, archived: bool, owner_id: str) -> bool:
+        from django_pydantic_agent.contrib.store.models import StoredConversation
+
+        if len(thread_id) > MAX_KEY:
+            return False
+        threads = StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id)
+        return bool(threads.update(archived=archived))
 
     def _exists(self, thread_id: str, owner_id: str) -> bool:
         from django_pydantic_agent.contrib.store.models import StoredConversation

@@ -1,7 +1,8 @@
 """The ready-to-use stores of ``django_pydantic_agent.contrib.store``, in one place to import.
 
 ``DefaultConversationStore`` (``conversation_store``) and ``DefaultAttachmentStore``
-(``attachment_store``) keep conversations and files in this app's models.
+(``attachment_store``) keep conversations and files in this app's models;
+``RetentionPolicy`` says which conversations ``agent_store_prune_conversations`` deletes.
 ``DefaultStepStore``, ``DefaultMemoryStore`` and ``DefaultSpendStore`` (the pydantic-ai-harness
 stores) are imported
 on first use, because they need the optional ``harness`` extra.
@@ -21,6 +22,7 @@ from django_pydantic_agent.contrib.store.conversation_store import (
     DEFAULT_LIST_LIMIT,
     DefaultConversationStore,
 )
+from django_pydantic_agent.contrib.store.retention import RetentionPolicy
 from django_pydantic_agent.persistence import UnstorableMessageError
 
 if TYPE_CHECKING:
@@ -35,6 +37,7 @@ __all__ = [
     "DefaultMemoryStore",
     "DefaultSpendStore",
     "DefaultStepStore",
+    "RetentionPolicy",
     "UnstorableMessageError",
 ]
 

@@ -280,6 +280,31 @@ def test_the_upgrade_bench_migrates_there_back_and_there_again(tmp_path: Path) -
     assert row.count(" s |") == 3
 
 
+def test_the_search_bench_times_every_query_on_its_own_database(tmp_path: Path) -> None:
+    """``python -m bench.search`` (docs/benchmarks.md), at a toy size, on its own database."""
+    env = {**os.environ, "BENCH_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env.pop("DATABASE_URL", None)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    argv = ["--messages-per-owner", "400", "--messages-per-thread", "10", "--samples", "2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.search", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[0].startswith("2 owners x 400 messages (10 per thread)")
+    rows = [line for line in lines if line.startswith("| sqlite |")]
+    assert len(rows) == 7
+    # Every search found threads of the owner, and the list pages are full.
+    assert all(int(row.split(" | ")[2]) > 0 for row in rows)
+    assert rows[-1].split(" | ")[2] == "20"
+
+
 def test_the_spend_bench_prints_its_row(tmp_path: Path) -> None:
     """``python -m bench.spend`` (docs/benchmarks.md, "Spend check"), at a toy size."""
     pytest.importorskip("pydantic_ai_harness", reason="the spend bench needs the harness extra")

@@ -15,11 +15,14 @@ from django_pydantic_agent.testing import (
 
 
 class TestDefaultConversationStore(ConversationStoreContract):
+    supports_full_text = True
+
     def make_store(self) -> ConversationStore:
         return DefaultConversationStore(allow_anonymous=True)
 
 
 class TestDefaultConversationStoreClosed(ConversationStoreContract):
+    supports_full_text = True
     serves_anonymous = False
 
     def make_store(self) -> ConversationStore:
@@ -27,6 +30,8 @@ class TestDefaultConversationStoreClosed(ConversationStoreContract):
 
 
 class TestScopedDefaultConversationStore(ScopedConversationStoreContract):
+    supports_full_text = True
+
     def make_inner_store(self) -> ConversationStore:
         return DefaultConversationStore(allow_anonymous=True)
 

@@ -1,8 +1,9 @@
 """Admin for stored conversations and attachments (and, with the harness extra, memory).
 
-Conversations show their messages read-only; the title stays editable (it is what a rename
-changes). Attachments are read-only metadata with their deduplication siblings. Deleting from
-the admin goes through the same lifecycle helpers as the stores, so blobs and orphaned
+Conversations show their messages read-only; the title and the archived flag stay editable
+(what a rename and an archive change), and the list filters by the mounted retention policy.
+Attachments are read-only metadata with their deduplication siblings. Deleting from the admin
+goes through the same lifecycle helpers as the stores, so blobs and orphaned
 attachments are cleaned up exactly as a store delete would; the conversation delete
 confirmation previews those (a dry run) next to Django's own list.
 
@@ -39,6 +40,7 @@ from django_pydantic_agent.contrib.store.admin.owners import (
     owner_label,
     users_by_owner_id,
 )
+from django_pydantic_agent.contrib.store.admin.retention import RetentionFilter
 from django_pydantic_agent.contrib.store.lifecycle import (
     ConversationDeletion,
     delete_attachments,
@@ -167,13 +169,15 @@ class StoredConversationAttachmentInline(_ReadOnlyInline):
 class StoredConversationAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """Threads with their messages (read-only), searchable by title, owner id and thread id."""
 
-    list_display = ("__str__", "owner", "thread_id", "updated_at", "created_at")
+    list_display = ("__str__", "owner", "thread_id", "archived", "updated_at", "created_at")
+    list_filter = ("archived", RetentionFilter)
     search_fields = ("title", "=owner_id", "=thread_id")
     search_help_text = "Part of a title, an exact owner id or an exact thread id."
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)
     fields = (
         "title",
+        "archived",
         "owner",
         "owner_id_text",
         "thread_id",
@@ -183,7 +187,7 @@ class StoredConversationAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: igno
         "token_usage",
         "runs",
     )
-    readonly_fields = fields[1:]
+    readonly_fields = fields[2:]
     inlines = (StoredMessageInline, StoredConversationAttachmentInline)
     show_full_result_count = False
 

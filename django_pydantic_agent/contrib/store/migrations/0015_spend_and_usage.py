@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_pydantic_agent_store', '0012_one_message_shape_columns'),
+        ('django_pydantic_agent_store', '0014_thread_search_and_archive'),
     ]
 
     operations = [

@@ -146,6 +146,8 @@ class StoredConversation(models.Model):
     """The ``chat_history.Chat.chat_uuid`` of the thread (the ORM repositories' handle)."""
     title = models.CharField(max_length=255, blank=True, default="")
     preview = models.TextField(blank=True, default="")
+    archived = models.BooleanField(default=False)
+    """Hidden from the thread drawer unless asked for (``PATCH threads/<id>/``)."""
     save_state = models.CharField(max_length=200, blank=True, default="", editable=False)
     """What the last ``save`` stored (see ``conversation_store._fast_plan``), or ``""``."""
     created_at = models.DateTimeField(default=timezone.now, editable=False)
