@@ -24,13 +24,17 @@ back (``tests/agui/test_layout.py`` holds that):
   agent and the mount's run manager.
 - ``runs``: durable runs: the run manager and records (``RunCoordinator``), reattach and cancel.
 - ``threads``, ``attachments``: the thread and attachment routes.
-- ``asgi``: ``BodyLimitMiddleware``, body caps before Django's ASGI handler reads the body.
+- ``asgi``: ``BodyLimitMiddleware``, body caps before Django's ASGI handler reads the body,
+  and the ASGI lifespan.
+- ``drain``: a worker's graceful drain at shutdown (``drain_all``, ``begin_drain_all``, the
+  lifespan steps and the signal hook).
 """
 
 from __future__ import annotations
 
 from django_pydantic_agent.agui.asgi import BodyLimitMiddleware, UploadLimitMiddleware
 from django_pydantic_agent.agui.attachments import CappedUploadHandler, safe_filename
+from django_pydantic_agent.agui.drain import DrainReport, begin_drain_all, drain_all
 from django_pydantic_agent.agui.errors import REDACTED_RUN_ERROR
 from django_pydantic_agent.agui.inner import AgentDeps
 from django_pydantic_agent.agui.server import AGUIServer, UnsafeCSRFExemptionWarning
@@ -45,7 +49,10 @@ __all__ = [
     "AgentDeps",
     "BodyLimitMiddleware",
     "CappedUploadHandler",
+    "DrainReport",
     "UnsafeCSRFExemptionWarning",
     "UploadLimitMiddleware",
+    "begin_drain_all",
+    "drain_all",
     "safe_filename",
 ]

@@ -16,6 +16,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 from django.http import HttpRequest
 
+from django_pydantic_agent.agui.drain import DEFAULT_DRAIN_SECONDS
 from django_pydantic_agent.agui.http import json_body_limit
 from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 from django_pydantic_agent.persistence.runs import DEFAULT_LEASE_SECONDS
@@ -105,6 +106,8 @@ class RunOptions:
     sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS
     #: How long ``concurrent_runs="interrupt"`` waits for the cancelled run to end.
     interrupt_wait_seconds: float = 10.0
+    #: How long a shutting-down worker lets its runs go on before it hands them over.
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
 
     def __post_init__(self) -> None:
         check_positive("heartbeat_seconds", self.heartbeat_seconds, allow_zero=True)
@@ -119,6 +122,7 @@ class RunOptions:
         check_run_lease(self.run_lease_seconds, self.run_heartbeat_seconds)
         check_positive("sweep_interval_seconds", self.sweep_interval_seconds, allow_zero=True)
         check_positive("interrupt_wait_seconds", self.interrupt_wait_seconds)
+        check_positive("drain_seconds", self.drain_seconds, allow_zero=True)
         for name in _SECONDS:
             _normalise(self, name, float(getattr(self, name)))
         _normalise(
@@ -133,6 +137,7 @@ _SECONDS = (
     "run_lease_seconds",
     "sweep_interval_seconds",
     "interrupt_wait_seconds",
+    "drain_seconds",
 )
 
 

@@ -414,8 +414,12 @@ class RunRelay:
         if publication is not None:
             publication.nudge.set()
 
-    async def finish(self, handle: RunHandle) -> None:
-        """Publish what is left of ``handle``'s log (its terminal event) and stop its task."""
+    async def finish(self, handle: RunHandle, *, retire: bool = True) -> None:
+        """Publish what is left of ``handle``'s log (its terminal event) and stop its task.
+
+        With ``retire`` (a run that ended), the log is deleted ``retire_after`` later;
+        without (a run handed over to another worker), it stays for its ``ttl``.
+        """
         publication = self._published.pop(handle, None)
         if publication is None or publication.task is None:
             return
@@ -424,6 +428,8 @@ class RunRelay:
         if not done:
             publication.task.cancel()
             await asyncio.wait({publication.task})
+        if not retire:
+            return
         now = asyncio.get_running_loop().time()
         keys = [f"{publication.key}:head"]
         keys += [f"{publication.key}:{n}" for n in range(1, publication.batches + 1)]
@@ -453,6 +459,8 @@ class RunRelay:
                     await publication.nudge.wait()
             publication.nudge.clear()
             await self._flush(publication)
+            if publication.handle.handed_over:
+                return  # nothing more is logged here: the run goes on elsewhere
             if not publication.finished and self._on_tick is not None:
                 try:
                     await self._on_tick(publication.handle)

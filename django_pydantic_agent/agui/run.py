@@ -31,6 +31,7 @@ from django.http import HttpRequest, HttpResponseBase
 from pydantic_ai.agent import AbstractAgent
 
 from django_pydantic_agent.agui.access import AccessPolicy
+from django_pydantic_agent.agui.drain import Drain
 from django_pydantic_agent.agui.errors import (
     REDACTED_RUN_ERROR,
     REDACTED_SAVE_ERROR,
@@ -198,7 +199,8 @@ class _RunEndpoint:
 
     ``access`` supplies the throttle, ``body_limit()`` the body cap per request, and ``options``
     how the agent runs and streams; ``attachment_store`` (``None`` when uploads are off) is
-    where quoted attachment references are looked up, and what the default deps carry.
+    where quoted attachment references are looked up, and what the default deps carry;
+    ``drain`` says whether the mount still takes runs.
     """
 
     def __init__(
@@ -209,8 +211,10 @@ class _RunEndpoint:
         body_limit: Callable[[], int],
         options: RunOptions,
         attachment_store: AttachmentStore | None = None,
+        drain: Drain | None = None,
     ) -> None:
         self._agent = agent
+        self._drain = drain
         self._access = access
         self._body_limit = body_limit
         self._options = options
@@ -219,11 +223,14 @@ class _RunEndpoint:
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         """Refuse the run, or stream it as SSE.
 
-        Every refusal happens before streaming starts and is a JSON error: 429 (throttle),
-        then the intake's 415, 413 and 400 (``input.accept_run``), then the endpoint's own.
+        Every refusal happens before streaming starts and is a JSON error: 503 with
+        ``Retry-After`` while the worker drains, 429 (throttle), then the intake's 415, 413
+        and 400 (``input.accept_run``), then the endpoint's own.
         Afterwards, failures are ``RUN_ERROR``, and every stream ends with ``RUN_FINISHED``
         or ``RUN_ERROR``.
         """
+        if self._drain is not None and self._drain.draining:
+            return self._drain.refusal()
         refusal = await self._access.check_throttle(request)
         if refusal is not None:
             return refusal
@@ -315,6 +322,7 @@ class DurableRunEndpoint(_RunEndpoint):
         body_limit: Callable[[], int],
         options: RunOptions,
         attachment_store: AttachmentStore | None = None,
+        drain: Drain | None = None,
     ) -> None:
         super().__init__(
             agent,
@@ -322,6 +330,7 @@ class DurableRunEndpoint(_RunEndpoint):
             body_limit=body_limit,
             options=options,
             attachment_store=attachment_store,
+            drain=drain,
         )
         self._store = store
         self.coordinator = coordinator

@@ -51,6 +51,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
+from django_pydantic_agent.agui.drain import DrainReport
 from django_pydantic_agent.agui.http import error_response
 from django_pydantic_agent.agui.options import DEFAULT_SWEEP_INTERVAL_SECONDS, ConcurrentRuns
 from django_pydantic_agent.agui.relay import (
@@ -76,6 +77,7 @@ from django_pydantic_agent.chat_history.manager import (
 from django_pydantic_agent.persistence import StoreError, resolve_owner_id, serves_anonymous
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
+    HandOverRunStore,
     RunRecord,
     RunStatus,
     RunStore,
@@ -84,6 +86,8 @@ from django_pydantic_agent.persistence.runs import (
 __all__ = [
     "CANCEL_POLL_SECONDS",
     "DEFAULT_SWEEP_INTERVAL_SECONDS",
+    "HANDED_OVER_ERROR",
+    "HAND_OVER_WAIT_SECONDS",
     "RUN_NOT_FOUND",
     "SETTLE_SECONDS",
     "SWEEP_LEASE_PREFIX",
@@ -111,6 +115,10 @@ _CANCEL_TTL = 24 * 3600
 _RELAY_GRACE_SECONDS = 1.0
 #: This process, as the ``worker`` of the runs it executes.
 WORKER_ID: Final[str] = f"{socket.gethostname()}:{os.getpid()}"
+#: How long a drain waits for the runs it handed over to store what they streamed.
+HAND_OVER_WAIT_SECONDS: Final[float] = 10.0
+#: The error of a handed-over run whose store cannot leave it to another worker.
+HANDED_OVER_ERROR: Final[str] = "The run's worker shut down before the run ended."
 #: The cache key prefix of the sweep lease (``<prefix>:<run store class>``, value: the worker).
 SWEEP_LEASE_PREFIX: Final[str] = "django_pydantic_agent:sweep"
 #: The refusal of a second run on a busy thread (``concurrent_runs="reject"``).
@@ -330,6 +338,33 @@ class RunCoordinator(RunObserver):
             await asyncio.wait([asyncio.ensure_future(h.wait()) for h in handles])
             self._handles.difference_update(handles)
 
+    async def drain(self, seconds: float) -> DrainReport:
+        """Let this worker's runs end within ``seconds``, then hand the rest over.
+
+        The sweeper stops first (a draining worker takes over nobody's runs). A run still going
+        after ``seconds`` is stopped without ending (``RunHandle.hand_over``: what it streamed
+        is stored ``interrupted``, its readers' streams end without a terminal event, its
+        relayed log stays in the cache) and its record handed over to the next sweep of another
+        worker (``HandOverRunStore.hand_over``); a store that cannot hand over ends it
+        ``errored``. Their last writes are waited for, at most ``HAND_OVER_WAIT_SECONDS``.
+        """
+        await self.aclose()
+        handles = list(self._handles)
+        live = sum(1 for handle in handles if handle.terminal_event is None)
+        if handles:
+            await _wait_all(handles, seconds)
+        rest = [handle for handle in self._handles if not handle.done()]
+        handed = [handle for handle in rest if handle.hand_over()]
+        for handle in handed:
+            logger.warning(
+                "Run %r of a thread was still running after the %s s drain; handed over.",
+                handle.run_id,
+                seconds,
+            )
+        if rest:
+            await _wait_all(rest, HAND_OVER_WAIT_SECONDS)
+        return DrainReport(finished=max(0, live - len(handed)), handed_over=len(handed))
+
     async def settle(self, owner_id: str, thread_id: str | None) -> None:
         """Wait (at most ``SETTLE_SECONDS``) for this worker's runs of ``owner_id`` on
         ``thread_id`` (``None``: any thread) that sent their terminal event to finish storing."""
@@ -508,13 +543,21 @@ class RunCoordinator(RunObserver):
             self._handles.discard(handle)
 
     async def _finish(self, handle: RunHandle) -> None:
-        await self.relay.finish(handle)
+        await self.relay.finish(handle, retire=not handle.handed_over)
         owner_id = self._owners.pop(handle, None)
         self._last_cancel_check.pop(handle, None)
         if owner_id is None:
             return
+        if handle.handed_over and isinstance(self.run_store, HandOverRunStore):
+            await self.run_store.hand_over(
+                owner_id=owner_id,
+                thread_id=handle.thread_id,
+                run_id=handle.run_id,
+                last_seq=handle.last_seq,
+            )
+            return
         terminal = handle.terminal_event
-        error = ""
+        error = HANDED_OVER_ERROR if handle.handed_over else ""
         if isinstance(terminal, RunErrorEvent):
             error = f"[{terminal.code}] {terminal.message}" if terminal.code else terminal.message
         await self.run_store.finish(
@@ -526,6 +569,16 @@ class RunCoordinator(RunObserver):
             last_seq=handle.last_seq,
             error=error,
         )
+
+
+async def _wait_all(handles: list[RunHandle], seconds: float) -> None:
+    """Wait (at most ``seconds``) until every run of ``handles`` is done."""
+    waiters = [asyncio.ensure_future(handle.wait()) for handle in handles]
+    _done, late = await asyncio.wait(waiters, timeout=seconds)
+    for waiter in late:
+        waiter.cancel()
+    if late:
+        await asyncio.wait(late)
 
 
 def replay(

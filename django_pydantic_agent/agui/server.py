@@ -17,6 +17,7 @@ from pydantic_ai.agent import AbstractAgent
 
 from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
+from django_pydantic_agent.agui.drain import DEFAULT_DRAIN_SECONDS, Drain, DrainReport
 from django_pydantic_agent.agui.inner import AgentDeps, build_deps
 from django_pydantic_agent.agui.options import (
     DEFAULT_ATTACHMENT_MAX_BYTES,
@@ -122,6 +123,7 @@ class AGUIServer:
     run_heartbeat_seconds = _Option("run_options")
     run_lease_seconds = _Option("run_options")
     sweep_interval_seconds = _Option("run_options")
+    drain_seconds = _Option("run_options")
     forward_reasoning = _Option("run_options")
     expose_error_messages = _Option("run_options")
     allowed_file_url_schemes = _Option("run_options")
@@ -171,6 +173,7 @@ class AGUIServer:
         run_heartbeat_seconds: float = 10.0,
         run_lease_seconds: float = DEFAULT_LEASE_SECONDS,
         sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
+        drain_seconds: float = DEFAULT_DRAIN_SECONDS,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise TypeError(
@@ -208,6 +211,7 @@ class AGUIServer:
             run_heartbeat_seconds=run_heartbeat_seconds,
             run_lease_seconds=run_lease_seconds,
             sweep_interval_seconds=sweep_interval_seconds,
+            drain_seconds=drain_seconds,
         )
         self.attachment_options = AttachmentOptions(
             max_bytes=attachment_max_bytes,
@@ -225,6 +229,7 @@ class AGUIServer:
             )
         )
         self.coordinator: RunCoordinator | None = None
+        self.drain_state: Drain
         self._routes = self._compose()
         for route, view in self._routes:
             setattr(self, route.attribute, view)
@@ -246,6 +251,12 @@ class AGUIServer:
                 concurrent_runs=options.concurrent_runs,
                 wait_seconds=options.interrupt_wait_seconds,
             )
+            self.drain_state = Drain(
+                seconds=options.drain_seconds,
+                runs=self.coordinator.drain,
+                start=self.coordinator.start_sweeper,
+                close=self.coordinator.aclose,
+            )
             run = DurableRunEndpoint(
                 self.agent,
                 store,
@@ -254,6 +265,7 @@ class AGUIServer:
                 body_limit=self.body_limit,
                 options=options,
                 attachment_store=uploads,
+                drain=self.drain_state,
             )
             threads = ThreadEndpoints(
                 store,
@@ -271,12 +283,14 @@ class AGUIServer:
             )
             table = [*run.routes(), *threads.routes(), *runs.routes()]
         else:
+            self.drain_state = Drain(seconds=options.drain_seconds)
             run = StatelessRunEndpoint(
                 self.agent,
                 access=self.access,
                 body_limit=self.body_limit,
                 options=options,
                 attachment_store=uploads,
+                drain=self.drain_state,
             )
             threads = ThreadEndpoints(
                 store, list_limit=self.thread_list_limit, body_limit=self.body_limit
@@ -316,6 +330,23 @@ class AGUIServer:
         """Sweep stale runs once now (see ``RunCoordinator.sweep``): the run records swept,
         ``None`` when another worker swept within the interval or runs are not durable."""
         return None if self.coordinator is None else await self.coordinator.sweep()
+
+    # The drain, for ASGI servers without the lifespan protocol (agui.drain has the rest).
+
+    @property
+    def draining(self) -> bool:
+        """Whether this mount has begun draining (new runs are answered 503)."""
+        return self.drain_state.draining
+
+    def begin_drain(self) -> None:
+        """Take no new runs (a JSON 503 with ``Retry-After``) and, inside an event loop, start
+        draining the running ones: ``drain_seconds`` to end, then they are handed over."""
+        self.drain_state.begin()
+
+    async def drain(self) -> DrainReport:
+        """``begin_drain()``, then return once this mount's runs are drained: how many finished
+        here and how many were handed over to another worker."""
+        return await self.drain_state.wait()
 
     async def aclose(self) -> None:
         """Stop the sweeper and wait for it (ASGI lifespan shutdown); runs are not touched."""

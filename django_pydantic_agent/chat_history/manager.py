@@ -294,6 +294,7 @@ class RunHandle:
         self._terminal_seq: int | None = None
         self._started = False
         self._cancelled = False
+        self._handed_over = False
         # The futures of readers waiting for the next event: ``_append`` resolves them with
         # False, a reader's idle clock with True.
         self._waiters: list[asyncio.Future[bool]] = []
@@ -342,6 +343,11 @@ class RunHandle:
         return "errored"
 
     @property
+    def handed_over(self) -> bool:
+        """True once `hand_over` stopped the run here for another worker to go on with."""
+        return self._handed_over
+
+    @property
     def finalizing(self) -> bool:
         """True after the terminal event while the producer is still persisting."""
         return self._terminal_seq is not None and not self.done()
@@ -359,13 +365,35 @@ class RunHandle:
         event (finished, failed, cancelled before, or finalizing): a later call never disturbs
         finalization, so calling this repeatedly is safe.
         """
-        if self._terminal_seq is not None or self._task.done():
+        if self._terminal_seq is not None or self._handed_over or self._task.done():
             return False
         self._close_cancelled()
         if self._producing:
             self._task.cancel()
         # else the producer sees the terminal event at its first step and skips the agent:
         # a task cancelled before its first step would never run its own cleanup.
+        return True
+
+    def hand_over(self) -> bool:
+        """Stop this run here without ending it, for another worker to go on with (a drain).
+
+        The agent is cancelled as by `cancel` (the storage agent stores what it streamed and
+        marks it ``interrupted``), but no terminal event is logged: readers' streams end after
+        the last logged event, and the run's status stays ``running``. Returns True if this
+        call stopped the run, False if it had already ended, been cancelled or handed over.
+        """
+        if self._terminal_seq is not None or self._handed_over or self._task.done():
+            return False
+        self._handed_over = True
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(False)
+        for _full, holder in self._holders:
+            if not holder.done():
+                holder.set_result(None)
+        self._task.cancel()
         return True
 
     async def wait(self) -> None:
@@ -472,7 +500,7 @@ class RunHandle:
                         # hold it, and a server notices a client that left before it writes on.
                         burst = 0
                         await asyncio.sleep(0)
-                if self._terminal_seq is not None:
+                if self._terminal_seq is not None or self._handed_over:
                     return
                 if coalesce:
                     # Within ``coalesce`` of the previous batch, wait out the rest of it (a
@@ -562,8 +590,9 @@ class RunHandle:
     # -- producer side --------------------------------------------------------------------
 
     def _append(self, event: BaseEvent) -> int | None:
-        """Log ``event`` and wake readers; events after the terminal one are not logged."""
-        if self._terminal_seq is not None:
+        """Log ``event`` and wake readers; events after the terminal one (or after a hand
+        over) are not logged."""
+        if self._terminal_seq is not None or self._handed_over:
             return None
         self._last_seq += 1
         self._log.append(event)
@@ -603,7 +632,7 @@ class RunHandle:
         self._append(terminal)
 
     def _close_cancelled(self) -> None:
-        if self._terminal_seq is not None:
+        if self._terminal_seq is not None or self._handed_over:
             return
         self._cancelled = True
         terminal: BaseEvent
@@ -855,7 +884,14 @@ class StreamPersistenceManager(Generic[_P]):
             # Ours to absorb: the run's readers get a terminal event, and wait() never raises.
             handle._close_cancelled()
         except Exception:
-            if handle._terminal_seq is None:
+            if handle._handed_over:
+                logger.warning(
+                    "Agent run %r on thread %r failed while it was handed over.",
+                    handle.run_id,
+                    handle.thread_id,
+                    exc_info=True,
+                )
+            elif handle._terminal_seq is None:
                 logger.exception(
                     "Agent run %r on thread %r failed.", handle.run_id, handle.thread_id
                 )
@@ -867,7 +903,7 @@ class StreamPersistenceManager(Generic[_P]):
                     handle.thread_id,
                 )
         else:
-            if handle._terminal_seq is None:
+            if handle._terminal_seq is None and not handle._handed_over:
                 logger.error(
                     "Agent run %r on thread %r ended without RUN_FINISHED or RUN_ERROR.",
                     handle.run_id,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -30,8 +30,10 @@ from django.utils import timezone
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
+    "HANDED_OVER_HEARTBEAT",
     "TERMINAL_RUN_STATUSES",
     "CacheRunStore",
+    "HandOverRunStore",
     "RunRecord",
     "RunStatus",
     "RunStore",
@@ -41,6 +43,10 @@ __all__ = [
 
 DEFAULT_LEASE_SECONDS: Final[float] = 60.0
 """How long a run may go without a heartbeat before the sweeper calls its worker dead."""
+
+
+HANDED_OVER_HEARTBEAT: Final[datetime] = datetime(2000, 1, 1, tzinfo=UTC)
+"""The heartbeat of a handed-over run (``HandOverRunStore.hand_over``): older than any lease."""
 
 
 class RunStatus(StrEnum):
@@ -139,6 +145,19 @@ class RunStore(Protocol):
         ...
 
 
+@runtime_checkable
+class HandOverRunStore(Protocol):
+    """A run store that can hand a running run over to another worker (a worker's drain)."""
+
+    async def hand_over(
+        self, *, owner_id: str, thread_id: str, run_id: str, last_seq: int | None = None
+    ) -> bool:
+        """Leave a ``running`` run to whichever worker sweeps next: its heartbeat becomes
+        ``HANDED_OVER_HEARTBEAT`` (stale under any lease), its worker empty, its ``last_seq``
+        recorded. ``False`` if the run is not running (ended, or unknown)."""
+        ...
+
+
 class SyncRunStore(ABC):
     """A ``RunStore`` written as synchronous methods, each run in one worker-thread hop.
 
@@ -171,6 +190,11 @@ class SyncRunStore(ABC):
 
     @abstractmethod
     def _get_sync(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None: ...
+
+    @abstractmethod
+    def _hand_over_sync(
+        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
+    ) -> bool: ...
 
     @abstractmethod
     def _active_sync(self, owner_id: str, thread_id: str) -> RunRecord | None: ...
@@ -211,6 +235,12 @@ class SyncRunStore(ABC):
     async def get(self, *, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
         """Return the owner's run, or ``None``."""
         return await sync_to_async(self._get_sync)(owner_id, thread_id, run_id)
+
+    async def hand_over(
+        self, *, owner_id: str, thread_id: str, run_id: str, last_seq: int | None = None
+    ) -> bool:
+        """Leave a running run to the next sweep (see ``HandOverRunStore.hand_over``)."""
+        return await sync_to_async(self._hand_over_sync)(owner_id, thread_id, run_id, last_seq)
 
     async def active_run_for_thread(self, *, owner_id: str, thread_id: str) -> RunRecord | None:
         """Return the thread's running run, or ``None``."""
@@ -319,6 +349,18 @@ class CacheRunStore(SyncRunStore):
             changes["last_seq"] = last_seq
         self._write(replace(record, **changes))
         self._cache.touch(self._active_key(owner_id, thread_id), self.timeout)
+        return True
+
+    def _hand_over_sync(
+        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
+    ) -> bool:
+        record = self._read(owner_id, thread_id, run_id)
+        if record is None or not record.running:
+            return False
+        changes: dict[str, Any] = {"heartbeat_at": HANDED_OVER_HEARTBEAT, "worker_id": ""}
+        if last_seq is not None:
+            changes["last_seq"] = last_seq
+        self._write(replace(record, **changes))
         return True
 
     def _finish_sync(

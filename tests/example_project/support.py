@@ -48,6 +48,7 @@ def example_env(database: Path, **extra: str) -> dict[str, str]:
             "AGENT_RUN_HEARTBEAT_SECONDS",
             "AGENT_RUN_LEASE_SECONDS",
             "AGENT_SWEEP_SECONDS",
+            "AGENT_DRAIN_SECONDS",
             "AGENT_MAX_THREADS",
             "AGENT_MAX_FILES",
             "AGENT_MAX_UPLOAD_BYTES",
@@ -190,8 +191,9 @@ def _start_uvicorn(env: dict[str, str], log_path: Path) -> tuple[subprocess.Pope
                 "127.0.0.1",
                 "--port",
                 str(port),
+                # As make demo runs it: the sweeper starts with the process, and SIGTERM drains.
                 "--lifespan",
-                "off",
+                "on",
             ],
             cwd=EXAMPLE_DIR,
             env=env,

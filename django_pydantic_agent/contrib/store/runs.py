@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
+    HANDED_OVER_HEARTBEAT,
     RunRecord,
     RunStatus,
     SyncRunStore,
@@ -140,6 +141,18 @@ class DefaultRunStore(SyncRunStore):
         rows.filter(status=RunStatus.RUNNING).update(**values)
         row = rows.first()
         return None if row is None else _record(row)
+
+    def _hand_over_sync(
+        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
+    ) -> bool:
+        values: dict[str, Any] = {"heartbeat_at": HANDED_OVER_HEARTBEAT, "worker_id": ""}
+        if last_seq is not None:
+            values["last_seq"] = last_seq
+        return bool(
+            _rows()
+            .filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id, status=RunStatus.RUNNING)
+            .update(**values)
+        )
 
     def _get_sync(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
         row = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id).first()
