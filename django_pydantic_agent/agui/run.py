@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunStartedEvent
@@ -63,6 +63,7 @@ from django_pydantic_agent.agui.options import RunOptions
 from django_pydantic_agent.agui.owners import (
     ensure_anonymous_session,
     owner_repositories,
+    owner_request,
     request_owner,
 )
 from django_pydantic_agent.agui.runs import RunCoordinator, ThreadBusy, event_id, replay
@@ -75,7 +76,7 @@ from django_pydantic_agent.agui.sse import (
     with_heartbeat,
 )
 from django_pydantic_agent.agui.views import ABANDONED_HOOK, Route
-from django_pydantic_agent.chat_history import AGUIStorageAgent
+from django_pydantic_agent.chat_history import AGUIStorageAgent, Message, translate_messages
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
 from django_pydantic_agent.persistence import (
     AttachmentStore,
@@ -83,6 +84,7 @@ from django_pydantic_agent.persistence import (
     StoreError,
     refuse_over_quota,
 )
+from django_pydantic_agent.persistence.runs import RunRecord
 
 __all__ = [
     "NESTED_TOO_DEEPLY",
@@ -130,6 +132,19 @@ def stateless_frames(
     return frames
 
 
+def _resumed(run_id: str) -> Callable[[Sequence[Message]], list[Any]]:
+    """The history a resumed run ``run_id`` hands its model: the stored one without what the
+    run left unfinished on its first worker (its ``interrupted`` answer stays in the thread,
+    for the reader; the model answers the turn again, after whatever the run completed, such
+    as a tool call and its result)."""
+
+    def translate(messages: Sequence[Message]) -> list[Any]:
+        kept = [m for m in messages if m.run_id != run_id or m.status == "complete"]
+        return translate_messages(kept)
+
+    return translate
+
+
 class StoreGuard:
     """The storage agent of one run, with its store failures turned into ``RUN_ERROR``
     (``STORE_REFUSED`` / ``STORE_LIMIT`` for a refusal, ``STORE_FAILED`` redacted for anything
@@ -154,9 +169,16 @@ class StoreGuard:
         to the guarded storage agent of one run."""
 
         def build(
-            chat_repo: Any, message_repo: Any, user_uuid: uuid.UUID, inner: PydanticAIAgent
+            chat_repo: Any,
+            message_repo: Any,
+            user_uuid: uuid.UUID,
+            inner: PydanticAIAgent,
+            resumed_run: str | None = None,
         ) -> StoreGuard:
-            agent = AGUIStorageAgent(inner.name, user_uuid, chat_repo, message_repo, inner)
+            translate = translate_messages if resumed_run is None else _resumed(resumed_run)
+            agent = AGUIStorageAgent(
+                inner.name, user_uuid, chat_repo, message_repo, inner, translate=translate
+            )
             return cls(agent, expose_error_messages=expose_error_messages)
 
         return build
@@ -355,8 +377,14 @@ class DurableRunEndpoint(_RunEndpoint):
         coordinator = self.coordinator
         handle = coordinator.manager.get(run_input.thread_id, run_input.run_id, owner=owner_id)
         if handle is None:
+            resume_input = {
+                "input": run_input.model_dump(mode="json", by_alias=True, exclude={"messages"}),
+                "accept": accepted.accept,
+            }
             try:
-                await coordinator.claim(owner_id, run_input.thread_id, run_input.run_id)
+                await coordinator.claim(
+                    owner_id, run_input.thread_id, run_input.run_id, resume_input=resume_input
+                )
             except ThreadBusy as exc:
                 return error_response(409, str(exc))
             inner = await self._inner(request, accepted.accept)
@@ -377,6 +405,26 @@ class DurableRunEndpoint(_RunEndpoint):
             # The client left before the response started: no reader will ever close it.
             setattr(response, ABANDONED_HOOK, handle.cancel)
         return response
+
+    async def resume(self, record: RunRecord) -> tuple[RunAgentInput, tuple[Any, ...]]:
+        """``(run input, agent factory arguments)`` to run ``record`` again on this worker
+        (``RunCoordinator.resumer``): its owner's repositories, an inner agent whose deps
+        are built from a request carrying only the owner (``owners.owner_request``), and its
+        stored input with no messages (the stored history has them)."""
+        request = await owner_request(record.owner_id)
+        chat_repo, message_repo, user_uuid = await owner_repositories(request, self._store)
+        stored = record.resume_input
+        accept = stored.get("accept")
+        run_input = RunAgentInput.model_validate(
+            {
+                **stored.get("input", {}),
+                "threadId": record.thread_id,
+                "runId": record.run_id,
+                "messages": [],
+            }
+        )
+        inner = await self._inner(request, accept if isinstance(accept, str) else None)
+        return run_input, (chat_repo, message_repo, user_uuid, inner, record.run_id)
 
     async def repositories(self, request: HttpRequest) -> tuple[Any, Any, uuid.UUID]:
         """The request owner's ``(chat_repo, message_repo, user_uuid)`` on the store.

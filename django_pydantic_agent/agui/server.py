@@ -21,6 +21,7 @@ from django_pydantic_agent.agui.drain import DEFAULT_DRAIN_SECONDS, Drain, Drain
 from django_pydantic_agent.agui.inner import AgentDeps, build_deps
 from django_pydantic_agent.agui.options import (
     DEFAULT_ATTACHMENT_MAX_BYTES,
+    DEFAULT_MAX_RESUMES,
     DEFAULT_SWEEP_INTERVAL_SECONDS,
     DEFAULT_THREAD_LIST_LIMIT,
     AttachmentOptions,
@@ -28,6 +29,7 @@ from django_pydantic_agent.agui.options import (
     ConcurrentRuns,
     MountOptions,
     OnDisconnect,
+    OnWorkerLoss,
     RunOptions,
     UnsafeCSRFExemptionWarning,
     csrf_exemption,
@@ -49,6 +51,7 @@ from django_pydantic_agent.persistence import (
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
     CacheRunStore,
+    ResumableRunStore,
     RunRecord,
     RunStore,
 )
@@ -124,6 +127,8 @@ class AGUIServer:
     run_lease_seconds = _Option("run_options")
     sweep_interval_seconds = _Option("run_options")
     drain_seconds = _Option("run_options")
+    on_worker_loss = _Option("run_options")
+    max_resumes = _Option("run_options")
     forward_reasoning = _Option("run_options")
     expose_error_messages = _Option("run_options")
     allowed_file_url_schemes = _Option("run_options")
@@ -174,6 +179,8 @@ class AGUIServer:
         run_lease_seconds: float = DEFAULT_LEASE_SECONDS,
         sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
         drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+        on_worker_loss: OnWorkerLoss | None = None,
+        max_resumes: int = DEFAULT_MAX_RESUMES,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise TypeError(
@@ -198,6 +205,17 @@ class AGUIServer:
             throttle=throttle,
         )
         self.body_limit = BodyLimit(max_body_bytes=max_body_bytes)
+        if run_store is None and is_persistent(conversation_store):
+            run_store = default_run_store(conversation_store, lease_seconds=run_lease_seconds)
+        if on_worker_loss is None:
+            resumable = isinstance(run_store, ResumableRunStore)
+            on_worker_loss = "resume" if resumable else "error"
+        elif on_worker_loss == "resume" and not isinstance(run_store, ResumableRunStore):
+            raise ValueError(
+                f"on_worker_loss='resume' needs a run store another worker can take runs over "
+                f"from (a ResumableRunStore, such as DefaultConversationStore's); "
+                f"{run_store!r} is not one. Pass on_worker_loss='error', or such a store."
+            )
         self.run_options = RunOptions(
             heartbeat_seconds=heartbeat_seconds,
             stream_coalesce_seconds=stream_coalesce_seconds,
@@ -212,6 +230,8 @@ class AGUIServer:
             run_lease_seconds=run_lease_seconds,
             sweep_interval_seconds=sweep_interval_seconds,
             drain_seconds=drain_seconds,
+            on_worker_loss=on_worker_loss,
+            max_resumes=max_resumes,
         )
         self.attachment_options = AttachmentOptions(
             max_bytes=attachment_max_bytes,
@@ -250,6 +270,8 @@ class AGUIServer:
                 sweep_interval_seconds=options.sweep_interval_seconds,
                 concurrent_runs=options.concurrent_runs,
                 wait_seconds=options.interrupt_wait_seconds,
+                on_worker_loss=options.on_worker_loss,
+                max_resumes=options.max_resumes,
             )
             self.drain_state = Drain(
                 seconds=options.drain_seconds,
@@ -267,6 +289,7 @@ class AGUIServer:
                 attachment_store=uploads,
                 drain=self.drain_state,
             )
+            self.coordinator.resumer = run.resume
             threads = ThreadEndpoints(
                 store,
                 list_limit=self.thread_list_limit,

@@ -295,6 +295,8 @@ class RunHandle:
         self._started = False
         self._cancelled = False
         self._handed_over = False
+        #: The last sequence number the run had reached on the worker it was resumed from.
+        self.resumed_at: int | None = None
         # The futures of readers waiting for the next event: ``_append`` resolves them with
         # False, a reader's idle clock with True.
         self._waiters: list[asyncio.Future[bool]] = []
@@ -594,6 +596,10 @@ class RunHandle:
         over) are not logged."""
         if self._terminal_seq is not None or self._handed_over:
             return None
+        if self._started and event.type == _RUN_STARTED:
+            # One run, one RUN_STARTED: a resumed run's agent starts again, its readers do
+            # not (the event is neither logged nor numbered).
+            return None
         self._last_seq += 1
         self._log.append(event)
         if self._last_seq - self._compacted >= 2 * _HOT_EVENTS:
@@ -614,6 +620,21 @@ class RunHandle:
                 if (ending or full <= last) and not holder.done():
                     holder.set_result(None)
         return self._last_seq
+
+    def _seed(self, base: int, logged: list[BaseEvent], closings: list[BaseEvent]) -> None:
+        """Start a resumed run's log where it stopped on its first worker: ``logged`` are its
+        events up to ``base`` (all of them, or none when the first worker's log is lost), then
+        ``closings`` end what was open at ``base``; the run goes on from there."""
+        if logged:
+            for event in logged:
+                self._append(event)
+        else:
+            self._last_seq = base
+            self._compacted = base
+            self._started = True
+        self.resumed_at = base
+        for event in closings:
+            self._append(event)
 
     def _compact(self) -> None:
         """Compact the deltas logged before the newest ``_HOT_EVENTS`` (see the class)."""
@@ -765,6 +786,51 @@ class StreamPersistenceManager(Generic[_P]):
         task = asyncio.create_task(
             self._produce(handle, input, args, kwargs),
             name=f"agent run {input.thread_id}/{input.run_id}",
+            context=None if self._context is None else self._context(),
+        )
+        handle._task = task
+        self._runs[key] = handle
+        task.add_done_callback(lambda _task: self._retire(handle))
+        return handle
+
+    async def resume_as(
+        self,
+        owner: str | None,
+        input: RunAgentInput,
+        seed: tuple[int, list[BaseEvent], list[BaseEvent]],
+        /,
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> RunHandle:
+        """`run_as` for a run taken over from another worker: its log starts from ``seed``,
+        ``(base, logged, closings)`` (see ``RunHandle._seed``), so its sequence numbers go on
+        from ``base`` and the agent's own ``RUN_STARTED`` is not logged again. Raises
+        `RuntimeError` after `aclose`, and `ValueError` if the run is live here already."""
+        if self._closed:
+            raise RuntimeError("This StreamPersistenceManager is closed; it starts no new runs.")
+        self._prune()
+        key = (owner, input.thread_id, input.run_id)
+        existing = self._runs.get(key)
+        if existing is not None and not existing.done():
+            raise ValueError(f"Run {input.run_id!r} of thread {input.thread_id!r} runs here.")
+        if existing is not None:
+            self._finished.pop(existing, None)
+            del self._runs[key]
+        handle = RunHandle(
+            input.thread_id,
+            input.run_id,
+            owner=owner,
+            cancel_as_run_finished=(
+                _speaks_agui_1(input)
+                if self._cancel_event == "auto"
+                else self._cancel_event == "run_finished"
+            ),
+            max_log_events=self._max_log_events,
+        )
+        handle._seed(*seed)
+        task = asyncio.create_task(
+            self._produce(handle, input, args, kwargs),
+            name=f"agent run {input.thread_id}/{input.run_id} (resumed)",
             context=None if self._context is None else self._context(),
         )
         handle._task = task

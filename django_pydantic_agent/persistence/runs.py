@@ -34,6 +34,7 @@ __all__ = [
     "TERMINAL_RUN_STATUSES",
     "CacheRunStore",
     "HandOverRunStore",
+    "ResumableRunStore",
     "RunRecord",
     "RunStatus",
     "RunStore",
@@ -90,6 +91,10 @@ class RunRecord:
     usage: dict[str, Any] = field(default_factory=dict)
     last_seq: int = 0
     error: str = ""
+    #: How many times another worker took the run over (``ResumableRunStore.take_over``).
+    resumes: int = 0
+    #: What a worker taking the run over runs it with (the run's input without its messages).
+    resume_input: dict[str, Any] = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
@@ -155,6 +160,40 @@ class HandOverRunStore(Protocol):
         """Leave a ``running`` run to whichever worker sweeps next: its heartbeat becomes
         ``HANDED_OVER_HEARTBEAT`` (stale under any lease), its worker empty, its ``last_seq``
         recorded. ``False`` if the run is not running (ended, or unknown)."""
+        ...
+
+
+@runtime_checkable
+class ResumableRunStore(HandOverRunStore, Protocol):
+    """A run store whose stale runs another worker can take over and run on (a resume)."""
+
+    async def start_resumable(
+        self,
+        *,
+        owner_id: str,
+        thread_id: str,
+        run_id: str,
+        worker_id: str = "",
+        resume_input: dict[str, Any],
+    ) -> tuple[RunRecord, bool]:
+        """``start``, keeping ``resume_input`` for a worker that takes the run over."""
+        ...
+
+    async def take_over(
+        self,
+        *,
+        lease: float,
+        worker_id: str,
+        max_resumes: int,
+        run: tuple[str, str, str] | None = None,
+    ) -> tuple[list[RunRecord], list[RunRecord]]:
+        """Take over the stale runs (only ``run``, an ``(owner, thread, run id)``, if given).
+
+        A stale run resumed fewer than ``max_resumes`` times, with a ``resume_input``, is
+        claimed for ``worker_id`` (its heartbeat renewed, ``resumes`` counted, what it left
+        in progress ``interrupted``); any other is finalised ``errored`` as ``sweep`` does.
+        Returns ``(taken, ended)``.
+        """
         ...
 
 
