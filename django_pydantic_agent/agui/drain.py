@@ -83,7 +83,8 @@ class Drain:
     ``runs(seconds)`` drains the mount's durable runs (``RunCoordinator.drain``); ``None`` for a
     stateless mount, whose runs live in their requests (the ASGI server waits for those).
     ``start()`` and ``close()`` start and stop what runs beside the mount's requests (its
-    sweeper), at lifespan start-up and shutdown.
+    sweeper), at lifespan start-up and shutdown; ``undo()`` lets the runs be taken again
+    (``end``).
     """
 
     _instances: weakref.WeakSet[Drain] = weakref.WeakSet()
@@ -95,8 +96,10 @@ class Drain:
         runs: Callable[[float], Awaitable[DrainReport]] | None = None,
         start: Callable[[], object] | None = None,
         close: Callable[[], Awaitable[None]] | None = None,
+        undo: Callable[[], None] | None = None,
     ) -> None:
         self.seconds = seconds
+        self._undo = undo
         self._runs = runs
         self._start = start
         self._close = close
@@ -152,6 +155,8 @@ class Drain:
         """Take runs again (a shutdown called off, or a test that drained a shared mount)."""
         self.draining = False
         self._task = None
+        if self._undo is not None:
+            self._undo()
 
     def refusal(self) -> HttpResponseBase:
         """The JSON 503 a draining mount answers a new run with, with ``Retry-After``."""

@@ -274,19 +274,10 @@ class RunCoordinator(RunObserver):
         """
         store = self.run_store
         for _attempt in range(2):
-            if self.resuming and resume_input is not None:
-                assert isinstance(store, ResumableRunStore)
-                record, started = await store.start_resumable(
-                    owner_id=owner_id,
-                    thread_id=thread_id,
-                    run_id=run_id,
-                    worker_id=WORKER_ID,
-                    resume_input=resume_input,
-                )
-            else:
-                record, started = await store.start(
-                    owner_id=owner_id, thread_id=thread_id, run_id=run_id, worker_id=WORKER_ID
-                )
+            kept = {"resume_input": resume_input} if self.resuming and resume_input else {}
+            record, started = await store.start(
+                owner_id=owner_id, thread_id=thread_id, run_id=run_id, worker_id=WORKER_ID, **kept
+            )
             if started:
                 return
             if record.run_id == run_id:
@@ -403,22 +394,27 @@ class RunCoordinator(RunObserver):
             await _wait_all(rest, HAND_OVER_WAIT_SECONDS)
         return DrainReport(finished=max(0, live - len(handed)), handed_over=len(handed))
 
+    def end_drain(self) -> None:
+        """Take runs over again after ``drain`` (a shutdown called off, or a test)."""
+        self._draining = False
+
     @property
     def resuming(self) -> bool:
         """Whether runs whose worker drained or died are resumed (``on_worker_loss``)."""
         return self.on_worker_loss == "resume" and isinstance(self.run_store, ResumableRunStore)
 
-    async def take_over(self, run: tuple[str, str, str] | None = None) -> list[RunHandle]:
+    async def take_over(
+        self, run: tuple[str, str, str] | None = None
+    ) -> tuple[list[RunHandle], list[RunRecord]]:
         """Take over the stale runs (only ``run``, an ``(owner, thread, run id)``, if given)
-        and resume them here; ``[]`` unless resuming, or while this worker drains.
-
-        A run past ``max_resumes`` is ended ``errored`` instead (``take_over``'s ``ended``).
+        and resume them here: ``(their handles, the runs ended errored instead)``, a run
+        past ``max_resumes`` being ended. Nothing unless resuming, or while this worker drains.
         """
         store = self.run_store
         if not self.resuming or self._draining or self.resumer is None:
-            return []
+            return [], []
         assert isinstance(store, ResumableRunStore)
-        taken, _ended = await store.take_over(
+        taken, ended = await store.take_over(
             lease=self.lease_seconds, worker_id=WORKER_ID, max_resumes=self.max_resumes, run=run
         )
         handles = []
@@ -434,7 +430,7 @@ class RunCoordinator(RunObserver):
                     status=RunStatus.ERRORED.value,
                     error=RESUME_FAILED,
                 )
-        return handles
+        return handles, ended
 
     async def _resume(self, record: RunRecord) -> RunHandle:
         """Run a taken-over run again here, its log going on from where its worker stopped:
@@ -514,11 +510,10 @@ class RunCoordinator(RunObserver):
             return None
         try:
             if self.resuming and self.resumer is not None:
-                resumed = await self.take_over()
-                return [
-                    RunRecord(owner_id=h.owner or "", thread_id=h.thread_id, run_id=h.run_id)
-                    for h in resumed
-                ]
+                resumed, ended = await self.take_over()
+                if resumed:
+                    logger.info("Resumed %d run(s) whose worker stopped.", len(resumed))
+                return ended
             return await self.run_store.sweep(lease=self.lease_seconds)
         finally:
             await sync_to_async(_close_old_connections)()
@@ -830,7 +825,7 @@ class RunEndpoints:
             )
         coordinator = self._coordinator
         handle = coordinator.manager.get(thread_id, run_id, owner=owner_id)
-        if handle is None and record.running and coordinator.resuming:
+        if handle is None and record.running and coordinator.resuming and record.resume_input:
             # Its worker drained or died: take it over here now, rather than at the next
             # sweep (a worker that died is waited for until its lease has passed).
             handle, record = await self._taken_over(owner_id, record, after)

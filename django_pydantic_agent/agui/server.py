@@ -278,6 +278,7 @@ class AGUIServer:
                 runs=self.coordinator.drain,
                 start=self.coordinator.start_sweeper,
                 close=self.coordinator.aclose,
+                undo=self.coordinator.end_drain,
             )
             run = DurableRunEndpoint(
                 self.agent,

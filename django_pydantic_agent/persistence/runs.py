@@ -165,19 +165,11 @@ class HandOverRunStore(Protocol):
 
 @runtime_checkable
 class ResumableRunStore(HandOverRunStore, Protocol):
-    """A run store whose stale runs another worker can take over and run on (a resume)."""
+    """A run store whose stale runs another worker can take over and run on (a resume).
 
-    async def start_resumable(
-        self,
-        *,
-        owner_id: str,
-        thread_id: str,
-        run_id: str,
-        worker_id: str = "",
-        resume_input: dict[str, Any],
-    ) -> tuple[RunRecord, bool]:
-        """``start``, keeping ``resume_input`` for a worker that takes the run over."""
-        ...
+    Its ``start`` also takes ``resume_input=`` (a JSON object): what a worker taking the run
+    over runs it with (``RunRecord.resume_input``).
+    """
 
     async def take_over(
         self,
@@ -243,10 +235,20 @@ class SyncRunStore(ABC):
         """Finalise stale runs as ``errored`` and return them."""
 
     async def start(
-        self, *, owner_id: str, thread_id: str, run_id: str, worker_id: str = ""
+        self,
+        *,
+        owner_id: str,
+        thread_id: str,
+        run_id: str,
+        worker_id: str = "",
+        resume_input: dict[str, Any] | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Record a new ``running`` run, or return the thread's active run and ``False``."""
-        return await sync_to_async(self._start_sync)(owner_id, thread_id, run_id, worker_id)
+        """Record a new ``running`` run, or return the thread's active run and ``False``;
+        ``resume_input`` only for a ``ResumableRunStore``."""
+        args: tuple[Any, ...] = (owner_id, thread_id, run_id, worker_id)
+        if resume_input is not None:
+            args += (resume_input,)
+        return await sync_to_async(self._start_sync)(*args)
 
     async def heartbeat(
         self, *, owner_id: str, thread_id: str, run_id: str, last_seq: int | None = None

@@ -55,6 +55,8 @@ server = AGUIServer(
     # At shutdown (SIGTERM under uvicorn --lifespan on), runs get this long to finish; the
     # rest are handed over to another worker.
     drain_seconds=_setting("AGENT_DRAIN_SECONDS"),
+    # A run whose worker drained or died is resumed by another worker (AGENT_ON_WORKER_LOSS).
+    on_worker_loss=_setting("AGENT_ON_WORKER_LOSS"),
 )
 
 urlpatterns = [

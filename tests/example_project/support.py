@@ -49,6 +49,7 @@ def example_env(database: Path, **extra: str) -> dict[str, str]:
             "AGENT_RUN_LEASE_SECONDS",
             "AGENT_SWEEP_SECONDS",
             "AGENT_DRAIN_SECONDS",
+            "AGENT_ON_WORKER_LOSS",
             "AGENT_MAX_THREADS",
             "AGENT_MAX_FILES",
             "AGENT_MAX_UPLOAD_BYTES",

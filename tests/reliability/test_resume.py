@@ -103,7 +103,6 @@ async def _until_stopped(connection: SSEConnection, stop: asyncio.Event) -> list
 
 
 async def _follow(
-    a: Worker,
     b: Worker,
     run: str,
     user: str,

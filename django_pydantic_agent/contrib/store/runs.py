@@ -83,20 +83,6 @@ class DefaultRunStore(SyncRunStore):
     """A ``RunStore`` over ``StoredAgentRun`` rows (see the module docstring); a
     ``ResumableRunStore``: another worker can take a stale run over and run it on."""
 
-    async def start_resumable(
-        self,
-        *,
-        owner_id: str,
-        thread_id: str,
-        run_id: str,
-        worker_id: str = "",
-        resume_input: dict[str, Any],
-    ) -> tuple[RunRecord, bool]:
-        """``start``, keeping ``resume_input`` for a worker that takes the run over."""
-        return await sync_to_async(self._start_sync)(
-            owner_id, thread_id, run_id, worker_id, resume_input
-        )
-
     async def take_over(
         self,
         *,
