@@ -9,7 +9,7 @@ SQLite file. A client streams a long answer; the worker gets ``SIGTERM``:
   ``Retry-After``, not a 200 cut short;
 - with a drain shorter than the answer (``AGENT_DRAIN_SECONDS``), the run is handed over: the
   worker exits after the drain, what streamed is stored ``interrupted``, and the run's record
-  is left ``running`` for another worker, whose sweep takes it at once.
+  is left ``running`` for another worker, whose sweep takes it over at once and resumes it.
 """
 
 from __future__ import annotations
@@ -168,15 +168,17 @@ def test_a_run_outlasting_the_drain_is_handed_over_to_the_next_worker(tmp_path: 
         AGENT_SWEEP_SECONDS="0.5",
     ) as second:
         with httpx.Client(base_url=second.url, cookies=cookies, timeout=30) as reloaded:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 60
             while _run_rows(database)[0][1] == "running":
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
             thread = reloaded.get("/agent/threads/t-over/").json()
         log = second.log.read_text()
-    # Its 30 s lease had not passed: the hand over, not the lease, made it the sweep's.
-    assert _run_rows(database)[0][1] in ("errored", "complete")
-    answer = [m for m in thread["messages"] if m["role"] == "assistant"][-1]
-    assert answer["content"].startswith(_text(events))
-    assert answer["status"] == "interrupted"
+    # Its 30 s lease had not passed: the hand over, not the lease, made it the next worker's,
+    # whose sweeper resumed it (docs/agui.md, Resume on another worker).
+    assert _run_rows(database)[0][1] == "complete"
+    answers = [m for m in thread["messages"] if m["role"] == "assistant" and m.get("content")]
+    assert [m["status"] for m in answers] == ["interrupted", "complete"]
+    assert answers[0]["content"].startswith(_text(events))
+    assert "resumed here" in log
     assert "Traceback" not in log

@@ -95,6 +95,7 @@ def _texts(events: list[dict[str, Any]]) -> dict[str, str]:
     return {ident: _clockless(text) for ident, text in texts.items()}
 
 
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["sigkill", "sigterm"])
 def test_the_client_on_worker_2_gets_the_whole_answer(
     stop: signal.Signals,

@@ -189,6 +189,7 @@ async def _one_round(
     return counts, delays, lost, duplicated
 
 
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGKILL"])
 async def test_runs_survive_their_worker(
     signal_name: str, site: tuple[str, dict[str, str]], tmp_path: Path
