@@ -129,7 +129,7 @@ def test_the_client_on_worker_2_gets_the_whole_answer(
         last = max(int(frame_id.rpartition(":")[2]) for frame_id, _ in seen if frame_id)
         assert not [e for _, e in seen if e["type"] in ("RUN_FINISHED", "RUN_ERROR")]
         tail = read_all(two, f"/agent/runs/{thread_id}/{run_id}/?after={last}")
-        resumed_after = time.monotonic() - stopped
+        whole_tail_after = time.monotonic() - stopped
         stored = wait_until_ended(two, thread_id)
     events = [event for _, event in tail]
     types = [event["type"] for event in events]
@@ -148,7 +148,7 @@ def test_the_client_on_worker_2_gets_the_whole_answer(
     assert _clockless(answers[-1]["content"]) == whole
     assert whole.startswith(_clockless(answers[0]["content"]))
     verify_with_agui_client(node_scripts, tmp_path, events)
-    print(f"FIGURE resume signal={stop.name} first_event_after_s={resumed_after:.2f}")
+    print(f"FIGURE resume-e2e signal={stop.name} whole_answer_read_after_s={whole_tail_after:.2f}")
     assert "Traceback" not in second.log.read_text()
 
 
