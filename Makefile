@@ -52,7 +52,7 @@ sdk-venv: $(SDK_VENV)/.installed
 demo: $(VENV)/.installed-example
 	cd example_project && ../$(BIN)/python manage.py migrate --noinput
 	cd example_project && ../$(BIN)/python manage.py ensure_demo_user --base-url http://$(HOST):$(PORT)
-	cd example_project && ../$(BIN)/uvicorn example_project.asgi:application --host $(HOST) --port $(PORT) --lifespan off
+	cd example_project && ../$(BIN)/uvicorn example_project.asgi:application --host $(HOST) --port $(PORT) --lifespan on
 
 dev: $(VENV)/.installed-test
 

@@ -73,6 +73,17 @@ def _no_leaked_tasks(request: pytest.FixtureRequest) -> None:
         request.getfixturevalue("_async_test_teardown")
 
 
+@pytest.fixture(autouse=True)
+def _mounts_take_runs() -> Iterator[None]:
+    """After each test, every mount of the process takes runs again: a lifespan shutdown (or
+    a drain) a test ran would otherwise leave the suite's shared mounts refusing them."""
+    yield
+    from django_pydantic_agent.agui.drain import Drain
+
+    for drain in list(Drain._instances):
+        drain.end()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _live_server_nodelay() -> Iterator[None]:
     """Answer without Nagle delays in ``live_server``.

@@ -27,13 +27,17 @@ back (``tests/agui/test_layout.py`` holds that):
 - ``spend``: spend budgets on a mount (``SpendGate``: the harness's ``SpendLimits`` scoped on
   the server, the 429 before a run, ``RUN_ERROR`` ``BUDGET_EXCEEDED`` during one).
 - ``usage``: the ``usage/`` route, the caller's usage ledger and budgets.
-- ``asgi``: ``BodyLimitMiddleware``, body caps before Django's ASGI handler reads the body.
+- ``asgi``: ``BodyLimitMiddleware``, body caps before Django's ASGI handler reads the body,
+  and the ASGI lifespan.
+- ``drain``: a worker's graceful drain at shutdown (``drain_all``, ``begin_drain_all``, the
+  lifespan steps and the signal hook).
 """
 
 from __future__ import annotations
 
 from django_pydantic_agent.agui.asgi import BodyLimitMiddleware, UploadLimitMiddleware
 from django_pydantic_agent.agui.attachments import CappedUploadHandler, safe_filename
+from django_pydantic_agent.agui.drain import DrainReport, begin_drain_all, drain_all
 from django_pydantic_agent.agui.errors import REDACTED_RUN_ERROR
 from django_pydantic_agent.agui.inner import AgentDeps
 from django_pydantic_agent.agui.server import AGUIServer, UnsafeCSRFExemptionWarning
@@ -48,7 +52,10 @@ __all__ = [
     "AgentDeps",
     "BodyLimitMiddleware",
     "CappedUploadHandler",
+    "DrainReport",
     "UnsafeCSRFExemptionWarning",
     "UploadLimitMiddleware",
+    "begin_drain_all",
+    "drain_all",
     "safe_filename",
 ]

@@ -12,6 +12,10 @@ and a chunked body is cut off as soon as it passes the cap, answering ``413`` ei
 
 It runs before authentication (there is no user yet), so the only thing it tells a stranger is
 that a route exists at a path they already sent an oversized body to.
+
+It also answers the ASGI ``lifespan`` protocol, which Django's handler does not speak
+(``drain.lifespan``): the mounts' sweepers start with the process, and a shutdown (``SIGTERM``)
+drains the worker's runs. ``lifespan=False`` passes lifespan scopes to the wrapped application.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 from django.urls import Resolver404, resolve
 
 from django_pydantic_agent.agui.attachments import MULTIPART_OVERHEAD_BYTES, UPLOAD_LIMIT_SCOPE_KEY
+from django_pydantic_agent.agui.drain import lifespan as answer_lifespan
 from django_pydantic_agent.agui.http import describe_size
 
 __all__ = ["BodyLimitMiddleware", "UploadLimitMiddleware"]
@@ -116,9 +121,15 @@ class BodyLimitMiddleware:
     leaves after sending it in full is carried out: Django's handler hears of the disconnect
     only once the answer has started, so it cannot cancel the view halfway (a run sent and
     then abandoned is started, and kept, or cancelled under ``on_disconnect="cancel"``).
+
+    With ``lifespan`` (the default) it answers ``lifespan`` scopes itself: at start-up every
+    mount's sweeper starts, and at shutdown every mount drains (``agui.drain``). Pass
+    ``lifespan=False`` when the wrapped application answers them (and drains itself).
     """
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_body_bytes: int | None = None, lifespan: bool = True
+    ) -> None:
         if max_body_bytes is not None and (
             isinstance(max_body_bytes, bool)
             or not isinstance(max_body_bytes, int)
@@ -130,9 +141,13 @@ class BodyLimitMiddleware:
             )
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.lifespan = lifespan
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve ``scope``, refusing an oversized body with a JSON 413."""
+        if scope["type"] == "lifespan" and self.lifespan:
+            await answer_lifespan(receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

@@ -16,12 +16,14 @@ from typing import Any, Final, Literal, TypeAlias
 
 from django.http import HttpRequest
 
+from django_pydantic_agent.agui.drain import DEFAULT_DRAIN_SECONDS
 from django_pydantic_agent.agui.http import json_body_limit
 from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 from django_pydantic_agent.persistence.runs import DEFAULT_LEASE_SECONDS
 
 __all__ = [
     "DEFAULT_ATTACHMENT_MAX_BYTES",
+    "DEFAULT_MAX_RESUMES",
     "DEFAULT_SWEEP_INTERVAL_SECONDS",
     "DEFAULT_THREAD_LIST_LIMIT",
     "AttachmentOptions",
@@ -29,6 +31,7 @@ __all__ = [
     "ConcurrentRuns",
     "MountOptions",
     "OnDisconnect",
+    "OnWorkerLoss",
     "RunOptions",
     "UnsafeCSRFExemptionWarning",
     "check_callable",
@@ -45,6 +48,10 @@ __all__ = [
 OnDisconnect: TypeAlias = Literal["continue", "cancel"]
 #: What a second run on a busy thread does: refuse it (409), or cancel the running one first.
 ConcurrentRuns: TypeAlias = Literal["reject", "interrupt"]
+#: What happens to a run whose worker drained or died: another worker resumes it, or it errs.
+OnWorkerLoss: TypeAlias = Literal["resume", "error"]
+#: How many times a run is resumed at most, the default ``max_resumes``.
+DEFAULT_MAX_RESUMES: Final[int] = 2
 
 #: Ten mebibytes, the default ``attachment_max_bytes``.
 DEFAULT_ATTACHMENT_MAX_BYTES = 10 * 1024 * 1024
@@ -105,6 +112,14 @@ class RunOptions:
     sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS
     #: How long ``concurrent_runs="interrupt"`` waits for the cancelled run to end.
     interrupt_wait_seconds: float = 10.0
+    #: How long a shutting-down worker lets its runs go on before it hands them over.
+    drain_seconds: float = DEFAULT_DRAIN_SECONDS
+    #: ``"resume"``: a run whose worker drained or died is resumed by another worker;
+    #: ``"error"``: it is ended ``errored`` by the sweeper. ``None`` (the server's default)
+    #: resumes where the run store can take runs over (``ResumableRunStore``).
+    on_worker_loss: OnWorkerLoss = "error"
+    #: How many times one run is resumed at most; after that it ends ``errored``.
+    max_resumes: int = DEFAULT_MAX_RESUMES
 
     def __post_init__(self) -> None:
         check_positive("heartbeat_seconds", self.heartbeat_seconds, allow_zero=True)
@@ -119,6 +134,14 @@ class RunOptions:
         check_run_lease(self.run_lease_seconds, self.run_heartbeat_seconds)
         check_positive("sweep_interval_seconds", self.sweep_interval_seconds, allow_zero=True)
         check_positive("interrupt_wait_seconds", self.interrupt_wait_seconds)
+        check_positive("drain_seconds", self.drain_seconds, allow_zero=True)
+        check_choice("on_worker_loss", self.on_worker_loss, ("resume", "error"))
+        if isinstance(self.max_resumes, bool) or not isinstance(self.max_resumes, int):
+            raise TypeError(
+                f"max_resumes={self.max_resumes!r} is not a whole number; pass 0 or more."
+            )
+        if self.max_resumes < 0:
+            raise ValueError(f"max_resumes={self.max_resumes!r} is negative; pass 0 or more.")
         for name in _SECONDS:
             _normalise(self, name, float(getattr(self, name)))
         _normalise(
@@ -133,6 +156,7 @@ _SECONDS = (
     "run_lease_seconds",
     "sweep_interval_seconds",
     "interrupt_wait_seconds",
+    "drain_seconds",
 )
 
 

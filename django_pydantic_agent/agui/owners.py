@@ -31,6 +31,7 @@ from django_pydantic_agent.persistence import (
 __all__ = [
     "ensure_anonymous_session",
     "owner_repositories",
+    "owner_request",
     "owns_nothing",
     "request_owner",
     "serves_anonymous",
@@ -65,6 +66,32 @@ async def owner_repositories(request: HttpRequest, store: Any) -> tuple[Any, Any
     if user_uuid is None:
         user_uuid = owner_user_uuid(await request_owner(request, store))
     return chat_repo, message_repo, user_uuid
+
+
+def _owner_request_sync(owner_id: str) -> HttpRequest:
+    from importlib import import_module
+
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import AnonymousUser
+
+    request = HttpRequest()
+    request.method = "POST"
+    if owner_id.startswith("anon:"):
+        engine = import_module(settings.SESSION_ENGINE)
+        request.session = engine.SessionStore(session_key=owner_id.removeprefix("anon:"))
+        request.user = AnonymousUser()
+    else:
+        request.user = get_user_model()._default_manager.get(pk=owner_id)
+    return request
+
+
+async def owner_request(owner_id: str) -> HttpRequest:
+    """A request acting for store owner ``owner_id`` (``resolve_owner_id``'s value), for a run
+    resumed on another worker, which has no request of its own: its ``user`` (or, for
+    ``"anon:<key>"``, its ``session``) is the owner's, and nothing else (no headers, no
+    body). Raises the user model's ``DoesNotExist`` for a user that is gone."""
+    return await sync_to_async(_owner_request_sync)(owner_id)
 
 
 async def ensure_anonymous_session(request: HttpRequest, store: object) -> None:

@@ -169,7 +169,11 @@ class OpenStreams:
 
 
 async def replay_entries(
-    batches: AsyncIterator[Sequence[tuple[int, BaseEvent]] | None], run_id: str, after: int
+    batches: AsyncIterator[Sequence[tuple[int, BaseEvent]] | None],
+    run_id: str,
+    after: int,
+    *,
+    seen: int | None = None,
 ) -> AsyncIterator[str]:
     """SSE frames of a run's ``(seq, event)`` log for a reader that saw up to ``after``.
 
@@ -180,8 +184,13 @@ async def replay_entries(
     log that ends without a terminal event (a relayed log lost mid-stream) gets the ``*_END``
     events of what is still open, so the caller can go on with a snapshot. A ``None`` batch
     (the log was idle) is a heartbeat.
+
+    ``seen`` (beyond ``after``) is the last id the reader saw of a run whose events after
+    ``after`` were lost with its first worker and numbered again by the worker that resumed
+    it: those up to ``seen`` go out without ids, so no id reaches the reader twice.
     """
     streams = OpenStreams()
+    quiet = after if seen is None else max(after, seen)
     first: BaseEvent | None = None
     ended = False
     try:
@@ -209,7 +218,9 @@ async def replay_entries(
                     ended = True
                     frames.extend(encode_event(closing) for closing in streams.closings())
                 streams.fold(event)
-                frames.append(encode_event(event, event_id=event_id(run_id, seq)))
+                frames.append(
+                    encode_event(event, event_id=event_id(run_id, seq) if seq > quiet else None)
+                )
             if frames:
                 yield frames[0] if len(frames) == 1 else "".join(frames)
         if not ended:
@@ -404,11 +415,17 @@ class RunRelay:
 
     # -- publishing (the worker that holds the run) --------------------------------------------
 
-    def publish(self, handle: RunHandle, owner_id: str) -> None:
-        """Start relaying ``handle``'s log; ``finish(handle)`` (at the run's end) stops it."""
+    def publish(self, handle: RunHandle, owner_id: str, *, seq: int = 0, batches: int = 0) -> None:
+        """Start relaying ``handle``'s log; ``finish(handle)`` (at the run's end) stops it.
+
+        A run resumed from another worker goes on with that worker's relayed log: ``seq``
+        events in ``batches`` batches are published already (``logged``).
+        """
         if handle in self._published:
             return
         publication = _Publication(handle, self._key(owner_id, handle.thread_id, handle.run_id))
+        publication.seq = seq
+        publication.batches = batches
         publication.task = asyncio.create_task(
             self._publish_loop(publication),
             name=f"agent run relay {handle.thread_id}/{handle.run_id}",
@@ -421,8 +438,12 @@ class RunRelay:
         if publication is not None:
             publication.nudge.set()
 
-    async def finish(self, handle: RunHandle) -> None:
-        """Publish what is left of ``handle``'s log (its terminal event) and stop its task."""
+    async def finish(self, handle: RunHandle, *, retire: bool = True) -> None:
+        """Publish what is left of ``handle``'s log (its terminal event) and stop its task.
+
+        With ``retire`` (a run that ended), the log is deleted ``retire_after`` later;
+        without (a run handed over to another worker), it stays for its ``ttl``.
+        """
         publication = self._published.pop(handle, None)
         if publication is None or publication.task is None:
             return
@@ -431,6 +452,8 @@ class RunRelay:
         if not done:
             publication.task.cancel()
             await asyncio.wait({publication.task})
+        if not retire:
+            return
         now = asyncio.get_running_loop().time()
         keys = [f"{publication.key}:head"]
         keys += [f"{publication.key}:{n}" for n in range(1, publication.batches + 1)]
@@ -460,6 +483,8 @@ class RunRelay:
                     await publication.nudge.wait()
             publication.nudge.clear()
             await self._flush(publication)
+            if publication.handle.handed_over:
+                return  # nothing more is logged here: the run goes on elsewhere
             if not publication.finished and self._on_tick is not None:
                 try:
                     await self._on_tick(publication.handle)
@@ -542,6 +567,28 @@ class RunRelay:
                 logger.warning("Could not read the relayed run log %r.", key, exc_info=_bug(exc))
                 return [None]
         return [found.get(name) for name in names]
+
+    async def logged(
+        self, owner_id: str, thread_id: str, run_id: str
+    ) -> tuple[int, list[BaseEvent]] | None:
+        """``(batches, events)`` of a run's whole relayed log that has not ended (its worker
+        drained or died), events from seq 1 in order; ``None`` when the cache holds none, or
+        only part of one, or its terminal event."""
+        key = self._key(owner_id, thread_id, run_id)
+        head = await self._get(f"{key}:head")
+        if not isinstance(head, dict) or head.get("terminal"):
+            return None
+        count = int(head["batches"])
+        events: list[BaseEvent] = []
+        for batch in await self._batches(key, 1, count):
+            if not isinstance(batch, list):
+                return None
+            for entry in batch:
+                event = _rebuilt(entry)
+                if event is None or entry[0] != len(events) + 1:
+                    return None
+                events.append(event)
+        return count, events
 
     async def last_seq(self, owner_id: str, thread_id: str, run_id: str) -> int | None:
         """The newest sequence number relayed for the run, or ``None`` (no log in the cache)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunStartedEvent
@@ -32,6 +32,7 @@ from django.http import HttpRequest, HttpResponseBase
 from pydantic_ai.agent import AbstractAgent
 
 from django_pydantic_agent.agui.access import AccessPolicy
+from django_pydantic_agent.agui.drain import Drain
 from django_pydantic_agent.agui.errors import (
     REDACTED_RUN_ERROR,
     REDACTED_SAVE_ERROR,
@@ -63,6 +64,7 @@ from django_pydantic_agent.agui.options import RunOptions
 from django_pydantic_agent.agui.owners import (
     ensure_anonymous_session,
     owner_repositories,
+    owner_request,
     request_owner,
 )
 from django_pydantic_agent.agui.runs import RunCoordinator, ThreadBusy, event_id, replay
@@ -76,7 +78,7 @@ from django_pydantic_agent.agui.sse import (
     with_heartbeat,
 )
 from django_pydantic_agent.agui.views import ABANDONED_HOOK, Route
-from django_pydantic_agent.chat_history import AGUIStorageAgent
+from django_pydantic_agent.chat_history import AGUIStorageAgent, Message, translate_messages
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
 from django_pydantic_agent.persistence import (
     AnonymousOperationError,
@@ -86,6 +88,7 @@ from django_pydantic_agent.persistence import (
     refuse_over_quota,
     resolve_owner_id,
 )
+from django_pydantic_agent.persistence.runs import RunRecord
 
 __all__ = [
     "NESTED_TOO_DEEPLY",
@@ -133,6 +136,19 @@ def stateless_frames(
     return frames
 
 
+def _resumed(run_id: str) -> Callable[[Sequence[Message]], list[Any]]:
+    """The history a resumed run ``run_id`` hands its model: the stored one without what the
+    run left unfinished on its first worker (its ``interrupted`` answer stays in the thread,
+    for the reader; the model answers the turn again, after whatever the run completed, such
+    as a tool call and its result)."""
+
+    def translate(messages: Sequence[Message]) -> list[Any]:
+        kept = [m for m in messages if m.run_id != run_id or m.status == "complete"]
+        return translate_messages(kept)
+
+    return translate
+
+
 class StoreGuard:
     """The storage agent of one run, with its store failures turned into ``RUN_ERROR``
     (``STORE_REFUSED`` / ``STORE_LIMIT`` for a refusal, ``STORE_FAILED`` redacted for anything
@@ -157,9 +173,16 @@ class StoreGuard:
         to the guarded storage agent of one run."""
 
         def build(
-            chat_repo: Any, message_repo: Any, user_uuid: uuid.UUID, inner: PydanticAIAgent
+            chat_repo: Any,
+            message_repo: Any,
+            user_uuid: uuid.UUID,
+            inner: PydanticAIAgent,
+            resumed_run: str | None = None,
         ) -> StoreGuard:
-            agent = AGUIStorageAgent(inner.name, user_uuid, chat_repo, message_repo, inner)
+            translate = translate_messages if resumed_run is None else _resumed(resumed_run)
+            agent = AGUIStorageAgent(
+                inner.name, user_uuid, chat_repo, message_repo, inner, translate=translate
+            )
             return cls(agent, expose_error_messages=expose_error_messages)
 
         return build
@@ -205,6 +228,7 @@ class _RunEndpoint:
     where quoted attachment references are looked up, and what the default deps carry.
     ``spend`` (``None`` without ``spend_limits``) is the mount's budget gate: a run a spent
     budget would stop is refused with a JSON 429 before it is claimed or stored.
+    ``drain`` says whether the mount still takes runs.
     """
 
     def __init__(
@@ -216,8 +240,10 @@ class _RunEndpoint:
         options: RunOptions,
         attachment_store: AttachmentStore | None = None,
         spend: SpendGate | None = None,
+        drain: Drain | None = None,
     ) -> None:
         self._agent = agent
+        self._drain = drain
         self._access = access
         self._body_limit = body_limit
         self._options = options
@@ -227,11 +253,14 @@ class _RunEndpoint:
     async def __call__(self, request: HttpRequest) -> HttpResponseBase:
         """Refuse the run, or stream it as SSE.
 
-        Every refusal happens before streaming starts and is a JSON error: 429 (throttle),
-        then the intake's 415, 413 and 400 (``input.accept_run``), then the endpoint's own.
+        Every refusal happens before streaming starts and is a JSON error: 503 with
+        ``Retry-After`` while the worker drains, 429 (throttle), then the intake's 415, 413
+        and 400 (``input.accept_run``), then the endpoint's own.
         Afterwards, failures are ``RUN_ERROR``, and every stream ends with ``RUN_FINISHED``
         or ``RUN_ERROR``.
         """
+        if self._drain is not None and self._drain.draining:
+            return self._drain.refusal()
         refusal = await self._access.check_throttle(request)
         if refusal is not None:
             return refusal
@@ -362,6 +391,7 @@ class DurableRunEndpoint(_RunEndpoint):
         options: RunOptions,
         attachment_store: AttachmentStore | None = None,
         spend: SpendGate | None = None,
+        drain: Drain | None = None,
     ) -> None:
         super().__init__(
             agent,
@@ -370,6 +400,7 @@ class DurableRunEndpoint(_RunEndpoint):
             options=options,
             attachment_store=attachment_store,
             spend=spend,
+            drain=drain,
         )
         self._store = store
         self.coordinator = coordinator
@@ -400,8 +431,14 @@ class DurableRunEndpoint(_RunEndpoint):
             refusal = await self._over_budget(inner, owner_id, run_input)
             if refusal is not None:
                 return refusal
+            resume_input = {
+                "input": run_input.model_dump(mode="json", by_alias=True, exclude={"messages"}),
+                "accept": accepted.accept,
+            }
             try:
-                await coordinator.claim(owner_id, run_input.thread_id, run_input.run_id)
+                await coordinator.claim(
+                    owner_id, run_input.thread_id, run_input.run_id, resume_input=resume_input
+                )
             except ThreadBusy as exc:
                 return error_response(409, str(exc))
             handle = await coordinator.start(
@@ -421,6 +458,31 @@ class DurableRunEndpoint(_RunEndpoint):
             # The client left before the response started: no reader will ever close it.
             setattr(response, ABANDONED_HOOK, handle.cancel)
         return response
+
+    async def resume(self, record: RunRecord) -> tuple[RunAgentInput, tuple[Any, ...]]:
+        """``(run input, agent factory arguments)`` to run ``record`` again on this worker
+        (``RunCoordinator.resumer``): its owner's repositories, an inner agent whose deps
+        are built from a request carrying only the owner (``owners.owner_request``), and its
+        stored input with no messages (the stored history has them)."""
+        request = await owner_request(record.owner_id)
+        chat_repo, message_repo, user_uuid = await owner_repositories(request, self._store)
+        stored = record.resume_input
+        accept = stored.get("accept")
+        run_input = RunAgentInput.model_validate(
+            {
+                **stored.get("input", {}),
+                "threadId": record.thread_id,
+                "runId": record.run_id,
+                "messages": [],
+            }
+        )
+        inner = await self._inner(
+            request,
+            accept if isinstance(accept, str) else None,
+            owner_id=record.owner_id,
+            thread_id=record.thread_id,
+        )
+        return run_input, (chat_repo, message_repo, user_uuid, inner, record.run_id)
 
     async def repositories(self, request: HttpRequest) -> tuple[Any, Any, uuid.UUID]:
         """The request owner's ``(chat_repo, message_repo, user_uuid)`` on the store.

@@ -36,7 +36,7 @@ import os
 import socket
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 from ag_ui.core import (
@@ -51,10 +51,17 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
+from django_pydantic_agent.agui.drain import DrainReport
 from django_pydantic_agent.agui.http import error_response
-from django_pydantic_agent.agui.options import DEFAULT_SWEEP_INTERVAL_SECONDS, ConcurrentRuns
+from django_pydantic_agent.agui.options import (
+    DEFAULT_MAX_RESUMES,
+    DEFAULT_SWEEP_INTERVAL_SECONDS,
+    ConcurrentRuns,
+    OnWorkerLoss,
+)
 from django_pydantic_agent.agui.relay import (
     RELAY_INTERVAL_SECONDS,
+    OpenStreams,
     RelayedLog,
     RunRelay,
     event_id,
@@ -77,6 +84,8 @@ from django_pydantic_agent.persistence import StoreError, resolve_owner_id, serv
 from django_pydantic_agent.persistence.outages import OutageLog, is_outage, retry_outage
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
+    HandOverRunStore,
+    ResumableRunStore,
     RunRecord,
     RunStatus,
     RunStore,
@@ -85,6 +94,8 @@ from django_pydantic_agent.persistence.runs import (
 __all__ = [
     "CANCEL_POLL_SECONDS",
     "DEFAULT_SWEEP_INTERVAL_SECONDS",
+    "HANDED_OVER_ERROR",
+    "HAND_OVER_WAIT_SECONDS",
     "RUN_NOT_FOUND",
     "SETTLE_SECONDS",
     "SWEEP_LEASE_PREFIX",
@@ -112,6 +123,14 @@ _CANCEL_TTL = 24 * 3600
 _RELAY_GRACE_SECONDS = 1.0
 #: This process, as the ``worker`` of the runs it executes.
 WORKER_ID: Final[str] = f"{socket.gethostname()}:{os.getpid()}"
+#: How long a drain waits for the runs it handed over to store what they streamed.
+HAND_OVER_WAIT_SECONDS: Final[float] = 10.0
+#: The error of a handed-over run whose store cannot leave it to another worker.
+HANDED_OVER_ERROR: Final[str] = "The run's worker shut down before the run ended."
+#: The error of a run taken over for a resume that could not be started again.
+RESUME_FAILED: Final[str] = "The run's worker stopped, and the run could not be resumed."
+#: A resumer: ``(run input, agent factory arguments)`` to run a taken-over run again with.
+Resumer = Callable[[RunRecord], Awaitable[tuple[Any, tuple[Any, ...]]]]
 #: The cache key prefix of the sweep lease (``<prefix>:<run store class>``, value: the worker).
 SWEEP_LEASE_PREFIX: Final[str] = "django_pydantic_agent:sweep"
 #: The refusal of a second run on a busy thread (``concurrent_runs="reject"``).
@@ -205,8 +224,16 @@ class RunCoordinator(RunObserver):
         sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
         concurrent_runs: ConcurrentRuns = "reject",
         wait_seconds: float = 10.0,
+        on_worker_loss: OnWorkerLoss = "error",
+        max_resumes: int = DEFAULT_MAX_RESUMES,
     ) -> None:
         self.run_store = run_store
+        self.heartbeat_seconds = heartbeat_seconds
+        self.on_worker_loss = on_worker_loss
+        self.max_resumes = max_resumes
+        #: Builds a taken-over run again (set by the run endpoint: it knows the agent).
+        self.resumer: Resumer | None = None
+        self._draining = False
         self.concurrent_runs = concurrent_runs
         self.wait_seconds = wait_seconds
         self._cache_alias = cache_alias
@@ -232,7 +259,14 @@ class RunCoordinator(RunObserver):
 
     # -- claiming a thread and starting a run --------------------------------------------
 
-    async def claim(self, owner_id: str, thread_id: str, run_id: str) -> None:
+    async def claim(
+        self,
+        owner_id: str,
+        thread_id: str,
+        run_id: str,
+        *,
+        resume_input: dict[str, Any] | None = None,
+    ) -> None:
         """Record the run as ``running`` on its thread, or raise ``ThreadBusy``.
 
         Refused when the run already ran, or the thread runs another run (under
@@ -240,9 +274,11 @@ class RunCoordinator(RunObserver):
         ``wait_seconds``, first). A run that has ended for its readers and only stores its last
         writes is waited for (bounded) instead of refusing.
         """
+        store = self.run_store
         for _attempt in range(2):
-            record, started = await self.run_store.start(
-                owner_id=owner_id, thread_id=thread_id, run_id=run_id, worker_id=WORKER_ID
+            kept = {"resume_input": resume_input} if self.resuming and resume_input else {}
+            record, started = await store.start(
+                owner_id=owner_id, thread_id=thread_id, run_id=run_id, worker_id=WORKER_ID, **kept
             )
             if started:
                 return
@@ -332,6 +368,102 @@ class RunCoordinator(RunObserver):
             await asyncio.wait([asyncio.ensure_future(h.wait()) for h in handles])
             self._handles.difference_update(handles)
 
+    async def drain(self, seconds: float) -> DrainReport:
+        """Let this worker's runs end within ``seconds``, then hand the rest over.
+
+        The sweeper stops first (a draining worker takes over nobody's runs). A run still going
+        after ``seconds`` is stopped without ending (``RunHandle.hand_over``: what it streamed
+        is stored ``interrupted``, its readers' streams end without a terminal event, its
+        relayed log stays in the cache) and its record handed over to the next sweep of another
+        worker (``HandOverRunStore.hand_over``); a store that cannot hand over ends it
+        ``errored``. Their last writes are waited for, at most ``HAND_OVER_WAIT_SECONDS``.
+        """
+        self._draining = True
+        await self.aclose()
+        handles = list(self._handles)
+        live = sum(1 for handle in handles if handle.terminal_event is None)
+        if handles:
+            await _wait_all(handles, seconds)
+        rest = [handle for handle in self._handles if not handle.done()]
+        handed = [handle for handle in rest if handle.hand_over()]
+        for handle in handed:
+            logger.warning(
+                "Run %r of a thread was still running after the %s s drain; handed over.",
+                handle.run_id,
+                seconds,
+            )
+        if rest:
+            await _wait_all(rest, HAND_OVER_WAIT_SECONDS)
+        return DrainReport(finished=max(0, live - len(handed)), handed_over=len(handed))
+
+    def end_drain(self) -> None:
+        """Take runs over again after ``drain`` (a shutdown called off, or a test)."""
+        self._draining = False
+
+    @property
+    def resuming(self) -> bool:
+        """Whether runs whose worker drained or died are resumed (``on_worker_loss``)."""
+        return self.on_worker_loss == "resume" and isinstance(self.run_store, ResumableRunStore)
+
+    async def take_over(
+        self, run: tuple[str, str, str] | None = None
+    ) -> tuple[list[RunHandle], list[RunRecord]]:
+        """Take over the stale runs (only ``run``, an ``(owner, thread, run id)``, if given)
+        and resume them here: ``(their handles, the runs ended errored instead)``, a run
+        past ``max_resumes`` being ended. Nothing unless resuming, or while this worker drains.
+        """
+        store = self.run_store
+        if not self.resuming or self._draining or self.resumer is None:
+            return [], []
+        assert isinstance(store, ResumableRunStore)
+        taken, ended = await store.take_over(
+            lease=self.lease_seconds, worker_id=WORKER_ID, max_resumes=self.max_resumes, run=run
+        )
+        handles = []
+        for record in taken:
+            try:
+                handles.append(await self._resume(record))
+            except Exception:
+                logger.exception("Run %r could not be resumed; ending it errored.", record.run_id)
+                await store.finish(
+                    owner_id=record.owner_id,
+                    thread_id=record.thread_id,
+                    run_id=record.run_id,
+                    status=RunStatus.ERRORED.value,
+                    error=RESUME_FAILED,
+                )
+        return handles, ended
+
+    async def _resume(self, record: RunRecord) -> RunHandle:
+        """Run a taken-over run again here, its log going on from where its worker stopped:
+        from the relayed log when the cache holds it whole, else from the record's
+        ``last_seq``. Events its worker streamed and did not relay (a kill lands within one
+        relay interval of them) are numbered again; ``replay`` sends a reader that saw them
+        the new ones up to its last id without ids."""
+        assert self.resumer is not None
+        owner_id, thread_id, run_id = record.owner_id, record.thread_id, record.run_id
+        run_input, parts = await self.resumer(record)
+        relayed = await self.relay.logged(owner_id, thread_id, run_id)
+        batches, logged = (0, []) if relayed is None else relayed
+        streams = OpenStreams()
+        for event in logged:
+            streams.fold(event)
+        base = len(logged) or record.last_seq
+        seed = (base, logged, streams.closings())
+        handle = await self.manager.resume_as(owner_id, run_input, seed, *parts)
+        logger.warning(
+            "Run %r of a thread resumed here from event %d (resume %d of at most %d).",
+            run_id,
+            base,
+            record.resumes,
+            self.max_resumes,
+        )
+        self._owners[handle] = owner_id
+        self._handles.add(handle)
+        self._last_cancel_check[handle] = time.monotonic()
+        self.relay.publish(handle, owner_id, seq=base, batches=batches)
+        return handle
+
     async def settle(self, owner_id: str, thread_id: str | None) -> None:
         """Wait (at most ``SETTLE_SECONDS``) for this worker's runs of ``owner_id`` on
         ``thread_id`` (``None``: any thread) that sent their terminal event to finish storing."""
@@ -379,6 +511,11 @@ class RunCoordinator(RunObserver):
         if not await sync_to_async(self._claim_sweep)():
             return None
         try:
+            if self.resuming and self.resumer is not None:
+                resumed, ended = await self.take_over()
+                if resumed:
+                    logger.info("Resumed %d run(s) whose worker stopped.", len(resumed))
+                return ended
             return await self.run_store.sweep(lease=self.lease_seconds)
         finally:
             await sync_to_async(_close_old_connections)()
@@ -409,7 +546,7 @@ class RunCoordinator(RunObserver):
         mount's views do. The task runs in a fresh ``contextvars.Context`` (nothing of the
         request that started it follows it) until ``aclose()``.
         """
-        if not self.sweep_interval_seconds:
+        if not self.sweep_interval_seconds or self._draining:
             return False
         try:
             loop = asyncio.get_running_loop()
@@ -531,13 +668,21 @@ class RunCoordinator(RunObserver):
             self._handles.discard(handle)
 
     async def _finish(self, handle: RunHandle) -> None:
-        await self.relay.finish(handle)
+        await self.relay.finish(handle, retire=not handle.handed_over)
         owner_id = self._owners.pop(handle, None)
         self._last_cancel_check.pop(handle, None)
         if owner_id is None:
             return
+        if handle.handed_over and isinstance(self.run_store, HandOverRunStore):
+            await self.run_store.hand_over(
+                owner_id=owner_id,
+                thread_id=handle.thread_id,
+                run_id=handle.run_id,
+                last_seq=handle.last_seq,
+            )
+            return
         terminal = handle.terminal_event
-        error = ""
+        error = HANDED_OVER_ERROR if handle.handed_over else ""
         if isinstance(terminal, RunErrorEvent):
             error = f"[{terminal.code}] {terminal.message}" if terminal.code else terminal.message
         # Retried (bounded) while the run store is out: a run whose record stayed running
@@ -555,6 +700,16 @@ class RunCoordinator(RunObserver):
             what=f"Ending run {handle.run_id!r}",
             log=logger,
         )
+
+
+async def _wait_all(handles: list[RunHandle], seconds: float) -> None:
+    """Wait (at most ``seconds``) until every run of ``handles`` is done."""
+    waiters = [asyncio.ensure_future(handle.wait()) for handle in handles]
+    _done, late = await asyncio.wait(waiters, timeout=seconds)
+    for waiter in late:
+        waiter.cancel()
+    if late:
+        await asyncio.wait(late)
 
 
 def replay(
@@ -584,6 +739,11 @@ def replay(
     before its terminal event, so AG-UI clients' verifiers accept the stream. A reader that
     saw the terminal event gets ``RUN_STARTED`` and the terminal event again, without ids.
     """
+    seen: int | None = None
+    if handle.resumed_at is not None and after > handle.resumed_at:
+        # The reader saw events its run's first worker took with it: the resumed run
+        # numbered its own from where that worker's log stopped.
+        after, seen = handle.resumed_at, after
     terminal = handle.terminal_event
     if after and terminal is not None and after == handle.last_seq:
         # The reader saw the end: the run's start and its end again, without ids.
@@ -596,7 +756,7 @@ def replay(
         max_batch=CATCH_UP_BATCH if coalesce_seconds else 1,
         coalesce=coalesce_seconds,
     )
-    frames = replay_entries(batches, handle.run_id, after)
+    frames = replay_entries(batches, handle.run_id, after, seen=seen)
     return _cancelling(handle, frames) if cancel_on_close else frames
 
 
@@ -692,12 +852,20 @@ class RunEndpoints:
                 "after (or Last-Event-ID) must be a sequence number of this run, such as "
                 f"?after=12 or Last-Event-ID: {run_id}:12.",
             )
-        handle = self._coordinator.manager.get(thread_id, run_id, owner=owner_id)
+        coordinator = self._coordinator
+        handle = coordinator.manager.get(thread_id, run_id, owner=owner_id)
+        if handle is None and record.running and coordinator.resuming and record.resume_input:
+            # Its worker drained or died: take it over here now, rather than at the next
+            # sweep (a worker that died is waited for until its lease has passed).
+            handle, record = await self._taken_over(owner_id, record, after)
         frames: AsyncIterator[str]
         if handle is not None:
-            if after > handle.last_seq:
+            resumed_past = handle.resumed_at is not None and after > handle.resumed_at
+            if after > handle.last_seq and not resumed_past:
                 return _beyond(run_id, after, handle.last_seq)
-            if after and after < handle.first_seq:
+            if handle.first_seq > 1:
+                # The log held here lacks its start (a long run, or one resumed without its
+                # first worker's relayed log): the snapshot stands for it.
                 frames = self._from_storage(request, owner_id, record, after)
             else:
                 return sse_response(
@@ -723,6 +891,49 @@ class RunEndpoints:
         if self._heartbeat or self._coalesce:
             frames = with_heartbeat(frames, self._heartbeat, coalesce=self._coalesce)
         return sse_response(frames)
+
+    async def _taken_over(
+        self, owner_id: str, record: RunRecord, after: int
+    ) -> tuple[RunHandle | None, RunRecord]:
+        """The run's handle once this worker has taken it over, and its record.
+
+        ``(None, record)`` while its worker is alive, or once another worker resumed or
+        ended it. A run whose relayed log stops short of ``after`` (the reader saw events its
+        worker may have taken with it) is watched: while its worker renews its heartbeat,
+        for at most ``_RELAY_GRACE_SECONDS`` (or two heartbeats, up to 3 s), then the relay
+        path answers; once the heartbeats stop, until its lease has passed and it is taken
+        over here (at most ``lease_seconds`` plus a second).
+        """
+        coordinator = self._coordinator
+        key = (owner_id, record.thread_id, record.run_id)
+        beat = coordinator.heartbeat_seconds
+        loop = asyncio.get_running_loop()
+        alive_until = loop.time() + max(_RELAY_GRACE_SECONDS, min(2 * beat, 3.0))
+        deadline = loop.time() + coordinator.lease_seconds + 1.0
+        while True:
+            if record.stale(coordinator.lease_seconds):
+                await coordinator.take_over(run=key)
+                handle = coordinator.manager.get(record.thread_id, record.run_id, owner=owner_id)
+                found = await coordinator.run_store.get(
+                    owner_id=owner_id, thread_id=record.thread_id, run_id=record.run_id
+                )
+                return handle, found or record
+            alive = not record.stale(2 * beat)
+            relayed = await coordinator.relay.last_seq(*key)
+            if relayed is None and alive:
+                return None, record  # no relayed log (a per-process cache): storage answers
+            if relayed is not None and relayed >= after:
+                return None, record
+            now = loop.time()
+            if (alive and now >= alive_until) or now >= deadline:
+                return None, record
+            await asyncio.sleep(min(self._poll, 0.2))
+            found = await coordinator.run_store.get(
+                owner_id=owner_id, thread_id=record.thread_id, run_id=record.run_id
+            )
+            if found is None or not found.running:
+                return None, found or record
+            record = found
 
     async def _relayed(
         self, request: HttpRequest, owner_id: str, record: RunRecord, log: RelayedLog, after: int

@@ -18,9 +18,11 @@ from pydantic_ai.agent import AbstractAgent
 
 from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
+from django_pydantic_agent.agui.drain import DEFAULT_DRAIN_SECONDS, Drain, DrainReport
 from django_pydantic_agent.agui.inner import AgentDeps, build_deps
 from django_pydantic_agent.agui.options import (
     DEFAULT_ATTACHMENT_MAX_BYTES,
+    DEFAULT_MAX_RESUMES,
     DEFAULT_SWEEP_INTERVAL_SECONDS,
     DEFAULT_THREAD_LIST_LIMIT,
     AttachmentOptions,
@@ -28,6 +30,7 @@ from django_pydantic_agent.agui.options import (
     ConcurrentRuns,
     MountOptions,
     OnDisconnect,
+    OnWorkerLoss,
     RunOptions,
     UnsafeCSRFExemptionWarning,
     csrf_exemption,
@@ -51,6 +54,7 @@ from django_pydantic_agent.persistence import (
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
     CacheRunStore,
+    ResumableRunStore,
     RunRecord,
     RunStore,
 )
@@ -129,6 +133,9 @@ class AGUIServer:
     run_heartbeat_seconds = _Option("run_options")
     run_lease_seconds = _Option("run_options")
     sweep_interval_seconds = _Option("run_options")
+    drain_seconds = _Option("run_options")
+    on_worker_loss = _Option("run_options")
+    max_resumes = _Option("run_options")
     forward_reasoning = _Option("run_options")
     expose_error_messages = _Option("run_options")
     allowed_file_url_schemes = _Option("run_options")
@@ -180,6 +187,9 @@ class AGUIServer:
         run_lease_seconds: float = DEFAULT_LEASE_SECONDS,
         sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
         spend_limits: Any = None,
+        drain_seconds: float = DEFAULT_DRAIN_SECONDS,
+        on_worker_loss: OnWorkerLoss | None = None,
+        max_resumes: int = DEFAULT_MAX_RESUMES,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise TypeError(
@@ -204,6 +214,17 @@ class AGUIServer:
             throttle=throttle,
         )
         self.body_limit = BodyLimit(max_body_bytes=max_body_bytes)
+        if run_store is None and is_persistent(conversation_store):
+            run_store = default_run_store(conversation_store, lease_seconds=run_lease_seconds)
+        if on_worker_loss is None:
+            resumable = isinstance(run_store, ResumableRunStore)
+            on_worker_loss = "resume" if resumable else "error"
+        elif on_worker_loss == "resume" and not isinstance(run_store, ResumableRunStore):
+            raise ValueError(
+                f"on_worker_loss='resume' needs a run store another worker can take runs over "
+                f"from (a ResumableRunStore, such as DefaultConversationStore's); "
+                f"{run_store!r} is not one. Pass on_worker_loss='error', or such a store."
+            )
         self.run_options = RunOptions(
             heartbeat_seconds=heartbeat_seconds,
             stream_coalesce_seconds=stream_coalesce_seconds,
@@ -217,6 +238,9 @@ class AGUIServer:
             run_heartbeat_seconds=run_heartbeat_seconds,
             run_lease_seconds=run_lease_seconds,
             sweep_interval_seconds=sweep_interval_seconds,
+            drain_seconds=drain_seconds,
+            on_worker_loss=on_worker_loss,
+            max_resumes=max_resumes,
         )
         self.attachment_options = AttachmentOptions(
             max_bytes=attachment_max_bytes,
@@ -236,6 +260,7 @@ class AGUIServer:
         #: The mount's budget gate over ``spend_limits`` (``None`` without them).
         self.spend: SpendGate | None = None if spend_limits is None else SpendGate(spend_limits)
         self.coordinator: RunCoordinator | None = None
+        self.drain_state: Drain
         self._routes = self._compose()
         for route, view in self._routes:
             setattr(self, route.attribute, view)
@@ -256,6 +281,15 @@ class AGUIServer:
                 sweep_interval_seconds=options.sweep_interval_seconds,
                 concurrent_runs=options.concurrent_runs,
                 wait_seconds=options.interrupt_wait_seconds,
+                on_worker_loss=options.on_worker_loss,
+                max_resumes=options.max_resumes,
+            )
+            self.drain_state = Drain(
+                seconds=options.drain_seconds,
+                runs=self.coordinator.drain,
+                start=self.coordinator.start_sweeper,
+                close=self.coordinator.aclose,
+                undo=self.coordinator.end_drain,
             )
             run = DurableRunEndpoint(
                 self.agent,
@@ -266,7 +300,9 @@ class AGUIServer:
                 options=options,
                 attachment_store=uploads,
                 spend=self.spend,
+                drain=self.drain_state,
             )
+            self.coordinator.resumer = run.resume
             threads = ThreadEndpoints(
                 store,
                 list_limit=self.thread_list_limit,
@@ -289,6 +325,7 @@ class AGUIServer:
                     return None
                 return await request_owner(request, store)
         else:
+            self.drain_state = Drain(seconds=options.drain_seconds)
             run = StatelessRunEndpoint(
                 self.agent,
                 access=self.access,
@@ -296,6 +333,7 @@ class AGUIServer:
                 options=options,
                 attachment_store=uploads,
                 spend=self.spend,
+                drain=self.drain_state,
             )
             ledger, owner = None, run.spend_owner
             threads = ThreadEndpoints(
@@ -339,6 +377,23 @@ class AGUIServer:
         """Sweep stale runs once now (see ``RunCoordinator.sweep``): the run records swept,
         ``None`` when another worker swept within the interval or runs are not durable."""
         return None if self.coordinator is None else await self.coordinator.sweep()
+
+    # The drain, for ASGI servers without the lifespan protocol (agui.drain has the rest).
+
+    @property
+    def draining(self) -> bool:
+        """Whether this mount has begun draining (new runs are answered 503)."""
+        return self.drain_state.draining
+
+    def begin_drain(self) -> None:
+        """Take no new runs (a JSON 503 with ``Retry-After``) and, inside an event loop, start
+        draining the running ones: ``drain_seconds`` to end, then they are handed over."""
+        self.drain_state.begin()
+
+    async def drain(self) -> DrainReport:
+        """``begin_drain()``, then return once this mount's runs are drained: how many finished
+        here and how many were handed over to another worker."""
+        return await self.drain_state.wait()
 
     async def aclose(self) -> None:
         """Stop the sweeper and wait for it (ASGI lifespan shutdown); runs are not touched."""

@@ -294,6 +294,9 @@ class RunHandle:
         self._terminal_seq: int | None = None
         self._started = False
         self._cancelled = False
+        self._handed_over = False
+        #: The last sequence number the run had reached on the worker it was resumed from.
+        self.resumed_at: int | None = None
         # The futures of readers waiting for the next event: ``_append`` resolves them with
         # False, a reader's idle clock with True.
         self._waiters: list[asyncio.Future[bool]] = []
@@ -342,6 +345,11 @@ class RunHandle:
         return "errored"
 
     @property
+    def handed_over(self) -> bool:
+        """True once `hand_over` stopped the run here for another worker to go on with."""
+        return self._handed_over
+
+    @property
     def finalizing(self) -> bool:
         """True after the terminal event while the producer is still persisting."""
         return self._terminal_seq is not None and not self.done()
@@ -359,13 +367,35 @@ class RunHandle:
         event (finished, failed, cancelled before, or finalizing): a later call never disturbs
         finalization, so calling this repeatedly is safe.
         """
-        if self._terminal_seq is not None or self._task.done():
+        if self._terminal_seq is not None or self._handed_over or self._task.done():
             return False
         self._close_cancelled()
         if self._producing:
             self._task.cancel()
         # else the producer sees the terminal event at its first step and skips the agent:
         # a task cancelled before its first step would never run its own cleanup.
+        return True
+
+    def hand_over(self) -> bool:
+        """Stop this run here without ending it, for another worker to go on with (a drain).
+
+        The agent is cancelled as by `cancel` (the storage agent stores what it streamed and
+        marks it ``interrupted``), but no terminal event is logged: readers' streams end after
+        the last logged event, and the run's status stays ``running``. Returns True if this
+        call stopped the run, False if it had already ended, been cancelled or handed over.
+        """
+        if self._terminal_seq is not None or self._handed_over or self._task.done():
+            return False
+        self._handed_over = True
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(False)
+        for _full, holder in self._holders:
+            if not holder.done():
+                holder.set_result(None)
+        self._task.cancel()
         return True
 
     async def wait(self) -> None:
@@ -472,7 +502,7 @@ class RunHandle:
                         # hold it, and a server notices a client that left before it writes on.
                         burst = 0
                         await asyncio.sleep(0)
-                if self._terminal_seq is not None:
+                if self._terminal_seq is not None or self._handed_over:
                     return
                 if coalesce:
                     # Within ``coalesce`` of the previous batch, wait out the rest of it (a
@@ -562,8 +592,13 @@ class RunHandle:
     # -- producer side --------------------------------------------------------------------
 
     def _append(self, event: BaseEvent) -> int | None:
-        """Log ``event`` and wake readers; events after the terminal one are not logged."""
-        if self._terminal_seq is not None:
+        """Log ``event`` and wake readers; events after the terminal one (or after a hand
+        over) are not logged."""
+        if self._terminal_seq is not None or self._handed_over:
+            return None
+        if self._started and event.type == _RUN_STARTED:
+            # One run, one RUN_STARTED: a resumed run's agent starts again, its readers do
+            # not (the event is neither logged nor numbered).
             return None
         self._last_seq += 1
         self._log.append(event)
@@ -586,6 +621,21 @@ class RunHandle:
                     holder.set_result(None)
         return self._last_seq
 
+    def _seed(self, base: int, logged: list[BaseEvent], closings: list[BaseEvent]) -> None:
+        """Start a resumed run's log where it stopped on its first worker: ``logged`` are its
+        events up to ``base`` (all of them, or none when the first worker's log is lost), then
+        ``closings`` end what was open at ``base``; the run goes on from there."""
+        if logged:
+            for event in logged:
+                self._append(event)
+        else:
+            self._last_seq = base
+            self._compacted = base
+            self._started = True
+        self.resumed_at = base
+        for event in closings:
+            self._append(event)
+
     def _compact(self) -> None:
         """Compact the deltas logged before the newest ``_HOT_EVENTS`` (see the class)."""
         log, upto = self._log, self._last_seq - _HOT_EVENTS
@@ -603,7 +653,7 @@ class RunHandle:
         self._append(terminal)
 
     def _close_cancelled(self) -> None:
-        if self._terminal_seq is not None:
+        if self._terminal_seq is not None or self._handed_over:
             return
         self._cancelled = True
         terminal: BaseEvent
@@ -743,6 +793,51 @@ class StreamPersistenceManager(Generic[_P]):
         task.add_done_callback(lambda _task: self._retire(handle))
         return handle
 
+    async def resume_as(
+        self,
+        owner: str | None,
+        input: RunAgentInput,
+        seed: tuple[int, list[BaseEvent], list[BaseEvent]],
+        /,
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> RunHandle:
+        """`run_as` for a run taken over from another worker: its log starts from ``seed``,
+        ``(base, logged, closings)`` (see ``RunHandle._seed``), so its sequence numbers go on
+        from ``base`` and the agent's own ``RUN_STARTED`` is not logged again. Raises
+        `RuntimeError` after `aclose`, and `ValueError` if the run is live here already."""
+        if self._closed:
+            raise RuntimeError("This StreamPersistenceManager is closed; it starts no new runs.")
+        self._prune()
+        key = (owner, input.thread_id, input.run_id)
+        existing = self._runs.get(key)
+        if existing is not None and not existing.done():
+            raise ValueError(f"Run {input.run_id!r} of thread {input.thread_id!r} runs here.")
+        if existing is not None:
+            self._finished.pop(existing, None)
+            del self._runs[key]
+        handle = RunHandle(
+            input.thread_id,
+            input.run_id,
+            owner=owner,
+            cancel_as_run_finished=(
+                _speaks_agui_1(input)
+                if self._cancel_event == "auto"
+                else self._cancel_event == "run_finished"
+            ),
+            max_log_events=self._max_log_events,
+        )
+        handle._seed(*seed)
+        task = asyncio.create_task(
+            self._produce(handle, input, args, kwargs),
+            name=f"agent run {input.thread_id}/{input.run_id} (resumed)",
+            context=None if self._context is None else self._context(),
+        )
+        handle._task = task
+        self._runs[key] = handle
+        task.add_done_callback(lambda _task: self._retire(handle))
+        return handle
+
     def get(self, thread_id: str, run_id: str, *, owner: str | None = None) -> RunHandle | None:
         """The handle of a live or recently finished run of ``owner``, or None."""
         self._prune()
@@ -855,7 +950,14 @@ class StreamPersistenceManager(Generic[_P]):
             # Ours to absorb: the run's readers get a terminal event, and wait() never raises.
             handle._close_cancelled()
         except Exception:
-            if handle._terminal_seq is None:
+            if handle._handed_over:
+                logger.warning(
+                    "Agent run %r on thread %r failed while it was handed over.",
+                    handle.run_id,
+                    handle.thread_id,
+                    exc_info=True,
+                )
+            elif handle._terminal_seq is None:
                 logger.exception(
                     "Agent run %r on thread %r failed.", handle.run_id, handle.thread_id
                 )
@@ -867,7 +969,7 @@ class StreamPersistenceManager(Generic[_P]):
                     handle.thread_id,
                 )
         else:
-            if handle._terminal_seq is None:
+            if handle._terminal_seq is None and not handle._handed_over:
                 logger.error(
                     "Agent run %r on thread %r ended without RUN_FINISHED or RUN_ERROR.",
                     handle.run_id,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -31,8 +31,11 @@ from django_pydantic_agent.persistence.outages import unit_of_work
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
+    "HANDED_OVER_HEARTBEAT",
     "TERMINAL_RUN_STATUSES",
     "CacheRunStore",
+    "HandOverRunStore",
+    "ResumableRunStore",
     "RunRecord",
     "RunStatus",
     "RunStore",
@@ -42,6 +45,10 @@ __all__ = [
 
 DEFAULT_LEASE_SECONDS: Final[float] = 60.0
 """How long a run may go without a heartbeat before the sweeper calls its worker dead."""
+
+
+HANDED_OVER_HEARTBEAT: Final[datetime] = datetime(2000, 1, 1, tzinfo=UTC)
+"""The heartbeat of a handed-over run (``HandOverRunStore.hand_over``): older than any lease."""
 
 
 class RunStatus(StrEnum):
@@ -85,6 +92,10 @@ class RunRecord:
     usage: dict[str, Any] = field(default_factory=dict)
     last_seq: int = 0
     error: str = ""
+    #: How many times another worker took the run over (``ResumableRunStore.take_over``).
+    resumes: int = 0
+    #: What a worker taking the run over runs it with (the run's input without its messages).
+    resume_input: dict[str, Any] = field(default_factory=dict)
 
     @property
     def running(self) -> bool:
@@ -140,6 +151,45 @@ class RunStore(Protocol):
         ...
 
 
+@runtime_checkable
+class HandOverRunStore(Protocol):
+    """A run store that can hand a running run over to another worker (a worker's drain)."""
+
+    async def hand_over(
+        self, *, owner_id: str, thread_id: str, run_id: str, last_seq: int | None = None
+    ) -> bool:
+        """Leave a ``running`` run to whichever worker sweeps next: its heartbeat becomes
+        ``HANDED_OVER_HEARTBEAT`` (stale under any lease), its worker empty, its ``last_seq``
+        recorded. ``False`` if the run is not running (ended, or unknown)."""
+        ...
+
+
+@runtime_checkable
+class ResumableRunStore(HandOverRunStore, Protocol):
+    """A run store whose stale runs another worker can take over and run on (a resume).
+
+    Its ``start`` also takes ``resume_input=`` (a JSON object): what a worker taking the run
+    over runs it with (``RunRecord.resume_input``).
+    """
+
+    async def take_over(
+        self,
+        *,
+        lease: float,
+        worker_id: str,
+        max_resumes: int,
+        run: tuple[str, str, str] | None = None,
+    ) -> tuple[list[RunRecord], list[RunRecord]]:
+        """Take over the stale runs (only ``run``, an ``(owner, thread, run id)``, if given).
+
+        A stale run resumed fewer than ``max_resumes`` times, with a ``resume_input``, is
+        claimed for ``worker_id`` (its heartbeat renewed, ``resumes`` counted, what it left
+        in progress ``interrupted``); any other is finalised ``errored`` as ``sweep`` does.
+        Returns ``(taken, ended)``.
+        """
+        ...
+
+
 class SyncRunStore(ABC):
     """A ``RunStore`` written as synchronous methods, each run in one worker-thread hop.
 
@@ -175,6 +225,11 @@ class SyncRunStore(ABC):
     def _get_sync(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None: ...
 
     @abstractmethod
+    def _hand_over_sync(
+        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
+    ) -> bool: ...
+
+    @abstractmethod
     def _active_sync(self, owner_id: str, thread_id: str) -> RunRecord | None: ...
 
     @abstractmethod
@@ -182,10 +237,20 @@ class SyncRunStore(ABC):
         """Finalise stale runs as ``errored`` and return them."""
 
     async def start(
-        self, *, owner_id: str, thread_id: str, run_id: str, worker_id: str = ""
+        self,
+        *,
+        owner_id: str,
+        thread_id: str,
+        run_id: str,
+        worker_id: str = "",
+        resume_input: dict[str, Any] | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Record a new ``running`` run, or return the thread's active run and ``False``."""
-        return await unit_of_work(self._start_sync)(owner_id, thread_id, run_id, worker_id)
+        """Record a new ``running`` run, or return the thread's active run and ``False``;
+        ``resume_input`` only for a ``ResumableRunStore``."""
+        args: tuple[Any, ...] = (owner_id, thread_id, run_id, worker_id)
+        if resume_input is not None:
+            args += (resume_input,)
+        return await unit_of_work(self._start_sync)(*args)
 
     async def heartbeat(
         self, *, owner_id: str, thread_id: str, run_id: str, last_seq: int | None = None
@@ -213,6 +278,12 @@ class SyncRunStore(ABC):
     async def get(self, *, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
         """Return the owner's run, or ``None``."""
         return await unit_of_work(self._get_sync)(owner_id, thread_id, run_id)
+
+    async def hand_over(
+        self, *, owner_id: str, thread_id: str, run_id: str, last_seq: int | None = None
+    ) -> bool:
+        """Leave a running run to the next sweep (see ``HandOverRunStore.hand_over``)."""
+        return await unit_of_work(self._hand_over_sync)(owner_id, thread_id, run_id, last_seq)
 
     async def active_run_for_thread(self, *, owner_id: str, thread_id: str) -> RunRecord | None:
         """Return the thread's running run, or ``None``."""
@@ -321,6 +392,18 @@ class CacheRunStore(SyncRunStore):
             changes["last_seq"] = last_seq
         self._write(replace(record, **changes))
         self._cache.touch(self._active_key(owner_id, thread_id), self.timeout)
+        return True
+
+    def _hand_over_sync(
+        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
+    ) -> bool:
+        record = self._read(owner_id, thread_id, run_id)
+        if record is None or not record.running:
+            return False
+        changes: dict[str, Any] = {"heartbeat_at": HANDED_OVER_HEARTBEAT, "worker_id": ""}
+        if last_seq is not None:
+            changes["last_seq"] = last_seq
+        self._write(replace(record, **changes))
         return True
 
     def _finish_sync(

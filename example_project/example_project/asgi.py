@@ -9,11 +9,11 @@ before the upload view could refuse it. The wrapper answers 413 from the declare
 ``Content-Length``, or cuts a chunked body off at the cap, before Django sees a byte.
 
 Outermost, ``LifespanShutdown`` answers the ASGI lifespan protocol (which Django's handler
-does not speak): under ``uvicorn --lifespan on`` the AG-UI server's run sweeper starts with the
-process (instead of at the first request) and stops at shutdown, and the process's Memory
-Service client (``AGENT_STORE=memory-service``) is closed at shutdown. ``make demo`` runs with
-``--lifespan off``; the sweeper then starts with the first request to ``/agent/``, and both
-go with the process.
+does not speak), as ``make demo`` runs it (``uvicorn --lifespan on``): the AG-UI server's run
+sweeper starts with the process (instead of at the first request); a shutdown (``SIGTERM``,
+Ctrl+C) drains the worker (new runs get a 503, running ones get ``AGENT_DRAIN_SECONDS`` to
+finish, the rest are handed over to another worker), and then the process's Memory Service
+client (``AGENT_STORE=memory-service``) is closed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 from django.core.asgi import get_asgi_application
 
 from django_pydantic_agent.agui import UploadLimitMiddleware
+from django_pydantic_agent.agui.drain import lifespan_shutdown, lifespan_startup
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
 
@@ -34,8 +35,9 @@ class LifespanShutdown:
     """Answer ``lifespan`` scopes; pass every other scope to ``app``.
 
     At startup the AG-UI server's sweeper starts (a sweep of runs whose worker died, then one
-    every ``AGENT_SWEEP_SECONDS``); at shutdown it stops, and the Memory Service client, if one
-    was made, is closed.
+    every ``AGENT_SWEEP_SECONDS``) and the drain's signal hook is installed; at shutdown the
+    worker drains (``django_pydantic_agent.agui.drain``), the sweeper stops, and the Memory
+    Service client, if one was made, is closed.
     """
 
     def __init__(self, app: Any) -> None:
@@ -48,16 +50,12 @@ class LifespanShutdown:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                from example_project.urls import server
-
-                server.start_sweeper()
+                await lifespan_startup()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 from chat.stores import aclose_memory_service_client
 
-                from example_project.urls import server
-
-                await server.aclose()
+                await lifespan_shutdown()
                 await aclose_memory_service_client()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -71,7 +69,7 @@ def _build_application() -> LifespanShutdown:
         from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 
         application = ASGIStaticFilesHandler(application)
-    return LifespanShutdown(UploadLimitMiddleware(application))
+    return LifespanShutdown(UploadLimitMiddleware(application, lifespan=False))
 
 
 application = _build_application()

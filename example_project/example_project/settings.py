@@ -46,6 +46,12 @@ Environment variables (all optional):
     before its worker counts as dead (default ``60``), and between two sweeps that end such
     runs as ``errored`` (default ``60``; ``0`` turns the sweeper off). See
     ``docs/deployment.md``.
+``AGENT_DRAIN_SECONDS``
+    At shutdown (``SIGTERM``), how long the worker lets its runs go on before it hands them
+    over to another worker (default ``25``).
+``AGENT_ON_WORKER_LOSS``
+    A run whose worker drained or died: ``resume`` (another worker runs it on; the default)
+    or ``error`` (the sweeper ends it ``errored``).
 ``AGENT_REQUESTS_PER_MINUTE``
     Runs plus uploads one user may start per minute (default ``30``; ``0`` turns the throttle
     off). Further requests get 429 with ``Retry-After``.
@@ -224,6 +230,10 @@ AGENT_HEARTBEAT_SECONDS = float(os.environ.get("AGENT_HEARTBEAT_SECONDS", "15"))
 AGENT_RUN_HEARTBEAT_SECONDS = float(os.environ.get("AGENT_RUN_HEARTBEAT_SECONDS") or 10)
 AGENT_RUN_LEASE_SECONDS = float(os.environ.get("AGENT_RUN_LEASE_SECONDS") or 60)
 AGENT_SWEEP_SECONDS = float(os.environ.get("AGENT_SWEEP_SECONDS") or 60)
+#: At shutdown, seconds the worker's runs get to finish before they are handed over.
+AGENT_DRAIN_SECONDS = float(os.environ.get("AGENT_DRAIN_SECONDS") or 25)
+#: ``resume`` or ``error``; empty: the server's default (resume where the store can).
+AGENT_ON_WORKER_LOSS = os.environ.get("AGENT_ON_WORKER_LOSS", "").strip() or None
 #: Uploads: at most this many bytes, of these types (``AGUIServer`` enforces both; the ASGI
 #: wrapper in ``asgi.py`` refuses an oversized body before Django reads it).
 AGENT_ATTACHMENT_MAX_BYTES = int(os.environ.get("AGENT_ATTACHMENT_MAX_BYTES") or 5 * 1024 * 1024)

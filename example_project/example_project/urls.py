@@ -52,6 +52,11 @@ server = AGUIServer(
     run_heartbeat_seconds=_setting("AGENT_RUN_HEARTBEAT_SECONDS"),
     run_lease_seconds=_setting("AGENT_RUN_LEASE_SECONDS"),
     sweep_interval_seconds=_setting("AGENT_SWEEP_SECONDS"),
+    # At shutdown (SIGTERM under uvicorn --lifespan on), runs get this long to finish; the
+    # rest are handed over to another worker.
+    drain_seconds=_setting("AGENT_DRAIN_SECONDS"),
+    # A run whose worker drained or died is resumed by another worker (AGENT_ON_WORKER_LOSS).
+    on_worker_loss=_setting("AGENT_ON_WORKER_LOSS"),
 )
 
 urlpatterns = [

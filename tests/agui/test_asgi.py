@@ -222,7 +222,9 @@ async def test_the_wrapper_marks_every_http_scope() -> None:
 
     original = scope("/open/", method="GET")
     await UploadLimitMiddleware(app)(original, Exchange([]).receive, Exchange([]).send)
-    await UploadLimitMiddleware(app)({"type": "lifespan"}, Exchange([]).receive, Exchange([]).send)
+    await UploadLimitMiddleware(app, lifespan=False)(
+        {"type": "lifespan"}, Exchange([]).receive, Exchange([]).send
+    )
     assert seen[0][UPLOAD_LIMIT_SCOPE_KEY] is True
     assert UPLOAD_LIMIT_SCOPE_KEY not in original  # the server's scope is not mutated
     assert UPLOAD_LIMIT_SCOPE_KEY not in seen[1]

@@ -54,7 +54,7 @@ NOT_RUN = {
         "installs the package; the test runs in the environment it is installed in"
     ),
     'pip install "pydantic-ai-slim[openai]"': "a real model needs a provider SDK and a key",
-    "uvicorn myproject.asgi:application --host 127.0.0.1 --port 8000 --lifespan off": (
+    "uvicorn myproject.asgi:application --host 127.0.0.1 --port 8000 --lifespan on": (
         "the same server First run starts"
     ),
     "ag-ui-validate http://127.0.0.1:8000/agent/ \\": "its cookies are placeholders",

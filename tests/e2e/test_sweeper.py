@@ -102,7 +102,13 @@ def test_a_killed_workers_run_is_swept_by_the_next_worker(
         }
     # Worker 1 keeps the example's defaults for runs (10 s heartbeat, 60 s lease); its words
     # come slowly, so the answer is still streaming when it dies.
-    with worker(database, tmp_path / "worker-1.log", DEMO_WORD_DELAY="0.2", **shared) as first:
+    with worker(
+        database,
+        tmp_path / "worker-1.log",
+        DEMO_WORD_DELAY="0.2",
+        AGENT_ON_WORKER_LOSS="error",
+        **shared,
+    ) as first:
         client = httpx.Client(base_url=first.url, timeout=30)
         csrf = login(client)
         cookies = dict(client.cookies.items())
@@ -137,6 +143,8 @@ def test_a_killed_workers_run_is_swept_by_the_next_worker(
     with worker(
         database,
         tmp_path / "worker-2.log",
+        # The sweeper ending a run errored (test_resume.py has the resume).
+        AGENT_ON_WORKER_LOSS="error",
         AGENT_RUN_HEARTBEAT_SECONDS="0.5",
         AGENT_RUN_LEASE_SECONDS="2",
         AGENT_SWEEP_SECONDS="0.5",

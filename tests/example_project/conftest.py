@@ -33,6 +33,8 @@ def example_urls() -> Iterator[None]:
         AGENT_RUN_HEARTBEAT_SECONDS=10,
         AGENT_RUN_LEASE_SECONDS=60,
         AGENT_SWEEP_SECONDS=60,
+        AGENT_DRAIN_SECONDS=25,
+        AGENT_ON_WORKER_LOSS=None,
         AGENT_ATTACHMENT_MAX_BYTES=EXAMPLE_ATTACHMENT_MAX_BYTES,
         AGENT_ATTACHMENT_TYPES=("text/*", "image/*", "application/pdf", "application/json"),
         AGENT_REQUESTS_PER_MINUTE=0,

@@ -100,10 +100,15 @@ class Worker:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=10)
 
+    def terminate(self) -> None:
+        """SIGTERM the worker (a deploy: it drains), without waiting for it."""
+        self.process.send_signal(signal.SIGTERM)
+
 
 @contextmanager
-def serve_site(database: str, log: Path, **env: str) -> Iterator[Worker]:
-    """A uvicorn worker serving the site on ``database`` (already prepared) for the block."""
+def serve_site(database: str, log: Path, *, lifespan: str = "off", **env: str) -> Iterator[Worker]:
+    """A uvicorn worker serving the site on ``database`` (already prepared) for the block;
+    ``lifespan="on"`` for one that drains at ``SIGTERM``."""
     port = free_port()
     with log.open("w") as out:
         process = subprocess.Popen(
@@ -115,7 +120,7 @@ def serve_site(database: str, log: Path, **env: str) -> Iterator[Worker]:
                 "--port",
                 str(port),
                 "--lifespan",
-                "off",
+                lifespan,
                 "--log-level",
                 "warning",
                 "--no-access-log",

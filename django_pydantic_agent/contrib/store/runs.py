@@ -32,6 +32,7 @@ from django.utils import timezone
 from django_pydantic_agent.persistence.outages import unit_of_work
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
+    HANDED_OVER_HEARTBEAT,
     RunRecord,
     RunStatus,
     SyncRunStore,
@@ -48,6 +49,7 @@ __all__ = [
     "asweep_runs",
     "run_sweeper",
     "sweep_runs",
+    "take_over_runs",
 ]
 
 logger = logging.getLogger("django_pydantic_agent.contrib.store")
@@ -75,6 +77,8 @@ def _record(row: StoredAgentRun) -> RunRecord:
         usage=dict(row.usage or {}),
         last_seq=row.last_seq,
         error=row.error,
+        resumes=row.resumes,
+        resume_input=dict(row.resume_input or {}),
     )
 
 
@@ -156,10 +160,29 @@ def _ledger_rows(
 
 class DefaultRunStore(SyncRunStore):
     """A ``RunStore`` over ``StoredAgentRun`` rows, and the usage ledger over
-    ``StoredRunUsage`` rows (see the module docstring)."""
+    ``StoredRunUsage`` rows (see the module docstring); a ``ResumableRunStore``: another
+    worker can take a stale run over and run it on."""
+
+    async def take_over(
+        self,
+        *,
+        lease: float,
+        worker_id: str,
+        max_resumes: int,
+        run: tuple[str, str, str] | None = None,
+    ) -> tuple[list[RunRecord], list[RunRecord]]:
+        """Take over stale runs (see :func:`take_over_runs`)."""
+        return await unit_of_work(take_over_runs)(
+            lease=lease, worker_id=worker_id, max_resumes=max_resumes, run=run
+        )
 
     def _start_sync(
-        self, owner_id: str, thread_id: str, run_id: str, worker_id: str
+        self,
+        owner_id: str,
+        thread_id: str,
+        run_id: str,
+        worker_id: str,
+        resume_input: dict[str, Any] | None = None,
     ) -> tuple[RunRecord, bool]:
         known = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id).first()
         if known is not None:
@@ -168,7 +191,11 @@ class DefaultRunStore(SyncRunStore):
             try:
                 with transaction.atomic():
                     row = _rows().create(
-                        owner_id=owner_id, thread_id=thread_id, run_id=run_id, worker_id=worker_id
+                        owner_id=owner_id,
+                        thread_id=thread_id,
+                        run_id=run_id,
+                        worker_id=worker_id,
+                        resume_input=resume_input or {},
                     )
             except IntegrityError:
                 active = (
@@ -224,6 +251,18 @@ class DefaultRunStore(SyncRunStore):
                 _record_usage(row)
         return None if row is None else _record(row)
 
+    def _hand_over_sync(
+        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
+    ) -> bool:
+        values: dict[str, Any] = {"heartbeat_at": HANDED_OVER_HEARTBEAT, "worker_id": ""}
+        if last_seq is not None:
+            values["last_seq"] = last_seq
+        return bool(
+            _rows()
+            .filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id, status=RunStatus.RUNNING)
+            .update(**values)
+        )
+
     def _get_sync(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
         row = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id).first()
         return None if row is None else _record(row)
@@ -274,18 +313,22 @@ class DefaultRunStore(SyncRunStore):
         return await unit_of_work(by_day)()
 
 
-def _errored(record: dict[str, Any]) -> dict[str, Any]:
+def _ended(record: dict[str, Any], status: str) -> dict[str, Any]:
     if record.get("status") == "active" or record.get("in_progress"):
-        return {**record, "status": "errored", "in_progress": False, "error": SWEPT_ERROR}
+        ended = {**record, "status": status, "in_progress": False}
+        if status == RunStatus.ERRORED:
+            ended["error"] = SWEPT_ERROR
+        return ended
     return record
 
 
-def _finalise_records(run: StoredAgentRun) -> int:
+def _finalise_records(run: StoredAgentRun, *, status: str = RunStatus.ERRORED.value) -> int:
     """Finalise the records the run wrote as the storage agent does for a crashed run.
 
     In-progress messages, tool calls and reasoning steps become ``errored`` with
-    ``SWEPT_ERROR``, and the run's last answer carries its outcome (``type: error``). Returns
-    the rows changed.
+    ``SWEPT_ERROR``, and the run's last answer carries its outcome (``type: error``); with
+    ``status="interrupted"`` (a run taken over to be resumed) they become ``interrupted`` and
+    no outcome is written. Returns the rows changed.
     """
     from django_pydantic_agent.contrib.store.models import StoredMessage
 
@@ -302,13 +345,14 @@ def _finalise_records(run: StoredAgentRun) -> int:
     answers = [row for row in rows if row.role not in ("user", "activity")]
     carrier = answers[-1] if answers else None
     changed: list[StoredMessage] = []
+    erroring = status == RunStatus.ERRORED
     for row in rows:
-        record = _errored(dict(row.record or {}))
-        if row is carrier and not record.get("run_outcome"):
+        record = _ended(dict(row.record or {}), status)
+        if erroring and row is carrier and not record.get("run_outcome"):
             outcome = {"run_id": run.run_id, "type": "error", "message": SWEPT_ERROR}
             record = {**record, "run_outcome": outcome}
-        calls = [_errored(dict(c)) for c in row.tool_calls or []]
-        steps = [_errored(dict(s)) for s in row.reasonings or []]
+        calls = [_ended(dict(c), status) for c in row.tool_calls or []]
+        steps = [_ended(dict(s), status) for s in row.reasonings or []]
         if (record, calls, steps) == (row.record, row.tool_calls, row.reasonings):
             continue
         row.record, row.tool_calls, row.reasonings = record, calls, steps
@@ -359,6 +403,65 @@ def sweep_runs(
         )
         swept.append(_record(run))
     return swept
+
+
+def take_over_runs(
+    *,
+    lease: float,
+    worker_id: str,
+    max_resumes: int,
+    run: tuple[str, str, str] | None = None,
+    now: datetime | None = None,
+) -> tuple[list[RunRecord], list[RunRecord]]:
+    """Take over every ``running`` run with no heartbeat for ``lease`` seconds (or only
+    ``run``, an ``(owner, thread, run id)``): ``(taken, ended)``.
+
+    Each run is locked and re-checked in its own transaction. One resumed fewer than
+    ``max_resumes`` times, with a ``resume_input``, is claimed for ``worker_id`` (heartbeat
+    now, ``resumes`` + 1) and what it left in progress becomes ``interrupted``; any other is
+    finalised ``errored`` as :func:`sweep_runs` does.
+    """
+    if lease <= 0:
+        raise ValueError(f"lease={lease!r} is not valid: pass a positive number of seconds.")
+    cutoff = (now or timezone.now()) - timedelta(seconds=lease)
+    stale = _rows().filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
+    if run is not None:
+        stale = stale.filter(owner_id=run[0], thread_id=run[1], run_id=run[2])
+    taken: list[RunRecord] = []
+    ended: list[RunRecord] = []
+    for pk in list(stale.values_list("pk", flat=True)):
+        with transaction.atomic():
+            row = (
+                _rows()
+                .select_for_update()
+                .filter(pk=pk, status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
+                .first()
+            )
+            if row is None:
+                continue
+            if row.resumes < max_resumes and row.resume_input:
+                row.resumes += 1
+                row.worker_id = worker_id
+                row.heartbeat_at = timezone.now()
+                row.save(update_fields=["resumes", "worker_id", "heartbeat_at"])
+                _finalise_records(row, status=RunStatus.INTERRUPTED.value)
+                taken.append(_record(row))
+                continue
+            row.status = RunStatus.ERRORED.value
+            row.finished_at = timezone.now()
+            row.error = SWEPT_ERROR
+            row.save(update_fields=["status", "finished_at", "error"])
+            count = _finalise_records(row)
+        logger.warning(
+            "Run %r of a thread was swept as errored (no heartbeat for %s s, resumed %d "
+            "times; %d records finalised).",
+            row.run_id,
+            lease,
+            row.resumes,
+            count,
+        )
+        ended.append(_record(row))
+    return taken, ended
 
 
 async def asweep_runs(*, lease: float = DEFAULT_LEASE_SECONDS) -> list[RunRecord]:

@@ -6,6 +6,10 @@
     20 s lock timeout, WAL), which is what a SQLite deployment should run with.
 ``RELIABILITY_DELTA_DELAY``
     Seconds the scripted model pauses after each streamed delta (default ``0.005``).
+``RELIABILITY_REDIS_URL`` (and ``RELIABILITY_CACHE_PREFIX``)
+    Redis as the cache, shared by the site's workers; unset, a per-process ``LocMemCache``.
+``RELIABILITY_RUN_HEARTBEAT``, ``RELIABILITY_RUN_LEASE``, ``RELIABILITY_DRAIN_SECONDS``
+    The mounts' ``run_heartbeat_seconds``, ``run_lease_seconds`` and ``drain_seconds``.
 """
 
 from __future__ import annotations
@@ -51,7 +55,17 @@ else:
         }
     }
 
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+if os.environ.get("RELIABILITY_REDIS_URL"):
+    # Several workers sharing runs (the resume tests): Redis, as docs/deployment.md has it.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": os.environ["RELIABILITY_REDIS_URL"],
+            "KEY_PREFIX": os.environ.get("RELIABILITY_CACHE_PREFIX", ""),
+        }
+    }
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.InMemoryStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
@@ -60,6 +74,11 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 RELIABILITY_DELTA_DELAY = float(os.environ.get("RELIABILITY_DELTA_DELAY") or 0.005)
+#: Durable runs of the mounts: heartbeat, lease and drain seconds (the server's defaults).
+RELIABILITY_RUN_HEARTBEAT = float(os.environ.get("RELIABILITY_RUN_HEARTBEAT") or 10)
+RELIABILITY_RUN_LEASE = float(os.environ.get("RELIABILITY_RUN_LEASE") or 60)
+RELIABILITY_DRAIN_SECONDS = float(os.environ.get("RELIABILITY_DRAIN_SECONDS") or 25)
+RELIABILITY_SWEEP_SECONDS = float(os.environ.get("RELIABILITY_SWEEP_SECONDS") or 60)
 
 # Warnings and errors (with their tracebacks) go to stderr, which the tests read.
 LOGGING = {

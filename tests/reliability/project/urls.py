@@ -14,6 +14,7 @@ import importlib.util
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 from django.urls import path
@@ -36,6 +37,10 @@ def _server(namespace: str, **options: Any) -> AGUIServer:
         get_user=header_user,
         csrf_exempt=True,
         namespace=namespace,
+        run_heartbeat_seconds=settings.RELIABILITY_RUN_HEARTBEAT,
+        run_lease_seconds=settings.RELIABILITY_RUN_LEASE,
+        sweep_interval_seconds=settings.RELIABILITY_SWEEP_SECONDS,
+        drain_seconds=settings.RELIABILITY_DRAIN_SECONDS,
         **options,
     )
 

@@ -237,7 +237,9 @@ class StoredAgentRun(models.Model):
     running it (``worker_id``); a ``running`` run whose heartbeat is older than the lease is
     finalised as ``errored`` by the sweeper. ``usage`` is the run's token usage (JSON),
     ``last_seq`` the sequence number of its last event. At most one run per thread is
-    ``running`` (a partial unique constraint).
+    ``running`` (a partial unique constraint). ``resumes`` counts the times another worker
+    took the run over after its worker drained or died; ``resume_input`` is what that worker
+    runs it again with (the run's ``RunAgentInput`` without its messages, as JSON).
     """
 
     owner_id = models.CharField(max_length=255, blank=True, default="")
@@ -251,6 +253,8 @@ class StoredAgentRun(models.Model):
     usage = models.JSONField(default=dict, blank=True)
     last_seq = models.PositiveBigIntegerField(default=0)
     error = models.TextField(blank=True, default="")
+    resumes = models.PositiveSmallIntegerField(default=0)
+    resume_input = models.JSONField(default=dict, blank=True)
 
     class Meta:
         verbose_name = "run record"
