@@ -37,6 +37,7 @@ from django_pydantic_agent.agui.runs import RunCoordinator, RunEndpoints
 from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 from django_pydantic_agent.agui.threads import ThreadEndpoints
 from django_pydantic_agent.agui.views import AGUIView, Route
+from django_pydantic_agent.chat_history.window import HistoryWindow
 from django_pydantic_agent.persistence import (
     AttachmentStore,
     ConversationStore,
@@ -127,6 +128,7 @@ class AGUIServer:
     allowed_file_url_schemes = _Option("run_options")
     instructions = _Option("run_options")
     deps_factory = _Option("run_options")
+    history = _Option("run_options")
     attachment_max_bytes = _Option("attachment_options", "max_bytes")
     attachment_allowed_types = _Option("attachment_options", "allowed_types")
     max_body_bytes = _Option("body_limit")
@@ -171,6 +173,7 @@ class AGUIServer:
         run_heartbeat_seconds: float = 10.0,
         run_lease_seconds: float = DEFAULT_LEASE_SECONDS,
         sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
+        history: HistoryWindow | None = None,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise TypeError(
@@ -208,6 +211,7 @@ class AGUIServer:
             run_heartbeat_seconds=run_heartbeat_seconds,
             run_lease_seconds=run_lease_seconds,
             sweep_interval_seconds=sweep_interval_seconds,
+            history=HistoryWindow() if history is None else history,
         )
         self.attachment_options = AttachmentOptions(
             max_bytes=attachment_max_bytes,
@@ -238,7 +242,9 @@ class AGUIServer:
             if self.run_store is None:
                 self.run_store = default_run_store(store, lease_seconds=options.run_lease_seconds)
             self.coordinator = RunCoordinator(
-                StoreGuard.factory(expose_error_messages=options.expose_error_messages),
+                StoreGuard.factory(
+                    expose_error_messages=options.expose_error_messages, history=options.history
+                ),
                 run_store=self.run_store,
                 heartbeat_seconds=options.run_heartbeat_seconds,
                 lease_seconds=options.run_lease_seconds,
