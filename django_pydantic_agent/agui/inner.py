@@ -37,6 +37,7 @@ from django_pydantic_agent.agui.errors import redact_run_error, run_error
 from django_pydantic_agent.agui.sse import aclose
 from django_pydantic_agent.chat_history import AGUIAgent
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
+from django_pydantic_agent.persistence.conversation import RunScope, enter_run_scope
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import AgentRunResult
@@ -198,7 +199,9 @@ class PydanticAIAgent(AGUIAgent):
     one) with ``build_adapter`` and streams the adapter's events, reasoning dropped unless
     ``forward_reasoning``. It never raises: a failure, even while converting the history, is
     logged and ends the stream with ``RUN_ERROR`` (after a ``RUN_STARTED``), redacted unless
-    ``expose_error_messages``. ``RUN_FINISHED`` carries the run's token usage.
+    ``expose_error_messages``. ``RUN_FINISHED`` carries the run's token usage. On a stored
+    thread, ``scope`` (the request's owner and the thread) is the run's: its conversation id
+    is derived from it, and it is set on the running task (``persistence.conversation``).
     """
 
     def __init__(
@@ -211,8 +214,10 @@ class PydanticAIAgent(AGUIAgent):
         allowed_file_url_schemes: frozenset[str],
         expose_error_messages: bool,
         forward_reasoning: bool,
+        scope: RunScope | None = None,
     ) -> None:
         self.name = agent.name or "agent"
+        self._scope = scope
         self._agent = agent
         self._deps = deps
         self._accept = accept
@@ -242,8 +247,15 @@ class PydanticAIAgent(AGUIAgent):
                     expose_error_messages=self._expose,
                 )
             source = adapter.run_stream(
-                deps=self._deps, instructions=self._instructions, on_complete=complete
+                deps=self._deps,
+                instructions=self._instructions,
+                on_complete=complete,
+                conversation_id=None if self._scope is None else self._scope.conversation_id,
             )
+            if self._scope is not None:
+                # The run's own task (a producer runs in a context of its own): the tools of
+                # this run, and the tasks they start, see whose history they may read.
+                enter_run_scope(self._scope)
             events = source if self._forward_reasoning else without_reasoning(source)
             try:
                 async for event in events:

@@ -74,7 +74,7 @@ from django_pydantic_agent.agui.sse import (
     with_heartbeat,
 )
 from django_pydantic_agent.agui.views import ABANDONED_HOOK, Route
-from django_pydantic_agent.chat_history import AGUIStorageAgent
+from django_pydantic_agent.chat_history import AGUIStorageAgent, HistoryWindow
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
 from django_pydantic_agent.persistence import (
     AttachmentStore,
@@ -82,6 +82,7 @@ from django_pydantic_agent.persistence import (
     StoreError,
     refuse_over_quota,
 )
+from django_pydantic_agent.persistence.conversation import RunScope
 
 __all__ = [
     "NESTED_TOO_DEEPLY",
@@ -148,14 +149,18 @@ class StoreGuard:
         self._expose = expose_error_messages
 
     @classmethod
-    def factory(cls, *, expose_error_messages: bool) -> Callable[..., StoreGuard]:
+    def factory(
+        cls, *, expose_error_messages: bool, history: HistoryWindow | None = None
+    ) -> Callable[..., StoreGuard]:
         """The ``RunCoordinator`` agent factory: ``(chat_repo, message_repo, user_uuid, inner)``
-        to the guarded storage agent of one run."""
+        to the guarded storage agent of one run, replaying the ``history`` window."""
 
         def build(
             chat_repo: Any, message_repo: Any, user_uuid: uuid.UUID, inner: PydanticAIAgent
         ) -> StoreGuard:
-            agent = AGUIStorageAgent(inner.name, user_uuid, chat_repo, message_repo, inner)
+            agent = AGUIStorageAgent(
+                inner.name, user_uuid, chat_repo, message_repo, inner, history=history
+            )
             return cls(agent, expose_error_messages=expose_error_messages)
 
         return build
@@ -249,8 +254,11 @@ class _RunEndpoint:
     async def _stream(self, request: HttpRequest, accepted: AcceptedRun[Any]) -> HttpResponseBase:
         raise NotImplementedError
 
-    async def _inner(self, request: HttpRequest, accept: str | None) -> PydanticAIAgent:
-        """The inner agent of one run, with its deps (``deps_factory``, else ``AgentDeps``)."""
+    async def _inner(
+        self, request: HttpRequest, accept: str | None, *, scope: RunScope | None = None
+    ) -> PydanticAIAgent:
+        """The inner agent of one run, with its deps (``deps_factory``, else ``AgentDeps``) and,
+        on a stored thread, the run's owner and thread (``scope``)."""
         options = self._options
         deps = await build_deps(
             options.deps_factory, request, attachment_store=self._attachment_store
@@ -263,6 +271,7 @@ class _RunEndpoint:
             allowed_file_url_schemes=options.allowed_file_url_schemes,
             expose_error_messages=options.expose_error_messages,
             forward_reasoning=options.forward_reasoning,
+            scope=scope,
         )
 
 
@@ -350,7 +359,8 @@ class DurableRunEndpoint(_RunEndpoint):
                 await coordinator.claim(owner_id, run_input.thread_id, run_input.run_id)
             except ThreadBusy as exc:
                 return error_response(409, str(exc))
-            inner = await self._inner(request, accepted.accept)
+            scope = RunScope(owner_id=owner_id, thread_id=run_input.thread_id)
+            inner = await self._inner(request, accepted.accept, scope=scope)
             handle = await coordinator.start(
                 owner_id, run_input, chat_repo, message_repo, user_uuid, inner
             )
