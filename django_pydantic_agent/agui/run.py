@@ -76,6 +76,7 @@ from django_pydantic_agent.agui.sse import (
 from django_pydantic_agent.agui.views import ABANDONED_HOOK, Route
 from django_pydantic_agent.chat_history import AGUIStorageAgent, HistoryWindow
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
+from django_pydantic_agent.chat_history.window import read_window
 from django_pydantic_agent.persistence import (
     AttachmentStore,
     ConversationStore,
@@ -385,6 +386,22 @@ class DurableRunEndpoint(_RunEndpoint):
         Raises the store's ``StoreError`` (an anonymous caller it refuses, for example).
         """
         return await owner_repositories(request, self._store)
+
+    async def model_view(self, request: HttpRequest, thread_id: str) -> dict[str, Any] | None:
+        """Where the model's view of the caller's thread begins (``{"startsAt", "messages"}``,
+        ``startsAt`` ``None`` when the window holds the whole thread), or ``None`` for a
+        thread the caller does not have."""
+        try:
+            chat_repo, message_repo, user_uuid = await owner_repositories(request, self._store)
+        except StoreError:
+            return None
+        chat = await chat_repo.get_chat_by_thread_id(user_uuid, thread_id)
+        if chat is None:
+            return None
+        loaded = await read_window(message_repo, chat.chat_uuid, self._options.history)
+        whole = loaded.whole and len(loaded.window) == len(loaded.read)
+        starts = None if whole or not loaded.window else loaded.window[0].agui_id
+        return {"startsAt": starts, "messages": len(loaded.window)}
 
     async def active_run(self, request: HttpRequest, thread_id: str) -> dict[str, Any] | None:
         """``{"runId", "lastSeq"}`` of the caller's running run on ``thread_id``, or ``None``."""

@@ -267,6 +267,7 @@ class AGUIServer:
                 body_limit=self.body_limit,
                 active_run=run.active_run,
                 settle=run.settle,
+                model_view=run.model_view,
             )
             runs = RunEndpoints(
                 self.coordinator,

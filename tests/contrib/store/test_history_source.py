@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django_pydantic_agent.contrib.store.history_source import StoredHistorySource
 from django_pydantic_agent.persistence.conversation import conversation_id_for, run_scope
 from tests.agui.conftest import logged_in, sse_events
-from tests.contrib.store.urls_search import FOUND
+from tests.contrib.store.urls_search import FOUND, SENT
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -103,3 +103,36 @@ async def test_outside_a_run_the_source_lists_nothing(alice: Any) -> None:
 def test_a_source_scope_is_conversation_or_owner() -> None:
     with pytest.raises(ValueError, match=r"scope='everyone'"):
         StoredHistorySource(scope="everyone")  # type: ignore[arg-type]
+
+
+async def test_the_thread_json_says_where_the_models_view_begins(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        await _say(alice, "window", "w", "Turn 0")
+        first = (await http.get("/window/threads/w/")).json()
+        assert first["modelView"] == {"startsAt": None, "messages": 2}
+        for n in range(1, 4):
+            await _say(alice, "window", "w", f"Turn {n}")
+        thread = (await http.get("/window/threads/w/")).json()
+    # Every message is shown; the model's view begins at the third turn's question.
+    assert len(thread["messages"]) == 8
+    third = thread["messages"][4]
+    assert third["content"] == "Turn 2"
+    assert thread["modelView"] == {"startsAt": third["id"], "messages": 4}
+    # And that is what the model was sent (the window, then the new question).
+    SENT.clear()
+    await _say(alice, "window", "w", "Turn 4")
+    assert SENT == [5]
+
+
+async def test_a_harness_compaction_capability_trims_what_a_served_agent_sends(
+    alice: Any,
+) -> None:
+    for n in range(5):
+        SENT.clear()
+        await _say(alice, "compact", "c", f"Turn {n}")
+    # The window holds 9 messages; SlidingWindowCompaction cut the request to fit its limit.
+    assert SENT
+    assert SENT[-1] <= 4
+    async with await logged_in(alice) as http:
+        thread = (await http.get("/compact/threads/c/")).json()
+    assert len(thread["messages"]) == 10  # the user still sees every message

@@ -1,4 +1,5 @@
-"""``AGUIServer`` mounts whose agent searches stored history (``StoredHistorySource``)."""
+"""``AGUIServer`` mounts for long threads: search over stored history (``StoredHistorySource``),
+a small history window, and a harness compaction capability."""
 
 from __future__ import annotations
 
@@ -11,20 +12,25 @@ from django.urls import path
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from pydantic_ai_harness.compaction import SlidingWindowCompaction
 from pydantic_ai_harness.conversation_search import ConversationSearch
 
 from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.chat_history import HistoryWindow
 from django_pydantic_agent.contrib.store.history_source import StoredHistorySource
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 
 #: What each search returned to the model, in order.
 FOUND: list[str] = []
+#: How many messages each model request was sent, in order.
+SENT: list[int] = []
 
 
 async def _searcher(
     messages: list[ModelMessage], info: AgentInfo
 ) -> AsyncIterator[str | dict[int, DeltaToolCall]]:
     """``search: <words>`` calls the search tool; its result is kept in ``FOUND``."""
+    SENT.append(len(messages))
     last = messages[-1]
     assert isinstance(last, ModelRequest)
     for part in last.parts:
@@ -64,4 +70,26 @@ owner_search = AGUIServer(
     namespace="owner-search",
 )
 
-urlpatterns = [path("search/", thread_search.urls), path("owner-search/", owner_search.urls)]
+small_window = AGUIServer(
+    Agent(FunctionModel(stream_function=_searcher)),
+    conversation_store=DefaultConversationStore(),
+    csrf_exempt=True,
+    namespace="window",
+    history=HistoryWindow(max_messages=4),
+)
+compacting = AGUIServer(
+    Agent(
+        FunctionModel(stream_function=_searcher),
+        capabilities=[SlidingWindowCompaction(max_messages=4, keep_messages=2)],
+    ),
+    conversation_store=DefaultConversationStore(),
+    csrf_exempt=True,
+    namespace="compact",
+)
+
+urlpatterns = [
+    path("search/", thread_search.urls),
+    path("owner-search/", owner_search.urls),
+    path("window/", small_window.urls),
+    path("compact/", compacting.urls),
+]
