@@ -8,8 +8,7 @@ thread on the task (``persistence.conversation.run_scope``) and derives the run'
 lists every thread of the run's owner; pair it with ``ConversationSearch(scope="all")``.
 
 A search run is one run id of a thread (the messages it wrote, and the user message that
-started it); messages saved without a run form one more. Summaries are not searched. Needs the
-``harness`` extra.
+started it); messages saved without a run form one more. Needs the ``harness`` extra.
 """
 
 from __future__ import annotations
@@ -61,9 +60,7 @@ class StoredHistorySource:
         self.scope = scope
 
     def _rows(self, run: RunScope) -> Any:
-        rows = StoredMessage.objects.filter(conversation__owner_id=run.owner_id).exclude(
-            role="summary"
-        )
+        rows = StoredMessage.objects.filter(conversation__owner_id=run.owner_id)
         if self.scope == "conversation":
             rows = rows.filter(conversation__thread_id=run.thread_id)
         return rows

@@ -190,6 +190,7 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "Time to the first event on a new thread",
         "The durable path's own cost on the event loop",
         "The run path: a turn at message 10",
+        "What a run reads and what the model is sent",
         "The run path's writes alone, at message 10",
         "Reattach latency",
         "Cancel latency",
@@ -197,8 +198,8 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "The sweeper on 20 stale runs",
     ):
         assert f"### {title}" in text
-    assert text.count("Machine: ") == 11
-    assert text.count("$ python -m bench --quick --no-predecessors --write") >= 11
+    assert text.count("Machine: ") == 12
+    assert text.count("$ python -m bench --quick --no-predecessors --write") >= 12
     # Each streaming row counts the whole run: RUN_STARTED, 2,000 deltas with their
     # start and end, RUN_FINISHED.
     streaming = [line for line in text.splitlines() if line.startswith("| django-pydantic-agent")]
