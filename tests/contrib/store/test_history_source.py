@@ -95,6 +95,7 @@ async def test_outside_a_run_the_source_lists_nothing(alice: Any) -> None:
         assert [r.conversation_id for r in runs] == [conversation_id_for(str(alice.pk), "t")]
         history = await source.run_history(run_id=runs[0].run_id)
         assert "Pears are ripe." in repr(history)
+        assert await source.run_history(run_id="not-a-run") == []
     # A run id of another owner's thread, named while serving alice, reads nothing.
     with run_scope("someone-else", "t"):
         assert await source.run_history(run_id=runs[0].run_id) == []
