@@ -79,6 +79,7 @@ def record_model_messages(message: Message) -> list[Any]:
         ModelRequest,
         ModelResponse,
         TextPart,
+        ThinkingPart,
         ToolCallPart,
         ToolReturnPart,
         UserPromptPart,
@@ -86,7 +87,9 @@ def record_model_messages(message: Message) -> list[Any]:
 
     if message.role != Role.ASSISTANT.value:
         return [ModelRequest(parts=[UserPromptPart(content="\n".join(_texts(message)))])]
-    parts: list[Any] = [TextPart(content=message.content)] if message.content else []
+    parts: list[Any] = [ThinkingPart(content=step.content) for step in message.reasonings]
+    if message.content:
+        parts.append(TextPart(content=message.content))
     returns: list[Any] = []
     for call in message.tool_calls:
         call_id = call.tool_call_id or call.agui_id or str(call.uuid)
