@@ -236,6 +236,21 @@ def chat_history_suite(report: Report, args: Any) -> None:
         lines,
         note=f"Budgets: {_met(within)}. The reference column quotes seed 000's figures.",
     )
+    import asyncio
+
+    from bench.chat_history_requests import serve
+    from bench.memory_window import WINDOW_HEADER, measure_window
+
+    with serve() as origin:
+        window = asyncio.run(measure_window(f"{origin}/api/v2"))
+    report.table(
+        "What a run reads of a long thread on the Memory Service",
+        [WINDOW_HEADER, *(row.row() for row in window)],
+        note=(
+            "One turn through AGUIStorageAgent (default window: 100 messages) on a seeded "
+            "thread; events read are the message events the event listings returned."
+        ),
+    )
 
 
 # -- HTTP suites -------------------------------------------------------------------------------
