@@ -209,8 +209,9 @@ class _Worker:
 
     async def turn(self, input: RunAgentInput, events: Sequence[BaseEvent]) -> None:
         agent = AGUIStorageAgent("assistant", USER, self.chats, self.messages, _Script(events))
-        async for _ in agent.run(input):
-            pass
+        async for event in agent.run(input):
+            if event.type == "RUN_ERROR":
+                raise RuntimeError(f"The scripted turn failed: {event}")
 
 
 def _input(thread: str, run_id: str, messages: list[Message]) -> RunAgentInput:

@@ -165,6 +165,8 @@ class Stream:
     events: int
     terminal_type: str
     outcome: str
+    first_text: float = 0.0
+    """When the first ``TEXT_MESSAGE_*`` event arrived: the model's first output."""
 
     @property
     def events_per_second(self) -> float:
@@ -190,7 +192,7 @@ async def stream(
     the ``n``-th event (to act while the stream is live).
     """
     start = time.perf_counter()
-    first_byte = first_event = terminal = 0.0
+    first_byte = first_event = first_text = terminal = 0.0
     events = 0
     terminal_type = outcome = ""
     buffer = b""
@@ -207,6 +209,8 @@ async def stream(
                     continue
                 events += 1
                 first_event = first_event or now
+                if not first_text and b'"TEXT_MESSAGE_' in data:
+                    first_text = now
                 if b'"RUN_FINISHED"' in data or b'"RUN_ERROR"' in data:
                     terminal = now
                     decoded = json.loads(data)
@@ -227,4 +231,5 @@ async def stream(
         events=events,
         terminal_type=terminal_type,
         outcome=outcome,
+        first_text=first_text,
     )

@@ -236,15 +236,30 @@ def chat_history_suite(report: Report, args: Any) -> None:
         lines,
         note=f"Budgets: {_met(within)}. The reference column quotes seed 000's figures.",
     )
+    import asyncio
+
+    from bench.chat_history_requests import serve
+    from bench.memory_window import WINDOW_HEADER, measure_window
+
+    with serve() as origin:
+        window = asyncio.run(measure_window(f"{origin}/api/v2"))
+    report.table(
+        "What a run reads of a long thread on the Memory Service",
+        [WINDOW_HEADER, *(row.row() for row in window)],
+        note=(
+            "One turn through AGUIStorageAgent (default window: 100 messages) on a seeded "
+            "thread; events read are the message events the event listings returned."
+        ),
+    )
 
 
 # -- HTTP suites -------------------------------------------------------------------------------
 
 
-def _bench_user() -> None:
+def _bench_user() -> Any:
     from django.contrib.auth import get_user_model
 
-    get_user_model().objects.get_or_create(username="bench")
+    return get_user_model().objects.get_or_create(username="bench")[0]
 
 
 def streaming_suite(report: Report, args: Any) -> None:
@@ -384,22 +399,39 @@ def overhead_suite(report: Report, args: Any) -> None:
 
 
 def run_path_suite(report: Report, args: Any) -> None:
-    from bench.live import served
-    from bench.runpath import HEADER, grow
+    from django.conf import settings
 
-    _bench_user()
+    from bench.live import served
+    from bench.turncost import HEADER, SIZES, TOKENS_HEADER, measure, seed, sent_to_model
+
+    user = _bench_user()
+    owner = str(user.pk)
+    sizes = (10, 20, 40) if args.quick else SIZES
+    samples = max(3, min(args.samples, 20))
+    threads = {size: [seed(owner, size) for _ in range(samples)] for size in sizes}
     with served(emulator=False) as [live]:
-        lines, refused = asyncio.run(grow(f"{live.origin}/short/", messages=args.messages))
+        lines, _ = asyncio.run(measure(f"{live.origin}/short/", threads))
+    vendor = settings.DATABASES["default"]["ENGINE"].rpartition(".")[2]
     report.table(
-        f"The run path: a turn at message 10 and at message {max(40, args.messages):,}",
+        f"The run path: a turn at message {sizes[0]:,}, {sizes[1]:,} and {sizes[2]:,} ({vendor})",
         [HEADER, *lines],
         note=(
-            "One thread on DefaultConversationStore grows through the run endpoint, one user "
-            "message and a 5-delta answer per run; wall time of each whole run. A run posted "
-            "right after the previous one's RUN_FINISHED can meet that run still finalising: "
-            f"it was refused {refused[409]} times with 409 (thread busy) and {refused[500]} "
-            "times with 500, and the client posted again 5 ms later; only the accepted run's "
-            "time counts."
+            f"{samples} threads on DefaultConversationStore of each size (alternate user and "
+            "assistant messages of about 50 words, every fifth answer with a tool call), one "
+            "run on each, the sizes in turn, through the run endpoint: one new user message "
+            "and a 5-delta answer. Wall time of the whole run, and the time to its "
+            "first event (RUN_STARTED) and to the first event of the answer, which comes "
+            "after the history is read; the model is sent the default HistoryWindow."
+        ),
+    )
+    tokens = asyncio.run(sent_to_model(owner, {size: names[0] for size, names in threads.items()}))
+    report.table(
+        "What a run reads and what the model is sent",
+        [TOKENS_HEADER, *tokens],
+        note=(
+            "One run per thread in process, on a cold worker (fresh repositories, so every "
+            "row it needs is read): the message rows it read, and the history the model was "
+            "sent, its tokens by pydantic-ai-harness's estimate_message_tokens."
         ),
     )
 

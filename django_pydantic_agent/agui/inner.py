@@ -38,6 +38,7 @@ from django_pydantic_agent.agui.spend import budget_refusal
 from django_pydantic_agent.agui.sse import aclose
 from django_pydantic_agent.chat_history import AGUIAgent
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
+from django_pydantic_agent.persistence.conversation import RunScope, enter_run_scope
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import AgentRunResult
@@ -206,8 +207,11 @@ class PydanticAIAgent(AGUIAgent):
     one) with ``build_adapter`` and streams the adapter's events, reasoning dropped unless
     ``forward_reasoning``. It never raises: a failure, even while converting the history, is
     logged and ends the stream with ``RUN_ERROR`` (after a ``RUN_STARTED``), redacted unless
-    ``expose_error_messages``. ``RUN_FINISHED`` carries the run's token usage. ``run_options``
-    go to the agent's run as they are (the mount's spend capability and its metadata).
+    ``expose_error_messages``. ``RUN_FINISHED`` carries the run's token usage. On a stored
+    thread, ``scope`` (the request's owner and the thread) is the run's: its conversation id
+    is derived from it, and it is set on the running task (``persistence.conversation``).
+    ``run_options`` go to the agent's run as they are (the mount's spend capability and its
+    metadata).
     """
 
     def __init__(
@@ -220,9 +224,11 @@ class PydanticAIAgent(AGUIAgent):
         allowed_file_url_schemes: frozenset[str],
         expose_error_messages: bool,
         forward_reasoning: bool,
+        scope: RunScope | None = None,
         run_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = agent.name or "agent"
+        self._scope = scope
         self.run_options = dict(run_options or {})
         self._agent = agent
         self._deps = deps
@@ -261,8 +267,13 @@ class PydanticAIAgent(AGUIAgent):
                 deps=self._deps,
                 instructions=self._instructions,
                 on_complete=complete,
+                conversation_id=None if self._scope is None else self._scope.conversation_id,
                 **self.run_options,
             )
+            if self._scope is not None:
+                # The run's own task (a producer runs in a context of its own): the tools of
+                # this run, and the tasks they start, see whose history they may read.
+                enter_run_scope(self._scope)
             events = source if self._forward_reasoning else without_reasoning(source)
             try:
                 async for event in events:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypeAlias
 
 from django.http import HttpRequest
@@ -19,6 +19,7 @@ from django.http import HttpRequest
 from django_pydantic_agent.agui.drain import DEFAULT_DRAIN_SECONDS
 from django_pydantic_agent.agui.http import json_body_limit
 from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
+from django_pydantic_agent.chat_history.window import HistoryWindow
 from django_pydantic_agent.persistence.runs import DEFAULT_LEASE_SECONDS
 
 __all__ = [
@@ -120,8 +121,15 @@ class RunOptions:
     on_worker_loss: OnWorkerLoss = "error"
     #: How many times one run is resumed at most; after that it ends ``errored``.
     max_resumes: int = DEFAULT_MAX_RESUMES
+    #: What the model sees of a stored thread (a durable run reads only that much of it).
+    history: HistoryWindow = field(default_factory=HistoryWindow)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.history, HistoryWindow):
+            raise TypeError(
+                f"history must be a HistoryWindow, got {self.history!r}; pass for example "
+                "HistoryWindow(max_tokens=50_000), or HistoryWindow.whole() for every message."
+            )
         check_positive("heartbeat_seconds", self.heartbeat_seconds, allow_zero=True)
         check_positive("stream_coalesce_seconds", self.stream_coalesce_seconds, allow_zero=True)
         for name in ("forward_reasoning", "expose_error_messages"):

@@ -78,8 +78,14 @@ from django_pydantic_agent.agui.sse import (
     with_heartbeat,
 )
 from django_pydantic_agent.agui.views import ABANDONED_HOOK, Route
-from django_pydantic_agent.chat_history import AGUIStorageAgent, Message, translate_messages
+from django_pydantic_agent.chat_history import (
+    AGUIStorageAgent,
+    HistoryWindow,
+    Message,
+    translate_messages,
+)
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
+from django_pydantic_agent.chat_history.window import read_window
 from django_pydantic_agent.persistence import (
     AnonymousOperationError,
     AttachmentStore,
@@ -88,6 +94,7 @@ from django_pydantic_agent.persistence import (
     refuse_over_quota,
     resolve_owner_id,
 )
+from django_pydantic_agent.persistence.conversation import RunScope
 from django_pydantic_agent.persistence.runs import RunRecord
 
 __all__ = [
@@ -168,9 +175,11 @@ class StoreGuard:
         self._expose = expose_error_messages
 
     @classmethod
-    def factory(cls, *, expose_error_messages: bool) -> Callable[..., StoreGuard]:
+    def factory(
+        cls, *, expose_error_messages: bool, history: HistoryWindow | None = None
+    ) -> Callable[..., StoreGuard]:
         """The ``RunCoordinator`` agent factory: ``(chat_repo, message_repo, user_uuid, inner)``
-        to the guarded storage agent of one run."""
+        to the guarded storage agent of one run, replaying the ``history`` window."""
 
         def build(
             chat_repo: Any,
@@ -181,7 +190,13 @@ class StoreGuard:
         ) -> StoreGuard:
             translate = translate_messages if resumed_run is None else _resumed(resumed_run)
             agent = AGUIStorageAgent(
-                inner.name, user_uuid, chat_repo, message_repo, inner, translate=translate
+                inner.name,
+                user_uuid,
+                chat_repo,
+                message_repo,
+                inner,
+                translate=translate,
+                history=history,
             )
             return cls(agent, expose_error_messages=expose_error_messages)
 
@@ -287,10 +302,17 @@ class _RunEndpoint:
         raise NotImplementedError
 
     async def _inner(
-        self, request: HttpRequest, accept: str | None, *, owner_id: str, thread_id: str
+        self,
+        request: HttpRequest,
+        accept: str | None,
+        *,
+        owner_id: str,
+        thread_id: str,
+        scope: RunScope | None = None,
     ) -> PydanticAIAgent:
-        """The inner agent of one run, with its deps (``deps_factory``, else ``AgentDeps``) and,
-        with spend limits, the capability and the run's owner and thread for its scopes."""
+        """The inner agent of one run, with its deps (``deps_factory``, else ``AgentDeps``);
+        with spend limits, the capability and the run's owner and thread for its scopes; on a
+        stored thread, the run's owner and thread (``scope``) for its history."""
         options = self._options
         deps = await build_deps(
             options.deps_factory, request, attachment_store=self._attachment_store
@@ -305,6 +327,7 @@ class _RunEndpoint:
             expose_error_messages=options.expose_error_messages,
             forward_reasoning=options.forward_reasoning,
             run_options=None if spend is None else spend.run_options(owner_id, thread_id),
+            scope=scope,
         )
 
     async def _over_budget(
@@ -426,7 +449,11 @@ class DurableRunEndpoint(_RunEndpoint):
         handle = coordinator.manager.get(run_input.thread_id, run_input.run_id, owner=owner_id)
         if handle is None:
             inner = await self._inner(
-                request, accepted.accept, owner_id=owner_id, thread_id=run_input.thread_id
+                request,
+                accepted.accept,
+                owner_id=owner_id,
+                thread_id=run_input.thread_id,
+                scope=RunScope(owner_id=owner_id, thread_id=run_input.thread_id),
             )
             refusal = await self._over_budget(inner, owner_id, run_input)
             if refusal is not None:
@@ -481,6 +508,7 @@ class DurableRunEndpoint(_RunEndpoint):
             accept if isinstance(accept, str) else None,
             owner_id=record.owner_id,
             thread_id=record.thread_id,
+            scope=RunScope(owner_id=record.owner_id, thread_id=record.thread_id),
         )
         return run_input, (chat_repo, message_repo, user_uuid, inner, record.run_id)
 
@@ -490,6 +518,22 @@ class DurableRunEndpoint(_RunEndpoint):
         Raises the store's ``StoreError`` (an anonymous caller it refuses, for example).
         """
         return await owner_repositories(request, self._store)
+
+    async def model_view(self, request: HttpRequest, thread_id: str) -> dict[str, Any] | None:
+        """Where the model's view of the caller's thread begins (``{"startsAt", "messages"}``,
+        ``startsAt`` ``None`` when the window holds the whole thread), or ``None`` for a
+        thread the caller does not have."""
+        try:
+            chat_repo, message_repo, user_uuid = await owner_repositories(request, self._store)
+        except StoreError:
+            return None
+        chat = await chat_repo.get_chat_by_thread_id(user_uuid, thread_id)
+        if chat is None:
+            return None
+        loaded = await read_window(message_repo, chat.chat_uuid, self._options.history)
+        whole = loaded.whole and len(loaded.window) == len(loaded.read)
+        starts = None if whole or not loaded.window else loaded.window[0].agui_id
+        return {"startsAt": starts, "messages": len(loaded.window)}
 
     async def active_run(self, request: HttpRequest, thread_id: str) -> dict[str, Any] | None:
         """``{"runId", "lastSeq"}`` of the caller's running run on ``thread_id``, or ``None``."""

@@ -43,6 +43,7 @@ from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 from django_pydantic_agent.agui.threads import ThreadEndpoints
 from django_pydantic_agent.agui.usage import UsageEndpoint
 from django_pydantic_agent.agui.views import AGUIView, Route
+from django_pydantic_agent.chat_history.window import HistoryWindow
 from django_pydantic_agent.persistence import (
     AttachmentStore,
     ConversationStore,
@@ -141,6 +142,7 @@ class AGUIServer:
     allowed_file_url_schemes = _Option("run_options")
     instructions = _Option("run_options")
     deps_factory = _Option("run_options")
+    history = _Option("run_options")
     attachment_max_bytes = _Option("attachment_options", "max_bytes")
     attachment_allowed_types = _Option("attachment_options", "allowed_types")
     max_body_bytes = _Option("body_limit")
@@ -190,6 +192,7 @@ class AGUIServer:
         drain_seconds: float = DEFAULT_DRAIN_SECONDS,
         on_worker_loss: OnWorkerLoss | None = None,
         max_resumes: int = DEFAULT_MAX_RESUMES,
+        history: HistoryWindow | None = None,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise TypeError(
@@ -241,6 +244,7 @@ class AGUIServer:
             drain_seconds=drain_seconds,
             on_worker_loss=on_worker_loss,
             max_resumes=max_resumes,
+            history=HistoryWindow() if history is None else history,
         )
         self.attachment_options = AttachmentOptions(
             max_bytes=attachment_max_bytes,
@@ -274,7 +278,9 @@ class AGUIServer:
             if self.run_store is None:
                 self.run_store = default_run_store(store, lease_seconds=options.run_lease_seconds)
             self.coordinator = RunCoordinator(
-                StoreGuard.factory(expose_error_messages=options.expose_error_messages),
+                StoreGuard.factory(
+                    expose_error_messages=options.expose_error_messages, history=options.history
+                ),
                 run_store=self.run_store,
                 heartbeat_seconds=options.run_heartbeat_seconds,
                 lease_seconds=options.run_lease_seconds,
@@ -309,6 +315,7 @@ class AGUIServer:
                 body_limit=self.body_limit,
                 active_run=run.active_run,
                 settle=run.settle,
+                model_view=run.model_view,
             )
             runs = RunEndpoints(
                 self.coordinator,

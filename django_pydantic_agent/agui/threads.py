@@ -131,8 +131,10 @@ class ThreadEndpoints:
         body_limit: Callable[[], int],
         active_run: Callable[[HttpRequest, str], Awaitable[dict[str, Any] | None]] | None = None,
         settle: Callable[[HttpRequest, str | None], Awaitable[None]] | None = None,
+        model_view: Callable[[HttpRequest, str], Awaitable[dict[str, Any] | None]] | None = None,
     ) -> None:
         self._store = store
+        self._model_view = model_view
         self._list_limit = list_limit
         self._body_limit = body_limit
         self._active_run = active_run
@@ -187,7 +189,10 @@ class ThreadEndpoints:
         """``GET threads/<id>/``: ``{"threadId", "messages", "activeRun"}``, or 404.
 
         ``messages`` are as stored (each with its ``status``); ``activeRun`` is the caller's
-        running run on the thread, ``{"runId", "lastSeq"}`` to reattach with, or ``null``.
+        running run on the thread, ``{"runId", "lastSeq"}`` to reattach with, or ``null``;
+        ``modelView`` (durable runs only) is what the next run's model is sent:
+        ``{"startsAt": <id of its first message, null when it is the whole thread>,
+        "messages": <how many stored messages>}``.
         """
         if await self._owns_nothing(request):
             return error_response(404, NOT_FOUND)
@@ -200,13 +205,14 @@ class ThreadEndpoints:
         if conversation is None:
             return error_response(404, NOT_FOUND)
         active = None if self._active_run is None else await self._active_run(request, thread_id)
-        return JsonResponse(
-            {
-                "threadId": thread_id,
-                "messages": [_with_status(message) for message in conversation.messages],
-                "activeRun": active,
-            }
-        )
+        body: dict[str, Any] = {
+            "threadId": thread_id,
+            "messages": [_with_status(message) for message in conversation.messages],
+            "activeRun": active,
+        }
+        if self._model_view is not None:
+            body["modelView"] = await self._model_view(request, thread_id)
+        return JsonResponse(body)
 
     async def rename(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``PATCH threads/<id>/`` with ``{"title": "..."}`` and/or ``{"archived": bool}``: 200,

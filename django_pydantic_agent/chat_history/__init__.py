@@ -55,6 +55,7 @@ from django_pydantic_agent.chat_history.storage_agent import (
     StorageState,
 )
 from django_pydantic_agent.chat_history.translate import translate_messages
+from django_pydantic_agent.chat_history.window import HistoryWindow, RecentMessageReads
 
 if TYPE_CHECKING:
     from django_pydantic_agent.chat_history.manager import (
@@ -98,6 +99,7 @@ __all__ = [
     "ChatRepositoryLike",
     "ChatSessionRegistry",
     "ErrorCodes",
+    "HistoryWindow",
     "InMemoryChatRepository",
     "InMemoryMessageRepository",
     "InvalidInputError",
@@ -114,6 +116,7 @@ __all__ = [
     "MessageUpdate",
     "PersistenceBacklogError",
     "Reasoning",
+    "RecentMessageReads",
     "RetryPolicy",
     "Role",
     "RunHandle",

@@ -481,6 +481,10 @@ class InMemoryMessageRepository(NestedRecordWrites):
         """Return every message of the chat in sequence order (``[]`` for an unknown chat)."""
         return [self._copy(m) for m in self._chat_messages(chat_uuid)]
 
+    async def get_recent_messages(self, chat_uuid: UUID, limit: int) -> Sequence[Message]:
+        """Return the newest ``limit`` messages of the chat, oldest first."""
+        return [self._copy(m) for m in self._chat_messages(chat_uuid)[-limit:]]
+
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         """Return the latest message of each given chat that has one."""
         result: dict[UUID, Message] = {}

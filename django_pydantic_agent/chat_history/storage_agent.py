@@ -105,6 +105,12 @@ from django_pydantic_agent.chat_history.repositories import (
 )
 from django_pydantic_agent.chat_history.tracking import StorageState
 from django_pydantic_agent.chat_history.translate import BOOKKEEPING_KEY, translate_messages
+from django_pydantic_agent.chat_history.window import (
+    HistoryWindow,
+    ReadHistory,
+    checked_history,
+    read_window,
+)
 
 __all__ = [
     "CRASH_TEXT",
@@ -222,6 +228,9 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             persistence (still forwarded) and the run's records end ``errored``.
         finalize_timeout: Upper bound, in seconds, on the final drain and flush of a run.
         translate: Stored messages → AG-UI history (default ``translate_messages``).
+        history: What the inner agent is sent of the stored thread (default
+            ``HistoryWindow()``: the newest messages that fit its token budget, read with one
+            bounded query where the repository can; ``HistoryWindow.whole()`` sends all).
     """
 
     def __init__(
@@ -237,6 +246,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         max_queue_size: int = 10_000,
         finalize_timeout: float = 30.0,
         translate: Callable[[Sequence[Message]], list[AGUIMessage]] = translate_messages,
+        history: HistoryWindow | None = None,
     ) -> None:
         if isinstance(inner, AGUIStorageAgent):
             raise ValueError(
@@ -259,6 +269,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         self.max_queue_size = max_queue_size
         self.finalize_timeout = finalize_timeout
         self._translate = translate
+        self.history = history if history is not None else HistoryWindow()
         self._handlers = self.event_handlers()
         self._resolved: dict[type[BaseEvent], Callable[..., Any]] = {}
         self._warned_seconds = False
@@ -333,6 +344,11 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
     async def handle_unknown_event(self, state: StorageState, chat: Chat, event: BaseEvent) -> None:
         """Handle an event with no registered handler; the default ignores it."""
         logger.debug("No storage handler for %s; it is forwarded but not stored.", event.type)
+
+    async def load_history(self, chat: Chat) -> ReadHistory:
+        """Read the stored thread a run needs: what the inner agent is sent (``window``, cut by
+        ``history``) and what the inbound list is checked against (``read``)."""
+        return await read_window(self.message_repo, chat.chat_uuid, self.history)
 
     def translate(self, messages: Sequence[Message]) -> list[AGUIMessage]:
         """Translate stored messages into the AG-UI history given to the inner agent."""
@@ -529,8 +545,10 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         chat = await self.chat_repo.get_chat_by_thread_id(self.user_id, input.thread_id)
         if chat is None:
             return (*self._prepare_new(input), False)
-        history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
-        plan = plan_inbound(input, history)
+        loaded = await self.load_history(chat)
+        history = loaded.window
+        checked = await checked_history(self.message_repo, chat.chat_uuid, input, loaded)
+        plan = plan_inbound(input, checked)
         try:
             chat, history = await self._write_inbound(input, chat, history, plan)
         except ChatNotFoundError:

@@ -707,7 +707,9 @@ async def test_request_budget_through_the_storage_agent(live_server: Any) -> Non
     assert turn_50.response_kb <= 32
     assert turn_50.by_route[("GET", "event-list")] == 1  # the lastN=1 check, no listing
     cold = by_name["turn 51 on a cold worker"]
-    assert cold.by_route[("GET", "event-list")] == 2  # 101 messages: two pages, once
+    # The window's lastN=100 tail, then (the client posts all 51 user messages, most older
+    # than the tail) the 101 messages listed once: two pages.
+    assert cold.by_route[("GET", "event-list")] == 3
 
 
 async def test_storage_agent_runs_are_stored_intact(service: Service) -> None:

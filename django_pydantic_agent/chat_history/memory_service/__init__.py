@@ -8,7 +8,10 @@ so each implementation reads what the other wrote. What differs is how often the
 Caching. A :class:`ChatSessionRegistry` holds, per chat, the live session and the message
 events it has read or written, with their ``createdAt`` concurrency tokens. An update is then
 one PATCH of the cached event; nothing re-lists a chat to find one event. A chat created here
-is known to be empty. A cold worker lists a chat once (pages of 100); afterwards
+is known to be empty. A cold worker asked for a chat's newest messages
+(``get_recent_messages``, a run's context window) reads them with one ``lastN`` request and
+keeps them (a miss on them lists the chat); asked for the whole chat, it lists it once
+(pages of 100); afterwards
 ``get_chat_messages`` checks freshness with one ``lastN=1`` request and reads only the events
 added since (a create whose sequence id shows that another writer got in first makes the next
 read list the chat again). A stale token (another writer patched the event) gives HTTP 422:

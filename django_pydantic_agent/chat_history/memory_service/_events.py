@@ -160,8 +160,33 @@ class EventStore:
             self.absorb(state, event)
         state.listed = True
 
+    async def read_tail(self, state: ChatState, n: int) -> None:
+        """Read the newest ``n`` (1-100) message events into the cache: one ``lastN`` request.
+
+        Fewer than ``n`` events are the whole chat (the cache is then ``listed``). A tail
+        holding an event of another body version is listed whole instead, so the cache never
+        holds fewer current messages than the chat's newest ``n`` without saying so.
+        """
+        chat = state.chat
+        tail = await self._retry.run(lambda: self.message_class.last(chat, n, type="message"))
+        if any(event.v != PAYLOAD_VERSION for event in tail):
+            await self.list_all(state)
+            return
+        state.reset()
+        for event in tail:
+            self.absorb(state, event)
+        if len(tail) < n:
+            state.listed = True  # the whole chat: its seqs are the listing offsets
+        else:
+            state.tail = True
+
     async def refresh(self, state: ChatState) -> None:
-        """Bring a listed cache up to date: one ``lastN=1`` request when nothing changed."""
+        """Bring a listed cache up to date: one ``lastN=1`` request when nothing changed.
+
+        A ``tail`` cache (offsets unknown) is listed whole instead."""
+        if not state.listed:
+            await self.list_all(state)
+            return
         chat = state.chat
         tail = await self._retry.run(lambda: self.message_class.last(chat, 1, type="message"))
         if not tail:
@@ -191,7 +216,7 @@ class EventStore:
     async def reread(self, state: ChatState, seqs: Sequence[int]) -> None:
         """Re-read the events ``seqs`` (after a version conflict) from their offset on."""
         first = min(seqs)
-        if first not in state.seqs:
+        if not state.listed or first not in state.seqs:
             await self.list_all(state)
             return
         offset = state.seqs.index(first)
@@ -214,7 +239,7 @@ class EventStore:
         found = {event.message_uuid: event for event in tail if event.message_uuid in wanted}
         window_reaches_back = len(tail) < PAGE_SIZE or tail[0].sequence_id <= state.max_seq
         if not found and not window_reaches_back:
-            offset = len(state.seqs)
+            offset = len(state.seqs) if state.listed else 0  # a tail's seqs are no offsets
             while True:
                 page = await self.message_class.list(
                     chat, type="message", offset=offset, limit=PAGE_SIZE
@@ -252,7 +277,8 @@ class EventStore:
 
             created = await self._retry.run(operation, recheck=recheck)
             if created and created[0].sequence_id != state.max_seq + 1:
-                state.listed = False  # someone wrote in between: read the chat again when asked
+                # Someone wrote in between: read the chat again when asked.
+                state.listed = state.tail = False
             for event in created:
                 self.absorb(state, event)
 

@@ -183,15 +183,18 @@ class MessageRepository(NestedRecordWrites):
 
     # Reads and state -----------------------------------------------------------------------
 
-    async def _state(self, chat_uuid: UUID, *, refresh: bool = False) -> ChatState | None:
-        """The listed cache of a live chat (``refresh``: checked for changes first)."""
+    async def _state(
+        self, chat_uuid: UUID, *, refresh: bool = False, tail: bool = False
+    ) -> ChatState | None:
+        """The listed cache of a live chat (``refresh``: checked for changes first; ``tail``:
+        the newest events a window read is enough)."""
         state = await self._registry.state(chat_uuid)
         if state is None:
             return None
         state.current = False
         try:
             async with state.lock:
-                if not state.listed:
+                if not state.listed and not (tail and state.tail and not refresh):
                     await self._events.list_all(state)
                 elif refresh:
                     await self._events.refresh(state)
@@ -221,11 +224,11 @@ class MessageRepository(NestedRecordWrites):
         chat_uuid = await self._registry.chat_of(uuid, kind)
         if chat_uuid is None:
             return None
-        state = await self._state(chat_uuid)
+        state = await self._state(chat_uuid, tail=True)
         if state is None:
             return None
         found = self._find(state, predicate)
-        if found is None:
+        if found is None:  # refreshed, or listed whole when only a tail was read
             state = await self._state(chat_uuid, refresh=True)
             found = self._find(state, predicate) if state is not None else None
         return None if found is None or state is None else (state, found)
@@ -298,7 +301,7 @@ class MessageRepository(NestedRecordWrites):
             return export(message)
         try:
             async with state.lock:
-                if not state.listed:
+                if not state.listed and not state.tail:
                     await self._events.list_all(state)
                 await self._events.post(state, [message])
         except DRMemoryNotFoundError:
@@ -386,8 +389,16 @@ class MessageRepository(NestedRecordWrites):
         return None if located is None else export(located[1])
 
     async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
-        """Return the first message (sequence order) with this AG-UI id in a chat, or ``None``."""
-        state = await self._state(chat_uuid)
+        """Return the first message (sequence order) with this AG-UI id in a chat, or ``None``.
+
+        On a cache holding only the chat's newest events (``get_recent_messages``), a message
+        they hold costs nothing; another lists the chat (it may be older)."""
+        state = await self._state(chat_uuid, tail=True)
+        if state is not None and state.tail:
+            found = self._find(state, lambda m: m.agui_id == agui_id)
+            if found is not None:
+                return export(found)
+            state = await self._state(chat_uuid)
         if state is None:
             return None
         found = self._find(state, lambda m: m.agui_id == agui_id)
@@ -413,6 +424,30 @@ class MessageRepository(NestedRecordWrites):
         state.current = False
         state = await self._state(chat_uuid, refresh=refresh)
         return [] if state is None else [export(m) for m in self._view(state)]
+
+    async def get_recent_messages(self, chat_uuid: UUID, limit: int) -> Sequence[Message]:
+        """The newest ``limit`` messages of a chat, oldest first (``[]`` for an unknown chat).
+
+        A cold cache reads one ``lastN=<limit>`` request (``limit`` up to 100) and keeps those
+        events: a run then updates them without listing the chat. A listed cache checks
+        freshness as ``get_chat_messages`` does. More than 100 reads the whole chat.
+        """
+        if limit < 1:
+            raise ValueError(f"get_recent_messages(limit={limit!r}) must be at least 1.")
+        state = await self._registry.state(chat_uuid)
+        if state is None:
+            return []
+        if state.listed or limit > PAGE_SIZE:
+            return list(await self.get_chat_messages(chat_uuid))[-limit:]
+        state.current = False
+        try:
+            async with state.lock:
+                if not state.listed:
+                    await self._events.read_tail(state, limit)
+        except DRMemoryNotFoundError:
+            self._registry.unregister(chat_uuid)
+            return []
+        return [export(m) for m in self._view(state)[-limit:]]
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         """The newest message of each chat that has one: one ``lastN`` request per chat."""

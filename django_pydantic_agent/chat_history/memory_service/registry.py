@@ -161,11 +161,15 @@ class ChatState:
     they are the whole chat as of the last check; ``seqs`` are the sequence ids of every
     ``message`` event seen (any body version), whose positions are the listing offsets, and
     ``max_seq`` / ``max_token`` identify the newest one for the ``lastN=1`` freshness check.
+    ``tail`` says ``messages`` are only the newest events of the chat (one ``lastN`` read, for
+    a context window): ``seqs`` are then not listing offsets, and anything that needs the
+    whole chat, or an event the tail does not hold, lists the chat first.
     """
 
     chat: Chat
     messages: dict[UUID, Message] = field(default_factory=dict)
     listed: bool = False
+    tail: bool = False
     seqs: list[int] = field(default_factory=list)
     max_seq: int = 0
     max_token: str = ""
@@ -186,6 +190,7 @@ class ChatState:
     def reset(self) -> None:
         self.messages.clear()
         self.listed = False
+        self.tail = False
         self.seqs.clear()
         self.max_seq = 0
         self.max_token = ""

@@ -195,11 +195,12 @@ class OrmChatRepository:
         return rows
 
     def _rows(self) -> Any:
-        from django.db.models import Max
+        from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 
-        from django_pydantic_agent.contrib.store.models import StoredConversation
-
-        rows = StoredConversation.objects.annotate(top=Max("message_rows__position"))
+        # The newest position through the (conversation, position) index: one index probe,
+        # where MAX over a join read every row of the thread.
+        newest = StoredMessage.objects.filter(conversation_id=OuterRef("pk")).order_by("-position")
+        rows = StoredConversation.objects.annotate(top=Subquery(newest.values("position")[:1]))
         if self.owner_id is not None:
             rows = rows.filter(owner_id=self.owner_id)
         return rows
@@ -721,12 +722,41 @@ class OrmMessageRepository(NestedRecordWrites):
     def _thread_sync(self, chat_uuid: UUID) -> list[Message]:
         return [self._copy(m) for m in self._read_thread_sync(chat_uuid)]
 
+    def _recent_sync(self, chat_uuid: UUID, limit: int, agui_id: str | None) -> list[Message]:
+        state = self.chats._state_sync(chat_uuid)
+        if state is None:
+            return []
+        from django_pydantic_agent.contrib.store.models import StoredMessage
+
+        rows = StoredMessage.objects.filter(conversation_id=state.pk)
+        if agui_id is not None:
+            rows = rows.filter(message_id=agui_id[:MAX_KEY]).order_by("position")
+        else:
+            rows = rows.order_by("-position")
+        if agui_id is None:
+            found = list(rows[:limit])
+            found.reverse()
+        else:  # the column keeps MAX_KEY characters of an id: the record has it whole
+            same = rows[:16]  # rows whose id shares its first MAX_KEY characters: few
+            found = [r for r in same if (r.record or {}).get("agui_id", r.message_id) == agui_id]
+            found = found[:1]
+        records = [rows_.record_of(self.message_class, row, chat_uuid) for row in found]
+        for record in records:
+            self._keep(record)
+        if found:
+            state.next_position = max(state.next_position, found[-1].position + 1)
+        return [self._copy(m) for m in records]
+
+    async def get_recent_messages(self, chat_uuid: UUID, limit: int) -> Sequence[Message]:
+        """Return the newest ``limit`` messages of the chat, oldest first, in one query
+        (``ORDER BY position DESC LIMIT``, on the thread's position index)."""
+        return await unit_of_work(self._recent_sync)(chat_uuid, limit, None)
+
     async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
-        """Return the first message of the chat with this AG-UI id, or ``None``."""
-        for message in await unit_of_work(self._thread_sync)(chat_uuid):
-            if message.agui_id == agui_id:
-                return message
-        return None
+        """Return the first message of the chat with this AG-UI id, or ``None`` (one indexed
+        query)."""
+        found = await unit_of_work(self._recent_sync)(chat_uuid, 1, agui_id)
+        return found[0] if found else None
 
     async def get_tool_call_by_agui_id(self, message_uuid: UUID, agui_id: str) -> ToolCall | None:
         """Return the tool call of a message with this AG-UI id, or ``None``."""

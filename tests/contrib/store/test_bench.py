@@ -186,10 +186,12 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
     for title in (
         "contrib.store operations",
         "Memory Service requests per turn",
+        "What a run reads of a long thread on the Memory Service",
         "Streaming a 2,000-delta run over HTTP",
         "Time to the first event on a new thread",
         "The durable path's own cost on the event loop",
         "The run path: a turn at message 10",
+        "What a run reads and what the model is sent",
         "The run path's writes alone, at message 10",
         "Reattach latency",
         "Cancel latency",
@@ -197,8 +199,8 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "The sweeper on 20 stale runs",
     ):
         assert f"### {title}" in text
-    assert text.count("Machine: ") == 11
-    assert text.count("$ python -m bench --quick --no-predecessors --write") >= 11
+    assert text.count("Machine: ") == 13
+    assert text.count("$ python -m bench --quick --no-predecessors --write") >= 12
     # Each streaming row counts the whole run: RUN_STARTED, 2,000 deltas with their
     # start and end, RUN_FINISHED.
     streaming = [line for line in text.splitlines() if line.startswith("| django-pydantic-agent")]

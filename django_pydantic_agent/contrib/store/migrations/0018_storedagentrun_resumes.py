@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pydantic_agent_store", "0015_spend_and_usage"),
+        ("django_pydantic_agent_store", "0016_message_agui_id_index"),
     ]
 
     operations = [

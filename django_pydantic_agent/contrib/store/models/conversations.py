@@ -222,7 +222,9 @@ class StoredMessage(models.Model):
                 fields=["run_id", "status"],
                 condition=~models.Q(run_id=""),
                 name="dpa_store_msg_run_status2",
-            )
+            ),
+            # A run looks up an echoed message by its AG-UI id without reading the thread.
+            models.Index(fields=["conversation", "message_id"], name="dpa_store_msg_agui_id"),
         ]
 
     def __str__(self) -> str:

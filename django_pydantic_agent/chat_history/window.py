@@ -1,0 +1,255 @@
+"""What the model sees of a stored thread: ``HistoryWindow`` and the run path's bounded read.
+
+A window is the newest messages of a thread that fit a token budget (and a message cap),
+starting on a user turn. It cuts between records, and a record holds an assistant message
+with its tool calls and their results, so a tool call is never separated from its result.
+Tokens are estimated with ``pydantic_ai_harness.compaction.estimate_message_tokens`` when the
+``harness`` extra is installed, else as about four characters per token.
+
+``read_window`` is the one function the run path calls to read history: a repository that
+declares ``RecentMessageReads`` is asked for the newest ``max_messages`` records only (one
+bounded query), any other is read whole and cut in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, runtime_checkable
+from uuid import UUID
+
+from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
+
+from django_pydantic_agent.chat_history.records import Message, Role
+from django_pydantic_agent.chat_history.translate import replayed_ids, tool_call_agui_id
+
+__all__ = [
+    "DEFAULT_MAX_MESSAGES",
+    "DEFAULT_MAX_TOKENS",
+    "HistoryWindow",
+    "ReadHistory",
+    "RecentMessageReads",
+    "checked_history",
+    "estimate_record_tokens",
+    "read_window",
+    "record_model_messages",
+]
+
+DEFAULT_MAX_TOKENS: Final = 24_000
+"""The default budget: the history leaves room for instructions, tools and the answer in a
+32k-token context window."""
+
+DEFAULT_MAX_MESSAGES: Final = 100
+"""The default cap on the records a run reads, whatever their size (a run's read is bounded
+by it, so its cost does not grow with the thread)."""
+
+_CHARS_PER_TOKEN: Final = 4
+_ECHO_LOOKUPS: Final = 8
+
+
+@runtime_checkable
+class RecentMessageReads(Protocol):
+    """A message repository that can read the newest records of a chat in one bounded query."""
+
+    async def get_recent_messages(self, chat_uuid: UUID, limit: int) -> Sequence[Message]:
+        """Return the newest ``limit`` messages of the chat, oldest first (``[]`` if unknown)."""
+        ...
+
+
+def _texts(message: Message) -> list[str]:
+    texts = [message.content]
+    for call in message.tool_calls:
+        texts += [call.name, call.arguments, call.content]
+    for step in message.reasonings:
+        texts.append(step.content)
+    if message.activity_content:
+        texts.append(json.dumps(message.activity_content))
+    return [text for text in texts if text]
+
+
+def _fallback_tokens(message: Message) -> int:
+    return max(1, sum(len(text) for text in _texts(message)) // _CHARS_PER_TOKEN)
+
+
+def record_model_messages(message: Message) -> list[Any]:
+    """The pydantic-ai messages a record stands for, as far as its text goes (its token
+    count, a search of it): a request, or a response and the results of its tool calls."""
+    from pydantic_ai.messages import (
+        ModelRequest,
+        ModelResponse,
+        TextPart,
+        ThinkingPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+
+    if message.role != Role.ASSISTANT.value:
+        return [ModelRequest(parts=[UserPromptPart(content="\n".join(_texts(message)))])]
+    parts: list[Any] = [ThinkingPart(content=step.content) for step in message.reasonings]
+    if message.content:
+        parts.append(TextPart(content=message.content))
+    returns: list[Any] = []
+    for call in message.tool_calls:
+        call_id = call.tool_call_id or call.agui_id or str(call.uuid)
+        parts.append(ToolCallPart(tool_name=call.name, args=call.arguments, tool_call_id=call_id))
+        if call.has_result:
+            returns.append(
+                ToolReturnPart(tool_name=call.name, content=call.content, tool_call_id=call_id)
+            )
+    out: list[Any] = [ModelResponse(parts=parts or [TextPart(content="")])]
+    if returns:
+        out.append(ModelRequest(parts=returns))
+    return out
+
+
+def estimate_record_tokens(messages: Sequence[Message]) -> list[int]:
+    """Estimated tokens of each record as the model is sent it.
+
+    With the ``harness`` extra, ``estimate_message_tokens`` over the pydantic-ai messages each
+    record stands for; without it, about four characters per token.
+    """
+    try:
+        from pydantic_ai_harness.compaction import estimate_message_tokens
+    except ImportError:
+        return [_fallback_tokens(message) for message in messages]
+    model: list[Any] = []
+    owners: list[int] = []
+    for index, message in enumerate(messages):
+        converted = record_model_messages(message)
+        model += converted
+        owners += [index] * len(converted)
+    counts = [0] * len(messages)
+    for owner, tokens in zip(owners, estimate_message_tokens(model), strict=True):
+        counts[owner] += tokens
+    return [max(1, count) for count in counts]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryWindow:
+    """The part of a stored thread the model is sent: the newest messages that fit.
+
+    Args:
+        max_tokens: The token budget of the history (``None``: no budget). The newest message
+            is kept even when it alone is over it.
+        max_messages: At most this many stored messages are read and sent (``None``: the
+            whole thread is read, and a run's cost grows with it).
+        estimate: Tokens of each record (default ``estimate_record_tokens``).
+
+    Raises:
+        ValueError: When a bound is below 1.
+    """
+
+    max_tokens: int | None = DEFAULT_MAX_TOKENS
+    max_messages: int | None = DEFAULT_MAX_MESSAGES
+    estimate: Callable[[Sequence[Message]], list[int]] = estimate_record_tokens
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "max_messages"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(
+                    f"HistoryWindow({name}={value!r}) must be a positive int, or None for no bound."
+                )
+
+    @classmethod
+    def whole(cls) -> HistoryWindow:
+        """A window that sends the whole thread (the behaviour before windows existed)."""
+        return cls(max_tokens=None, max_messages=None)
+
+    def select(self, messages: Sequence[Message]) -> list[Message]:
+        """The newest of ``messages`` (oldest first) that fit, starting on a user turn.
+
+        A cut that would begin on an assistant or tool record moves forward to the next user
+        message (when there is one), so the model never sees an answer without its question.
+        """
+        # A read of ``max_messages`` records may have left older ones behind: align it too.
+        cut = self.max_messages is not None and len(messages) >= self.max_messages
+        if self.max_messages is not None and len(messages) > self.max_messages:
+            messages = messages[-self.max_messages :]
+        start = 0
+        if self.max_tokens is not None and messages:
+            counts = self.estimate(messages)
+            total = 0
+            start = len(messages)
+            for index in range(len(messages) - 1, -1, -1):
+                total += counts[index]
+                if total > self.max_tokens and start < len(messages):
+                    break
+                start = index
+        if start == 0 and not cut:
+            return list(messages)
+        return self._on_a_turn(messages, start)
+
+    @staticmethod
+    def _on_a_turn(messages: Sequence[Message], start: int) -> list[Message]:
+        for index in range(start, len(messages)):
+            if messages[index].role == Role.USER.value:
+                return list(messages[index:])
+        return list(messages[start:])
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReadHistory:
+    """What a run read of a thread: the stored messages, and the window the model is sent."""
+
+    read: list[Message]
+    """The messages read, oldest first (the newest ``max_messages``, or the whole thread)."""
+    window: list[Message]
+    """The newest of ``read`` that fit the window: what the model is sent."""
+    whole: bool
+    """Whether ``read`` is the whole thread."""
+
+
+async def read_window(repo: Any, chat_uuid: UUID, window: HistoryWindow) -> ReadHistory:
+    """Read what ``window`` needs of a chat and cut it to the window.
+
+    One bounded read (``get_recent_messages``) on a repository that declares
+    ``RecentMessageReads`` and a window with ``max_messages``; the whole chat otherwise.
+    """
+    if window.max_messages is not None and isinstance(repo, RecentMessageReads):
+        stored = list(await repo.get_recent_messages(chat_uuid, window.max_messages))
+        whole = len(stored) < window.max_messages
+    else:
+        stored = list(await repo.get_chat_messages(chat_uuid))
+        whole = True
+    return ReadHistory(read=stored, window=window.select(stored), whole=whole)
+
+
+async def checked_history(
+    repo: Any, chat_uuid: UUID, run_input: RunAgentInput, loaded: ReadHistory
+) -> list[Message]:
+    """The stored messages ``run_input`` is checked against (server-authoritative history).
+
+    What was read, when it is the whole thread or the input names nothing older. A posted
+    user message it does not hold is looked up by its id (at most ``_ECHO_LOOKUPS`` of them,
+    one indexed query each: an echo of an older message is known, a new one is not); any
+    other unknown message, or more of them, reads the whole thread, as a client that posts the
+    whole thread back pays for it.
+    """
+    if loaded.whole:
+        return loaded.read
+    stored_users = {m.agui_id for m in loaded.read if m.role == Role.USER.value}
+    calls = {tool_call_agui_id(call) for m in loaded.read for call in m.tool_calls}
+    known: set[str] | None = None  # every id the replay shows: a translation, made if needed
+    users: list[str] = []
+    for inbound in run_input.messages:
+        if isinstance(inbound, UserMessage):
+            if inbound.id not in stored_users:
+                users.append(inbound.id)  # new, or older than what was read: looked up
+            continue
+        if isinstance(inbound, ToolMessage) and inbound.tool_call_id in calls:
+            continue
+        known = replayed_ids(loaded.read) if known is None else known
+        if inbound.id not in known:
+            return list(await repo.get_chat_messages(chat_uuid))
+    if len(users) > _ECHO_LOOKUPS:
+        return list(await repo.get_chat_messages(chat_uuid))
+    twins: list[Message] = []
+    for agui_id in users:
+        twin = await repo.get_message_by_agui_id(chat_uuid, agui_id)
+        if twin is not None:
+            twins.append(twin)
+    # Older than what was read: before it, so the newest run outcome stays last.
+    return twins + loaded.read

@@ -1,0 +1,103 @@
+"""``HistoryWindow`` and the run path's read, on repositories without a database."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID, uuid4
+
+from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
+
+from django_pydantic_agent.chat_history import HistoryWindow, Message, Reasoning, ToolCall
+from django_pydantic_agent.chat_history.window import (
+    ReadHistory,
+    checked_history,
+    estimate_record_tokens,
+    read_window,
+)
+
+
+class WholeReads:
+    """A repository that can only read a chat whole, counting its reads."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+        self.whole_reads = 0
+        self.lookups: list[str] = []
+
+    async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[Message]:
+        self.whole_reads += 1
+        return list(self.messages)
+
+    async def get_message_by_agui_id(self, chat_uuid: UUID, agui_id: str) -> Message | None:
+        self.lookups.append(agui_id)
+        return next((m for m in self.messages if m.agui_id == agui_id), None)
+
+
+def _thread(size: int) -> list[Message]:
+    return [
+        Message(agui_id=f"m{n}", role="user" if n % 2 == 0 else "assistant", content=f"m{n}")
+        for n in range(size)
+    ]
+
+
+def _input(*messages: Any) -> RunAgentInput:
+    return RunAgentInput(
+        thread_id="t", run_id="r", state=None, messages=list(messages), tools=[], context=[],
+        forwarded_props=None,
+    )  # fmt: skip
+
+
+async def test_a_repository_without_bounded_reads_is_read_whole_and_cut() -> None:
+    repo = WholeReads(_thread(300))
+    loaded = await read_window(repo, uuid4(), HistoryWindow(max_messages=10))
+    assert repo.whole_reads == 1
+    assert loaded.whole
+    assert len(loaded.read) == 300
+    assert [m.agui_id for m in loaded.window] == [f"m{n}" for n in range(290, 300)]
+
+
+async def test_the_input_is_checked_against_what_it_names() -> None:
+    thread = _thread(40)
+    thread[-1].tool_calls = [ToolCall(agui_id="c1", tool_call_id="c1", name="ask")]
+    repo = WholeReads(thread)
+    loaded = ReadHistory(read=thread[-10:], window=thread[-10:], whole=False)
+    # An answer to a call it read, an echo it read, and a new question: one lookup, no reading.
+    checked = await checked_history(
+        repo,
+        uuid4(),
+        _input(
+            UserMessage(id="m38", content="m38"),
+            ToolMessage(id="res", tool_call_id="c1", content="yes"),
+            UserMessage(id="new", content="?"),
+        ),
+        loaded,
+    )
+    assert checked == loaded.read
+    assert repo.lookups == ["new"]
+    assert repo.whole_reads == 0
+    # An echo of an older user message is found by its id and checked with the rest.
+    checked = await checked_history(
+        repo, uuid4(), _input(UserMessage(id="m2", content="m2")), loaded
+    )
+    assert checked[0].agui_id == "m2"
+    # More unknown user messages than a few lookups: the whole thread is read instead.
+    many = [UserMessage(id=f"u{n}", content="x") for n in range(9)]
+    assert len(await checked_history(repo, uuid4(), _input(*many), loaded)) == 40
+    assert repo.whole_reads == 1
+
+
+def test_a_window_of_answers_only_keeps_its_cut() -> None:
+    answers = [Message(role="assistant", content="x " * 400) for _ in range(5)]
+    kept = HistoryWindow(max_tokens=500).select(answers)
+    assert 1 <= len(kept) < 5
+    assert kept == answers[-len(kept) :]
+
+
+def test_reasoning_and_activities_count_as_tokens() -> None:
+    plain = Message(role="assistant", content="hi")
+    thought = Message(role="assistant", content="hi", reasonings=[Reasoning(content="hmm " * 100)])
+    activity = Message(role="activity", activity_content={"plan": ["step"] * 100})
+    small, large, planned = estimate_record_tokens([plain, thought, activity])
+    assert large > small * 50
+    assert planned > 50
