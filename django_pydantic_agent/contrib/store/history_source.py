@@ -16,7 +16,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from asgiref.sync import sync_to_async
 from django.db.models import Min
 
 from django_pydantic_agent.chat_history import Message
@@ -29,6 +28,7 @@ from django_pydantic_agent.persistence.conversation import (
     conversation_id_for,
     current_run_scope,
 )
+from django_pydantic_agent.persistence.outages import unit_of_work
 
 try:
     from pydantic_ai_harness.step_persistence import RunRecord
@@ -90,7 +90,7 @@ class StoredHistorySource:
         run = current_run_scope()
         if run is None:
             return []
-        return await sync_to_async(self._list_sync)(run)
+        return await unit_of_work(self._list_sync)(run)
 
     def _history_sync(self, run: RunScope, run_id: str) -> list[Any]:
         pk, separator, own_run = run_id.partition(_SEPARATOR)
@@ -109,4 +109,4 @@ class StoredHistorySource:
         run = current_run_scope()
         if run is None:
             return []
-        return await sync_to_async(self._history_sync)(run, run_id)
+        return await unit_of_work(self._history_sync)(run, run_id)
