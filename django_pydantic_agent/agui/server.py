@@ -17,6 +17,7 @@ from pydantic_ai.agent import AbstractAgent
 
 from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
+from django_pydantic_agent.agui.branches import BranchEndpoints
 from django_pydantic_agent.agui.inner import AgentDeps, build_deps
 from django_pydantic_agent.agui.options import (
     DEFAULT_ATTACHMENT_MAX_BYTES,
@@ -137,6 +138,7 @@ class AGUIServer:
     run_view: AGUIView
     threads_view: AGUIView
     thread_view: AGUIView
+    thread_fork_view: AGUIView
     run_reattach_view: AGUIView
     run_cancel_view: AGUIView
     attachments_view: AGUIView
@@ -269,7 +271,8 @@ class AGUIServer:
                 heartbeat_seconds=options.heartbeat_seconds,
                 coalesce_seconds=options.stream_coalesce_seconds,
             )
-            table = [*run.routes(), *threads.routes(), *runs.routes()]
+            forks = BranchEndpoints(store, body_limit=self.body_limit)
+            table = [*run.routes(), *forks.routes(), *threads.routes(), *runs.routes()]
         else:
             run = StatelessRunEndpoint(
                 self.agent,
@@ -281,7 +284,8 @@ class AGUIServer:
             threads = ThreadEndpoints(
                 store, list_limit=self.thread_list_limit, body_limit=self.body_limit
             )
-            table = [*run.routes(), *threads.routes()]
+            forks = BranchEndpoints(store, body_limit=self.body_limit)
+            table = [*run.routes(), *forks.routes(), *threads.routes()]
             self.run_store = None  # stateless: nothing of a run outlives its request
         self.run_endpoint = run
         attachments = AttachmentEndpoints(

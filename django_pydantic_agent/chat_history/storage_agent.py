@@ -102,6 +102,7 @@ from django_pydantic_agent.chat_history.records import (
 from django_pydantic_agent.chat_history.repositories import (
     ChatRepositoryLike,
     MessageRepositoryLike,
+    StartsBranches,
 )
 from django_pydantic_agent.chat_history.tracking import StorageState
 from django_pydantic_agent.chat_history.translate import BOOKKEEPING_KEY, translate_messages
@@ -528,7 +529,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         if chat is None:
             return (*self._prepare_new(input), False)
         history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
-        plan = plan_inbound(input, history)
+        branches = isinstance(self.message_repo, StartsBranches)
+        plan = plan_inbound(input, history, branches=branches)
         try:
             chat, history = await self._write_inbound(input, chat, history, plan)
         except ChatNotFoundError:
@@ -536,7 +538,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                 Message(**self.build_user_message_create(chat, m, input.run_id).model_dump())
                 for m in plan.users
             ]
-            return chat, history + unsaved, None, True
+            return chat, history[: plan.kept] + unsaved, None, True
         return chat, history, None, False
 
     def _prepare_new(
@@ -588,9 +590,18 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         existed: bool = True,
     ) -> tuple[Chat, list[Message]]:
         """Write what ``plan`` adds to ``chat``; return the chat and its history after."""
-        if not (plan.users or plan.answers or plan.resume_carrier):
+        if not (plan.users or plan.answers or plan.resume_carrier or plan.branch_at):
             return chat, history
         async with self.message_repo.transaction():
+            if plan.branch_at is not None:
+                assert isinstance(self.message_repo, StartsBranches)
+                await self.message_repo.start_branch(chat.chat_uuid, plan.branch_at.message_uuid)
+                history = history[: plan.kept]
+                if plan.renamed is not None:
+                    stored, new_id = plan.renamed
+                    await self.message_repo.update_message(
+                        stored.message_uuid, MessageUpdate(agui_id=new_id)
+                    )
             replaced: dict[UUID, Message] = {}
             for answer in plan.answers:
                 updated = await self.message_repo.update_message_tool_call(
@@ -624,8 +635,9 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                         updated_carrier.tool_calls = base.tool_calls
                     replaced[carrier.message_uuid] = updated_carrier
             created: list[Message] = []
+            edit = plan.users[-1] if plan.renamed is not None else None
             for inbound in plan.users:
-                if existed:
+                if existed and inbound is not edit:
                     # Get-or-create: a double-submitted request validated against the same
                     # history must not store the message twice (atomic on stores whose
                     # transaction() serializes writers; a cheap cached read elsewhere).

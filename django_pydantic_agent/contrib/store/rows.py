@@ -92,15 +92,24 @@ def record_columns(message: Message) -> dict[str, Any]:
 
 
 def new_row(
-    model: Any, conversation_id: int, position: int, message: Message, wire: Any = None
+    model: Any,
+    conversation_id: int,
+    position: int,
+    message: Message,
+    wire: Any = None,
+    **tree: Any,
 ) -> Any:
-    """An unsaved row of ``model`` (``StoredMessage``, or its historical model) for ``message``."""
+    """An unsaved row of ``model`` (``StoredMessage``, or its historical model) for ``message``.
+
+    ``tree`` sets the row's place in the message tree (``branch``, ``parent_uuid``).
+    """
     return model(
         conversation_id=conversation_id,
         position=position,
         message_uuid=message.message_uuid,
         wire=wire,
         **record_columns(message),
+        **tree,
     )
 
 
@@ -108,17 +117,27 @@ _INSERTED: Final[tuple[str, ...]] = ("conversation_id", "position", "message_uui
 _FIELD: Final[dict[str, str]] = {"conversation_id": "conversation"}
 
 
-def insert(model: Any, rows: Sequence[tuple[int, int, SavedRecord]], *, using: str) -> None:
+def insert(
+    model: Any,
+    rows: Sequence[tuple[int, int, SavedRecord]],
+    *,
+    using: str,
+    branch: int = 0,
+    parent: uuid.UUID | None = None,
+) -> None:
     """Insert ``(conversation_id, position, saved)`` rows of ``model`` in one statement.
 
     One ``executemany`` of a plain ``INSERT``, values prepared by each field as the ORM
     prepares them: ``bulk_create`` spent most of a 1,000-message first save building the SQL
-    of its batches (about 100 ms of 150 ms on SQLite, docs/benchmarks.md).
+    of its batches (about 100 ms of 150 ms on SQLite, docs/benchmarks.md). The rows join
+    ``branch``; the first follows ``parent`` when given (``branches``), each next one the row
+    before it.
     """
     if not rows:
         return
     connection = connections[using]
-    names = (*_INSERTED, *RECORD_COLUMNS)
+    tree: tuple[str, ...] = ("branch", "parent_uuid") if branch or parent else ()
+    names = (*_INSERTED, *RECORD_COLUMNS, *tree)
     fields = [model._meta.get_field(_FIELD.get(name, name)) for name in names]
     # Columns this shape does not fill (a historical model's) take their defaults.
     others = [f for f in model._meta.concrete_fields if not f.primary_key and f not in fields]
@@ -135,8 +154,9 @@ def insert(model: Any, rows: Sequence[tuple[int, int, SavedRecord]], *, using: s
     record_value = fields[7].get_db_prep_save
     adapt = connection.ops.adapt_json_value
     empty = adapt([], None)
+    parent_value = model._meta.get_field("parent_uuid").get_db_prep_value if tree else None
     params = []
-    for conversation_id, position, saved in rows:
+    for number, (conversation_id, position, saved) in enumerate(rows):
         values = saved.columns
         calls, steps = values["tool_calls"], values["reasonings"]
         params.append(
@@ -153,6 +173,11 @@ def insert(model: Any, rows: Sequence[tuple[int, int, SavedRecord]], *, using: s
                 adapt(steps, None) if steps else empty,
                 values["status"],
                 values["run_id"],
+                *(
+                    (branch, parent_value(parent if number == 0 else None, connection))
+                    if parent_value is not None
+                    else ()
+                ),
                 *defaults,
             ]
         )

@@ -31,7 +31,7 @@ from django_pydantic_agent.contrib.store.migrations._predecessor import (
 )
 
 APP = "django_pydantic_agent_store"
-LATEST = "0012_one_message_shape_columns"
+LATEST = "0013_branches"
 PREDECESSOR_LEAF = (APP, "0005_storedmemory_storedmemoryoperation")
 DEV_MIGRATIONS = {APP: "tests.contrib.store.dev_schema.migrations"}
 SCRATCH = "upgrade_scratch"
@@ -99,6 +99,7 @@ def test_the_chain_starts_with_the_predecessors_history() -> None:
         "0010_storedmessage_wire",
         "0011_one_message_shape",
         "0012_one_message_shape_columns",
+        "0013_branches",
     ]
 
 
