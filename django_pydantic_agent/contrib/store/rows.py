@@ -49,6 +49,7 @@ from django_pydantic_agent.persistence.wire import (
 __all__ = [
     "RECORD_COLUMNS",
     "SavedRecord",
+    "copy_rows",
     "insert",
     "new_row",
     "record_columns",
@@ -183,6 +184,114 @@ def insert(
         )
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
+
+
+_COPIED: Final[tuple[str, ...]] = (
+    "position",
+    "message_uuid",
+    "message_id",
+    "role",
+    "content",
+    "record",
+    "tool_calls",
+    "reasonings",
+    "status",
+    "run_id",
+    "wire",
+)
+_RUNNING: Final[str] = MessageStatus.ACTIVE.value
+_STOPPED: Final[str] = MessageStatus.INTERRUPTED.value
+
+
+def _text_uuid(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def _rekeyed(text: str, chat_uuid: uuid.UUID) -> list[Any]:
+    """Nested records (JSON text) under uuids of the new thread, running ones stopped."""
+    copied = []
+    for item in json.loads(text) or []:
+        if isinstance(item, dict):
+            item = dict(item)
+            if isinstance(item.get("uuid"), str):
+                item["uuid"] = str(uuid.uuid5(chat_uuid, item["uuid"]))
+            if item.get("status") == _RUNNING:
+                item["status"] = _STOPPED
+        copied.append(item)
+    return copied
+
+
+def copy_rows(
+    model: Any, source_id: int, target_id: int, chat_uuid: uuid.UUID, last: int, *, using: str
+) -> list[tuple[str | None, str]]:
+    """Copy the active rows of thread ``source_id`` up to position ``last`` into thread
+    ``target_id`` (positions ``0..``, branch 0, active), each under a new uuid of
+    ``chat_uuid`` (its tool calls' and reasoning steps' too); one ``SELECT`` and one
+    ``executemany``.
+
+    The JSON columns travel as the text the database holds; only the nested records and a
+    still running row (copied as ``interrupted``, rendered from its record) are decoded.
+    Returns each copied row's ``(wire, record)`` text, for the attachment links.
+    """
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    meta = model._meta
+    columns = [meta.get_field(name).column for name in _COPIED]
+    selected = ", ".join(
+        f"CAST({quote(c)} AS text)" if n in ("tool_calls", "reasonings") else quote(c)
+        for n, c in zip(_COPIED, columns, strict=True)
+    )
+    table = quote(meta.db_table)
+    where = (
+        f"{quote(meta.get_field('conversation').column)} = %s AND "
+        f"{quote(meta.get_field('active').column)} = %s AND {quote(columns[0])} <= %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {selected} FROM {table} WHERE {where} ORDER BY {quote(columns[0])}",
+            [source_id, True, last],
+        )
+        found = cursor.fetchall()
+    adapt = connection.ops.adapt_json_value
+    empty = adapt([], None)
+    uuid_field = meta.get_field("message_uuid")
+    written = ("conversation_id", *_COPIED)
+    fields = [meta.get_field("conversation" if n == "conversation_id" else n) for n in written]
+    others = [f for f in meta.concrete_fields if not f.primary_key and f not in fields]
+    defaults = [f.get_db_prep_save(f.get_default(), connection) for f in others]
+    names = ", ".join(quote(f.column) for f in [*fields, *others])
+    marks = ", ".join(["%s"] * (len(fields) + len(others)))
+    params = []
+    quoted: list[tuple[str | None, str]] = []
+    for number, row in enumerate(found):
+        _, old_uuid, message_id, role, content, record, calls, steps, status, run_id, wire = row
+        if status == _RUNNING:
+            own = json.loads(record or "{}")
+            own.update(status=_STOPPED, in_progress=False)
+            record, status, wire = json.dumps(own, separators=(",", ":")), _STOPPED, None
+        new_uuid = uuid.uuid5(chat_uuid, str(_text_uuid(old_uuid)))
+        params.append(
+            [
+                target_id,
+                number,
+                uuid_field.get_db_prep_value(new_uuid, connection),
+                message_id,
+                role,
+                content,
+                record,
+                adapt(_rekeyed(calls, chat_uuid), None) if calls and calls != "[]" else empty,
+                adapt(_rekeyed(steps, chat_uuid), None) if steps and steps != "[]" else empty,
+                status,
+                run_id,
+                wire,
+                *defaults,
+            ]
+        )
+        quoted.append((wire, record or ""))
+    if params:
+        with connection.cursor() as cursor:
+            cursor.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", params)
+    return quoted
 
 
 def record_of(message_class: type[Message], row: Any, chat_uuid: uuid.UUID) -> Message:
