@@ -37,6 +37,7 @@ from django_pydantic_agent.agui.run import DurableRunEndpoint, StatelessRunEndpo
 from django_pydantic_agent.agui.runs import RunCoordinator, RunEndpoints
 from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 from django_pydantic_agent.agui.threads import ThreadEndpoints
+from django_pydantic_agent.agui.transfer import TransferEndpoints
 from django_pydantic_agent.agui.views import AGUIView, Route
 from django_pydantic_agent.persistence import (
     AttachmentStore,
@@ -139,6 +140,8 @@ class AGUIServer:
     threads_view: AGUIView
     thread_view: AGUIView
     thread_fork_view: AGUIView
+    thread_export_view: AGUIView
+    threads_import_view: AGUIView
     run_reattach_view: AGUIView
     run_cancel_view: AGUIView
     attachments_view: AGUIView
@@ -271,8 +274,8 @@ class AGUIServer:
                 heartbeat_seconds=options.heartbeat_seconds,
                 coalesce_seconds=options.stream_coalesce_seconds,
             )
-            forks = BranchEndpoints(store, body_limit=self.body_limit)
-            table = [*run.routes(), *forks.routes(), *threads.routes(), *runs.routes()]
+            table = [*run.routes(), *self._tree_routes(store, uploads)]
+            table += [*threads.routes(), *runs.routes()]
         else:
             run = StatelessRunEndpoint(
                 self.agent,
@@ -284,8 +287,7 @@ class AGUIServer:
             threads = ThreadEndpoints(
                 store, list_limit=self.thread_list_limit, body_limit=self.body_limit
             )
-            forks = BranchEndpoints(store, body_limit=self.body_limit)
-            table = [*run.routes(), *forks.routes(), *threads.routes()]
+            table = [*run.routes(), *self._tree_routes(store, uploads), *threads.routes()]
             self.run_store = None  # stateless: nothing of a run outlives its request
         self.run_endpoint = run
         attachments = AttachmentEndpoints(
@@ -341,6 +343,15 @@ class AGUIServer:
             f"AGUIServer({self.agent!r}, conversation_store={self.conversation_store!r}, "
             f"attachment_store={self.attachment_store!r}, namespace={self.namespace!r})"
         )
+
+    def _tree_routes(
+        self, store: ConversationStore, uploads: AttachmentStore | None
+    ) -> list[Route]:
+        """The fork, export and import routes; ahead of ``threads/<id>/`` in the table, so
+        ``threads/import/`` is not read as a thread id."""
+        forks = BranchEndpoints(store, body_limit=self.body_limit)
+        transfer = TransferEndpoints(store, attachment_store=uploads, body_limit=self.body_limit)
+        return [*transfer.routes(), *forks.routes()]
 
     @property
     def persists_conversations(self) -> bool:

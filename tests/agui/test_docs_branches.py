@@ -38,3 +38,16 @@ async def test_the_branch_snippet_regenerates_switches_and_forks(alice: Any) -> 
     assert len(siblings) == 2
     assert [m["id"] for m in active] == [m["id"] for m in first]
     assert [m["id"] for m in fork] == [m["id"] for m in first]
+
+
+async def test_the_export_example_of_the_page_imports(alice: Any) -> None:
+    import json
+
+    text = PAGE.read_text(encoding="utf-8")
+    section = text[text.index("## Export and import") :]
+    (example,) = re.findall(r"```json\n(.*?)```", section[: section.index("\n## ", 5)], re.DOTALL)
+    async with await logged_in(alice) as http:
+        response = await http.post("/history/threads/import/", json=json.loads(example))
+        assert response.status_code == 201, response.text
+        thread = (await http.get(f"/history/threads/{response.json()['threadId']}/")).json()
+    assert [(m["role"], m["content"]) for m in thread["messages"]] == [("user", "Hi")]

@@ -24,7 +24,7 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from django_pydantic_agent.contrib.store import branches, forks, rows
+from django_pydantic_agent.contrib.store import branches, forks, rows, transfer
 from django_pydantic_agent.contrib.store.checks import store_app_installed
 from django_pydantic_agent.contrib.store.deletion import delete_conversations
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
@@ -240,6 +240,27 @@ class DefaultConversationStore(ModelConversationStore):
         ``contrib.store.forks``). ``False`` when the owner has no such thread or its active
         branch no such message; ``StoreLimitError`` over ``max_threads_per_owner``."""
         return await sync_to_async(self._fork_sync)(thread_id, message_id, new_thread_id, request)
+
+    def _export_sync(self, thread_id: str, request: HttpRequest) -> dict[str, Any] | None:
+        return transfer.export(self._owner(request), thread_id)
+
+    async def export(self, thread_id: str, *, request: HttpRequest) -> dict[str, Any] | None:
+        """The owner's thread, every branch and record, as a ``persistence.transfer``
+        document (``contrib.store.transfer``); ``None`` when the owner has no such thread."""
+        return await sync_to_async(self._export_sync)(thread_id, request)
+
+    def _import_sync(self, document: dict[str, Any], thread_id: str, request: HttpRequest) -> None:
+        check_key("thread_id", thread_id)
+        owner_id = self._owner(request)
+        transfer.import_document(owner_id, thread_id, document, self.max_threads_per_owner)
+
+    async def import_document(
+        self, document: dict[str, Any], thread_id: str, *, request: HttpRequest
+    ) -> None:
+        """Create the owner's thread ``thread_id`` from a checked document (every branch, new
+        uuids, running messages stopped); ``ImportProblem`` for a record that is no message,
+        ``StoreLimitError`` over ``max_threads_per_owner``, nothing written either way."""
+        await sync_to_async(self._import_sync)(document, thread_id, request)
 
     def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
         from django_pydantic_agent.contrib.store.models import StoredConversation
