@@ -12,7 +12,6 @@ by the attachment store's own ref.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +38,6 @@ from django_pydantic_agent.persistence.transfer import (
     import_thread,
     markdown,
 )
-from django_pydantic_agent.persistence.wire import records_to_wire
 
 __all__ = ["IMPORT_TOO_BIG", "TransferEndpoints", "server_refs"]
 
@@ -47,17 +45,6 @@ __all__ = ["IMPORT_TOO_BIG", "TransferEndpoints", "server_refs"]
 IMPORT_TOO_BIG = "send a smaller thread, or raise the body cap."
 _NOT_FOUND = "No such thread."
 _FORMATS = ("json", "markdown")
-
-
-def _render(record: dict[str, Any]) -> list[dict[str, Any]]:
-    from django_pydantic_agent.chat_history import Message
-    from django_pydantic_agent.chat_history.records import WIRE_CONTEXT
-
-    fields = {k: v for k, v in record.items() if k not in ("message_uuid", "chat_uuid")}
-    message = Message.model_validate(
-        {**fields, "chat_uuid": uuid.uuid4()}, context=dict(WIRE_CONTEXT)
-    )
-    return records_to_wire([message])
 
 
 def _holders(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -171,7 +158,7 @@ class TransferEndpoints:
             response = HttpResponse(document_bytes(document), content_type="application/json")
             extension = "json"
         else:
-            text = markdown(document, _render)
+            text = markdown(document)
             response = HttpResponse(text.encode(), content_type="text/markdown; charset=utf-8")
             extension = "md"
         response["Content-Disposition"] = f'attachment; filename="thread.{extension}"'
@@ -195,7 +182,7 @@ class TransferEndpoints:
             document = check_document(payload)
             await server_refs(document, self._uploads, request=request)
             await ensure_anonymous_session(request, self._store)
-            await import_thread(self._store, document, new_id, request=request, render=_render)
+            await import_thread(self._store, document, new_id, request=request)
         except ImportProblem as exc:
             return refuse_input(request, str(exc))
         except (ValueError, TypeError) as exc:  # a record the store cannot render

@@ -595,13 +595,13 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         async with self.message_repo.transaction():
             if plan.branch_at is not None:
                 assert isinstance(self.message_repo, StartsBranches)
-                await self.message_repo.start_branch(chat.chat_uuid, plan.branch_at.message_uuid)
-                history = history[: plan.kept]
-                if plan.renamed is not None:
+                if plan.renamed is not None:  # renamed first: the cut may take it out of reach
                     stored, new_id = plan.renamed
                     await self.message_repo.update_message(
                         stored.message_uuid, MessageUpdate(agui_id=new_id)
                     )
+                await self.message_repo.start_branch(chat.chat_uuid, plan.branch_at.message_uuid)
+                history = history[: plan.kept]
             replaced: dict[UUID, Message] = {}
             for answer in plan.answers:
                 updated = await self.message_repo.update_message_tool_call(

@@ -44,6 +44,7 @@ __all__ = [
     "export_thread",
     "import_thread",
     "markdown",
+    "render_record",
 ]
 
 FORMAT = "django-pydantic-agent.thread"
@@ -137,7 +138,22 @@ def check_document(document: Any) -> dict[str, Any]:
     return document
 
 
-def active_wire(document: dict[str, Any], render: Any = None) -> list[Any]:
+def render_record(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The wire messages of an exported record (``ValueError`` when it is not a record)."""
+    import uuid
+
+    from django_pydantic_agent.chat_history import Message
+    from django_pydantic_agent.chat_history.records import WIRE_CONTEXT
+    from django_pydantic_agent.persistence.wire import records_to_wire
+
+    fields = {k: v for k, v in record.items() if k not in ("message_uuid", "chat_uuid")}
+    message = Message.model_validate(
+        {**fields, "chat_uuid": uuid.uuid4()}, context=dict(WIRE_CONTEXT)
+    )
+    return records_to_wire([message])
+
+
+def active_wire(document: dict[str, Any], render: Any = render_record) -> list[Any]:
     """The wire messages of the document's active branch, in order (``render(record)`` gives
     those of a message exported without ``wire``)."""
     found: list[Any] = []
@@ -185,7 +201,12 @@ def _stopped(wire: list[Any]) -> list[Any]:
 
 
 async def import_thread(
-    store: Any, document: dict[str, Any], thread_id: str, *, request: HttpRequest, render: Any
+    store: Any,
+    document: dict[str, Any],
+    thread_id: str,
+    *,
+    request: HttpRequest,
+    render: Any = render_record,
 ) -> None:
     """Create the owner's thread ``thread_id`` from a checked ``document``: the store's own
     import (``ExportsThreads``), else a ``save`` of the active branch and a ``rename``."""
@@ -201,7 +222,7 @@ async def import_thread(
 _LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "reasoning": "Reasoning"}
 
 
-def markdown(document: dict[str, Any], render: Any = None) -> str:
+def markdown(document: dict[str, Any], render: Any = render_record) -> str:
     """The active branch of an exported document as readable Markdown."""
     lines = [f"# {document.get('title') or 'Conversation'}", ""]
     others = sum(1 for m in document["messages"] if not m["active"])

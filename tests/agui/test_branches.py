@@ -56,7 +56,7 @@ async def two_turns(http: httpx.AsyncClient, prefix: str = "/history/") -> list[
     return list((await thread(http, prefix))["messages"])
 
 
-@pytest.mark.parametrize("prefix", ["/history/"])
+@pytest.mark.parametrize("prefix", ["/history/", "/history-session/", "/history-scoped/"])
 async def test_regenerate_answers_again_on_a_new_branch_and_keeps_the_old_one(
     alice: Any, prefix: str
 ) -> None:
@@ -74,7 +74,7 @@ async def test_regenerate_answers_again_on_a_new_branch_and_keeps_the_old_one(
     assert [m["id"] for m in after["messages"][:3]] == [m["id"] for m in messages[:3]]
     assert new["id"] != old["id"]
     assert len(after["messages"]) == 4
-    if prefix == "/history/":  # the Default store keeps the old branch
+    if prefix != "/history-session/":  # the Default store keeps the old branch
         assert after["branches"] == {new["id"]: {"siblings": [old["id"], new["id"]], "index": 1}}
 
 
@@ -244,3 +244,33 @@ async def test_fork_refuses_a_bad_body_and_an_unknown_message(alice: Any) -> Non
     assert unknown.json() == {"error": MESSAGE_NOT_FOUND}
     assert not_json.status_code == 415
     assert [t["threadId"] for t in threads] == ["thread-1"]
+
+
+@pytest.mark.parametrize("prefix", ["/history-session/", "/history-scoped/"])
+async def test_edit_and_fork_on_the_session_and_the_scoped_store(alice: Any, prefix: str) -> None:
+    async with await logged_in(alice) as http:
+        messages = await two_turns(http, prefix)
+        events = await post(
+            http,
+            body(
+                [*wire(messages[:2]), user("u2", "edited")],
+                "e",
+            ),
+            prefix,
+        )
+        assert answer_of(events).endswith("| U:edited]")
+        after = await thread(http, prefix)
+        forked = await http.post(
+            f"{prefix}threads/thread-1/fork/", json={"messageId": messages[1]["id"]}
+        )
+        assert forked.status_code == 201, forked.text
+        copy = await thread(http, prefix, forked.json()["threadId"])
+        listed = (await http.get(f"{prefix}threads/")).json()["threads"]
+    assert [m["content"] for m in after["messages"]][2] == "edited"
+    assert len(after["messages"]) == 4
+    assert wire(copy["messages"]) == wire(messages[:2])
+    assert len(listed) == 2
+    if prefix == "/history-scoped/":  # the Default store under the scope keeps the branch
+        assert after["branches"]["u2"]["index"] == 1
+    else:  # the session store keeps one list per thread
+        assert after["branches"] == {}

@@ -329,6 +329,14 @@ urlpatterns = [
     path("reader/", stored(reader_agent(), namespace="reader").urls),
     path("history/", stored(history_agent(), namespace="history").urls),
     path(
+        "history-scoped/",
+        stored(
+            history_agent(),
+            conversation_store=ScopedConversationStore(DefaultConversationStore(), scope="h"),
+            namespace="history-scoped",
+        ).urls,
+    ),
+    path(
         "history-session/",
         AGUIServer(
             history_agent(),
