@@ -274,3 +274,50 @@ async def test_edit_and_fork_on_the_session_and_the_scoped_store(alice: Any, pre
         assert after["branches"]["u2"]["index"] == 1
     else:  # the session store keeps one list per thread
         assert after["branches"] == {}
+
+
+async def test_a_regenerate_survives_reattach_and_cancel_and_keeps_the_old_answer(
+    alice: Any,
+) -> None:
+    import asyncio
+
+    from tests.agui.agents import GATE
+
+    async with await logged_in(alice) as http:
+        GATE.reset()
+        GATE.released.set()
+        first = await http.post("/gated/", json=run_body(run_id="g-1"))
+        assert first.status_code == 200
+        await RunCoordinator.wait_for_all_runs()
+        messages = (await thread(http, "/gated/"))["messages"]
+        GATE.reset()
+        running = asyncio.create_task(http.post("/gated/", json=body(wire(messages[:1]), "g-2")))
+        try:
+            await asyncio.wait_for(GATE.reached.wait(), timeout=10)
+        finally:
+            cancelled = await http.post("/gated/runs/thread-1/g-2/cancel/")
+            GATE.released.set()
+            done = await running
+            await RunCoordinator.wait_for_all_runs()
+        after = await thread(http, "/gated/")
+        reattached = sse_events((await http.get("/gated/runs/thread-1/g-2/")).text)
+    assert cancelled.status_code in (200, 202)
+    assert sse_events(done.text)[-1]["type"] == "RUN_FINISHED"
+    # Reattached after the end: the stored snapshot is the new branch.
+    snapshot = next(e for e in reattached if e["type"] == "MESSAGES_SNAPSHOT")
+    assert [m["id"] for m in snapshot["messages"]] == [m["id"] for m in after["messages"]]
+    new = after["messages"][-1]
+    assert new["status"] == "interrupted"
+    assert new["id"] != messages[-1]["id"]
+    assert after["branches"][new["id"]] == {"siblings": [messages[-1]["id"], new["id"]], "index": 1}
+    switched = await http_switch(alice, messages[-1]["id"])
+    assert switched["messages"][-1]["content"] == "Working done."
+
+
+async def http_switch(user_: Any, message_id: str) -> Any:
+    async with await logged_in(user_) as http:
+        response = await http.patch(
+            "/gated/threads/thread-1/", json={"activeMessageId": message_id}
+        )
+        assert response.status_code == 200, response.text
+        return await thread(http, "/gated/")
