@@ -195,3 +195,20 @@ async def test_fork_copies_a_streaming_message_as_interrupted(
     source = await store.load("live", request=request)
     assert source is not None
     assert source.messages[-1]["status"] == "active"
+
+
+async def test_the_admin_shows_the_active_branch_first_then_the_others(
+    alice: Any, request_as: Callable[[Any], HttpRequest], admin_client: Any
+) -> None:
+    store, request = DefaultConversationStore(), request_as(alice)
+    await branched(store, request)
+    thread = await StoredConversation.objects.aget(thread_id="t")
+    page = await sync_to_async(admin_client.get)(
+        f"/admin/django_pydantic_agent_store/storedconversation/{thread.pk}/change/"
+    )
+    text = page.content.decode()
+    rows = text[text.index("answer one") :]  # the inline, from its second message on
+    again = rows.index("answer two, again")
+    old = [i for i in range(len(rows)) if rows.startswith("answer two", i)]
+    old = [i for i in old if not rows.startswith("answer two, again", i)]
+    assert rows.index("second") < again < old[0]
