@@ -212,3 +212,48 @@ async def test_the_admin_shows_the_active_branch_first_then_the_others(
     old = [i for i in range(len(rows)) if rows.startswith("answer two", i)]
     old = [i for i in old if not rows.startswith("answer two, again", i)]
     assert rows.index("second") < again < old[0]
+
+
+async def test_fork_at_a_tool_result_takes_the_whole_record_and_stops_running_calls(
+    alice: Any, request_as: Callable[[Any], HttpRequest]
+) -> None:
+    from django_pydantic_agent.chat_history import ChatCreate, MessageToolCallCreate
+
+    store, request = DefaultConversationStore(), request_as(alice)
+    chats, messages = await store.repositories(request=request)
+    chat = await chats.create_chat(ChatCreate(thread_id="tools", user_uuid=chats.user_uuid))
+    await messages.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, role="user", content="add", agui_id="u1")
+    )
+    answer = await messages.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, role="assistant", agui_id="a1")
+    )
+    done = await messages.create_message_tool_call(
+        MessageToolCallCreate(
+            message_uuid=answer.message_uuid,
+            agui_id="c1",
+            tool_call_id="c1",
+            name="add",
+            result_message_id="t1",
+            content="5",
+            has_result=True,
+            status="complete",
+        )
+    )
+    running = await messages.create_message_tool_call(
+        MessageToolCallCreate(
+            message_uuid=answer.message_uuid, agui_id="c2", name="slow", status="active"
+        )
+    )
+    loaded = await store.load("tools", request=request)
+    assert loaded is not None
+    assert "t1" in [m["id"] for m in loaded.messages]
+    assert await store.fork("tools", "t1", "copy", request=request)
+    copy = await store.load("copy", request=request)
+    assert copy is not None
+    assert [m["id"] for m in copy.messages] == [m["id"] for m in loaded.messages]
+    row = await StoredMessage.objects.aget(conversation__thread_id="copy", message_id="a1")
+    calls = {call["agui_id"]: call for call in row.tool_calls}
+    assert calls["c2"]["status"] == "interrupted"
+    assert calls["c1"]["uuid"] != str(done.uuid)
+    assert calls["c2"]["uuid"] != str(running.uuid)
