@@ -185,3 +185,30 @@ async def test_export_and_import_are_owner_scoped(alice: Any, bob: Any) -> None:
     assert stranger.json() == missing.json()
     assert imported.status_code == 201
     assert [t["threadId"] for t in bobs] == [imported.json()["threadId"]]
+
+
+async def test_import_refuses_references_it_cannot_resolve(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        document, _ = await branched_export(http)
+        answers = {}
+        for name, refs in (("not a list", "f1"), ("no id", [{"name": "x"}])):
+            broken = copy.deepcopy(document)
+            broken["messages"][0]["record"]["wire_extra"] = {"attachments": refs}
+            answers[name] = await http.post("/history/threads/import/", json=broken)
+        quoting = copy.deepcopy(document)
+        quoting["messages"][0]["wire"][0]["metadata"] = {"attachments": ["f1"]}
+        answers["no uploads here"] = await http.post(
+            "/history-session/threads/import/", json=quoting
+        )
+        nested = await http.post(
+            "/history/threads/import/",
+            content=b"[" * 100_000 + b"]" * 100_000,
+            headers={"Content-Type": "application/json"},
+        )
+        threads = (await http.get("/history-session/threads/")).json()["threads"]
+    assert {name: a.status_code for name, a in answers.items()} == dict.fromkeys(answers, 400)
+    assert "must be a list" in answers["not a list"].json()["error"]
+    assert "has no string id" in answers["no id"].json()["error"]
+    assert "keeps no uploads" in answers["no uploads here"].json()["error"]
+    assert nested.status_code in (400, 413)
+    assert threads == []
