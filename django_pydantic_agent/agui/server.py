@@ -18,6 +18,7 @@ from pydantic_ai.agent import AbstractAgent
 
 from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
+from django_pydantic_agent.agui.branches import BranchEndpoints
 from django_pydantic_agent.agui.drain import DEFAULT_DRAIN_SECONDS, Drain, DrainReport
 from django_pydantic_agent.agui.inner import AgentDeps, build_deps
 from django_pydantic_agent.agui.options import (
@@ -41,6 +42,7 @@ from django_pydantic_agent.agui.runs import RunCoordinator, RunEndpoints
 from django_pydantic_agent.agui.spend import SpendGate
 from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 from django_pydantic_agent.agui.threads import ThreadEndpoints
+from django_pydantic_agent.agui.transfer import TransferEndpoints
 from django_pydantic_agent.agui.usage import UsageEndpoint
 from django_pydantic_agent.agui.views import AGUIView, Route
 from django_pydantic_agent.chat_history.window import HistoryWindow
@@ -153,6 +155,9 @@ class AGUIServer:
     run_view: AGUIView
     threads_view: AGUIView
     thread_view: AGUIView
+    thread_fork_view: AGUIView
+    thread_export_view: AGUIView
+    threads_import_view: AGUIView
     run_reattach_view: AGUIView
     run_cancel_view: AGUIView
     attachments_view: AGUIView
@@ -324,7 +329,8 @@ class AGUIServer:
                 heartbeat_seconds=options.heartbeat_seconds,
                 coalesce_seconds=options.stream_coalesce_seconds,
             )
-            table = [*run.routes(), *threads.routes(), *runs.routes()]
+            table = [*run.routes(), *self._tree_routes(store, uploads)]
+            table += [*threads.routes(), *runs.routes()]
             ledger = self.run_store if isinstance(self.run_store, UsageLedger) else None
 
             async def owner(request: HttpRequest) -> str | None:
@@ -346,7 +352,7 @@ class AGUIServer:
             threads = ThreadEndpoints(
                 store, list_limit=self.thread_list_limit, body_limit=self.body_limit
             )
-            table = [*run.routes(), *threads.routes()]
+            table = [*run.routes(), *self._tree_routes(store, uploads), *threads.routes()]
             self.run_store = None  # stateless: nothing of a run outlives its request
         self.run_endpoint = run
         deps = functools.partial(build_deps, options.deps_factory, attachment_store=uploads)
@@ -422,6 +428,15 @@ class AGUIServer:
             f"AGUIServer({self.agent!r}, conversation_store={self.conversation_store!r}, "
             f"attachment_store={self.attachment_store!r}, namespace={self.namespace!r})"
         )
+
+    def _tree_routes(
+        self, store: ConversationStore, uploads: AttachmentStore | None
+    ) -> list[Route]:
+        """The fork, export and import routes; ahead of ``threads/<id>/`` in the table, so
+        ``threads/import/`` is not read as a thread id."""
+        forks = BranchEndpoints(store, body_limit=self.body_limit)
+        transfer = TransferEndpoints(store, attachment_store=uploads, body_limit=self.body_limit)
+        return [*transfer.routes(), *forks.routes()]
 
     @property
     def persists_conversations(self) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
+from django_pydantic_agent.agui.branches import branches_json, switch_branch
 from django_pydantic_agent.agui.errors import store_refusal
 from django_pydantic_agent.agui.http import error_response, read_json_body, refuse_input
 from django_pydantic_agent.agui.input import NESTED_TOO_DEEPLY
@@ -27,6 +28,7 @@ from django_pydantic_agent.persistence import (
     StoreError,
     is_persistent,
 )
+from django_pydantic_agent.persistence.branching import branch_points
 from django_pydantic_agent.persistence.listing import (
     ArchiveUnsupportedError,
     CursorError,
@@ -186,13 +188,14 @@ class ThreadEndpoints:
         return JsonResponse({"threads": rows, "nextCursor": sign_cursor(page.next_position, query)})
 
     async def get(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
-        """``GET threads/<id>/``: ``{"threadId", "messages", "activeRun"}``, or 404.
+        """``GET threads/<id>/``: ``{"threadId", "messages", "activeRun", "branches"}``, or 404.
 
-        ``messages`` are as stored (each with its ``status``); ``activeRun`` is the caller's
-        running run on the thread, ``{"runId", "lastSeq"}`` to reattach with, or ``null``;
-        ``modelView`` (durable runs only) is what the next run's model is sent:
-        ``{"startsAt": <id of its first message, null when it is the whole thread>,
-        "messages": <how many stored messages>}``.
+        ``messages`` are the active branch as stored (each with its ``status``); ``activeRun``
+        is the caller's running run on the thread, ``{"runId", "lastSeq"}`` to reattach with,
+        or ``null``; ``branches`` maps each message that has siblings to ``{"siblings": [ids],
+        "index": i}`` (``agui.branches``); ``modelView`` (durable runs only) is what the next
+        run's model is sent: ``{"startsAt": <id of its first message, null when it is the
+        whole thread>, "messages": <how many stored messages>}``.
         """
         if await self._owns_nothing(request):
             return error_response(404, NOT_FOUND)
@@ -205,10 +208,15 @@ class ThreadEndpoints:
         if conversation is None:
             return error_response(404, NOT_FOUND)
         active = None if self._active_run is None else await self._active_run(request, thread_id)
+        try:
+            points = await branch_points(self._store, thread_id, request=request)
+        except StoreError as exc:
+            return store_refusal(exc, store="conversation")
         body: dict[str, Any] = {
             "threadId": thread_id,
             "messages": [_with_status(message) for message in conversation.messages],
             "activeRun": active,
+            "branches": branches_json(points),
         }
         if self._model_view is not None:
             body["modelView"] = await self._model_view(request, thread_id)
@@ -217,6 +225,8 @@ class ThreadEndpoints:
     async def rename(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``PATCH threads/<id>/`` with ``{"title": "..."}`` and/or ``{"archived": bool}``: 200,
         400, 404, 413 or 415.
+
+        A body with ``"activeMessageId"`` switches branches instead (``agui.branches``).
 
         The body must be ``application/json`` (415) within ``DATA_UPLOAD_MAX_MEMORY_SIZE``
         (413). Whitespace in the title is collapsed; it must then be a non-empty string of at
@@ -233,6 +243,10 @@ class ThreadEndpoints:
             return refuse_input(request, NESTED_TOO_DEEPLY)
         except (ValueError, UnicodeDecodeError):
             payload = None
+        if isinstance(payload, dict) and "activeMessageId" in payload:
+            return await switch_branch(
+                self._store, request, thread_id, payload, active_run=self._active_run
+            )
         if not isinstance(payload, dict) or not ({"title", "archived"} & payload.keys()):
             return refuse_input(request, _PATCH_SHAPE)
         changes: dict[str, Any] = {}

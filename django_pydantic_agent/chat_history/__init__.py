@@ -48,6 +48,7 @@ from django_pydantic_agent.chat_history.repositories import (
     InMemoryChatRepository,
     InMemoryMessageRepository,
     MessageRepositoryLike,
+    StartsBranches,
 )
 from django_pydantic_agent.chat_history.storage_agent import (
     AGUIAgent,
@@ -124,6 +125,7 @@ __all__ = [
     "RunObserver",
     "SequencedEvent",
     "StaleDeltaError",
+    "StartsBranches",
     "StorageState",
     "StreamPersistenceManager",
     "ToolCall",

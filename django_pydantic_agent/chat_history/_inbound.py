@@ -11,9 +11,17 @@ and ``input.resume`` must answer every open interrupt of the thread (AG-UI 1.0).
 raises :class:`~django_pydantic_agent.chat_history.errors.InvalidInputError` naming the
 offending message, before anything is written.
 
-Edited echoes (S4): a known user id whose text differs from the stored text is refused. The
-history is append-only; a client that wants to change a message sends a new one or starts a new
-thread. Silently replaying the stored text would hide the edit from the user.
+Edited echoes (S4): a known user id whose text differs from the stored text is refused, unless
+it is the last message posted and the repositories keep branches (``StartsBranches``):
+
+- posted messages that echo the stored history up to a stored user message and stop there
+  *regenerate* the answer to it (when something follows it);
+- the same with that user message's content changed *edits* it.
+
+Either starts a new branch at that point (``InboundPlan.branch_at``); the old branch is kept,
+and the model sees the new one. An edited message keeps its id on the new branch; the stored
+record it replaces is renamed ``<id>~<8 hex>`` (``InboundPlan.renamed``), so ids stay unique
+in the thread and the old branch can be switched back to.
 """
 
 from __future__ import annotations
@@ -122,6 +130,13 @@ class InboundPlan:
     answers: list[ToolAnswer] = field(default_factory=list)
     resume_carrier: Message | None = None
     resolved: dict[str, dict[str, Any]] = field(default_factory=dict)
+    branch_at: Message | None = None
+    """The stored record where a new branch starts (it and what follows leave the active
+    branch), or ``None``."""
+    kept: int | None = None
+    """With ``branch_at``: how many records of the history stay on the active branch."""
+    renamed: tuple[Message, str] | None = None
+    """An edit's replaced user record and the id it is renamed to."""
 
 
 def _last_outcome(history: Sequence[Message]) -> Message | None:
@@ -202,12 +217,63 @@ def _plan_resume(run_input: RunAgentInput, history: Sequence[Message], plan: Inb
         plan.resume_carrier = carrier
 
 
-def plan_inbound(run_input: RunAgentInput, history: Sequence[Message]) -> InboundPlan:
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def _branch_cut(run_input: RunAgentInput, history: Sequence[Message]) -> tuple[int, bool] | None:
+    """Where a regenerate or an edit starts a new branch: ``(index into history, edited)``,
+    or ``None`` when the posted messages are neither."""
+    if run_input.resume:
+        return None
+    turns = [m for m in run_input.messages if m.role not in _SYSTEM_ROLES]
+    if not turns or not isinstance(turns[-1], UserMessage):
+        return None
+    last = turns[-1]
+    index = next(
+        (i for i, m in enumerate(history) if m.role == "user" and m.agui_id == last.id), None
+    )
+    if index is None:
+        return None
+    edited = flatten_content(last.content) != history[index].content
+    if not edited and index == len(history) - 1:
+        return None  # nothing answered it yet: the run answers it, no branch
+    before = replayed_ids(history[:index])
+    if any(m.id not in before for m in turns[:-1]):
+        return None
+    return (index, True) if edited else (index + 1, False)
+
+
+def renamed_id(agui_id: str, message: Message) -> str:
+    """The id an edited user record is renamed to when its edit takes over its id."""
+    return f"{agui_id}~{message.message_uuid.hex[:8]}"
+
+
+def plan_inbound(
+    run_input: RunAgentInput, history: Sequence[Message], *, branches: bool = False
+) -> InboundPlan:
     """Check the whole inbound list against ``history`` and return what to write.
+
+    With ``branches`` (the repositories keep them), a regenerate or an edit plans a new
+    branch (see the module docstring).
 
     Raises:
         InvalidInputError: For the first message (or resume entry) the server refuses.
     """
+    cut = _branch_cut(run_input, history) if branches else None
+    if cut is not None:
+        at, edited = cut
+        kept = list(history[:at])
+        posted = list(run_input.messages)
+        last = next(m for m in reversed(posted) if m.role not in _SYSTEM_ROLES)
+        if edited:
+            posted.remove(last)
+        plan = plan_inbound(run_input.model_copy(update={"messages": posted}), kept)
+        plan.branch_at, plan.kept = history[at], at
+        if edited:
+            stored = history[at]
+            plan.users.append(last)  # type: ignore[arg-type]
+            plan.renamed = (stored, renamed_id(stored.agui_id or last.id, stored))
+        return plan
     known = replayed_ids(history)
     users = {m.agui_id: m for m in history if m.agui_id and m.role == "user"}
     calls: dict[str, tuple[Message, ToolCall]] = {}
@@ -221,9 +287,9 @@ def plan_inbound(run_input: RunAgentInput, history: Sequence[Message]) -> Inboun
         role = inbound.role
         mid = inbound.id
         if isinstance(inbound, UserMessage):
-            stored = users.get(mid)
-            if stored is not None:
-                if flatten_content(inbound.content) != stored.content:
+            known_user = users.get(mid)
+            if known_user is not None:
+                if flatten_content(inbound.content) != known_user.content:
                     raise InvalidInputError(
                         f"Message {mid!r} (role user) differs from the stored message with "
                         "that id; stored history cannot be edited, send the change as a new "

@@ -52,8 +52,26 @@ __all__ = [
     "InMemoryMessageRepository",
     "MessageRepositoryLike",
     "NestedRecordWrites",
+    "StartsBranches",
     "TaskScope",
 ]
+
+
+@runtime_checkable
+class StartsBranches(Protocol):
+    """Optional, on a message repository that keeps a chat as a tree of branches.
+
+    ``start_branch(chat_uuid, at)`` (inside ``transaction()``) takes record ``at`` and the
+    records after it off the chat's active branch, keeping them; the messages created next
+    follow the record before ``at``, so the old and the new record are siblings. Reads
+    (``get_chat_messages``) return the active branch only. The storage agent branches when a
+    run regenerates an answer or edits a user message; without this capability a regenerate
+    answers the stored history as it is and an edit is refused.
+    """
+
+    async def start_branch(self, chat_uuid: UUID, at: UUID) -> None:
+        """Start a new branch of the chat at record ``at``."""
+        ...
 
 
 @runtime_checkable

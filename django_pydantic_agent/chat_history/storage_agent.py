@@ -102,6 +102,7 @@ from django_pydantic_agent.chat_history.records import (
 from django_pydantic_agent.chat_history.repositories import (
     ChatRepositoryLike,
     MessageRepositoryLike,
+    StartsBranches,
 )
 from django_pydantic_agent.chat_history.tracking import StorageState
 from django_pydantic_agent.chat_history.translate import BOOKKEEPING_KEY, translate_messages
@@ -546,9 +547,17 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         if chat is None:
             return (*self._prepare_new(input), False)
         loaded = await self.load_history(chat)
-        history = loaded.window
+        branches = isinstance(self.message_repo, StartsBranches)
         checked = await checked_history(self.message_repo, chat.chat_uuid, input, loaded)
-        plan = plan_inbound(input, checked)
+        plan = plan_inbound(input, checked, branches=branches)
+        history = loaded.window
+        if plan.branch_at is not None:
+            # An edit or a regenerate (rare) is cut against the whole active branch: the cut
+            # may lie before the window, and the records it keeps are counted from the start.
+            history = checked
+            if not loaded.whole:
+                history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
+                plan = plan_inbound(input, history, branches=branches)
         try:
             chat, history = await self._write_inbound(input, chat, history, plan)
         except ChatNotFoundError:
@@ -556,8 +565,13 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                 Message(**self.build_user_message_create(chat, m, input.run_id).model_dump())
                 for m in plan.users
             ]
-            return chat, history + unsaved, None, True
-        return chat, history, None, False
+            return chat, self._window(history[: plan.kept] + unsaved, plan), None, True
+        return chat, self._window(history, plan), None, False
+
+    def _window(self, history: list[Message], plan: InboundPlan) -> list[Message]:
+        """What the model is sent of ``history``: already the window, but after a branch cut
+        (which read the whole branch)."""
+        return history if plan.branch_at is None else self.history.select(history)
 
     def _prepare_new(
         self, input: RunAgentInput
@@ -608,9 +622,18 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         existed: bool = True,
     ) -> tuple[Chat, list[Message]]:
         """Write what ``plan`` adds to ``chat``; return the chat and its history after."""
-        if not (plan.users or plan.answers or plan.resume_carrier):
+        if not (plan.users or plan.answers or plan.resume_carrier or plan.branch_at):
             return chat, history
         async with self.message_repo.transaction():
+            if plan.branch_at is not None:
+                assert isinstance(self.message_repo, StartsBranches)
+                if plan.renamed is not None:  # renamed first: the cut may take it out of reach
+                    stored, new_id = plan.renamed
+                    await self.message_repo.update_message(
+                        stored.message_uuid, MessageUpdate(agui_id=new_id)
+                    )
+                await self.message_repo.start_branch(chat.chat_uuid, plan.branch_at.message_uuid)
+                history = history[: plan.kept]
             replaced: dict[UUID, Message] = {}
             for answer in plan.answers:
                 updated = await self.message_repo.update_message_tool_call(
@@ -644,8 +667,9 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                         updated_carrier.tool_calls = base.tool_calls
                     replaced[carrier.message_uuid] = updated_carrier
             created: list[Message] = []
+            edit = plan.users[-1] if plan.renamed is not None else None
             for inbound in plan.users:
-                if existed:
+                if existed and inbound is not edit:
                     # Get-or-create: a double-submitted request validated against the same
                     # history must not store the message twice (atomic on stores whose
                     # transaction() serializes writers; a cheap cached read elsewhere).

@@ -361,6 +361,28 @@ class ConversationMessageRepository(NestedRecordWrites):
             finally:
                 state.dirty = None
 
+    async def start_branch(self, chat_uuid: uuid.UUID, at: uuid.UUID) -> None:
+        """Cut the chat at record ``at`` (it and the records after it go): a regenerate or an
+        edit answers the history up to there (``chat_history.StartsBranches``).
+
+        A store behind this adapter keeps one list per thread, so the records cut are not
+        kept as another branch (``DefaultConversationStore`` keeps them). Saved with the
+        transaction's other writes.
+
+        Raises:
+            ValueError: If ``at`` is no record of the owner's chat ``chat_uuid``.
+        """
+        thread = await self._state.by_chat(chat_uuid)
+        index = None
+        if thread is not None:
+            index = next((i for i, m in enumerate(thread.messages) if m.message_uuid == at), None)
+        if thread is None or index is None:
+            raise ValueError(f"start_branch: {at} is no message of chat {chat_uuid}.")
+        for message in thread.messages[index:]:
+            thread.extras.pop(message.message_uuid, None)
+        del thread.messages[index:]
+        await self._state.changed(thread)
+
     # Writes -------------------------------------------------------------------------------
 
     async def create_message(self, message_data: MessageCreate) -> Message:

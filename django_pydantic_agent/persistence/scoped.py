@@ -17,12 +17,20 @@ from django_pydantic_agent.persistence.base import (
     store_checks,
     store_repositories,
 )
+from django_pydantic_agent.persistence.branching import (
+    BranchPoint,
+    ForksThreads,
+    KeepsBranches,
+    activate_branch,
+    fork_messages,
+)
 from django_pydantic_agent.persistence.listing import (
     ThreadPage,
     ThreadQuery,
     archive_thread,
     find_threads,
 )
+from django_pydantic_agent.persistence.transfer import export_thread, import_thread
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
@@ -194,6 +202,46 @@ class ScopedConversationStore:
         """Archive this scope's ``thread_id`` in the inner store (``ArchiveUnsupportedError``
         when it keeps no flag)."""
         return await archive_thread(self._inner, self._key(thread_id), archived, request=request)
+
+    # Branches, forks, export and import (``persistence.branching``, ``.transfer``) -------
+
+    async def branch_points(
+        self, thread_id: str, *, request: HttpRequest
+    ) -> dict[str, BranchPoint] | None:
+        """The inner store's branch points of this scope's thread (``{}`` when it keeps no
+        branches; ``None`` for a missing thread)."""
+        if isinstance(self._inner, KeepsBranches):
+            return await self._inner.branch_points(self._key(thread_id), request=request)
+        return {} if await self.exists(thread_id, request=request) else None
+
+    async def activate(self, thread_id: str, message_id: str, *, request: HttpRequest) -> bool:
+        """Switch this scope's thread to the branch through ``message_id``."""
+        return await activate_branch(self._inner, self._key(thread_id), message_id, request=request)
+
+    async def fork(
+        self, thread_id: str, message_id: str, new_thread_id: str, *, request: HttpRequest
+    ) -> bool:
+        """Fork this scope's thread into this scope's ``new_thread_id``."""
+        if isinstance(self._inner, ForksThreads):
+            return await self._inner.fork(
+                self._key(thread_id), message_id, self._key(new_thread_id), request=request
+            )
+        conversation = await self.load(thread_id, request=request)
+        kept = None if conversation is None else fork_messages(conversation.messages, message_id)
+        if kept is None:
+            return False
+        await self.save(Conversation(thread_id=new_thread_id, messages=kept), request=request)
+        return True
+
+    async def export(self, thread_id: str, *, request: HttpRequest) -> dict[str, Any] | None:
+        """This scope's thread as an export document (``persistence.transfer``)."""
+        return await export_thread(self._inner, self._key(thread_id), request=request)
+
+    async def import_document(
+        self, document: dict[str, Any], thread_id: str, *, request: HttpRequest
+    ) -> None:
+        """Import a checked document as this scope's ``thread_id``."""
+        await import_thread(self._inner, document, self._key(thread_id), request=request)
 
     async def repositories(
         self, *, request: HttpRequest

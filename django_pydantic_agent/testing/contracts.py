@@ -22,6 +22,11 @@ from django_pydantic_agent.persistence.base import (
     is_persistent,
     wrapped_stores,
 )
+from django_pydantic_agent.persistence.branching import (
+    activate_branch,
+    branch_points,
+    fork_thread,
+)
 from django_pydantic_agent.persistence.listing import (
     ArchiveUnsupportedError,
     ThreadPage,
@@ -32,6 +37,11 @@ from django_pydantic_agent.persistence.listing import (
 from django_pydantic_agent.persistence.null import PersistenceDisabledError
 from django_pydantic_agent.persistence.owner import AnonymousOperationError
 from django_pydantic_agent.persistence.scoped import ScopedConversationStore
+from django_pydantic_agent.persistence.transfer import (
+    check_document,
+    export_thread,
+    import_thread,
+)
 from django_pydantic_agent.testing.actors import ANONYMOUS_ACTORS, StoreActors
 
 __all__ = [
@@ -432,10 +442,69 @@ class ConversationStoreContract:
         assert await self._found_ids(actors, "alice", updated_after=old) == ["new"]
         assert await self._found_ids(actors, "alice", updated_before=stamps["new"]) == ["old"]
 
+    async def test_fork_copies_the_active_branch_up_to_a_message(self, actors: StoreActors) -> None:
+        await self._save(actors, "alice", "source", "fork me")
+        store, alice = self._store(), actors.request("alice")
+        new_id = await fork_thread(store, "source", "msg-assistant-1", request=alice)
+        if not is_persistent(store):
+            assert new_id is None
+            return
+        assert new_id is not None
+        copy = await store.load(new_id, request=alice)
+        assert copy is not None
+        # The message, and the tool result answering its call.
+        assert copy.messages == sample_messages("fork me")[:3]
+        source = await store.load("source", request=alice)
+        assert source is not None
+        assert source.messages == sample_messages("fork me")
+        assert await fork_thread(store, "source", "no-such-id", request=alice) is None
+        stranger = actors.request("bob")
+        assert await fork_thread(store, "source", "msg-user-1", request=stranger) is None
+        assert await self._listed_ids(actors, "bob") == []
+
+    async def test_export_then_import_makes_a_new_thread_of_the_caller(
+        self, actors: StoreActors
+    ) -> None:
+        await self._save(actors, "alice", "exported", "take me along")
+        store, alice = self._store(), actors.request("alice")
+        document = await export_thread(store, "exported", request=alice)
+        if not is_persistent(store):
+            assert document is None
+            return
+        assert document is not None
+        check_document(document)
+        assert await export_thread(store, "exported", request=actors.request("bob")) is None
+        await import_thread(store, document, "imported", request=actors.request("bob"))
+        imported = await store.load("imported", request=actors.request("bob"))
+        assert imported is not None
+        keys = ("id", "role", "content", "toolCallId")
+        assert [{k: m.get(k) for k in keys} for m in imported.messages] == [
+            {k: m.get(k) for k in keys} for m in sample_messages("take me along")
+        ]
+        assert await store.load("imported", request=alice) is None
+
+    async def test_a_thread_that_never_branched_has_no_branch_points(
+        self, actors: StoreActors
+    ) -> None:
+        await self._save(actors, "alice", "straight", "one branch")
+        store, alice = self._store(), actors.request("alice")
+        persistent = is_persistent(store)
+        assert await branch_points(store, "straight", request=alice) == {}
+        assert await activate_branch(store, "straight", "msg-user-1", request=alice) is persistent
+        assert not await activate_branch(store, "straight", "nope", request=alice)
+        bob = actors.request("bob")
+        assert not await activate_branch(store, "straight", "msg-user-1", request=bob)
+        loaded = await store.load("straight", request=alice)
+        if persistent:
+            assert loaded is not None
+            assert loaded.messages == sample_messages("one branch")
+
 
 def _said(text: str) -> dict[str, Any]:
     """An assistant wire message saying ``text``."""
     return {"id": f"said-{abs(hash(text))}", "role": "assistant", "content": text}
+
+    # -- branches, fork, export and import (persistence.branching, persistence.transfer) ----
 
 
 class ScopedConversationStoreContract(ConversationStoreContract):

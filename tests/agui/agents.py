@@ -302,3 +302,22 @@ def reader_agent() -> Agent[AgentDeps, str]:
     return Agent(
         FunctionModel(stream_function=_reader), deps_type=AgentDeps, tools=[read_attachment]
     )
+
+
+async def _history(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    from pydantic_ai.messages import ModelResponse, TextPart, UserPromptPart
+
+    seen: list[str] = []
+    for message in messages:
+        parts = message.parts
+        for part in parts:
+            if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                seen.append(f"U:{part.content}")
+            elif isinstance(message, ModelResponse) and isinstance(part, TextPart):
+                seen.append(f"A:{part.content}")
+    yield f"answer {len(seen)} to [" + " | ".join(seen) + "]"
+
+
+def history_agent() -> Agent[None, str]:
+    """Answers with the history its model saw: ``U:<prompt>`` and ``A:<answer>`` in order."""
+    return Agent(FunctionModel(stream_function=_history))

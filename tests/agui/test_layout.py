@@ -19,9 +19,11 @@ import pytest
 import django_pydantic_agent.agui as agui_package
 from django_pydantic_agent.agui import AGUIServer, AGUIView
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
+from django_pydantic_agent.agui.branches import BranchEndpoints
 from django_pydantic_agent.agui.run import DurableRunEndpoint, StatelessRunEndpoint
 from django_pydantic_agent.agui.runs import RunEndpoints
 from django_pydantic_agent.agui.threads import ThreadEndpoints
+from django_pydantic_agent.agui.transfer import TransferEndpoints
 from django_pydantic_agent.agui.usage import UsageEndpoint
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
@@ -36,6 +38,8 @@ HANDLERS = [
     DurableRunEndpoint,
     RunEndpoints,
     ThreadEndpoints,
+    BranchEndpoints,
+    TransferEndpoints,
     AttachmentEndpoints,
     UsageEndpoint,
     AGUIView,
@@ -108,6 +112,8 @@ def test_no_handler_keeps_the_server() -> None:
         DurableRunEndpoint,
         RunEndpoints,
         ThreadEndpoints,
+        BranchEndpoints,
+        TransferEndpoints,
         AttachmentEndpoints,
         UsageEndpoint,
     }

@@ -95,6 +95,9 @@ def test_persisting_server_mounts_every_route_with_a_back_pointer() -> None:
     patterns, _, _ = server.urls
     assert [p.name for p in patterns] == [
         "run",
+        "threads-import",
+        "thread-export",
+        "thread-fork",
         "threads",
         "thread",
         "run-reattach",
@@ -119,6 +122,9 @@ def test_only_conversations_mounts_no_attachment_routes() -> None:
     )
     assert [p.name for p in server.urlpatterns] == [
         "run",
+        "threads-import",
+        "thread-export",
+        "thread-fork",
         "threads",
         "thread",
         "run-reattach",

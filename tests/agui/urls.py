@@ -24,6 +24,7 @@ from tests.agui.agents import (
     failing_agent,
     gated_agent,
     hanging_agent,
+    history_agent,
     interrupted_agent,
     prompt_parts_agent,
     reader_agent,
@@ -330,6 +331,24 @@ urlpatterns = [
     path("hanging-durable/", hanging_durable.urls),
     path("approval/", stored(approval_agent(), namespace="approval").urls),
     path("reader/", stored(reader_agent(), namespace="reader").urls),
+    path("history/", stored(history_agent(), namespace="history").urls),
+    path(
+        "history-scoped/",
+        stored(
+            history_agent(),
+            conversation_store=ScopedConversationStore(DefaultConversationStore(), scope="h"),
+            namespace="history-scoped",
+        ).urls,
+    ),
+    path(
+        "history-session/",
+        AGUIServer(
+            history_agent(),
+            conversation_store=DjangoSessionConversationStore(),
+            csrf_exempt=True,
+            namespace="history-session",
+        ).urls,
+    ),
     path("hanging-interrupt/", hanging_interrupt.urls),
     path("lagging/", lagging.urls),
     path("lagging-2/", lagging_2.urls),

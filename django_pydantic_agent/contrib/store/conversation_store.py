@@ -22,7 +22,7 @@ from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connections, router, transaction
 from django.utils import timezone
 
-from django_pydantic_agent.contrib.store import rows
+from django_pydantic_agent.contrib.store import branches, forks, rows, transfer
 from django_pydantic_agent.contrib.store.checks import store_app_installed
 from django_pydantic_agent.contrib.store.deletion import delete_conversations
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
@@ -49,6 +49,7 @@ from django_pydantic_agent.persistence import (
     derive_preview,
     derive_title,
 )
+from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.derive import normalize_title
 from django_pydantic_agent.persistence.listing import ThreadPage, ThreadQuery
 
@@ -189,6 +190,89 @@ class DefaultConversationStore(ModelConversationStore):
         )
         return chats, OrmMessageRepository(chats)
 
+    # Branches and forks (persistence.branching) ----------------------------------------------
+
+    def _thread_row(self, thread_id: str, owner_id: str, *, lock: bool = False) -> Any:
+        from django_pydantic_agent.contrib.store.models import StoredConversation
+
+        if len(thread_id) > MAX_KEY:
+            return None
+        found = StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id)
+        return (found.select_for_update() if lock else found).first()
+
+    def _branch_points_sync(
+        self, thread_id: str, request: HttpRequest
+    ) -> dict[str, BranchPoint] | None:
+        row = self._thread_row(thread_id, self._owner(request))
+        if row is None:
+            return None
+        if not row.branches:
+            return {}
+        points = branches.Tree(branches.nodes(row.pk)).branch_points()
+        return {
+            key: BranchPoint(siblings=tuple(ids), index=index)
+            for key, (ids, index) in points.items()
+        }
+
+    async def branch_points(
+        self, thread_id: str, *, request: HttpRequest
+    ) -> dict[str, BranchPoint] | None:
+        """The active messages that have siblings, by AG-UI id (``{}`` for a thread that never
+        branched, one query); ``None`` when the owner has no such thread."""
+        return await sync_to_async(self._branch_points_sync)(thread_id, request)
+
+    def _activate_sync(self, thread_id: str, message_id: str, request: HttpRequest) -> bool:
+        owner_id = self._owner(request)
+        with transaction.atomic():
+            row = self._thread_row(thread_id, owner_id, lock=True)
+            return row is not None and branches.activate(row, message_id)
+
+    async def activate(self, thread_id: str, message_id: str, *, request: HttpRequest) -> bool:
+        """Make the branch through the message ``message_id`` (any message of the thread, on
+        any branch) the active one, continued down that message's own branch; one
+        transaction that flips only the rows whose state changes. ``False`` when the owner's
+        thread has no such message (or the owner no such thread)."""
+        return await sync_to_async(self._activate_sync)(thread_id, message_id, request)
+
+    def _fork_sync(
+        self, thread_id: str, message_id: str, new_thread_id: str, request: HttpRequest
+    ) -> bool:
+        check_key("thread_id", new_thread_id)
+        owner_id = self._owner(request)
+        return forks.fork(
+            owner_id, thread_id, message_id, new_thread_id, self.max_threads_per_owner
+        )
+
+    async def fork(
+        self, thread_id: str, message_id: str, new_thread_id: str, *, request: HttpRequest
+    ) -> bool:
+        """Copy the owner's thread's active branch, up to and including the message
+        ``message_id``, into a new thread ``new_thread_id`` of the same owner (see
+        ``contrib.store.forks``). ``False`` when the owner has no such thread or its active
+        branch no such message; ``StoreLimitError`` over ``max_threads_per_owner``."""
+        return await sync_to_async(self._fork_sync)(thread_id, message_id, new_thread_id, request)
+
+    def _export_sync(self, thread_id: str, request: HttpRequest) -> dict[str, Any] | None:
+        return transfer.export(self._owner(request), thread_id)
+
+    async def export(self, thread_id: str, *, request: HttpRequest) -> dict[str, Any] | None:
+        """The owner's thread, every branch and record, as a ``persistence.transfer``
+        document (``contrib.store.transfer``); ``None`` when the owner has no such thread."""
+        return await sync_to_async(self._export_sync)(thread_id, request)
+
+    def _import_sync(self, document: dict[str, Any], thread_id: str, request: HttpRequest) -> None:
+        check_key("thread_id", thread_id)
+        owner_id = self._owner(request)
+        transfer.import_document(owner_id, thread_id, document, self.max_threads_per_owner)
+
+    async def import_document(
+        self, document: dict[str, Any], thread_id: str, *, request: HttpRequest
+    ) -> None:
+        """Create the owner's thread ``thread_id`` from a checked document (every branch, new
+        uuids, running messages stopped); ``ImportProblem`` for a record that is no message,
+        ``StoreLimitError`` over ``max_threads_per_owner``, nothing written either way."""
+        await sync_to_async(self._import_sync)(document, thread_id, request)
+
     def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
         from django_pydantic_agent.contrib.store.models import StoredConversation
 
@@ -264,7 +348,10 @@ class DefaultConversationStore(ModelConversationStore):
             plan.write(row)
             # Links exist only if the last save left some (its state ends ":1"; unknown
             # state: maybe) or these messages may quote attachments.
-            if plan.quotes or (created_now is False and not row.save_state.endswith(":0")):
+            if row.branches > 0:  # the other branches' quotes keep their files too
+                kept = branches.inactive_quotes(row.pk)
+                reconcile_conversation_attachments(row, [*messages, *kept])
+            elif plan.quotes or (created_now is False and not row.save_state.endswith(":0")):
                 # Proven to quote no attachment: only stale links (if any) are dropped.
                 reconcile_conversation_attachments(row, messages if plan.quotes else [])
             StoredConversation.objects.filter(pk=row.pk).update(
@@ -359,10 +446,11 @@ def _wire_texts(owner_id: str, thread_id: str) -> _Texts:
         f"FROM {quote(message.db_table)} m INNER JOIN {quote(thread.db_table)} t "
         f"ON t.{column(thread, 'id')} = m.{column(message, 'conversation')} "
         f"WHERE t.{column(thread, 'owner_id')} = %s AND t.{column(thread, 'thread_id')} = %s "
+        f"AND m.{column(message, 'active')} = %s "
         f"ORDER BY m.{column(message, 'position')}"
     )
     with connections[using].cursor() as cursor:
-        cursor.execute(sql, [owner_id, thread_id])
+        cursor.execute(sql, [owner_id, thread_id, True])
         return cast(_Texts, cursor.fetchall())
 
 
@@ -373,7 +461,7 @@ def _rendered(row: StoredConversation, texts: _Texts) -> list[Any]:
 
     rendered = {
         message_row.position: rows.render(rows.record_of(Message, message_row, row.chat_uuid))
-        for message_row in row.message_rows.filter(wire__isnull=True)
+        for message_row in row.message_rows.filter(wire__isnull=True, active=True)
     }
     messages: list[Any] = []
     for position, wire, message_id, role, content in texts:
@@ -433,15 +521,41 @@ class _Plan:
         from django_pydantic_agent.contrib.store.models import StoredMessage
 
         using = router.db_for_write(StoredMessage)
+        active = conversation.message_rows.filter(active=True)
+        branched = conversation.branches > 0
         if self.delete_from is not None:
-            conversation.message_rows.filter(position__gte=self.delete_from).delete()
+            if branched:  # the branches forked below the dropped rows go with them
+                tree = branches.Tree(branches.nodes(conversation.pk))
+                dropped = [
+                    n.message_uuid
+                    for n in tree.nodes
+                    if n.active and n.position >= self.delete_from
+                ]
+                gone = tree.descendants(dropped)
+                conversation.message_rows.filter(message_uuid__in=list(gone)).delete()
+            else:
+                active.filter(position__gte=self.delete_from).delete()
         for position, saved in self.updates:
-            conversation.message_rows.filter(position=position).update(
+            active.filter(position=position).update(
                 message_uuid=saved.message_uuid,
                 wire=rows.stored_wire(saved),
                 **saved.columns,
             )
-        rows.insert(StoredMessage, [(conversation.pk, p, s) for p, s in self.inserts], using=using)
+        parent = None
+        if branched and self.inserts:
+            parent = (
+                active.filter(position__lt=self.inserts[0][0])
+                .order_by("-position")
+                .values_list("message_uuid", flat=True)
+                .first()
+            )
+        rows.insert(
+            StoredMessage,
+            [(conversation.pk, p, s) for p, s in self.inserts],
+            using=using,
+            branch=conversation.active_branch,
+            parent=parent,
+        )
 
 
 def _state(head: Any, quotes: bool, last: rows.SavedRecord, position: int) -> tuple[str, bool]:
@@ -506,7 +620,7 @@ def _full_plan(
         stored = [
             (position, message_uuid, rows.wire_of(wire, message_id, role, content))
             for position, message_uuid, wire, message_id, role, content in (
-                row.message_rows.order_by("position").values_list(*columns)
+                row.message_rows.filter(active=True).order_by("position").values_list(*columns)
             )
         ]
     plan = _Plan()

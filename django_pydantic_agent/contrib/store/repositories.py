@@ -131,6 +131,18 @@ class _ChatState:
     owner_id: str
     next_position: int
     deleted: bool = False
+    branch: int = 0
+    """The branch new rows join (read with the thread's lock before inserting)."""
+    tip: UUID | None = None
+    """The active branch's last row, which the next new row follows."""
+
+
+def _as_uuid(value: Any) -> UUID | None:
+    """A uuid column read through a ``Subquery`` (SQLite gives its text)."""
+    if value is None or isinstance(value, UUID):
+        return value
+    text = str(value)
+    return UUID(text) if len(text) != 32 else UUID(hex=text)
 
 
 @dataclass
@@ -197,9 +209,10 @@ class OrmChatRepository:
     def _rows(self) -> Any:
         from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 
-        # The newest position through the (conversation, position) index: one index probe,
-        # where MAX over a join read every row of the thread.
-        newest = StoredMessage.objects.filter(conversation_id=OuterRef("pk")).order_by("-position")
+        # The newest active position through the (conversation, position) index of the active
+        # rows: one index probe, where MAX over a join read every row of the thread.
+        newest = StoredMessage.objects.filter(conversation_id=OuterRef("pk"), active=True)
+        newest = newest.order_by("-position")
         rows = StoredConversation.objects.annotate(top=Subquery(newest.values("position")[:1]))
         if self.owner_id is not None:
             rows = rows.filter(owner_id=self.owner_id)
@@ -351,6 +364,7 @@ class OrmMessageRepository(NestedRecordWrites):
         self._records: dict[UUID, Message] = {}
         self._children: dict[UUID, UUID] = {}
         self._pending: dict[UUID, _Pending] | None = None
+        self._cuts: dict[UUID, int] = {}
         self._scope = TaskScope()
 
     # Caching ------------------------------------------------------------------------------
@@ -383,7 +397,9 @@ class OrmMessageRepository(NestedRecordWrites):
             return []
         from django_pydantic_agent.contrib.store.models import StoredMessage
 
-        rows = list(StoredMessage.objects.filter(conversation_id=state.pk).order_by("position"))
+        rows = list(
+            StoredMessage.objects.filter(conversation_id=state.pk, active=True).order_by("position")
+        )
         records = [rows_.record_of(self.message_class, row, chat_uuid) for row in rows]
         for record in records:
             self._keep(record)
@@ -461,13 +477,14 @@ class OrmMessageRepository(NestedRecordWrites):
             )
             try:
                 yield
-                if self._pending:
+                if self._pending or self._cuts:
                     await unit_of_work(self._apply_sync)(list(self._pending.values()))
             except BaseException:
                 self._records, self._children, self.chats._states = snapshot
                 raise
             finally:
                 self._pending = None
+                self._cuts = {}
 
     @asynccontextmanager
     async def _writing(self) -> AsyncIterator[None]:
@@ -496,6 +513,7 @@ class OrmMessageRepository(NestedRecordWrites):
         from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 
         states = {p.chat_uuid: self.chats._states[p.chat_uuid] for p in batch}
+        states.update({chat_uuid: self.chats._states[chat_uuid] for chat_uuid in self._cuts})
         inserting = {p.chat_uuid for p in batch if p.created}
         # The thread row's new values (its preview from the records written now): written
         # first when nothing is inserted, so that UPDATE is the scope's lock on the thread
@@ -515,25 +533,32 @@ class OrmMessageRepository(NestedRecordWrites):
                 values["preview"] = preview
             touches[state.chat_uuid] = values
         with transaction.atomic():
+            self._cut_sync(states)
             if inserting:
+                last = StoredMessage.objects.filter(
+                    conversation=OuterRef("pk"), active=True
+                ).order_by("-position")
                 locked = (
                     StoredConversation.objects.select_for_update()
                     .filter(pk__in=[s.pk for s in states.values()])
                     .annotate(
-                        top=Subquery(
-                            StoredMessage.objects.filter(conversation=OuterRef("pk"))
-                            .order_by("-position")
-                            .values("position")[:1]
-                        )
+                        top=Subquery(last.values("position")[:1]),
+                        tip=Subquery(last.values("message_uuid")[:1]),
                     )
                 )
-                alive = dict(locked.values_list("pk", "top"))
+                alive = {
+                    pk: (top, tip, branch)
+                    for pk, top, tip, branch in locked.values_list(
+                        "pk", "top", "tip", "active_branch"
+                    )
+                }
                 for state in states.values():
                     if state.pk not in alive:
                         state.deleted = True
                     elif state.chat_uuid in inserting:
-                        top = alive[state.pk]
+                        top, tip, branch = alive[state.pk]
                         state.next_position = 0 if top is None else top + 1
+                        state.tip, state.branch = _as_uuid(tip), branch
             else:
                 for state in states.values():
                     rows = StoredConversation.objects.filter(pk=state.pk)
@@ -548,7 +573,17 @@ class OrmMessageRepository(NestedRecordWrites):
                     position = state.next_position
                     state.next_position += 1
                     record._sequence_id = position + 1
-                    inserts.append(rows_.new_row(StoredMessage, state.pk, position, record))
+                    inserts.append(
+                        rows_.new_row(
+                            StoredMessage,
+                            state.pk,
+                            position,
+                            record,
+                            branch=state.branch,
+                            parent_uuid=state.tip,
+                        )
+                    )
+                    state.tip = record.message_uuid
                 else:
                     self._update_row(pending, record)
             if inserts:
@@ -607,6 +642,35 @@ class OrmMessageRepository(NestedRecordWrites):
             # The record no longer is what a save stored: load renders it from now on.
             values["wire"] = None
             StoredMessage.objects.filter(message_uuid=record.message_uuid).update(**values)
+
+    def _cut_sync(self, states: dict[UUID, _ChatState]) -> None:
+        """Apply the scope's ``start_branch`` cuts, each under its thread's lock."""
+        from django_pydantic_agent.contrib.store import branches
+        from django_pydantic_agent.contrib.store.models import StoredConversation
+
+        for chat_uuid, position in self._cuts.items():
+            state = states[chat_uuid]
+            locked = StoredConversation.objects.select_for_update().filter(pk=state.pk)
+            if not locked.exists():
+                state.deleted = True
+                continue
+            state.branch, state.tip = branches.cut(state.pk, position)
+            state.next_position = position
+
+    async def start_branch(self, chat_uuid: UUID, at: UUID) -> None:
+        """Start a new branch where record ``at`` of the chat's active branch is: it and the
+        records after it leave the active branch (kept, with their siblings to come); the
+        messages created next follow the record before it. Applied with the scope's other
+        writes (inside ``transaction()``), before them.
+
+        Raises:
+            ValueError: If ``at`` is no record of this owner's chat ``chat_uuid``.
+        """
+        record = await self._cached(at)
+        if record is None or record.chat_uuid != chat_uuid or not record._sequence_id:
+            raise ValueError(f"start_branch: {at} is no message of chat {chat_uuid}.")
+        async with self._writing():
+            self._cuts[chat_uuid] = record._sequence_id - 1
 
     # Writes -------------------------------------------------------------------------------
 

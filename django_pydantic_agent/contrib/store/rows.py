@@ -54,6 +54,7 @@ __all__ = [
     "PLAIN_WIRE",
     "RECORD_COLUMNS",
     "SavedRecord",
+    "copy_rows",
     "insert",
     "loaded",
     "new_row",
@@ -143,15 +144,24 @@ def record_columns(message: Message) -> dict[str, Any]:
 
 
 def new_row(
-    model: Any, conversation_id: int, position: int, message: Message, wire: Any = None
+    model: Any,
+    conversation_id: int,
+    position: int,
+    message: Message,
+    wire: Any = None,
+    **tree: Any,
 ) -> Any:
-    """An unsaved row of ``model`` (``StoredMessage``, or its historical model) for ``message``."""
+    """An unsaved row of ``model`` (``StoredMessage``, or its historical model) for ``message``.
+
+    ``tree`` sets the row's place in the message tree (``branch``, ``parent_uuid``).
+    """
     return model(
         conversation_id=conversation_id,
         position=position,
         message_uuid=message.message_uuid,
         wire=wire,
         **record_columns(message),
+        **tree,
     )
 
 
@@ -159,17 +169,27 @@ _INSERTED: Final[tuple[str, ...]] = ("conversation_id", "position", "message_uui
 _FIELD: Final[dict[str, str]] = {"conversation_id": "conversation"}
 
 
-def insert(model: Any, rows: Sequence[tuple[int, int, SavedRecord]], *, using: str) -> None:
+def insert(
+    model: Any,
+    rows: Sequence[tuple[int, int, SavedRecord]],
+    *,
+    using: str,
+    branch: int = 0,
+    parent: uuid.UUID | None = None,
+) -> None:
     """Insert ``(conversation_id, position, saved)`` rows of ``model`` in one statement.
 
     One ``executemany`` of a plain ``INSERT``, values prepared by each field as the ORM
     prepares them: ``bulk_create`` spent most of a 1,000-message first save building the SQL
-    of its batches (about 100 ms of 150 ms on SQLite, docs/benchmarks.md).
+    of its batches (about 100 ms of 150 ms on SQLite, docs/benchmarks.md). The rows join
+    ``branch``; the first follows ``parent`` when given (``branches``), each next one the row
+    before it.
     """
     if not rows:
         return
     connection = connections[using]
-    names = (*_INSERTED, *RECORD_COLUMNS)
+    tree: tuple[str, ...] = ("branch", "parent_uuid") if branch or parent else ()
+    names = (*_INSERTED, *RECORD_COLUMNS, *tree)
     fields = [model._meta.get_field(_FIELD.get(name, name)) for name in names]
     # Columns this shape does not fill (a historical model's) take their defaults.
     others = [f for f in model._meta.concrete_fields if not f.primary_key and f not in fields]
@@ -187,8 +207,9 @@ def insert(model: Any, rows: Sequence[tuple[int, int, SavedRecord]], *, using: s
     adapt = connection.ops.adapt_json_value
     empty = adapt([], None)
     plain = wire_value(PLAIN_WIRE, connection)
+    parent_value = model._meta.get_field("parent_uuid").get_db_prep_value if tree else None
     params = []
-    for conversation_id, position, saved in rows:
+    for number, (conversation_id, position, saved) in enumerate(rows):
         values = saved.columns
         calls, steps = values["tool_calls"], values["reasonings"]
         record = saved.record_text
@@ -206,11 +227,124 @@ def insert(model: Any, rows: Sequence[tuple[int, int, SavedRecord]], *, using: s
                 adapt(steps, None) if steps else empty,
                 values["status"],
                 values["run_id"],
+                *(
+                    (branch, parent_value(parent if number == 0 else None, connection))
+                    if parent_value is not None
+                    else ()
+                ),
                 *defaults,
             ]
         )
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
+
+
+_COPIED: Final[tuple[str, ...]] = (
+    "position",
+    "message_uuid",
+    "message_id",
+    "role",
+    "content",
+    "record",
+    "tool_calls",
+    "reasonings",
+    "status",
+    "run_id",
+    "wire",
+)
+_RUNNING: Final[str] = MessageStatus.ACTIVE.value
+_STOPPED: Final[str] = MessageStatus.INTERRUPTED.value
+
+
+def _text_uuid(value: Any) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+def _rekeyed(text: str, chat_uuid: uuid.UUID) -> list[Any]:
+    """Nested records (JSON text) under uuids of the new thread, running ones stopped."""
+    copied = []
+    for item in json.loads(text) or []:
+        if isinstance(item, dict):
+            item = dict(item)
+            if isinstance(item.get("uuid"), str):
+                item["uuid"] = str(uuid.uuid5(chat_uuid, item["uuid"]))
+            if item.get("status") == _RUNNING:
+                item["status"] = _STOPPED
+        copied.append(item)
+    return copied
+
+
+def copy_rows(
+    model: Any, source_id: int, target_id: int, chat_uuid: uuid.UUID, last: int, *, using: str
+) -> list[tuple[str | None, str]]:
+    """Copy the active rows of thread ``source_id`` up to position ``last`` into thread
+    ``target_id`` (positions ``0..``, branch 0, active), each under a new uuid of
+    ``chat_uuid`` (its tool calls' and reasoning steps' too); one ``SELECT`` and one
+    ``executemany``.
+
+    The JSON columns travel as the text the database holds; only the nested records and a
+    still running row (copied as ``interrupted``, rendered from its record) are decoded.
+    Returns each copied row's ``(wire, record)`` text, for the attachment links.
+    """
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    meta = model._meta
+    columns = [meta.get_field(name).column for name in _COPIED]
+    selected = ", ".join(
+        f"CAST({quote(c)} AS text)" if n in ("tool_calls", "reasonings") else quote(c)
+        for n, c in zip(_COPIED, columns, strict=True)
+    )
+    table = quote(meta.db_table)
+    where = (
+        f"{quote(meta.get_field('conversation').column)} = %s AND "
+        f"{quote(meta.get_field('active').column)} = %s AND {quote(columns[0])} <= %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {selected} FROM {table} WHERE {where} ORDER BY {quote(columns[0])}",
+            [source_id, True, last],
+        )
+        found = cursor.fetchall()
+    adapt = connection.ops.adapt_json_value
+    empty = adapt([], None)
+    uuid_field = meta.get_field("message_uuid")
+    written = ("conversation_id", *_COPIED)
+    fields = [meta.get_field("conversation" if n == "conversation_id" else n) for n in written]
+    others = [f for f in meta.concrete_fields if not f.primary_key and f not in fields]
+    defaults = [f.get_db_prep_save(f.get_default(), connection) for f in others]
+    names = ", ".join(quote(f.column) for f in [*fields, *others])
+    marks = ", ".join(["%s"] * (len(fields) + len(others)))
+    params = []
+    quoted: list[tuple[str | None, str]] = []
+    for number, row in enumerate(found):
+        _, old_uuid, message_id, role, content, record, calls, steps, status, run_id, wire = row
+        if status == _RUNNING:
+            own = json.loads(record or "{}")
+            own.update(status=_STOPPED, in_progress=False)
+            record, status, wire = json.dumps(own, separators=(",", ":")), _STOPPED, None
+        new_uuid = uuid.uuid5(chat_uuid, str(_text_uuid(old_uuid)))
+        params.append(
+            [
+                target_id,
+                number,
+                uuid_field.get_db_prep_value(new_uuid, connection),
+                message_id,
+                role,
+                content,
+                record,
+                adapt(_rekeyed(calls, chat_uuid), None) if calls and calls != "[]" else empty,
+                adapt(_rekeyed(steps, chat_uuid), None) if steps and steps != "[]" else empty,
+                status,
+                run_id,
+                wire,
+                *defaults,
+            ]
+        )
+        quoted.append((wire, record or ""))
+    if params:
+        with connection.cursor() as cursor:
+            cursor.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", params)
+    return quoted
 
 
 def record_of(message_class: type[Message], row: Any, chat_uuid: uuid.UUID) -> Message:

@@ -100,6 +100,7 @@ def test_the_chain_starts_with_the_predecessors_history() -> None:
         "0010_storedmessage_wire",
         "0011_one_message_shape",
         "0012_one_message_shape_columns",
+        "0013_branches",
         "0014_thread_search_and_archive",
         "0015_spend_and_usage",
         "0016_message_agui_id_index",

@@ -103,13 +103,14 @@ class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 class StoredMessageInline(_ReadOnlyInline):
-    """The thread's messages, read from their record columns (``admin.display``)."""
+    """The thread's messages, read from their record columns (``admin.display``): the active
+    branch in order, then the messages of the thread's other branches."""
 
     model = StoredMessage
     template = "django_pydantic_agent_store/admin/messages_inline.html"
     fields = ("position", "message", "message_status", "run", "time")
     readonly_fields = fields
-    ordering = ("position",)
+    ordering = ("-active", "position", "branch")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[StoredMessage]:
         return super().get_queryset(request).select_related("conversation")

@@ -29,7 +29,7 @@ def backwards(apps, schema_editor) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pydantic_agent_store", "0012_one_message_shape_columns"),
+        ("django_pydantic_agent_store", "0013_branches"),
     ]
 
     operations = [

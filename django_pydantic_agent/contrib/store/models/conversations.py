@@ -150,6 +150,10 @@ class StoredConversation(models.Model):
     """Hidden from the thread drawer unless asked for (``PATCH threads/<id>/``)."""
     save_state = models.CharField(max_length=200, blank=True, default="", editable=False)
     """What the last ``save`` stored (see ``conversation_store._fast_plan``), or ``""``."""
+    active_branch = models.PositiveIntegerField(default=0, editable=False)
+    """The branch new message rows join: the branch of the active branch's last row."""
+    branches = models.PositiveIntegerField(default=0, editable=False)
+    """The highest branch number of the thread (``0``: it never branched)."""
     created_at = models.DateTimeField(default=timezone.now, editable=False)
     updated_at = models.DateTimeField(default=timezone.now, editable=False)
     attachments: models.ManyToManyField[StoredAttachment, StoredConversationAttachment] = (
@@ -190,6 +194,12 @@ class StoredMessage(models.Model):
     ``wire`` is the list of AG-UI wire messages ``DefaultConversationStore.save`` was given
     for this record, returned verbatim by ``load``; it is ``NULL`` for a record a run wrote or
     changed, which ``load`` renders from the record. Positions are 0-based; gaps are allowed.
+
+    Messages form a tree (``contrib.store.branches``): ``branch`` numbers the chain a row was
+    written on (``0`` until the thread first branches) and ``parent_uuid`` is the row it
+    follows (``NULL``: the row before it on its branch, or none). ``active`` rows are the
+    thread's active branch, the only ones ``load`` and a run read; positions are unique among
+    them, and a row of another branch keeps the position it had.
     """
 
     conversation = models.ForeignKey(
@@ -206,6 +216,9 @@ class StoredMessage(models.Model):
     status = models.CharField(max_length=16, blank=True, default="")
     run_id = models.CharField(max_length=255, blank=True, default="")
     wire = JSONTextField(null=True, blank=True, editable=False)
+    active = models.BooleanField(default=True, editable=False)
+    branch = models.PositiveIntegerField(default=0, editable=False)
+    parent_uuid = models.UUIDField(null=True, blank=True, editable=False)
 
     class Meta:
         verbose_name = "message"
@@ -213,7 +226,9 @@ class StoredMessage(models.Model):
         ordering = ["conversation", "position"]
         constraints = [
             models.UniqueConstraint(
-                fields=["conversation", "position"], name="dpa_store_message_position"
+                fields=["conversation", "position"],
+                condition=models.Q(active=True),
+                name="dpa_store_message_active_pos",
             ),
         ]
         indexes = [

@@ -1,0 +1,150 @@
+"""Optional store capabilities for threads as trees: branches and forks.
+
+A conversation's messages form a tree (a branch starts where a user message is edited or an
+answer regenerated); ``load`` returns the active branch only. A store that keeps the other
+branches says so with these ``runtime_checkable`` protocols, read through one helper each that
+knows the default (the ``persistence.base`` habit):
+
+- ``KeepsBranches``: ``branch_points(thread_id, request=...)``, the active messages that have
+  siblings (``BranchPoint``), and ``activate(thread_id, message_id, request=...)``, which makes
+  the branch through a message the active one. Read with ``branch_points`` and
+  ``activate_branch``.
+- ``ForksThreads``: ``fork(thread_id, message_id, request=...)`` copies the active branch up to
+  and including a message into a new thread of the same owner. Without it, ``fork_thread``
+  loads the thread and saves the copy through the store's own ``load`` and ``save``.
+
+Owner scoping is the store's, as everywhere: another owner's thread reads as missing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from django_pydantic_agent.persistence.base import Conversation
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+__all__ = [
+    "BranchPoint",
+    "ForksThreads",
+    "KeepsBranches",
+    "activate_branch",
+    "branch_points",
+    "fork_messages",
+    "fork_thread",
+    "new_thread_id",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BranchPoint:
+    """An active message that has siblings: their AG-UI ids (its own included, oldest branch
+    first) and its index among them."""
+
+    siblings: tuple[str, ...]
+    index: int
+
+
+@runtime_checkable
+class KeepsBranches(Protocol):
+    """Optional: a store that keeps every branch of a thread, not only the active one."""
+
+    async def branch_points(
+        self, thread_id: str, *, request: HttpRequest
+    ) -> dict[str, BranchPoint] | None:
+        """The active messages with siblings, by AG-UI id; ``None`` for a missing thread."""
+        ...
+
+    async def activate(self, thread_id: str, message_id: str, *, request: HttpRequest) -> bool:
+        """Make the branch through ``message_id`` active; ``False`` when the thread (or the
+        owner's thread) has no such message."""
+        ...
+
+
+@runtime_checkable
+class ForksThreads(Protocol):
+    """Optional: a store that copies a thread's active branch into a new thread itself."""
+
+    async def fork(
+        self, thread_id: str, message_id: str, new_thread_id: str, *, request: HttpRequest
+    ) -> bool:
+        """Copy the active branch up to and including ``message_id`` into ``new_thread_id``;
+        ``False`` (nothing written) when the owner's thread has no such active message."""
+        ...
+
+
+async def branch_points(
+    store: object, thread_id: str, *, request: HttpRequest
+) -> dict[str, BranchPoint]:
+    """The branch points of the thread's active branch, ``{}`` for a store that keeps none."""
+    if isinstance(store, KeepsBranches):
+        return await store.branch_points(thread_id, request=request) or {}
+    return {}
+
+
+async def activate_branch(
+    store: object, thread_id: str, message_id: str, *, request: HttpRequest
+) -> bool:
+    """``store.activate(...)`` when the store keeps branches; otherwise whether
+    ``message_id`` already is on the (only) branch ``load`` returns."""
+    if isinstance(store, KeepsBranches):
+        return await store.activate(thread_id, message_id, request=request)
+    load = getattr(store, "load", None)
+    if load is None:
+        return False
+    conversation = await load(thread_id, request=request)
+    if conversation is None:
+        return False
+    return any(isinstance(m, dict) and m.get("id") == message_id for m in conversation.messages)
+
+
+def new_thread_id() -> str:
+    """A fresh thread id for a fork or an import (a uuid4, in the id alphabet)."""
+    return str(uuid.uuid4())
+
+
+def fork_messages(messages: list[Any], message_id: str) -> list[Any] | None:
+    """The wire messages up to and including the one with id ``message_id`` (and the tool
+    results that answer its calls), or ``None`` when none has that id."""
+    for index, message in enumerate(messages):
+        if isinstance(message, dict) and message.get("id") == message_id:
+            end = index + 1
+            calls = {
+                call.get("id") for call in message.get("toolCalls") or () if isinstance(call, dict)
+            }
+            while (
+                calls
+                and end < len(messages)
+                and isinstance(messages[end], dict)
+                and messages[end].get("role") == "tool"
+                and messages[end].get("toolCallId") in calls
+            ):
+                end += 1
+            return list(messages[:end])
+    return None
+
+
+async def fork_thread(
+    store: Any, thread_id: str, message_id: str, *, request: HttpRequest
+) -> str | None:
+    """Fork the owner's thread at ``message_id`` into a new thread; its id, or ``None`` when
+    the owner has no such thread or its active branch no such message.
+
+    Uses the store's own ``fork`` (``ForksThreads``) when it has one; otherwise loads the
+    thread and saves the copy with ``save``.
+    """
+    new_id = new_thread_id()
+    if isinstance(store, ForksThreads):
+        done = await store.fork(thread_id, message_id, new_id, request=request)
+        return new_id if done else None
+    conversation = await store.load(thread_id, request=request)
+    if conversation is None:
+        return None
+    kept = fork_messages(list(conversation.messages), message_id)
+    if kept is None:
+        return None
+    await store.save(Conversation(thread_id=new_id, messages=kept), request=request)
+    return new_id

@@ -1,0 +1,260 @@
+"""Thread export and import: one JSON document per thread, and a readable Markdown view.
+
+The document (``FORMAT``, version 1)::
+
+    {"format": "django-pydantic-agent.thread", "version": 1, "title": "...",
+     "messages": [{"parent": null | <index>, "active": true, "record": {...}, "wire": [...]}],
+     "runs": [{"runId", "status", "usage", "startedAt", "finishedAt", "error"}]}
+
+``messages`` is every message of every branch, each after its parent (``parent`` is the index
+of the message it follows, ``null`` for a first message); the ``active`` ones are the active
+branch. ``record`` is the chat-history record (role, content, status, run id, tool calls,
+reasoning steps, the wire message's other keys such as attachment references), ``wire`` the
+AG-UI messages ``load`` returns for it. A store that keeps records and branches exports them
+all (``ExportsThreads``); any other store exports its active branch as ``wire`` only
+(``export_thread``).
+
+``check_document`` validates a whole document before anything is written and raises
+``ImportProblem`` naming the first problem. An import never trusts what the file says about
+ids, owners or attachments: the thread gets a new id and the caller as owner, every record a
+new uuid, still-running messages become ``interrupted``, and the attachment references are
+re-resolved by the transport against the caller's own uploads.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from django_pydantic_agent.persistence.base import Conversation
+from django_pydantic_agent.persistence.derive import message_text
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+__all__ = [
+    "FORMAT",
+    "MAX_IMPORTED_MESSAGES",
+    "VERSION",
+    "ExportsThreads",
+    "ImportProblem",
+    "active_wire",
+    "check_document",
+    "document_bytes",
+    "export_thread",
+    "import_thread",
+    "markdown",
+    "render_record",
+]
+
+FORMAT = "django-pydantic-agent.thread"
+VERSION = 1
+#: The most messages (all branches) one imported document may hold.
+MAX_IMPORTED_MESSAGES = 10_000
+_RUNNING = "active"
+_STOPPED = "interrupted"
+
+
+class ImportProblem(ValueError):
+    """A document ``check_document`` refuses; the message names the first problem."""
+
+
+@runtime_checkable
+class ExportsThreads(Protocol):
+    """Optional: a store that exports and imports whole trees (every branch, every record)."""
+
+    async def export(self, thread_id: str, *, request: HttpRequest) -> dict[str, Any] | None:
+        """The owner's thread as a version-1 document, or ``None`` when it is missing."""
+        ...
+
+    async def import_document(
+        self, document: dict[str, Any], thread_id: str, *, request: HttpRequest
+    ) -> None:
+        """Create the owner's thread ``thread_id`` from a checked document."""
+        ...
+
+
+def _problem(index: int, what: str) -> ImportProblem:
+    return ImportProblem(f"messages.{index} {what}")
+
+
+def check_document(document: Any) -> dict[str, Any]:
+    """Return ``document`` if it is an importable version-1 thread; raise ``ImportProblem``.
+
+    Checked: the format and version, a string title, a non-empty list of at most
+    ``MAX_IMPORTED_MESSAGES`` messages, each an object whose ``parent`` is ``null`` or the
+    index of an earlier message, whose ``active`` is a boolean, which has a ``record`` object
+    or a ``wire`` list of objects; and that the active messages form one path from a first
+    message down (each active message's parent active, at most one active child each).
+    """
+    if not isinstance(document, dict):
+        raise ImportProblem("The document is not a JSON object; send what export/ returned.")
+    if document.get("format") != FORMAT or document.get("version") != VERSION:
+        raise ImportProblem(
+            f'format must be "{FORMAT}" and version {VERSION}; send a document that '
+            "GET threads/<id>/export/?format=json returned."
+        )
+    title = document.get("title", "")
+    if not isinstance(title, str) or len(title) > 255:
+        raise ImportProblem("title must be a string of at most 255 characters.")
+    messages = document.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ImportProblem("messages must be a non-empty list of messages.")
+    if len(messages) > MAX_IMPORTED_MESSAGES:
+        raise ImportProblem(
+            f"messages holds {len(messages)} messages; an import takes at most "
+            f"{MAX_IMPORTED_MESSAGES}."
+        )
+    active_children: dict[int | None, int] = {}
+    active: list[bool] = []
+    for index, entry in enumerate(messages):
+        if not isinstance(entry, dict):
+            raise _problem(index, "is not an object.")
+        parent = entry.get("parent")
+        if parent is not None and (
+            isinstance(parent, bool) or not isinstance(parent, int) or not 0 <= parent < index
+        ):
+            raise _problem(index, "has a parent that is not the index of an earlier message.")
+        if not isinstance(entry.get("active"), bool):
+            raise _problem(index, "needs a boolean active.")
+        record, wire = entry.get("record"), entry.get("wire")
+        if record is not None and not isinstance(record, dict):
+            raise _problem(index, "has a record that is not an object.")
+        if wire is not None and (
+            not isinstance(wire, list) or not all(isinstance(m, dict) for m in wire)
+        ):
+            raise _problem(index, "has a wire that is not a list of objects.")
+        if record is None and not wire:
+            raise _problem(index, "has neither a record nor wire messages.")
+        if entry["active"]:
+            if parent is not None and not active[parent]:
+                raise _problem(index, "is active but its parent is not.")
+            if active_children.get(parent):
+                raise _problem(index, "is a second active message after the same parent.")
+            active_children[parent] = 1
+        active.append(entry["active"])
+    if not any(active):
+        raise ImportProblem("No message is active; mark the branch to show as active.")
+    return document
+
+
+def render_record(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The wire messages of an exported record (``ValueError`` when it is not a record)."""
+    import uuid
+
+    from django_pydantic_agent.chat_history import Message
+    from django_pydantic_agent.chat_history.records import WIRE_CONTEXT
+    from django_pydantic_agent.persistence.wire import records_to_wire
+
+    fields = {k: v for k, v in record.items() if k not in ("message_uuid", "chat_uuid")}
+    message = Message.model_validate(
+        {**fields, "chat_uuid": uuid.uuid4()}, context=dict(WIRE_CONTEXT)
+    )
+    return records_to_wire([message])
+
+
+def active_wire(document: dict[str, Any], render: Any = render_record) -> list[Any]:
+    """The wire messages of the document's active branch, in order (``render(record)`` gives
+    those of a message exported without ``wire``)."""
+    found: list[Any] = []
+    for entry in document["messages"]:
+        if entry["active"]:
+            wire = entry.get("wire")
+            if wire is None and render is not None:
+                wire = render(entry["record"])
+            found.extend(wire or [])
+    return found
+
+
+async def export_thread(
+    store: Any, thread_id: str, *, request: HttpRequest
+) -> dict[str, Any] | None:
+    """The owner's thread as a document: the store's own (``ExportsThreads``), else its
+    active branch as wire messages; ``None`` when the thread is missing."""
+    if isinstance(store, ExportsThreads):
+        return await store.export(thread_id, request=request)
+    conversation = await store.load(thread_id, request=request)
+    if conversation is None:
+        return None
+    title = ""
+    for meta in await store.list(request=request):
+        if meta.thread_id == thread_id:
+            title = meta.title
+            break
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "title": title,
+        "messages": [
+            {"parent": index - 1 if index else None, "active": True, "wire": [message]}
+            for index, message in enumerate(conversation.messages)
+        ],
+        "runs": [],
+    }
+
+
+def _stopped(wire: list[Any]) -> list[Any]:
+    return [
+        {**m, "status": _STOPPED} if isinstance(m, dict) and m.get("status") == _RUNNING else m
+        for m in wire
+    ]
+
+
+async def import_thread(
+    store: Any,
+    document: dict[str, Any],
+    thread_id: str,
+    *,
+    request: HttpRequest,
+    render: Any = render_record,
+) -> None:
+    """Create the owner's thread ``thread_id`` from a checked ``document``: the store's own
+    import (``ExportsThreads``), else a ``save`` of the active branch and a ``rename``."""
+    if isinstance(store, ExportsThreads):
+        await store.import_document(document, thread_id, request=request)
+        return
+    messages = _stopped(active_wire(document, render))
+    await store.save(Conversation(thread_id=thread_id, messages=messages), request=request)
+    if document.get("title"):
+        await store.rename(thread_id, document["title"], request=request)
+
+
+_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "reasoning": "Reasoning"}
+
+
+def markdown(document: dict[str, Any], render: Any = render_record) -> str:
+    """The active branch of an exported document as readable Markdown."""
+    lines = [f"# {document.get('title') or 'Conversation'}", ""]
+    others = sum(1 for m in document["messages"] if not m["active"])
+    if others:
+        lines += [f"_{others} more message(s) on other branches are in the JSON export._", ""]
+    for message in active_wire(document, render):
+        if not isinstance(message, dict):
+            continue
+        role = str(message.get("role") or "message")
+        label = _LABELS.get(role, role.capitalize())
+        text = message_text(message)
+        if role == "reasoning":
+            lines += [f"> **{label}:** " + text.replace("\n", "\n> "), ""]
+            continue
+        lines += [f"**{label}:**", "", text, ""] if text else [f"**{label}:**", ""]
+        for call in message.get("toolCalls") or ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                lines += [
+                    f"Tool call `{function.get('name')}`:",
+                    "",
+                    "```json",
+                    str(function.get("arguments") or ""),
+                    "```",
+                    "",
+                ]
+        for ref in message.get("attachments") or ():
+            if isinstance(ref, dict):
+                lines += [f"Attachment: {ref.get('name') or ref.get('id')}", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def document_bytes(document: dict[str, Any]) -> bytes:
+    """The document as compact UTF-8 JSON."""
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
