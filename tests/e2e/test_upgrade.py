@@ -43,6 +43,11 @@ STEPS = (
     "0010_storedmessage_wire",
     "0011_one_message_shape",
     "0012_one_message_shape_columns",
+    "0013_branches",
+    "0014_thread_search_and_archive",
+    "0015_spend_and_usage",
+    "0016_message_agui_id_index",
+    "0017_storedagentrun_resumes",
 )
 
 
