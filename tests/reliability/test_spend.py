@@ -29,7 +29,7 @@ pytest.importorskip(
     reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
 )
 
-from tests.reliability.project.urls import SPEND_BUDGET, SPEND_PRICE
+from tests.reliability.project.prices import SPEND_BUDGET, SPEND_PRICE
 from tests.reliability.support import (
     Worker,
     log_problems,

@@ -11,7 +11,6 @@ Callers authenticate with an ``X-User: <username>`` header (the users ``prepare.
 from __future__ import annotations
 
 import importlib.util
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -22,6 +21,7 @@ from django.urls import path
 from django_pydantic_agent.agui import AGUIServer
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from tests.reliability.project.agent import build_agent
+from tests.reliability.project.prices import SPEND_BUDGET, SPEND_PRICE
 
 
 def header_user(request: HttpRequest) -> Any:
@@ -50,9 +50,6 @@ urlpatterns = [
     path("cancel-agent/", _server("cancel-agent", on_disconnect="cancel").urls),
 ]
 
-#: The spend mount's daily budget per user, and the price of each model response.
-SPEND_BUDGET = Decimal("0.10")
-SPEND_PRICE = Decimal("0.01")
 
 if importlib.util.find_spec("pydantic_ai_harness") is not None:
     from pydantic_ai_harness.spend import Budget, SpendLimits
