@@ -5,7 +5,7 @@
 // ("stopped", "failed"), live or after a reload (from the stored message's status), and a tool
 // call that failed (its result is an error, or the run failed while it ran) shows as failed.
 
-import { el, formatSize, newId, prettyJson } from "./util.js";
+import { el, formatSize, newId, prettyJson, t } from "./util.js";
 
 let log = null;
 let empty = null;
@@ -59,7 +59,7 @@ function textOf(content) {
 // A download link for each attachment ref a user message carries.
 function fileLinks(refs) {
   const list = el("ul", "file-chips");
-  list.setAttribute("aria-label", "Attachments");
+  list.setAttribute("aria-label", t("Attachments"));
   for (const ref of refs) {
     const item = el("li", "file-chip");
     const link = el("a", "file-name", ref.name || "attachment");
@@ -99,7 +99,7 @@ export class AssistantTurn {
   constructor() {
     hideEmpty();
     this.el = el("div", "turn assistant");
-    this.el.setAttribute("aria-label", "Assistant");
+    this.el.setAttribute("aria-label", t("Assistant"));
     log.append(this.el);
     this.messages = new Map(); // messageId -> AG-UI message
     this.toolCalls = new Map(); // toolCallId -> {call, card, args, result, done}
@@ -133,7 +133,7 @@ export class AssistantTurn {
     if (!block) {
       const details = el("details", "reasoning");
       details.open = true;
-      const summary = el("summary", "", "Thinking…");
+      const summary = el("summary", "", t("Thinking…"));
       const body = el("div", "body");
       details.append(summary, body);
       this.el.append(details);
@@ -207,7 +207,7 @@ export class AssistantTurn {
     }
     badge.textContent = status;
     badge.className = `turn-status ${status}`;
-    badge.title = status === "stopped" ? "This answer was stopped before it finished." : "This answer failed.";
+    badge.title = status === "stopped" ? t("This answer was stopped before it finished.") : t("This answer failed.");
   }
 
   handle(event) {
@@ -224,7 +224,7 @@ export class AssistantTurn {
         const message = this.message(event.messageId, "assistant");
         message.content = (message.content || "") + event.delta;
         this.textBubble(event.messageId).textContent = message.content;
-        onActivity("Writing…", true);
+        onActivity(t("Writing…"), true);
         break;
       }
       case "TEXT_MESSAGE_END": {
@@ -275,7 +275,7 @@ export class AssistantTurn {
         const message = this.message(event.messageId, "reasoning");
         if (event.replay || !message.content) message.content = "";
         this.reasoningBlock(event.messageId);
-        onActivity("Thinking…", true);
+        onActivity(t("Thinking…"), true);
         break;
       }
       case "REASONING_MESSAGE_CONTENT": {
@@ -307,7 +307,7 @@ export class AssistantTurn {
           if (!entry.done) this.toolFailed(entry, "failed: the run ended with an error");
         }
         this.markStatus("failed");
-        this.notice(event.message || "The run failed.", true);
+        this.notice(event.message || t("The run failed."), true);
         break;
       default:
         break; // RUN_STARTED, RUN_FINISHED, REASONING_START/END, STEP_*, state events
@@ -322,7 +322,7 @@ export class AssistantTurn {
       this.messages.set(message.id, { ...message });
       block.body.textContent = message.content || "";
       // How long it took is not stored; the label still reads like the live one.
-      block.summary.textContent = "Thought process";
+      block.summary.textContent = t("Thought process");
       block.details.open = false;
     } else if (message.role === "assistant") {
       const kept = { ...message, content: typeof message.content === "string" ? message.content : textOf(message.content) };
@@ -366,7 +366,7 @@ export class AssistantTurn {
   // Stop cut the answer short: mark the text that was still streaming, and say so.
   stopped() {
     this.markStatus("stopped");
-    const note = this.notice("Stopped.");
+    const note = this.notice(t("Stopped."));
     note.id = `stopped-${newId()}`;
     this.cutStreaming();
     for (const bubble of this.cut) {
@@ -379,7 +379,7 @@ export class AssistantTurn {
   settle() {
     for (const bubble of this.texts.values()) bubble.classList.remove("streaming");
     for (const block of this.reasoning.values()) {
-      if (block.summary.textContent === "Thinking…") block.summary.textContent = "Thinking (stopped)";
+      if (block.summary.textContent === t("Thinking…")) block.summary.textContent = t("Thinking (stopped)");
     }
     for (const entry of this.toolCalls.values()) {
       if (entry.done) continue;

@@ -1,4 +1,4 @@
-// The example project's chat page: streams AG-UI runs from the Django endpoint.
+// django_pydantic_agent.contrib.chat: streams AG-UI runs from the Django endpoint.
 //
 // An ES module, no build step: this file wires the page and owns the run lifecycle; the
 // pieces live beside it in modules/ (transport, state and router, rendering, composer, thread
@@ -21,7 +21,7 @@ import { AssistantTurn, clearLog, renderTranscript, renderUser, setupRendering }
 import { activeRunOf, liveRun, onHistoryMove, showThreadInUrl, state, threadInUrl } from "./modules/state.js";
 import { createThreadDrawer } from "./modules/threads.js";
 import { createTransport, errorText, parseEventId, sseFrames } from "./modules/transport.js";
-import { newId } from "./modules/util.js";
+import { newId, t } from "./modules/util.js";
 
 const app = document.getElementById("app");
 const log = document.getElementById("log");
@@ -29,7 +29,7 @@ const statusLine = document.getElementById("status");
 
 const transport = createTransport({
   agentUrl: app.dataset.agentUrl,
-  csrfToken: document.querySelector('meta[name="csrf-token"]').content,
+  csrfToken: app.dataset.csrfToken,
   uploadUrl: app.dataset.uploadUrl || null, // unset when uploads are not mounted
 });
 
@@ -149,38 +149,38 @@ async function follow(run, first, { replay = false, refused = null } = {}) {
     if (!response.ok) {
       if (refused) await refused(response);
       outcome = "refused";
-      setStatus("Error");
+      setStatus(t("Error"));
       return;
     }
     outcome = await readRun(run, response, { replay });
     for (let attempt = 0; outcome === null && run.resumable && attempt < RECONNECTS; attempt += 1) {
       if (run.detached || run.controller.signal.aborted) break;
-      setStatus("Reconnecting…", true);
+      setStatus(t("Reconnecting…"), true);
       const again = await transport.reattachRun(run.threadId, run.runId, run.lastSeq, run.controller.signal);
       if (!again.ok) break;
       outcome = await readRun(run, again);
     }
     if (run.detached) return;
     if (outcome === "finished" || outcome === "interrupt") {
-      setStatus(outcome === "interrupt" ? "Waiting for an answer" : "Done");
+      setStatus(outcome === "interrupt" ? t("Waiting for an answer") : t("Done"));
     } else if (outcome === "cancelled") {
       run.turn.stopped();
-      setStatus("Stopped");
+      setStatus(t("Stopped"));
     } else if (outcome === "error") {
-      setStatus("Error");
+      setStatus(t("Error"));
     } else {
-      run.turn.notice("The connection closed before the run finished.", true);
-      setStatus("Interrupted");
+      run.turn.notice(t("The connection closed before the run finished."), true);
+      setStatus(t("Interrupted"));
     }
   } catch (error) {
     if (run.detached) return;
     if (error.name === "AbortError") {
       run.turn.stopped();
-      setStatus("Stopped");
+      setStatus(t("Stopped"));
       outcome = "stopped";
     } else {
       run.turn.notice(`Something went wrong: ${error.message}`, true);
-      setStatus("Error");
+      setStatus(t("Error"));
     }
   } finally {
     clearTimeout(run.cancelTimer);
@@ -229,7 +229,7 @@ async function send(text) {
   // A new chat gets its address with its first message: /?thread=<id> can be linked.
   showThreadInUrl(state.threadId, { replace: threadInUrl() === null });
   const run = beginRun(state.threadId, newId(), new AssistantTurn());
-  setStatus("Waiting for the agent…", true);
+  setStatus(t("Waiting for the agent…"), true);
   liveRun.save(run.threadId, run.runId, 0);
 
   const body = {
@@ -256,7 +256,7 @@ async function stop() {
   const run = state.running;
   if (!run || run.stopping) return;
   run.stopping = true;
-  setStatus("Stopping…", true);
+  setStatus(t("Stopping…"), true);
   const answer = await transport.cancelRun(run.threadId, run.runId);
   if (state.running !== run) return; // it ended meanwhile
   if (answer === "accepted") {
@@ -265,7 +265,7 @@ async function stop() {
     run.controller.abort(); // the server notices the closed connection and ends the run
   } else {
     run.stopping = false;
-    setStatus("Could not stop the answer; try again.", true);
+    setStatus(t("Could not stop the answer; try again."), true);
   }
 }
 
@@ -289,7 +289,7 @@ function leaveRun({ cancel }) {
 async function resume(active, turn) {
   const run = beginRun(state.threadId, active.runId, turn || new AssistantTurn());
   run.resumable = true;
-  setStatus("Reconnecting…", true);
+  setStatus(t("Reconnecting…"), true);
   let response;
   try {
     response = await transport.reattachRun(run.threadId, run.runId, 0, run.controller.signal);

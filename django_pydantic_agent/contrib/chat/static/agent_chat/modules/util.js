@@ -1,5 +1,24 @@
 // Small DOM and formatting helpers shared by the chat page's modules.
 
+// The page's strings in the visitor's language: the template puts Django's translations of every
+// msgid in contrib/chat/strings.py into <script type="application/json" id="agent-chat-strings">.
+let catalogue = null;
+
+// `text` translated ("{name}" placeholders filled from `values`); the English text when unknown.
+export function t(text, values) {
+  if (catalogue === null) {
+    const script = document.getElementById("agent-chat-strings");
+    try {
+      catalogue = script ? JSON.parse(script.textContent) : {};
+    } catch {
+      catalogue = {};
+    }
+  }
+  const translated = Object.hasOwn(catalogue, text) ? catalogue[text] : text;
+  if (!values) return translated;
+  return translated.replace(/\{(\w+)\}/g, (whole, name) => (name in values ? String(values[name]) : whole));
+}
+
 export function newId() {
   if (window.crypto && typeof crypto.randomUUID === "function") {
     return crypto.randomUUID();
