@@ -134,3 +134,18 @@ def test_every_string_the_scripts_show_is_marked_for_translation() -> None:
     assert used, "the scripts translate nothing"
     assert used <= set(MSGIDS), sorted(used - set(MSGIDS))
     assert set(catalogue()) == set(MSGIDS)
+
+
+def test_the_scripts_have_no_html_parsing_sink() -> None:
+    sinks = re.compile(
+        r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|DOMParser|"
+        r"createContextualFragment|srcdoc|\beval\(|new Function"
+    )
+    found = []
+    for script in [STATIC / "chat.js", *sorted((STATIC / "modules").glob("*.js"))]:
+        for number, line in enumerate(script.read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("//", 1)[0]
+            if sinks.search(code):
+                found.append(f"{script.name}:{number}: {line.strip()}")
+
+    assert found == []

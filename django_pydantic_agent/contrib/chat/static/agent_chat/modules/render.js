@@ -5,6 +5,7 @@
 // ("stopped", "failed"), live or after a reload (from the stored message's status), and a tool
 // call that failed (its result is an error, or the run failed while it ran) shows as failed.
 
+import { MarkdownView, renderMarkdown } from "./markdown.js";
 import { el, formatSize, newId, prettyJson, t } from "./util.js";
 
 let log = null;
@@ -20,7 +21,10 @@ function nearBottom() {
   return log.scrollHeight - log.scrollTop - log.clientHeight < 80;
 }
 
+let batching = false; // renderTranscript scrolls once at the end, not once per message
+
 export function scrollDown(force = false) {
+  if (batching) return;
   if (force || nearBottom()) log.scrollTop = log.scrollHeight;
 }
 
@@ -76,7 +80,11 @@ function fileLinks(refs) {
 export function renderUser(text, attachments = []) {
   hideEmpty();
   const turn = el("div", "turn user");
-  if (text) turn.append(el("div", "bubble", text));
+  if (text) {
+    const bubble = el("div", "bubble md");
+    bubble.append(...renderMarkdown(text));
+    turn.append(bubble);
+  }
   if (attachments.length) turn.append(fileLinks(attachments));
   log.append(turn);
   scrollDown(true);
@@ -104,6 +112,7 @@ export class AssistantTurn {
     this.messages = new Map(); // messageId -> AG-UI message
     this.toolCalls = new Map(); // toolCallId -> {call, card, args, result, done}
     this.texts = new Map(); // messageId -> bubble element
+    this.views = new Map(); // messageId -> its bubble's MarkdownView
     this.reasoning = new Map(); // messageId -> {details, summary, body, started}
     this.status = null; // "stopped" or "failed" once the badge is shown
     this.cut = new Set(); // text bubbles a cancel closed while they were still streaming
@@ -121,8 +130,9 @@ export class AssistantTurn {
   textBubble(id) {
     let bubble = this.texts.get(id);
     if (!bubble) {
-      bubble = el("div", "bubble text streaming");
+      bubble = el("div", "bubble text md streaming");
       this.texts.set(id, bubble);
+      this.views.set(id, new MarkdownView(bubble));
       this.el.append(bubble);
     }
     return bubble;
@@ -223,11 +233,14 @@ export class AssistantTurn {
       case "TEXT_MESSAGE_CONTENT": {
         const message = this.message(event.messageId, "assistant");
         message.content = (message.content || "") + event.delta;
-        this.textBubble(event.messageId).textContent = message.content;
+        this.textBubble(event.messageId);
+        this.views.get(event.messageId).update(message.content);
         onActivity(t("Writing…"), true);
         break;
       }
       case "TEXT_MESSAGE_END": {
+        const view = this.views.get(event.messageId);
+        if (view) view.flush();
         const bubble = this.texts.get(event.messageId);
         if (bubble) bubble.classList.remove("streaming");
         break;
@@ -330,7 +343,9 @@ export class AssistantTurn {
       this.messages.set(message.id, kept);
       if (kept.content) {
         const bubble = this.textBubble(message.id);
-        bubble.textContent = kept.content;
+        const view = this.views.get(message.id);
+        view.update(kept.content);
+        view.flush();
         bubble.classList.remove("streaming");
       }
       for (const call of kept.toolCalls || []) {
@@ -358,6 +373,7 @@ export class AssistantTurn {
   // A cancelled run closes what it left open (the server sends the missing *_END events just
   // before RUN_FINISHED): remember the text that was still streaming as cut.
   cutStreaming() {
+    for (const view of this.views.values()) view.flush();
     for (const bubble of this.texts.values()) {
       if (bubble.classList.contains("streaming")) this.cut.add(bubble);
     }
@@ -377,6 +393,7 @@ export class AssistantTurn {
 
   // Close what the stream left open (after Stop, a failure or a dropped connection).
   settle() {
+    for (const view of this.views.values()) view.flush();
     for (const bubble of this.texts.values()) bubble.classList.remove("streaming");
     for (const block of this.reasoning.values()) {
       if (block.summary.textContent === t("Thinking…")) block.summary.textContent = t("Thinking (stopped)");
@@ -408,8 +425,25 @@ export class AssistantTurn {
 // Render stored AG-UI messages (a reloaded thread, a snapshot) with the same widgets as a live
 // run. Returns the last assistant turn when the transcript ends with one, else null; with
 // `open`, that turn is left as it is, for a run in progress to go on in it.
+// Marks "agent-chat:transcript" (the script's work) and "agent-chat:transcript-painted" (up to
+// the frame after it) in the Performance timeline: docs/benchmarks.md reads them.
 export function renderTranscript(messages, { open = false } = {}) {
+  const started = performance.now();
   log.querySelectorAll(".turn").forEach((node) => node.remove());
+  batching = true;
+  try {
+    return renderMessages(messages, open);
+  } finally {
+    batching = false;
+    scrollDown(true);
+    performance.measure("agent-chat:transcript", { start: started, end: performance.now() });
+    requestAnimationFrame(() =>
+      setTimeout(() => performance.measure("agent-chat:transcript-painted", { start: started, end: performance.now() })),
+    );
+  }
+}
+
+function renderMessages(messages, open) {
   let turn = null;
   for (const message of messages) {
     if (message.role === "user") {
@@ -424,6 +458,5 @@ export function renderTranscript(messages, { open = false } = {}) {
   }
   if (turn && !open) turn.settle();
   if (empty) empty.hidden = messages.length > 0;
-  scrollDown(true);
   return turn;
 }
