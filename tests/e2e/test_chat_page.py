@@ -90,6 +90,9 @@ def test_markdown_hostile_content_and_a_long_thread_in_chromium(
     assert code["text"].startswith("from django_pydantic_agent.contrib.chat.views import ChatView")
     assert markdown["copyButtons"] == 1
     assert steps["markdown"]["clipboard"] == code["text"]
+    assert steps["markdown"]["answerClipboard"].startswith("## What the page renders\n\n")
+    assert "| Tables | here |" in steps["markdown"]["answerClipboard"]
+    assert steps["markdown"]["questionClipboard"] == "Show me a markdown table."
     assert markdown["links"] == [
         {
             "href": "https://github.com/pydantic/pydantic-ai",
@@ -105,6 +108,34 @@ def test_markdown_hostile_content_and_a_long_thread_in_chromium(
     narrow = steps["narrow"]
     assert narrow["scrollWidth"] <= narrow["clientWidth"], "the page scrolls sideways at 360 px"
 
+    keyboard = steps["keyboard"]
+    assert keyboard["typed"] == "Tell me a long story\nabout streaming."
+    assert keyboard["lastUser"] == {"text": "Tell me a long storyabout streaming.", "breaks": 1}
+    assert keyboard["role"] == "log"
+    assert keyboard["live"] == "polite"
+    assert keyboard["statusRole"] == "status"
+    assert keyboard["promptLabel"] == "Message"
+
+    refused = steps["refused"]
+    assert refused["refusals"] == 1
+    assert refused["notice"].startswith(
+        "The server refused the message: Too many requests. Try again in 30 s."
+    )
+    assert refused["composer"] == "What is 6 * 7?"
+    assert refused["retryButtons"] == 1
+    assert refused["retried"]["users"][-1] == "What is 6 * 7?"
+    assert refused["retried"]["users"].count("What is 6 * 7?") == 1
+    assert refused["retried"]["notices"] == 0
+    assert refused["retried"]["composer"] == ""
+    assert refused["retried"]["answer"] == "I asked the calculator, and 6 * 7 = 42."
+    assert refused["retriedAfterReload"] == ["What is 6 * 7?"]
+
+    offline = steps["offline"]
+    assert offline["notice"].startswith(
+        "The message was not sent: You are offline: try again when the connection is back."
+    )
+    assert offline["composer"] == "What is 2 + 2?"
+
     hostile = steps["hostile"]
     assert hostile["owned"] is None
     assert hostile["elements"] == 0
@@ -116,7 +147,10 @@ def test_markdown_hostile_content_and_a_long_thread_in_chromium(
     assert any("window.__owned='tool-args'" in args for args in hostile["toolArgs"])
 
     long = steps["long"]
+    # The last 60 messages paint first; the rest fill in above them, in order.
+    assert long["firstTurns"] == 60
     assert long["turns"] == 1000
+    assert long["firstUser"] == "Question 0?"
     assert long["atBottom"] is True
     for path in report["screenshots"]:
         assert Path(path).stat().st_size > 10_000

@@ -10,12 +10,23 @@ from django.utils.translation import gettext, gettext_noop
 
 #: Every msgid the scripts pass to ``t()``, in English.
 MSGIDS: tuple[str, ...] = (
+    gettext_noop("Retry"),
+    gettext_noop("Too many requests."),
+    gettext_noop("The server is busy."),
+    gettext_noop("Try again in a moment."),
+    gettext_noop("Try again in {seconds} s."),
+    gettext_noop("The server refused the message: {why}"),
+    gettext_noop("You are offline: try again when the connection is back."),
+    gettext_noop("The message was not sent: {why}"),
+    gettext_noop("Something went wrong: {why}"),
+    gettext_noop("Delete “{title}”? This cannot be undone."),
     gettext_noop("Assistant"),
     gettext_noop("Attachments"),
     gettext_noop("Cancel"),
     gettext_noop("Copied"),
     gettext_noop("Copy"),
     gettext_noop("Copy code"),
+    gettext_noop("Copy message"),
     gettext_noop("Copy failed"),
     gettext_noop("Could not stop the answer; try again."),
     gettext_noop("Delete"),

@@ -68,7 +68,20 @@ try {
     return buttons[buttons.length - 1].textContent === "Copied";
   });
   const clipboard = await page.evaluate(() => navigator.clipboard.readText());
-  report.steps.push({ step: "markdown", markdown: answered, clipboard });
+  // Copy under the answer copies its markdown source; under the question, the question.
+  await page.locator(".turn.assistant button.copy-message").last().click();
+  await page.waitForFunction(() => {
+    const buttons = document.querySelectorAll(".turn.assistant button.copy-message");
+    return buttons[buttons.length - 1].textContent === "Copied";
+  });
+  const answerClipboard = await page.evaluate(() => navigator.clipboard.readText());
+  await page.locator(".turn.user button.copy-message").last().click();
+  await page.waitForFunction(() => {
+    const buttons = document.querySelectorAll(".turn.user button.copy-message");
+    return buttons[buttons.length - 1].textContent === "Copied";
+  });
+  const questionClipboard = await page.evaluate(() => navigator.clipboard.readText());
+  report.steps.push({ step: "markdown", markdown: answered, clipboard, answerClipboard, questionClipboard });
 
   await page.emulateMedia({ colorScheme: "dark" });
   const dark = await page.evaluate(() => ({
@@ -90,6 +103,85 @@ try {
   await page.reload();
   await page.waitForSelector(".turn.assistant .bubble.text table", { timeout: 15000 });
   report.steps.push({ step: "reloaded", markdown: await markdownOf(page) });
+
+  // Keyboard only: Shift+Enter breaks a line, Enter sends, Escape stops a streaming answer.
+  await page.click("#new-chat");
+  await page.focus("#prompt");
+  await page.keyboard.type("Tell me a long story");
+  await page.keyboard.press("Shift+Enter");
+  await page.keyboard.type("about streaming.");
+  const typed = await page.inputValue("#prompt");
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => {
+    const bubbles = document.querySelectorAll(".turn.assistant .bubble.text");
+    return bubbles.length && bubbles[bubbles.length - 1].textContent.length > 40;
+  }, null, { timeout: 20000 });
+  await page.keyboard.press("Escape");
+  await waitForStatus(page, "Stopped", 20000);
+  const lastUser = await page.evaluate(() => {
+    const users = document.querySelectorAll(".turn.user .bubble");
+    return { text: users[users.length - 1].textContent, breaks: users[users.length - 1].querySelectorAll("br").length };
+  });
+  const live = await page.evaluate(() => ({
+    role: document.getElementById("log").getAttribute("role"),
+    live: document.getElementById("log").getAttribute("aria-live"),
+    statusRole: document.getElementById("status").getAttribute("role"),
+    promptLabel: document.querySelector("label[for=prompt]").textContent,
+  }));
+  report.steps.push({ step: "keyboard", typed, lastUser, ...live });
+
+  // A send the server refuses with 429 keeps the text, says when to try again, and Retry
+  // sends it once the server takes it.
+  let refusals = 0;
+  const refuse = (route) => {
+    if (route.request().method() !== "POST") return route.fallback();
+    refusals += 1;
+    return route.fulfill({
+      status: 429,
+      headers: { "Retry-After": "30" },
+      contentType: "application/json",
+      body: JSON.stringify({ error: "Too many requests." }),
+    });
+  };
+  await page.route(`${baseUrl}/agent/`, refuse);
+  await page.click("#new-chat");
+  await page.fill("#prompt", "What is 6 * 7?");
+  await page.keyboard.press("Enter");
+  await page.waitForSelector(".notice.send-failed");
+  const refused = await page.evaluate(() => ({
+    notice: document.querySelector(".notice.send-failed").textContent,
+    composer: document.getElementById("prompt").value,
+    retryButtons: document.querySelectorAll(".notice.send-failed button.retry").length,
+  }));
+  await shot(page, "send-refused");
+  await page.unroute(`${baseUrl}/agent/`, refuse);
+  await page.click(".notice.send-failed button.retry");
+  await waitForStatus(page, "Done", 30000);
+  const retried = await page.evaluate(() => ({
+    users: Array.from(document.querySelectorAll(".turn.user .bubble"), (n) => n.textContent),
+    notices: document.querySelectorAll(".notice.send-failed").length,
+    composer: document.getElementById("prompt").value,
+    answer: document.querySelector(".turn.assistant:last-child .bubble.text").textContent,
+  }));
+  await page.reload();
+  await page.waitForSelector(".turn.assistant .bubble.text", { timeout: 15000 });
+  const retriedAfterReload = await page.evaluate(() =>
+    Array.from(document.querySelectorAll(".turn.user .bubble"), (n) => n.textContent),
+  );
+  report.steps.push({ step: "refused", refusals, ...refused, retried, retriedAfterReload });
+
+  // Offline: the message stays in the composer and the page says so.
+  await page.click("#new-chat");
+  await context.setOffline(true);
+  await page.fill("#prompt", "What is 2 + 2?");
+  await page.keyboard.press("Enter");
+  await page.waitForSelector(".notice.send-failed");
+  const offline = await page.evaluate(() => ({
+    notice: document.querySelector(".notice.send-failed").textContent,
+    composer: document.getElementById("prompt").value,
+  }));
+  await context.setOffline(false);
+  report.steps.push({ step: "offline", ...offline });
 
   // Payloads stored in a title, a user message, a tool's name, arguments and result, and an
   // answer; and a file whose name is one, uploaded through the paperclip.
@@ -129,12 +221,19 @@ try {
   await page.waitForFunction(() => performance.getEntriesByName("agent-chat:transcript-painted").length > 0, null, {
     timeout: 30000,
   });
-  const long = await page.evaluate(() => ({
+  const firstTurns = await page.evaluate(() => performance.getEntriesByName("agent-chat:transcript-painted")[0].detail.turns);
+  await page.waitForFunction(() => performance.getEntriesByName("agent-chat:transcript-complete").length > 0, null, {
+    timeout: 30000,
+  });
+  const long = await page.evaluate((first) => ({
+    firstTurns: first,
     turns: document.querySelectorAll(".turn").length,
+    firstUser: document.querySelector(".turn.user .bubble").textContent,
     scriptMs: performance.getEntriesByName("agent-chat:transcript")[0].duration,
     paintedMs: performance.getEntriesByName("agent-chat:transcript-painted")[0].duration,
+    completeMs: performance.getEntriesByName("agent-chat:transcript-complete")[0].duration,
     atBottom: Math.abs(document.getElementById("log").scrollHeight - document.getElementById("log").scrollTop - document.getElementById("log").clientHeight) < 4,
-  }));
+  }), firstTurns);
   await shot(page, "long-thread");
   report.steps.push({ step: "long", ...long });
 } catch (error) {

@@ -21,7 +21,7 @@ import { AssistantTurn, clearLog, renderTranscript, renderUser, setupRendering }
 import { activeRunOf, liveRun, onHistoryMove, showThreadInUrl, state, threadInUrl } from "./modules/state.js";
 import { createThreadDrawer } from "./modules/threads.js";
 import { createTransport, errorText, parseEventId, sseFrames } from "./modules/transport.js";
-import { newId, t } from "./modules/util.js";
+import { el, newId, retryAfter, t } from "./modules/util.js";
 
 const app = document.getElementById("app");
 const log = document.getElementById("log");
@@ -142,10 +142,20 @@ async function readRun(run, response, { replay = false } = {}) {
 // the connection drops first; then settle the turn and the page. `first` is the response (or
 // its promise) to read first; `refused(response)` handles a first answer that is not 2xx;
 // `replay` as for readRun.
-async function follow(run, first, { replay = false, refused = null } = {}) {
+async function follow(run, first, { replay = false, refused = null, failed = null } = {}) {
   let outcome = null;
   try {
-    const response = await first;
+    let response;
+    try {
+      response = await first;
+    } catch (error) {
+      // No answer at all (offline, connection refused): nothing of this run exists anywhere.
+      if (!failed || error.name === "AbortError") throw error;
+      failed(error);
+      outcome = "refused";
+      setStatus(t("Error"));
+      return;
+    }
     if (!response.ok) {
       if (refused) await refused(response);
       outcome = "refused";
@@ -179,7 +189,7 @@ async function follow(run, first, { replay = false, refused = null } = {}) {
       setStatus(t("Stopped"));
       outcome = "stopped";
     } else {
-      run.turn.notice(`Something went wrong: ${error.message}`, true);
+      run.turn.notice(t("Something went wrong: {why}", { why: error.message }), true);
       setStatus(t("Error"));
     }
   } finally {
@@ -243,11 +253,38 @@ async function send(text) {
   };
   await follow(run, transport.startRun(body, run.controller.signal), {
     refused: async (response) => {
-      state.transcript.pop(); // the server did not take the message: do not send it twice
-      composer.restorePending(sent);
-      run.turn.notice(`The server refused the run: ${await errorText(response)}`, true);
+      let why = await errorText(response);
+      if (response.status === 429 || response.status === 503) {
+        const when = retryAfter(response);
+        why = `${response.status === 429 ? t("Too many requests.") : t("The server is busy.")} ${when || t("Try again in a moment.")}`;
+      }
+      sendFailed(run, userMessage, text, sent, t("The server refused the message: {why}", { why }));
+    },
+    failed: (error) => {
+      const why = navigator.onLine === false ? t("You are offline: try again when the connection is back.") : error.message;
+      sendFailed(run, userMessage, text, sent, t("The message was not sent: {why}", { why }));
     },
   });
+}
+
+// A send the server never took: the message leaves the transcript, its text and files go
+// back to the composer, and the notice offers Retry (which sends the composer's text again).
+function sendFailed(run, userMessage, text, sent, why) {
+  const index = state.transcript.indexOf(userMessage);
+  if (index !== -1) state.transcript.splice(index, 1); // not sent twice
+  composer.restorePending(sent);
+  composer.restoreText(text);
+  const note = run.turn.notice(why, true);
+  note.classList.add("send-failed");
+  const retry = el("button", "button small retry", t("Retry"));
+  retry.type = "button";
+  retry.addEventListener("click", () => {
+    const userTurn = run.turn.el.previousElementSibling;
+    if (userTurn && userTurn.classList.contains("user")) userTurn.remove();
+    run.turn.el.remove();
+    document.getElementById("composer").requestSubmit();
+  });
+  note.append(" ", retry);
 }
 
 // Stop: ask the server to cancel the run and read on to its terminal event; abort the request
@@ -374,6 +411,14 @@ window.addEventListener("pagehide", () => {
 });
 
 composer.stopButton.addEventListener("click", stop);
+// Escape stops a streaming answer from anywhere on the page, unless something nearer used it
+// (an open dialog, the rename box, the drawer on a phone).
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Escape" || event.defaultPrevented || !state.running) return;
+  if (document.querySelector("dialog[open]")) return;
+  event.preventDefault();
+  stop();
+});
 document.getElementById("new-chat").addEventListener("click", () => newChat());
 document.querySelectorAll(".chip").forEach((chip) => {
   chip.addEventListener("click", () => send(chip.dataset.prompt));

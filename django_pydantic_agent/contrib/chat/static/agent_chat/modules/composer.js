@@ -206,6 +206,13 @@ export function createComposer({ transport, uploadMaxBytes, uploadAccept, onSubm
     setRunning,
     takePending,
     restorePending,
+    // Put `text` back (a send that failed) unless the person has typed something since.
+    restoreText(text) {
+      if (!prompt.value.trim()) {
+        prompt.value = text;
+        prompt.dispatchEvent(new Event("input"));
+      }
+    },
     focus: () => prompt.focus(),
   };
 }

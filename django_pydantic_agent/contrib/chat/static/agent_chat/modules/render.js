@@ -5,7 +5,7 @@
 // ("stopped", "failed"), live or after a reload (from the stored message's status), and a tool
 // call that failed (its result is an error, or the run failed while it ran) shows as failed.
 
-import { MarkdownView, renderMarkdown } from "./markdown.js";
+import { copyText, MarkdownView, renderMarkdown } from "./markdown.js";
 import { el, formatSize, newId, prettyJson, t } from "./util.js";
 
 let log = null;
@@ -33,6 +33,7 @@ function hideEmpty() {
 }
 
 export function clearLog() {
+  generation += 1; // a long transcript still filling in stops
   log.querySelectorAll(".turn").forEach((node) => node.remove());
   if (empty) empty.hidden = false;
 }
@@ -77,13 +78,24 @@ function fileLinks(refs) {
   return list;
 }
 
+// A "Copy" button for a message; `source()` gives its markdown when clicked.
+function copyMessageButton(source) {
+  const button = el("button", "button ghost small copy-message", t("Copy"));
+  button.type = "button";
+  button.setAttribute("aria-label", t("Copy message"));
+  button.addEventListener("click", () => copyText(source(), button));
+  const actions = el("div", "message-actions");
+  actions.append(button);
+  return actions;
+}
+
 export function renderUser(text, attachments = []) {
   hideEmpty();
   const turn = el("div", "turn user");
   if (text) {
     const bubble = el("div", "bubble md");
     bubble.append(...renderMarkdown(text));
-    turn.append(bubble);
+    turn.append(bubble, copyMessageButton(() => text));
   }
   if (attachments.length) turn.append(fileLinks(attachments));
   log.append(turn);
@@ -133,7 +145,7 @@ export class AssistantTurn {
       bubble = el("div", "bubble text md streaming");
       this.texts.set(id, bubble);
       this.views.set(id, new MarkdownView(bubble));
-      this.el.append(bubble);
+      this.el.append(bubble, copyMessageButton(() => this.messages.get(id)?.content || ""));
     }
     return bubble;
   }
@@ -425,22 +437,79 @@ export class AssistantTurn {
 // Render stored AG-UI messages (a reloaded thread, a snapshot) with the same widgets as a live
 // run. Returns the last assistant turn when the transcript ends with one, else null; with
 // `open`, that turn is left as it is, for a run in progress to go on in it.
-// Marks "agent-chat:transcript" (the script's work) and "agent-chat:transcript-painted" (up to
-// the frame after it) in the Performance timeline: docs/benchmarks.md reads them.
+//: A transcript longer than this shows its last FIRST_MESSAGES at once and fills in the
+//: earlier ones in chunks of CHUNK_MESSAGES, one task each, above them (docs/benchmarks.md).
+const PROGRESSIVE_AFTER = 150;
+const FIRST_MESSAGES = 60;
+const CHUNK_MESSAGES = 60;
+let generation = 0; // bumped by each renderTranscript and clearLog: stale fills stop
+
+// The index of the first user message at or after `index` (turns never split), or `length`.
+function turnStart(messages, index) {
+  while (index < messages.length && messages[index].role !== "user") index += 1;
+  return index;
+}
+
+// Render a stored transcript; returns the last assistant turn (open when `open`).
+// Marks "agent-chat:transcript" (the script's work for the first paint),
+// "agent-chat:transcript-painted" (up to the frame after it) and, for a long transcript,
+// "agent-chat:transcript-complete" in the Performance timeline: docs/benchmarks.md reads them.
 export function renderTranscript(messages, { open = false } = {}) {
   const started = performance.now();
+  generation += 1;
+  const mine = generation;
   log.querySelectorAll(".turn").forEach((node) => node.remove());
+  const split = messages.length > PROGRESSIVE_AFTER ? turnStart(messages, messages.length - FIRST_MESSAGES) : 0;
   batching = true;
+  let turn;
   try {
-    return renderMessages(messages, open);
+    turn = renderMessages(messages.slice(split), open);
   } finally {
     batching = false;
     scrollDown(true);
-    performance.measure("agent-chat:transcript", { start: started, end: performance.now() });
-    requestAnimationFrame(() =>
-      setTimeout(() => performance.measure("agent-chat:transcript-painted", { start: started, end: performance.now() })),
-    );
   }
+  if (empty) empty.hidden = messages.length > 0;
+  performance.measure("agent-chat:transcript", { start: started, end: performance.now() });
+  // The earlier messages fill in after the first frame has painted.
+  requestAnimationFrame(() =>
+    setTimeout(() => {
+      const detail = { turns: log.querySelectorAll(".turn").length };
+      performance.measure("agent-chat:transcript-painted", { start: started, end: performance.now(), detail });
+      if (split > 0) fillIn(messages, split, mine, started);
+    }),
+  );
+  return turn;
+}
+
+// Render messages[0:end] above what is shown, a chunk per task, keeping the view where it is.
+function fillIn(messages, end, mine, started) {
+  const page = log;
+  setTimeout(() => {
+    if (mine !== generation) return;
+    const start = end > CHUNK_MESSAGES ? turnStart(messages, end - CHUNK_MESSAGES) : 0;
+    const from = start >= end ? 0 : start;
+    const anchor = page.querySelector(".turn");
+    const holder = document.createElement("div");
+    const before = page.scrollHeight;
+    log = holder;
+    batching = true;
+    try {
+      renderMessages(messages.slice(from, end), false);
+    } finally {
+      log = page;
+      batching = false;
+    }
+    page.insertBefore(fragmentOf(holder), anchor);
+    page.scrollTop += page.scrollHeight - before;
+    if (from > 0) fillIn(messages, from, mine, started);
+    else performance.measure("agent-chat:transcript-complete", { start: started, end: performance.now() });
+  }, 0);
+}
+
+function fragmentOf(holder) {
+  const fragment = document.createDocumentFragment();
+  fragment.append(...holder.childNodes);
+  return fragment;
 }
 
 function renderMessages(messages, open) {
@@ -457,6 +526,5 @@ function renderMessages(messages, open) {
     turn.adopt(message);
   }
   if (turn && !open) turn.settle();
-  if (empty) empty.hidden = messages.length > 0;
   return turn;
 }

@@ -3,7 +3,7 @@
 
 import { state } from "./state.js";
 import { errorText } from "./transport.js";
-import { el, icon, newId, PENCIL, sleep, t, TRASH } from "./util.js";
+import { askConfirm, el, icon, newId, PENCIL, sleep, t, TRASH } from "./util.js";
 
 function threadItems(payload) {
   if (Array.isArray(payload)) return payload;
@@ -232,7 +232,7 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
       showThreadError(t("Stop the answer before deleting this conversation."));
       return;
     }
-    if (!window.confirm(`Delete “${title}”? This cannot be undone.`)) return;
+    if (!(await askConfirm(t("Delete “{title}”? This cannot be undone.", { title })))) return;
     const index = state.listedIds.indexOf(id);
     let response;
     try {

@@ -94,3 +94,36 @@ export function describeTypes(types) {
   const words = types.map((type) => names[type] || type);
   return words.length > 1 ? `${words.slice(0, -1).join(", ")} or ${words[words.length - 1]}` : words.join("");
 }
+
+// Ask in the page's own <dialog id="confirm-dialog">: resolves true when the person confirms.
+// Escape and Cancel answer false; focus returns to where it was.
+export function askConfirm(text) {
+  const dialog = document.getElementById("confirm-dialog");
+  const back = document.activeElement;
+  document.getElementById("confirm-text").textContent = text;
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener(
+      "close",
+      () => {
+        if (back && typeof back.focus === "function" && back.isConnected) back.focus();
+        resolve(dialog.returnValue === "confirm");
+      },
+      { once: true },
+    );
+    dialog.showModal();
+  });
+}
+
+// When to try again, from a 429 or 503 answer's Retry-After header: "in 30 s", or "".
+export function retryAfter(response) {
+  const header = response.headers.get("Retry-After");
+  if (!header) return "";
+  let seconds = Number(header);
+  if (!Number.isFinite(seconds)) {
+    const when = Date.parse(header);
+    seconds = Number.isNaN(when) ? NaN : Math.ceil((when - Date.now()) / 1000);
+  }
+  if (!Number.isFinite(seconds) || seconds < 0) return "";
+  return t("Try again in {seconds} s.", { seconds: Math.max(1, Math.ceil(seconds)) });
+}
