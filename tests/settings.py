@@ -24,6 +24,7 @@ INSTALLED_APPS = [
     "django_pydantic_agent",
     "django_pydantic_agent.contrib.store",
     "django_pydantic_agent.contrib.memory_service_emulator",
+    "django_pydantic_agent.contrib.chat",
     "tests.testapp",
 ]
 

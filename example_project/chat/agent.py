@@ -192,6 +192,28 @@ _LONG_TAIL = (
 )
 
 
+#: The answer to a question about markdown or a table: what contrib.chat's renderer shows.
+_MARKDOWN_ANSWER = (
+    "## What the page renders\n\n"
+    "Answers are **markdown**: *emphasis*, `inline code`, lists and "
+    "[links](https://github.com/pydantic/pydantic-ai) (http and https only).\n\n"
+    "| Feature | Where |\n"
+    "|:--------|------:|\n"
+    "| Tables | here |\n"
+    "| Code blocks | below |\n\n"
+    "```python\n"
+    "from django_pydantic_agent.contrib.chat.views import ChatView\n\n"
+    'urlpatterns = [path("chat/", ChatView.as_view(server=server))]\n'
+    "```\n\n"
+    "- Raw HTML such as <b>this</b> stays text.\n"
+    "- Each code block has a **Copy** button."
+)
+
+
+def _wants_markdown(text: str) -> bool:
+    return bool(re.search(r"\b(markdown|table)\b", text, re.IGNORECASE))
+
+
 class _Script:
     """The scripted model's behaviour, served streamed or in one piece."""
 
@@ -262,6 +284,8 @@ class _Script:
         elif part.tool_name == "calculate":
             expression = extract_expression(prompt) or "that"
             answer = f"I asked the calculator, and {expression} = {part.content}."
+        elif _wants_markdown(prompt):
+            answer = _MARKDOWN_ANSWER
         else:
             answer = (
                 f"I checked the server's clock: it is {_format_time(str(part.content))}. "

@@ -109,6 +109,9 @@ INSTALLED_APPS = [
     # DefaultAttachmentStore (``manage.py migrate`` creates them).
     "django_pydantic_agent.contrib.store",
     "django_pydantic_agent.contrib.memory_service_emulator",
+    # The chat page: its template, ES modules and CSS (chat/templates only adds the example's
+    # own account menu, greeting and login page).
+    "django_pydantic_agent.contrib.chat",
     "chat",
 ]
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from chat import views
 from chat.agent import build_agent
 from chat.stores import build_stores
 from chat.throttle import per_user_per_minute
@@ -22,6 +21,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.contrib.chat.views import ChatView
 from django_pydantic_agent.contrib.memory_service_emulator.urls import memory_service_urls
 
 
@@ -60,7 +60,18 @@ server = AGUIServer(
 )
 
 urlpatterns = [
-    path("", views.chat, name="chat"),
+    # contrib.chat's page for this server, with the example's own account menu and greeting.
+    path(
+        "",
+        ChatView.as_view(
+            server=server,
+            title="Agent demo",
+            template_name="chat/index.html",
+            header_template="chat/account.html",
+            empty_template="chat/empty.html",
+        ),
+        name="chat",
+    ),
     path("accounts/", include("django.contrib.auth.urls")),
     path("agent/", server.urls),
     path("admin/", admin.site.urls),

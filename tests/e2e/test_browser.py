@@ -211,6 +211,9 @@ def test_chat_page_in_chromium(
 
     deleted = steps["deleted"]
     assert deleted["dialogs"] == ["Delete \u201cStreaming story\u201d? This cannot be undone."]
+    assert deleted["nativeDialogs"] == [], "the page used window.confirm()"
+    assert deleted["keptAfterEscape"] is True
+    assert "thread-delete" in deleted["focusAfterEscape"]
     assert "Streaming story" not in deleted["threads"]
     assert deleted["turns"] == 0, "deleting the open thread starts a new chat"
     assert deleted["emptyShown"] is True

@@ -70,8 +70,8 @@ async def test_chat_page_carries_the_endpoint_and_a_csrf_token(client: AsyncClie
 
     html = page.content.decode()
     assert 'data-agent-url="/agent/"' in html
-    assert 'name="csrf-token"' in html
-    assert "/static/chat/chat.js" in html
+    assert 'data-csrf-token="' in html
+    assert "/static/agent_chat/chat.js" in html
     assert "csrftoken" in page.cookies
 
 

@@ -327,12 +327,24 @@ try {
   // a new chat; a reload agrees.
   await page.click("#thread-list .thread-open >> text=Streaming story");
   await page.waitForSelector(".turn.user");
+  // The page asks in its own <dialog> (no window.confirm): first Escape keeps the thread.
   const dialogs = [];
-  page.once("dialog", (dialog) => {
-    dialogs.push(dialog.message());
-    dialog.accept();
+  const nativeDialogs = [];
+  page.on("dialog", (dialog) => {
+    nativeDialogs.push(dialog.message());
+    dialog.dismiss();
   });
-  await page.locator(".thread", { hasText: "Streaming story" }).locator(".thread-delete").click();
+  const deleteButton = page.locator(".thread", { hasText: "Streaming story" }).locator(".thread-delete");
+  await deleteButton.click();
+  await page.waitForSelector("#confirm-dialog[open]");
+  await page.keyboard.press("Escape");
+  await page.waitForFunction(() => !document.getElementById("confirm-dialog").open);
+  const keptAfterEscape = (await threadTitles(page)).includes("Streaming story");
+  const focusAfterEscape = await page.evaluate(() => document.activeElement.className);
+  await deleteButton.click();
+  await page.waitForSelector("#confirm-dialog[open]");
+  dialogs.push(await page.locator("#confirm-text").textContent());
+  await page.click("#confirm-yes");
   await page.waitForFunction(
     () => !Array.from(document.querySelectorAll("#thread-list .thread-title"), (n) => n.textContent).includes("Streaming story"),
     null,
@@ -340,6 +352,9 @@ try {
   );
   const afterDelete = {
     dialogs,
+    nativeDialogs,
+    keptAfterEscape,
+    focusAfterEscape,
     threads: await threadTitles(page),
     turns: await page.locator(".turn").count(),
     emptyShown: await page.locator("#empty").isVisible(),

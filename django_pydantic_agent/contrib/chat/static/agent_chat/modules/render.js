@@ -5,7 +5,8 @@
 // ("stopped", "failed"), live or after a reload (from the stored message's status), and a tool
 // call that failed (its result is an error, or the run failed while it ran) shows as failed.
 
-import { el, formatSize, newId, prettyJson } from "./util.js";
+import { copyText, MarkdownView, renderMarkdown } from "./markdown.js";
+import { el, formatSize, newId, prettyJson, t } from "./util.js";
 
 let log = null;
 let empty = null;
@@ -20,7 +21,10 @@ function nearBottom() {
   return log.scrollHeight - log.scrollTop - log.clientHeight < 80;
 }
 
+let batching = false; // renderTranscript scrolls once at the end, not once per message
+
 export function scrollDown(force = false) {
+  if (batching) return;
   if (force || nearBottom()) log.scrollTop = log.scrollHeight;
 }
 
@@ -29,6 +33,7 @@ function hideEmpty() {
 }
 
 export function clearLog() {
+  generation += 1; // a long transcript still filling in stops
   log.querySelectorAll(".turn").forEach((node) => node.remove());
   if (empty) empty.hidden = false;
 }
@@ -59,7 +64,7 @@ function textOf(content) {
 // A download link for each attachment ref a user message carries.
 function fileLinks(refs) {
   const list = el("ul", "file-chips");
-  list.setAttribute("aria-label", "Attachments");
+  list.setAttribute("aria-label", t("Attachments"));
   for (const ref of refs) {
     const item = el("li", "file-chip");
     const link = el("a", "file-name", ref.name || "attachment");
@@ -73,10 +78,25 @@ function fileLinks(refs) {
   return list;
 }
 
+// A "Copy" button for a message; `source()` gives its markdown when clicked.
+function copyMessageButton(source) {
+  const button = el("button", "button ghost small copy-message", t("Copy"));
+  button.type = "button";
+  button.setAttribute("aria-label", t("Copy message"));
+  button.addEventListener("click", () => copyText(source(), button));
+  const actions = el("div", "message-actions");
+  actions.append(button);
+  return actions;
+}
+
 export function renderUser(text, attachments = []) {
   hideEmpty();
   const turn = el("div", "turn user");
-  if (text) turn.append(el("div", "bubble", text));
+  if (text) {
+    const bubble = el("div", "bubble md");
+    bubble.append(...renderMarkdown(text));
+    turn.append(bubble, copyMessageButton(() => text));
+  }
   if (attachments.length) turn.append(fileLinks(attachments));
   log.append(turn);
   scrollDown(true);
@@ -99,11 +119,12 @@ export class AssistantTurn {
   constructor() {
     hideEmpty();
     this.el = el("div", "turn assistant");
-    this.el.setAttribute("aria-label", "Assistant");
+    this.el.setAttribute("aria-label", t("Assistant"));
     log.append(this.el);
     this.messages = new Map(); // messageId -> AG-UI message
     this.toolCalls = new Map(); // toolCallId -> {call, card, args, result, done}
     this.texts = new Map(); // messageId -> bubble element
+    this.views = new Map(); // messageId -> its bubble's MarkdownView
     this.reasoning = new Map(); // messageId -> {details, summary, body, started}
     this.status = null; // "stopped" or "failed" once the badge is shown
     this.cut = new Set(); // text bubbles a cancel closed while they were still streaming
@@ -121,9 +142,10 @@ export class AssistantTurn {
   textBubble(id) {
     let bubble = this.texts.get(id);
     if (!bubble) {
-      bubble = el("div", "bubble text streaming");
+      bubble = el("div", "bubble text md streaming");
       this.texts.set(id, bubble);
-      this.el.append(bubble);
+      this.views.set(id, new MarkdownView(bubble));
+      this.el.append(bubble, copyMessageButton(() => this.messages.get(id)?.content || ""));
     }
     return bubble;
   }
@@ -133,7 +155,7 @@ export class AssistantTurn {
     if (!block) {
       const details = el("details", "reasoning");
       details.open = true;
-      const summary = el("summary", "", "Thinking…");
+      const summary = el("summary", "", t("Thinking…"));
       const body = el("div", "body");
       details.append(summary, body);
       this.el.append(details);
@@ -207,7 +229,7 @@ export class AssistantTurn {
     }
     badge.textContent = status;
     badge.className = `turn-status ${status}`;
-    badge.title = status === "stopped" ? "This answer was stopped before it finished." : "This answer failed.";
+    badge.title = status === "stopped" ? t("This answer was stopped before it finished.") : t("This answer failed.");
   }
 
   handle(event) {
@@ -223,11 +245,14 @@ export class AssistantTurn {
       case "TEXT_MESSAGE_CONTENT": {
         const message = this.message(event.messageId, "assistant");
         message.content = (message.content || "") + event.delta;
-        this.textBubble(event.messageId).textContent = message.content;
-        onActivity("Writing…", true);
+        this.textBubble(event.messageId);
+        this.views.get(event.messageId).update(message.content);
+        onActivity(t("Writing…"), true);
         break;
       }
       case "TEXT_MESSAGE_END": {
+        const view = this.views.get(event.messageId);
+        if (view) view.flush();
         const bubble = this.texts.get(event.messageId);
         if (bubble) bubble.classList.remove("streaming");
         break;
@@ -275,7 +300,7 @@ export class AssistantTurn {
         const message = this.message(event.messageId, "reasoning");
         if (event.replay || !message.content) message.content = "";
         this.reasoningBlock(event.messageId);
-        onActivity("Thinking…", true);
+        onActivity(t("Thinking…"), true);
         break;
       }
       case "REASONING_MESSAGE_CONTENT": {
@@ -307,7 +332,7 @@ export class AssistantTurn {
           if (!entry.done) this.toolFailed(entry, "failed: the run ended with an error");
         }
         this.markStatus("failed");
-        this.notice(event.message || "The run failed.", true);
+        this.notice(event.message || t("The run failed."), true);
         break;
       default:
         break; // RUN_STARTED, RUN_FINISHED, REASONING_START/END, STEP_*, state events
@@ -322,7 +347,7 @@ export class AssistantTurn {
       this.messages.set(message.id, { ...message });
       block.body.textContent = message.content || "";
       // How long it took is not stored; the label still reads like the live one.
-      block.summary.textContent = "Thought process";
+      block.summary.textContent = t("Thought process");
       block.details.open = false;
     } else if (message.role === "assistant") {
       const kept = { ...message, content: typeof message.content === "string" ? message.content : textOf(message.content) };
@@ -330,7 +355,9 @@ export class AssistantTurn {
       this.messages.set(message.id, kept);
       if (kept.content) {
         const bubble = this.textBubble(message.id);
-        bubble.textContent = kept.content;
+        const view = this.views.get(message.id);
+        view.update(kept.content);
+        view.flush();
         bubble.classList.remove("streaming");
       }
       for (const call of kept.toolCalls || []) {
@@ -358,6 +385,7 @@ export class AssistantTurn {
   // A cancelled run closes what it left open (the server sends the missing *_END events just
   // before RUN_FINISHED): remember the text that was still streaming as cut.
   cutStreaming() {
+    for (const view of this.views.values()) view.flush();
     for (const bubble of this.texts.values()) {
       if (bubble.classList.contains("streaming")) this.cut.add(bubble);
     }
@@ -366,7 +394,7 @@ export class AssistantTurn {
   // Stop cut the answer short: mark the text that was still streaming, and say so.
   stopped() {
     this.markStatus("stopped");
-    const note = this.notice("Stopped.");
+    const note = this.notice(t("Stopped."));
     note.id = `stopped-${newId()}`;
     this.cutStreaming();
     for (const bubble of this.cut) {
@@ -377,9 +405,10 @@ export class AssistantTurn {
 
   // Close what the stream left open (after Stop, a failure or a dropped connection).
   settle() {
+    for (const view of this.views.values()) view.flush();
     for (const bubble of this.texts.values()) bubble.classList.remove("streaming");
     for (const block of this.reasoning.values()) {
-      if (block.summary.textContent === "Thinking…") block.summary.textContent = "Thinking (stopped)";
+      if (block.summary.textContent === t("Thinking…")) block.summary.textContent = t("Thinking (stopped)");
     }
     for (const entry of this.toolCalls.values()) {
       if (entry.done) continue;
@@ -408,8 +437,82 @@ export class AssistantTurn {
 // Render stored AG-UI messages (a reloaded thread, a snapshot) with the same widgets as a live
 // run. Returns the last assistant turn when the transcript ends with one, else null; with
 // `open`, that turn is left as it is, for a run in progress to go on in it.
+//: A transcript longer than this shows its last FIRST_MESSAGES at once and fills in the
+//: earlier ones in chunks of CHUNK_MESSAGES, one task each, above them (docs/benchmarks.md).
+const PROGRESSIVE_AFTER = 150;
+const FIRST_MESSAGES = 60;
+const CHUNK_MESSAGES = 60;
+let generation = 0; // bumped by each renderTranscript and clearLog: stale fills stop
+
+// The index of the first user message at or after `index` (turns never split), or `length`.
+function turnStart(messages, index) {
+  while (index < messages.length && messages[index].role !== "user") index += 1;
+  return index;
+}
+
+// Render a stored transcript; returns the last assistant turn (open when `open`).
+// Marks "agent-chat:transcript" (the script's work for the first paint),
+// "agent-chat:transcript-painted" (up to the frame after it) and, for a long transcript,
+// "agent-chat:transcript-complete" in the Performance timeline: docs/benchmarks.md reads them.
 export function renderTranscript(messages, { open = false } = {}) {
+  const started = performance.now();
+  generation += 1;
+  const mine = generation;
   log.querySelectorAll(".turn").forEach((node) => node.remove());
+  const split = messages.length > PROGRESSIVE_AFTER ? turnStart(messages, messages.length - FIRST_MESSAGES) : 0;
+  batching = true;
+  let turn;
+  try {
+    turn = renderMessages(messages.slice(split), open);
+  } finally {
+    batching = false;
+    scrollDown(true);
+  }
+  if (empty) empty.hidden = messages.length > 0;
+  performance.measure("agent-chat:transcript", { start: started, end: performance.now() });
+  // The earlier messages fill in after the first frame has painted.
+  requestAnimationFrame(() =>
+    setTimeout(() => {
+      const detail = { turns: log.querySelectorAll(".turn").length };
+      performance.measure("agent-chat:transcript-painted", { start: started, end: performance.now(), detail });
+      if (split > 0) fillIn(messages, split, mine, started);
+    }),
+  );
+  return turn;
+}
+
+// Render messages[0:end] above what is shown, a chunk per task, keeping the view where it is.
+function fillIn(messages, end, mine, started) {
+  const page = log;
+  setTimeout(() => {
+    if (mine !== generation) return;
+    const start = end > CHUNK_MESSAGES ? turnStart(messages, end - CHUNK_MESSAGES) : 0;
+    const from = start >= end ? 0 : start;
+    const anchor = page.querySelector(".turn");
+    const holder = document.createElement("div");
+    const before = page.scrollHeight;
+    log = holder;
+    batching = true;
+    try {
+      renderMessages(messages.slice(from, end), false);
+    } finally {
+      log = page;
+      batching = false;
+    }
+    page.insertBefore(fragmentOf(holder), anchor);
+    page.scrollTop += page.scrollHeight - before;
+    if (from > 0) fillIn(messages, from, mine, started);
+    else performance.measure("agent-chat:transcript-complete", { start: started, end: performance.now() });
+  }, 0);
+}
+
+function fragmentOf(holder) {
+  const fragment = document.createDocumentFragment();
+  fragment.append(...holder.childNodes);
+  return fragment;
+}
+
+function renderMessages(messages, open) {
   let turn = null;
   for (const message of messages) {
     if (message.role === "user") {
@@ -423,7 +526,5 @@ export function renderTranscript(messages, { open = false } = {}) {
     turn.adopt(message);
   }
   if (turn && !open) turn.settle();
-  if (empty) empty.hidden = messages.length > 0;
-  scrollDown(true);
   return turn;
 }

@@ -1,5 +1,24 @@
 // Small DOM and formatting helpers shared by the chat page's modules.
 
+// The page's strings in the visitor's language: the template puts Django's translations of every
+// msgid in contrib/chat/strings.py into <script type="application/json" id="agent-chat-strings">.
+let catalogue = null;
+
+// `text` translated ("{name}" placeholders filled from `values`); the English text when unknown.
+export function t(text, values) {
+  if (catalogue === null) {
+    const script = document.getElementById("agent-chat-strings");
+    try {
+      catalogue = script ? JSON.parse(script.textContent) : {};
+    } catch {
+      catalogue = {};
+    }
+  }
+  const translated = Object.hasOwn(catalogue, text) ? catalogue[text] : text;
+  if (!values) return translated;
+  return translated.replace(/\{(\w+)\}/g, (whole, name) => (name in values ? String(values[name]) : whole));
+}
+
 export function newId() {
   if (window.crypto && typeof crypto.randomUUID === "function") {
     return crypto.randomUUID();
@@ -74,4 +93,37 @@ export function describeTypes(types) {
   const names = { "text/*": "text", "image/*": "images", "application/pdf": "PDF", "application/json": "JSON" };
   const words = types.map((type) => names[type] || type);
   return words.length > 1 ? `${words.slice(0, -1).join(", ")} or ${words[words.length - 1]}` : words.join("");
+}
+
+// Ask in the page's own <dialog id="confirm-dialog">: resolves true when the person confirms.
+// Escape and Cancel answer false; focus returns to where it was.
+export function askConfirm(text) {
+  const dialog = document.getElementById("confirm-dialog");
+  const back = document.activeElement;
+  document.getElementById("confirm-text").textContent = text;
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener(
+      "close",
+      () => {
+        if (back && typeof back.focus === "function" && back.isConnected) back.focus();
+        resolve(dialog.returnValue === "confirm");
+      },
+      { once: true },
+    );
+    dialog.showModal();
+  });
+}
+
+// When to try again, from a 429 or 503 answer's Retry-After header: "in 30 s", or "".
+export function retryAfter(response) {
+  const header = response.headers.get("Retry-After");
+  if (!header) return "";
+  let seconds = Number(header);
+  if (!Number.isFinite(seconds)) {
+    const when = Date.parse(header);
+    seconds = Number.isNaN(when) ? NaN : Math.ceil((when - Date.now()) / 1000);
+  }
+  if (!Number.isFinite(seconds) || seconds < 0) return "";
+  return t("Try again in {seconds} s.", { seconds: Math.max(1, Math.ceil(seconds)) });
 }

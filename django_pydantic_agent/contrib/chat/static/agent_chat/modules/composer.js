@@ -4,7 +4,7 @@
 // with the next user message as its `attachments` list of {id, name, mime, size} refs.
 
 import { errorText } from "./transport.js";
-import { describeTypes, el, formatSize } from "./util.js";
+import { describeTypes, el, formatSize, t } from "./util.js";
 
 export function createComposer({ transport, uploadMaxBytes, uploadAccept, onSubmit }) {
   const form = document.getElementById("composer");
@@ -63,7 +63,7 @@ export function createComposer({ transport, uploadMaxBytes, uploadAccept, onSubm
     const remove = el("button", "file-remove", "×");
     remove.type = "button";
     remove.setAttribute("aria-label", `Remove ${ref.name}`);
-    remove.title = "Remove";
+    remove.title = t("Remove");
     remove.addEventListener("click", () => removeAttachment(entry));
     chip.append(remove);
   }
@@ -206,6 +206,13 @@ export function createComposer({ transport, uploadMaxBytes, uploadAccept, onSubm
     setRunning,
     takePending,
     restorePending,
+    // Put `text` back (a send that failed) unless the person has typed something since.
+    restoreText(text) {
+      if (!prompt.value.trim()) {
+        prompt.value = text;
+        prompt.dispatchEvent(new Event("input"));
+      }
+    },
     focus: () => prompt.focus(),
   };
 }

@@ -1,4 +1,4 @@
-// The example project's chat page: streams AG-UI runs from the Django endpoint.
+// django_pydantic_agent.contrib.chat: streams AG-UI runs from the Django endpoint.
 //
 // An ES module, no build step: this file wires the page and owns the run lifecycle; the
 // pieces live beside it in modules/ (transport, state and router, rendering, composer, thread
@@ -21,7 +21,7 @@ import { AssistantTurn, clearLog, renderTranscript, renderUser, setupRendering }
 import { activeRunOf, liveRun, onHistoryMove, showThreadInUrl, state, threadInUrl } from "./modules/state.js";
 import { createThreadDrawer } from "./modules/threads.js";
 import { createTransport, errorText, parseEventId, sseFrames } from "./modules/transport.js";
-import { newId } from "./modules/util.js";
+import { el, newId, retryAfter, t } from "./modules/util.js";
 
 const app = document.getElementById("app");
 const log = document.getElementById("log");
@@ -29,7 +29,7 @@ const statusLine = document.getElementById("status");
 
 const transport = createTransport({
   agentUrl: app.dataset.agentUrl,
-  csrfToken: document.querySelector('meta[name="csrf-token"]').content,
+  csrfToken: app.dataset.csrfToken,
   uploadUrl: app.dataset.uploadUrl || null, // unset when uploads are not mounted
 });
 
@@ -167,45 +167,55 @@ async function readRun(run, response, { replay = false } = {}) {
 // the connection drops first; then settle the turn and the page. `first` is the response (or
 // its promise) to read first; `refused(response)` handles a first answer that is not 2xx;
 // `replay` as for readRun.
-async function follow(run, first, { replay = false, refused = null } = {}) {
+async function follow(run, first, { replay = false, refused = null, failed = null } = {}) {
   let outcome = null;
   try {
-    const response = await first;
+    let response;
+    try {
+      response = await first;
+    } catch (error) {
+      // No answer at all (offline, connection refused): nothing of this run exists anywhere.
+      if (!failed || error.name === "AbortError") throw error;
+      failed(error);
+      outcome = "refused";
+      setStatus(t("Error"));
+      return;
+    }
     if (!response.ok) {
       if (refused) await refused(response);
       outcome = "refused";
-      setStatus("Error");
+      setStatus(t("Error"));
       return;
     }
     outcome = await readRun(run, response, { replay });
     for (let attempt = 0; outcome === null && run.resumable && attempt < RECONNECTS; attempt += 1) {
       if (run.detached || run.controller.signal.aborted) break;
-      setStatus("Reconnecting…", true);
+      setStatus(t("Reconnecting…"), true);
       const again = await transport.reattachRun(run.threadId, run.runId, run.lastSeq, run.controller.signal);
       if (!again.ok) break;
       outcome = await readRun(run, again);
     }
     if (run.detached) return;
     if (outcome === "finished" || outcome === "interrupt") {
-      setStatus(outcome === "interrupt" ? "Waiting for an answer" : "Done");
+      setStatus(outcome === "interrupt" ? t("Waiting for an answer") : t("Done"));
     } else if (outcome === "cancelled") {
       run.turn.stopped();
-      setStatus("Stopped");
+      setStatus(t("Stopped"));
     } else if (outcome === "error") {
-      setStatus("Error");
+      setStatus(t("Error"));
     } else {
-      run.turn.notice("The connection closed before the run finished.", true);
-      setStatus("Interrupted");
+      run.turn.notice(t("The connection closed before the run finished."), true);
+      setStatus(t("Interrupted"));
     }
   } catch (error) {
     if (run.detached) return;
     if (error.name === "AbortError") {
       run.turn.stopped();
-      setStatus("Stopped");
+      setStatus(t("Stopped"));
       outcome = "stopped";
     } else {
-      run.turn.notice(`Something went wrong: ${error.message}`, true);
-      setStatus("Error");
+      run.turn.notice(t("Something went wrong: {why}", { why: error.message }), true);
+      setStatus(t("Error"));
     }
   } finally {
     clearTimeout(run.cancelTimer);
@@ -255,7 +265,7 @@ async function send(text) {
   // A new chat gets its address with its first message: /?thread=<id> can be linked.
   showThreadInUrl(state.threadId, { replace: threadInUrl() === null });
   const run = beginRun(state.threadId, newId(), new AssistantTurn());
-  setStatus("Waiting for the agent…", true);
+  setStatus(t("Waiting for the agent…"), true);
   liveRun.save(run.threadId, run.runId, 0);
 
   const body = {
@@ -269,11 +279,38 @@ async function send(text) {
   };
   await follow(run, transport.startRun(body, run.controller.signal), {
     refused: async (response) => {
-      state.transcript.pop(); // the server did not take the message: do not send it twice
-      composer.restorePending(sent);
-      run.turn.notice(`The server refused the run: ${await errorText(response)}`, true);
+      let why = await errorText(response);
+      if (response.status === 429 || response.status === 503) {
+        const when = retryAfter(response);
+        why = `${response.status === 429 ? t("Too many requests.") : t("The server is busy.")} ${when || t("Try again in a moment.")}`;
+      }
+      sendFailed(run, userMessage, text, sent, t("The server refused the message: {why}", { why }));
+    },
+    failed: (error) => {
+      const why = navigator.onLine === false ? t("You are offline: try again when the connection is back.") : error.message;
+      sendFailed(run, userMessage, text, sent, t("The message was not sent: {why}", { why }));
     },
   });
+}
+
+// A send the server never took: the message leaves the transcript, its text and files go
+// back to the composer, and the notice offers Retry (which sends the composer's text again).
+function sendFailed(run, userMessage, text, sent, why) {
+  const index = state.transcript.indexOf(userMessage);
+  if (index !== -1) state.transcript.splice(index, 1); // not sent twice
+  composer.restorePending(sent);
+  composer.restoreText(text);
+  const note = run.turn.notice(why, true);
+  note.classList.add("send-failed");
+  const retry = el("button", "button small retry", t("Retry"));
+  retry.type = "button";
+  retry.addEventListener("click", () => {
+    const userTurn = run.turn.el.previousElementSibling;
+    if (userTurn && userTurn.classList.contains("user")) userTurn.remove();
+    run.turn.el.remove();
+    document.getElementById("composer").requestSubmit();
+  });
+  note.append(" ", retry);
 }
 
 // Stop: ask the server to cancel the run and read on to its terminal event; abort the request
@@ -282,7 +319,7 @@ async function stop() {
   const run = state.running;
   if (!run || run.stopping) return;
   run.stopping = true;
-  setStatus("Stopping…", true);
+  setStatus(t("Stopping…"), true);
   const answer = await transport.cancelRun(run.threadId, run.runId);
   if (state.running !== run) return; // it ended meanwhile
   if (answer === "accepted") {
@@ -291,7 +328,7 @@ async function stop() {
     run.controller.abort(); // the server notices the closed connection and ends the run
   } else {
     run.stopping = false;
-    setStatus("Could not stop the answer; try again.", true);
+    setStatus(t("Could not stop the answer; try again."), true);
   }
 }
 
@@ -315,7 +352,7 @@ function leaveRun({ cancel }) {
 async function resume(active, turn) {
   const run = beginRun(state.threadId, active.runId, turn || new AssistantTurn());
   run.resumable = true;
-  setStatus("Reconnecting…", true);
+  setStatus(t("Reconnecting…"), true);
   let response;
   try {
     response = await transport.reattachRun(run.threadId, run.runId, 0, run.controller.signal);
@@ -402,6 +439,14 @@ window.addEventListener("pagehide", () => {
 });
 
 composer.stopButton.addEventListener("click", stop);
+// Escape stops a streaming answer from anywhere on the page, unless something nearer used it
+// (an open dialog, the rename box, the drawer on a phone).
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Escape" || event.defaultPrevented || !state.running) return;
+  if (document.querySelector("dialog[open]")) return;
+  event.preventDefault();
+  stop();
+});
 document.getElementById("new-chat").addEventListener("click", () => newChat());
 document.querySelectorAll(".chip").forEach((chip) => {
   chip.addEventListener("click", () => send(chip.dataset.prompt));

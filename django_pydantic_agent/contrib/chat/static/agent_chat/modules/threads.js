@@ -3,7 +3,7 @@
 
 import { state } from "./state.js";
 import { errorText } from "./transport.js";
-import { PENCIL, TRASH, el, icon, newId, sleep } from "./util.js";
+import { askConfirm, el, icon, newId, PENCIL, sleep, t, TRASH } from "./util.js";
 
 function threadItems(payload) {
   if (Array.isArray(payload)) return payload;
@@ -54,7 +54,7 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
 
   function threadItem(item, index) {
     const id = itemId(item);
-    const title = item.title || "Untitled conversation";
+    const title = item.title || t("Untitled conversation");
     const li = el("li", "thread");
     li.dataset.threadId = id;
 
@@ -77,14 +77,14 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
     const rename = el("button", "icon-button thread-rename");
     rename.type = "button";
     rename.dataset.threadId = id;
-    rename.title = "Rename";
+    rename.title = t("Rename");
     rename.setAttribute("aria-label", `Rename “${title}”`);
     rename.append(icon(...PENCIL));
     rename.addEventListener("click", () => startRename(li, id, title));
     const remove = el("button", "icon-button thread-delete");
     remove.type = "button";
     remove.dataset.threadId = id;
-    remove.title = "Delete";
+    remove.title = t("Delete");
     remove.setAttribute("aria-label", `Delete “${title}”`);
     remove.append(icon(...TRASH));
     remove.addEventListener("click", () => deleteThread(id, title));
@@ -125,7 +125,7 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
     state.listedIds = items.map(itemId);
     threadList.replaceChildren();
     if (!items.length) {
-      threadList.append(el("li", "none", "No conversations yet."));
+      threadList.append(el("li", "none", t("No conversations yet.")));
     }
     items.forEach((item, index) => threadList.append(threadItem(item, index)));
     markCurrent();
@@ -164,15 +164,15 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
     const input = el("input");
     input.type = "text";
     input.value = title;
-    input.setAttribute("aria-label", "New title");
+    input.setAttribute("aria-label", t("New title"));
     const error = el("p", "rename-error");
     error.id = `rename-error-${newId()}`;
     error.setAttribute("role", "alert");
     error.hidden = true;
     input.setAttribute("aria-describedby", error.id);
-    const save = el("button", "button primary small", "Save");
+    const save = el("button", "button primary small", t("Save"));
     save.type = "submit";
-    const cancel = el("button", "button ghost small", "Cancel");
+    const cancel = el("button", "button ghost small", t("Cancel"));
     cancel.type = "button";
     const buttons = el("div", "rename-buttons");
     buttons.append(save, cancel);
@@ -207,7 +207,7 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
         input.focus();
       };
       if (!input.value.trim()) {
-        showError("Type a title, or press Cancel.");
+        showError(t("Type a title, or press Cancel."));
         return;
       }
       save.disabled = true;
@@ -229,10 +229,10 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
   async function deleteThread(id, title) {
     showThreadError("");
     if (state.running && id === state.threadId) {
-      showThreadError("Stop the answer before deleting this conversation.");
+      showThreadError(t("Stop the answer before deleting this conversation."));
       return;
     }
-    if (!window.confirm(`Delete “${title}”? This cannot be undone.`)) return;
+    if (!(await askConfirm(t("Delete “{title}”? This cannot be undone.", { title })))) return;
     const index = state.listedIds.indexOf(id);
     let response;
     try {

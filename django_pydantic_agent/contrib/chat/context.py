@@ -1,0 +1,55 @@
+"""What the chat template needs to know about the AG-UI server it talks to."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.http import HttpRequest
+from django.middleware.csrf import get_token
+from django.urls import NoReverseMatch, resolve, reverse
+
+from django_pydantic_agent.contrib.chat.strings import catalogue
+
+if TYPE_CHECKING:
+    from django_pydantic_agent.agui import AGUIServer
+
+
+def server_for(namespace: str) -> AGUIServer:
+    """The ``AGUIServer`` mounted under URL namespace ``namespace``.
+
+    Raises ``ImproperlyConfigured`` naming the namespace when no server is mounted there.
+    """
+    from django.core.exceptions import ImproperlyConfigured
+
+    try:
+        url = reverse(f"{namespace}:run")
+    except NoReverseMatch:
+        raise ImproperlyConfigured(
+            f"No AGUIServer is mounted under the URL namespace {namespace!r}: add "
+            f'path("agent/", server.urls) to your URLconf, or pass the namespace you gave '
+            f"AGUIServer(namespace=...)."
+        ) from None
+    server: AGUIServer = resolve(url).func.agui_server  # type: ignore[attr-defined]
+    return server
+
+
+def chat_context(request: HttpRequest, server: AGUIServer) -> dict[str, Any]:
+    """The ``agent_chat/chat.html`` context for ``server``: its routes, upload limits, strings.
+
+    The upload limits are read from the server, so the page states what the endpoint enforces.
+    Calling this sets the CSRF cookie: the page sends the token in ``X-CSRFToken``.
+    """
+    namespace = server.namespace
+    uploads = None
+    if server.accepts_attachments:
+        uploads = {
+            "url": reverse(f"{namespace}:attachments"),
+            "max_bytes": server.attachment_max_bytes,
+            "accept": ",".join(server.attachment_allowed_types),
+        }
+    return {
+        "agent_url": reverse(f"{namespace}:run"),
+        "uploads": uploads,
+        "csrf_token_value": get_token(request),
+        "agent_chat_strings": catalogue(),
+    }

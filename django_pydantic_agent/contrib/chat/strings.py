@@ -1,0 +1,63 @@
+"""The strings the chat page's scripts show, marked for translation.
+
+``makemessages`` finds them here; the template hands their translations to the scripts as JSON
+(``agent-chat-strings``), where ``t("...")`` in ``modules/util.js`` looks them up.
+"""
+
+from __future__ import annotations
+
+from django.utils.translation import gettext, gettext_noop
+
+#: Every msgid the scripts pass to ``t()``, in English.
+MSGIDS: tuple[str, ...] = (
+    gettext_noop("Retry"),
+    gettext_noop("Too many requests."),
+    gettext_noop("The server is busy."),
+    gettext_noop("Try again in a moment."),
+    gettext_noop("Try again in {seconds} s."),
+    gettext_noop("The server refused the message: {why}"),
+    gettext_noop("You are offline: try again when the connection is back."),
+    gettext_noop("The message was not sent: {why}"),
+    gettext_noop("Something went wrong: {why}"),
+    gettext_noop("Delete “{title}”? This cannot be undone."),
+    gettext_noop("Assistant"),
+    gettext_noop("Attachments"),
+    gettext_noop("Cancel"),
+    gettext_noop("Copied"),
+    gettext_noop("Copy"),
+    gettext_noop("Copy code"),
+    gettext_noop("Copy message"),
+    gettext_noop("Copy failed"),
+    gettext_noop("Could not stop the answer; try again."),
+    gettext_noop("Delete"),
+    gettext_noop("Done"),
+    gettext_noop("Error"),
+    gettext_noop("Interrupted"),
+    gettext_noop("New title"),
+    gettext_noop("No conversations yet."),
+    gettext_noop("Reconnecting…"),
+    gettext_noop("Remove"),
+    gettext_noop("Rename"),
+    gettext_noop("Save"),
+    gettext_noop("Stop the answer before deleting this conversation."),
+    gettext_noop("Stopped"),
+    gettext_noop("Stopped."),
+    gettext_noop("Stopping…"),
+    gettext_noop("The connection closed before the run finished."),
+    gettext_noop("The run failed."),
+    gettext_noop("Thinking (stopped)"),
+    gettext_noop("Thinking…"),
+    gettext_noop("This answer failed."),
+    gettext_noop("This answer was stopped before it finished."),
+    gettext_noop("Thought process"),
+    gettext_noop("Type a title, or press Cancel."),
+    gettext_noop("Untitled conversation"),
+    gettext_noop("Waiting for an answer"),
+    gettext_noop("Waiting for the agent…"),
+    gettext_noop("Writing…"),
+)
+
+
+def catalogue() -> dict[str, str]:
+    """Each msgid's translation into the active language."""
+    return {msgid: gettext(msgid) for msgid in MSGIDS}
