@@ -792,7 +792,8 @@ class OrmMessageRepository(NestedRecordWrites):
             return []
         from django_pydantic_agent.contrib.store.models import StoredMessage
 
-        rows = StoredMessage.objects.filter(conversation_id=state.pk)
+        # The active branch only (the (conversation, position) index of the active rows).
+        rows = StoredMessage.objects.filter(conversation_id=state.pk, active=True)
         if agui_id is not None:
             rows = rows.filter(message_id=agui_id[:MAX_KEY]).order_by("position")
         else:

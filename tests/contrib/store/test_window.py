@@ -197,15 +197,25 @@ async def test_an_echo_of_a_message_older_than_the_window_is_known_not_stored_ag
     stored = await messages.get_chat_messages(chat.chat_uuid)
     assert len(stored) == 1_001
     assert [m.agui_id for m in stored].count("m10") == 1
-    # An edit of that old message is refused, as it is inside the window.
+    # An edit of that old message (far before the window) starts a branch there: the model is
+    # sent the window of what comes before it, and the active branch ends with the edit.
     edited = UserMessage(id="m10", content="changed")
     chats2 = OrmChatRepository(owner_id="w-echo")
+    recorder = Recorder()
     agent = AGUIStorageAgent(
-        "agent", chat.user_uuid, chats2, OrmMessageRepository(chats2), Recorder()
+        "agent", chat.user_uuid, chats2, OrmMessageRepository(chats2), recorder
     )
     events = [e async for e in agent.run(_input("echo", edited))]
-    assert events[-1].type == "RUN_ERROR"
-    assert "m10" in events[-1].message
+    assert events[-1].type == "RUN_FINISHED"
+    sent = recorder.seen[0].messages
+    assert sent[-1].id == "m10"
+    assert sent[-1].content == "changed"
+    assert not {"m11", "m999"} & {m.id for m in sent}  # nothing past the cut
+    branch = await OrmMessageRepository(OrmChatRepository(owner_id="w-echo")).get_chat_messages(
+        chat.chat_uuid
+    )
+    assert [m.content for m in branch if m.agui_id == "m10"] == ["changed"]
+    assert len(branch) < 1_001
 
 
 async def test_a_client_that_posts_the_whole_thread_back_is_checked_against_all_of_it() -> None:
