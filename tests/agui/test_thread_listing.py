@@ -197,7 +197,7 @@ async def test_sqlite_triggers_dropped_by_a_table_rebuild_are_restored(alice: An
     from django.db import connection
 
     if connection.vendor != "sqlite":
-        pytest.skip("SQLite's triggers only.")
+        pytest.skip("The FTS5 index's triggers: other databases keep none.")
     await save(alice, "kept", "Kept", "a quokka smiles")
 
     def drop_and_repair() -> bool:
