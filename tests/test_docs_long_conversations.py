@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,12 @@ def _run(section: str) -> list[dict[str, Any]]:
     return spaces
 
 
+needs_harness = pytest.mark.skipif(
+    importlib.util.find_spec("pydantic_ai_harness") is None,
+    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+)
+
+
 def test_the_window_snippets_run() -> None:
     server, select = _run("## The context window")
     assert isinstance(server["server"], AGUIServer)
@@ -40,12 +47,14 @@ def test_the_window_snippets_run() -> None:
     assert select["window"][-1] is select["thread"][-1]
 
 
+@needs_harness
 def test_the_compaction_snippet_runs() -> None:
     (space,) = _run("## Compaction")
     assert space["server"].history.max_messages == 100
     assert space["agent"].root_capability is not None
 
 
+@needs_harness
 @pytest.mark.django_db
 def test_the_search_snippets_run() -> None:
     thread, owner = _run("## Search")

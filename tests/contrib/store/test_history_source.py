@@ -8,6 +8,11 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 
+pytest.importorskip(
+    "pydantic_ai_harness",
+    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+)
+
 from django_pydantic_agent.contrib.store.history_source import StoredHistorySource
 from django_pydantic_agent.persistence.conversation import conversation_id_for, run_scope
 from tests.agui.conftest import logged_in, sse_events
