@@ -47,6 +47,13 @@ def _positive_int(name: str, value: object) -> int:
     return value
 
 
+def _revision(raw: object) -> int:
+    """A stored revision counter; 0 for none (written by 0.28.3 or earlier) or a non-counter."""
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        return 0
+    return raw
+
+
 def _encoded_size(threads: _Threads) -> int:
     return len(json.dumps(threads, separators=(",", ":")).encode("utf-8"))
 
@@ -86,8 +93,11 @@ class DjangoSessionConversationStore:
     seen and kept. A revision counter stored next to the entry (``<session_key>:revision``)
     tells that apart from a stale copy of the whole session saved over it (by
     ``SessionMiddleware``): an entry older than the one this request last wrote or saw is
-    replaced by the request's own. Two writes of one session at the same instant in two
-    processes still race (the later one wins); within a process they take turns. The store
+    replaced by the request's own. Once the store has been used in a request, that
+    request's own later session saves (``SessionMiddleware``'s, which can land after a
+    streaming run's last write) keep the stored entry when it is newer than the request's
+    copy. Two writes of one session at the same instant in two processes still race (the
+    later one wins); within a process they take turns. The store
     never creates a session (its cookie could arrive after the headers): the view creates it
     before responding (``ensure_session_key``), as the AG-UI server does, and a save for a
     request without one raises ``StoreError``.
@@ -167,10 +177,7 @@ class DjangoSessionConversationStore:
         return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, dict)}
 
     def _revision_in(self, session: SessionBase) -> int:
-        raw = session.get(self._revision_key)
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-            return 0  # written by 0.28.3 or earlier, or not a counter
-        return raw
+        return _revision(session.get(self._revision_key))
 
     def _read(self, request: HttpRequest) -> _Threads:
         return self._sync(request, None, required=False)
@@ -218,6 +225,8 @@ class DjangoSessionConversationStore:
 
         session.keys()  # load it: a forged or expired cookie leaves no session key
         key = session.session_key
+        if key:
+            self._guard_saves_of(session)
         if not key:
             if change is None:
                 return self._threads_in(session)
@@ -273,6 +282,44 @@ class DjangoSessionConversationStore:
             was_modified = True
         session.modified = was_modified
         return current
+
+    def _guard_saves_of(self, session: SessionBase) -> None:
+        """Make every later save of the request's session keep this store's newest entry.
+
+        ``SessionMiddleware`` saves the request's copy of the whole session once the view has
+        returned; with a streaming response the run's writes go on meanwhile, and the copy
+        it encodes can be older than a write that lands first (a database lock makes it wait
+        after encoding, or another tab wrote). Saved as it is, it would erase the thread for
+        every later request, which has no newer copy to restore it from. Guarded, such a save
+        takes the same lock as this store's writes, reloads the stored entry and, when its
+        revision is newer than the copy's, saves the stored entry with the copy's other keys.
+        Installed on the request's session object at the store's first use in the request.
+        """
+        guarded: dict[str, str] | None = getattr(session, "_dpa_guarded_entries", None)
+        if guarded is not None:
+            guarded[self._session_key] = self._revision_key
+            return
+        guarded = {self._session_key: self._revision_key}
+        original = session.save
+
+        def save(must_create: bool = False) -> None:
+            key = session.session_key
+            if must_create or not key:
+                original(must_create)
+                return
+            with _LOCKS[hash(key) % len(_LOCKS)]:
+                stored = type(session)(key)
+                stored.keys()  # read the backend now
+                if stored.session_key:
+                    for entry, revision_key in guarded.items():
+                        revision = _revision(stored.get(revision_key))
+                        if revision > _revision(session.get(revision_key)):
+                            session[entry] = stored.get(entry)
+                            session[revision_key] = revision
+                original(must_create)
+
+        session._dpa_guarded_entries = guarded  # type: ignore[attr-defined]
+        session.save = save  # type: ignore[method-assign]
 
     def _load_sync(self, thread_id: str, request: HttpRequest) -> Conversation | None:
         entry = self._read(request).get(thread_id)

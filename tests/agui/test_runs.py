@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from ag_ui_validate.pytest_plugin import assert_valid_agui
+from asgiref.sync import sync_to_async
 
 from django_pydantic_agent.agui import REDACTED_RUN_ERROR
 from django_pydantic_agent.agui.runs import RunCoordinator
@@ -120,6 +121,17 @@ async def test_a_finished_run_is_not_held_in_memory_by_the_worker(alice: Any) ->
 # A disconnect stops the reading, not the run: on every store the run persists as complete.
 
 
+async def _stored_session(key: str) -> str:
+    """What the session row holds now (a failure's explanation for the session stores)."""
+    from django.contrib.sessions.backends.db import SessionStore
+
+    def read() -> str:
+        stored = SessionStore(key)
+        return f"session {key!r} holds {dict(stored.items())!r}"
+
+    return await sync_to_async(read)()
+
+
 @pytest.mark.parametrize("prefix", ["/anon/", "/session/", "/scoped/", "/scoped-session/"])
 async def test_a_disconnect_stops_only_the_reading_and_the_run_completes(prefix: str) -> None:
     sent = await drive_until_disconnect(prefix, run_body(), until=b"TOOL_CALL_START")
@@ -129,7 +141,7 @@ async def test_a_disconnect_stops_only_the_reading_and_the_run_completes(prefix:
     async with anonymous(session_id(sent)) as http:
         thread = await http.get(f"{prefix}threads/thread-1/")
         finished = await http.get(f"{prefix}runs/thread-1/run-1/")
-    assert thread.status_code == 200
+    assert thread.status_code == 200, await _stored_session(session_id(sent))
     messages = thread.json()["messages"]
     assert messages[-1]["content"] == "The sum is 5."
     assert {m["status"] for m in messages} == {"complete"}

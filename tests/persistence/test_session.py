@@ -443,6 +443,40 @@ async def test_a_stale_copy_saved_after_the_last_write_is_repaired_by_the_next_r
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_the_middleware_save_of_a_request_that_used_the_store_keeps_newer_writes(
+    actors: StoreActors,
+) -> None:
+    # A streaming run's view reads the thread, returns, and SessionMiddleware saves the
+    # request's copy; the run's writes may land before that save does (it waited for a
+    # database lock after encoding, or another tab wrote). A request that comes later has no
+    # newer copy to restore from, so the save itself must not take the threads back.
+    store = DjangoSessionConversationStore()
+    view = actors.request("alice")
+    assert await store.exists("A", request=view) is False
+    await store.save(_conversation("A"), request=actors.request("alice"))
+    await store.save(_conversation("B"), request=actors.request("alice"))
+
+    def middleware_save() -> None:
+        view.session["unrelated"] = "kept"  # the view's own change to the session
+        view.session.save()
+
+    await sync_to_async(middleware_save)()
+    later = actors.request("alice")
+    assert await store.exists("A", request=later) is True
+    assert await store.exists("B", request=later) is True
+    stored = await sync_to_async(_stored)(actors, "alice")
+    assert isinstance(stored, dict)
+    assert sorted(stored) == ["A", "B"]
+    again = import_module(settings.SESSION_ENGINE).SessionStore(actors.session_key("alice"))
+    assert await sync_to_async(again.get)("unrelated") == "kept"
+
+    # A deletion elsewhere is newer too: the save does not bring the thread back.
+    await store.delete("A", request=actors.request("alice"))
+    await sync_to_async(view.session.save)()
+    assert await store.exists("A", request=actors.request("alice")) is False
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_a_read_sees_a_thread_deleted_in_another_tab(actors: StoreActors) -> None:
     store = DjangoSessionConversationStore()
     await store.save(_conversation("B"), request=actors.request("alice"))
