@@ -7,8 +7,8 @@ deltas, as a streaming model gives), and the same events go through
 
 - **stateless**: the run endpoint's stateless stream (``stateless_frames``: ids, SSE frames,
   the coalescing pump of ``with_heartbeat``), read to the end;
-- **durable**: ``StoreGuard`` around ``AGUIStorageAgent`` on in-memory repositories, run by a
-  ``RunCoordinator`` (its manager, the relay to Django's cache, a run record in
+- **durable**: ``GuardedStorageAgent`` around ``AGUIStorageAgent`` on in-memory repositories,
+  run by a ``RunCoordinator`` (its manager, the relay to Django's cache, a run record in
   ``CacheRunStore``), read by ``replay`` as the run endpoint reads it.
 
 Each figure is the loop thread's CPU time for one whole run (``time.thread_time``), runs of
@@ -89,7 +89,7 @@ async def _stateless() -> int:
 
 
 def _durable_path() -> Callable[[], Coroutine[Any, Any, int]]:
-    from django_pydantic_agent.agui.run import StoreGuard
+    from django_pydantic_agent.agui.run import GuardedStorageAgent
     from django_pydantic_agent.agui.runs import RunCoordinator, replay
     from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
     from django_pydantic_agent.chat_history import AGUIStorageAgent
@@ -101,9 +101,9 @@ def _durable_path() -> Callable[[], Coroutine[Any, Any, int]]:
 
     user = uuid.uuid4()
 
-    def agent(chats: Any, messages: Any, inner: Any) -> StoreGuard:
+    def agent(chats: Any, messages: Any, inner: Any) -> GuardedStorageAgent:
         storage = AGUIStorageAgent(inner.name, user, chats, messages, inner)
-        return StoreGuard(storage, expose_error_messages=False)
+        return GuardedStorageAgent(storage, expose_error_messages=False)
 
     coordinator = RunCoordinator(agent, run_store=CacheRunStore(), sweep_interval_seconds=0)
 

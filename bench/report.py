@@ -391,9 +391,9 @@ def overhead_suite(report: Report, args: Any) -> None:
         [HEADER, *rows],
         note=(
             "A scripted agent, no model and no database: the loop thread's CPU for one run "
-            "through the stateless stream, and through StoreGuard, AGUIStorageAgent (in-memory "
-            "repositories), the run manager, the relay and replay; runs of the two alternate. "
-            "Cache writes in worker threads are not counted."
+            "through the stateless stream, and through GuardedStorageAgent, AGUIStorageAgent "
+            "(in-memory repositories), the run manager, the relay and replay; runs of the two "
+            "alternate. Cache writes in worker threads are not counted."
         ),
     )
 

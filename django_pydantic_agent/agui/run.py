@@ -107,8 +107,8 @@ __all__ = [
     "STORE_LIMIT_CODE",
     "STORE_REFUSED_CODE",
     "DurableRunEndpoint",
+    "GuardedStorageAgent",
     "StatelessRunEndpoint",
-    "StoreGuard",
     "parse_run_input",
     "stateless_frames",
     "with_heartbeat",
@@ -156,7 +156,7 @@ def _resumed(run_id: str) -> Callable[[Sequence[Message]], list[Any]]:
     return translate
 
 
-class StoreGuard:
+class GuardedStorageAgent:
     """The storage agent of one run, with its store failures turned into ``RUN_ERROR``
     (``STORE_REFUSED`` / ``STORE_LIMIT`` for a refusal, ``STORE_FAILED`` redacted for anything
     else), so a client learns its run was not kept.
@@ -177,7 +177,7 @@ class StoreGuard:
     @classmethod
     def factory(
         cls, *, expose_error_messages: bool, history: HistoryWindow | None = None
-    ) -> Callable[..., StoreGuard]:
+    ) -> Callable[..., GuardedStorageAgent]:
         """The ``RunCoordinator`` agent factory: ``(chat_repo, message_repo, user_uuid, inner)``
         to the guarded storage agent of one run, replaying the ``history`` window."""
 
@@ -187,7 +187,7 @@ class StoreGuard:
             user_uuid: uuid.UUID,
             inner: PydanticAIAgent,
             resumed_run: str | None = None,
-        ) -> StoreGuard:
+        ) -> GuardedStorageAgent:
             translate = translate_messages if resumed_run is None else _resumed(resumed_run)
             agent = AGUIStorageAgent(
                 inner.name,

@@ -37,7 +37,11 @@ from django_pydantic_agent.agui.options import (
     csrf_exemption,
 )
 from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing, request_owner
-from django_pydantic_agent.agui.run import DurableRunEndpoint, StatelessRunEndpoint, StoreGuard
+from django_pydantic_agent.agui.run import (
+    DurableRunEndpoint,
+    GuardedStorageAgent,
+    StatelessRunEndpoint,
+)
 from django_pydantic_agent.agui.runs import RunCoordinator, RunEndpoints
 from django_pydantic_agent.agui.spend import SpendGate
 from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
@@ -283,7 +287,7 @@ class AGUIServer:
             if self.run_store is None:
                 self.run_store = default_run_store(store, lease_seconds=options.run_lease_seconds)
             self.coordinator = RunCoordinator(
-                StoreGuard.factory(
+                GuardedStorageAgent.factory(
                     expose_error_messages=options.expose_error_messages, history=options.history
                 ),
                 run_store=self.run_store,

@@ -1,4 +1,5 @@
-"""``StoreGuard``: the storage agent of one durable run, its store failures as ``RUN_ERROR``."""
+"""``GuardedStorageAgent``: the storage agent of one durable run, its store failures as
+``RUN_ERROR``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from ag_ui.core import (
     TextMessageStartEvent,
 )
 
-from django_pydantic_agent.agui.run import StoreGuard
+from django_pydantic_agent.agui.run import GuardedStorageAgent
 from django_pydantic_agent.persistence import StoreLimitError
 from tests.chat_history.scripted import ScriptedAgent
 
@@ -58,13 +59,13 @@ def _answer(*, ending: bool = True) -> list[BaseEvent]:
     return events
 
 
-async def _collect(guard: StoreGuard) -> list[BaseEvent]:
+async def _collect(guard: GuardedStorageAgent) -> list[BaseEvent]:
     return [event async for event in guard.run(_input())]
 
 
 async def test_run_started_goes_out_first_and_only_once() -> None:
     agent = _Closing(_answer())
-    events = await _collect(StoreGuard(agent, expose_error_messages=False))  # type: ignore[arg-type]
+    events = await _collect(GuardedStorageAgent(agent, expose_error_messages=False))  # type: ignore[arg-type]
     types = [event.type.value for event in events]
     assert types == [
         "RUN_STARTED",
@@ -79,7 +80,7 @@ async def test_run_started_goes_out_first_and_only_once() -> None:
 
 async def test_a_store_refusal_mid_stream_ends_with_a_store_limit_run_error() -> None:
     agent = ScriptedAgent([*_answer(ending=False), StoreLimitError("This thread is full.")])
-    events = await _collect(StoreGuard(agent, expose_error_messages=False))  # type: ignore[arg-type]
+    events = await _collect(GuardedStorageAgent(agent, expose_error_messages=False))  # type: ignore[arg-type]
     assert events[-1].type.value == "RUN_ERROR"
     assert isinstance(events[-1], RunErrorEvent)
     assert events[-1].code == "STORE_LIMIT"
@@ -89,7 +90,7 @@ async def test_a_store_refusal_mid_stream_ends_with_a_store_limit_run_error() ->
 @pytest.mark.parametrize("expose", [False, True])
 async def test_any_other_failure_before_the_end_is_a_store_failed_run_error(expose: bool) -> None:
     agent = ScriptedAgent([*_answer(ending=False), RuntimeError("disk on fire at /var/db")])
-    events = await _collect(StoreGuard(agent, expose_error_messages=expose))  # type: ignore[arg-type]
+    events = await _collect(GuardedStorageAgent(agent, expose_error_messages=expose))  # type: ignore[arg-type]
     terminal = events[-1]
     assert isinstance(terminal, RunErrorEvent)
     assert terminal.code == "STORE_FAILED"
@@ -98,7 +99,7 @@ async def test_any_other_failure_before_the_end_is_a_store_failed_run_error(expo
 
 async def test_a_failure_after_the_terminal_event_is_raised_not_sent_as_a_second_end() -> None:
     agent = ScriptedAgent([*_answer(), RuntimeError("the last flush failed")])
-    guard = StoreGuard(agent, expose_error_messages=False)  # type: ignore[arg-type]
+    guard = GuardedStorageAgent(agent, expose_error_messages=False)  # type: ignore[arg-type]
     seen: list[BaseEvent] = []
 
     async def read() -> None:
