@@ -89,8 +89,9 @@ async def _stateless() -> int:
 
 
 def _durable_path() -> Callable[[], Coroutine[Any, Any, int]]:
+    from django_pydantic_agent.agui.reattach import replay
     from django_pydantic_agent.agui.run import GuardedStorageAgent
-    from django_pydantic_agent.agui.runs import RunCoordinator, replay
+    from django_pydantic_agent.agui.runs import RunCoordinator
     from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
     from django_pydantic_agent.chat_history import AGUIStorageAgent
     from django_pydantic_agent.chat_history.repositories import (

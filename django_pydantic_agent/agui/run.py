@@ -67,7 +67,8 @@ from django_pydantic_agent.agui.owners import (
     owner_request,
     request_owner,
 )
-from django_pydantic_agent.agui.runs import RunCoordinator, ThreadBusy, event_id, replay
+from django_pydantic_agent.agui.reattach import replay
+from django_pydantic_agent.agui.runs import RunCoordinator, ThreadBusy, event_id
 from django_pydantic_agent.agui.spend import SpendGate
 from django_pydantic_agent.agui.sse import (
     SSE_HEARTBEAT,

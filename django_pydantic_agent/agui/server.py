@@ -37,12 +37,13 @@ from django_pydantic_agent.agui.options import (
     csrf_exemption,
 )
 from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing, request_owner
+from django_pydantic_agent.agui.reattach import RunEndpoints
 from django_pydantic_agent.agui.run import (
     DurableRunEndpoint,
     GuardedStorageAgent,
     StatelessRunEndpoint,
 )
-from django_pydantic_agent.agui.runs import RunCoordinator, RunEndpoints
+from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.agui.spend import SpendGate
 from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 from django_pydantic_agent.agui.threads import ThreadEndpoints

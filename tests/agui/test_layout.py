@@ -20,8 +20,8 @@ import django_pydantic_agent.agui as agui_package
 from django_pydantic_agent.agui import AGUIServer, AGUIView
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
 from django_pydantic_agent.agui.branches import BranchEndpoints
+from django_pydantic_agent.agui.reattach import RunEndpoints
 from django_pydantic_agent.agui.run import DurableRunEndpoint, StatelessRunEndpoint
-from django_pydantic_agent.agui.runs import RunEndpoints
 from django_pydantic_agent.agui.threads import ThreadEndpoints
 from django_pydantic_agent.agui.transfer import TransferEndpoints
 from django_pydantic_agent.agui.usage import UsageEndpoint

@@ -24,12 +24,9 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui.reattach import _RELAY_GRACE_SECONDS
 from django_pydantic_agent.agui.relay import RELAY_INTERVAL_SECONDS, RunRelay, run_digest
-from django_pydantic_agent.agui.runs import (
-    _RELAY_GRACE_SECONDS,
-    CANCEL_POLL_SECONDS,
-    RunCoordinator,
-)
+from django_pydantic_agent.agui.runs import CANCEL_POLL_SECONDS, RunCoordinator
 from django_pydantic_agent.agui.sse import encode_event
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from tests.agui.agents import GATE, HANG_LOG

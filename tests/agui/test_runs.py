@@ -520,7 +520,7 @@ async def test_a_finished_run_reattached_after_its_last_event_repeats_the_end_wi
 async def test_a_replay_after_the_terminal_event_is_the_start_and_the_end_again() -> None:
     from ag_ui.core import RunFinishedEvent, RunStartedEvent
 
-    from django_pydantic_agent.agui.runs import replay
+    from django_pydantic_agent.agui.reattach import replay
     from django_pydantic_agent.chat_history.manager import StreamPersistenceManager
 
     class TwoEvents:
