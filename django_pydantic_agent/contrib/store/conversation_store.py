@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connections, router, transaction
 from django.utils import timezone
 
@@ -52,6 +51,7 @@ from django_pydantic_agent.persistence import (
 from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.derive import normalize_title
 from django_pydantic_agent.persistence.listing import ThreadPage, ThreadQuery
+from django_pydantic_agent.persistence.outages import unit_of_work
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
@@ -184,7 +184,7 @@ class DefaultConversationStore(ModelConversationStore):
         deleted while a run writes to it. Pass ``chat_repository.user_uuid`` to the storage
         agent as its user id.
         """
-        owner_id = await sync_to_async(self._owner)(request)
+        owner_id = await unit_of_work(self._owner)(request)
         chats = OrmChatRepository(
             owner_id=owner_id, max_threads_per_owner=self.max_threads_per_owner
         )
@@ -219,7 +219,7 @@ class DefaultConversationStore(ModelConversationStore):
     ) -> dict[str, BranchPoint] | None:
         """The active messages that have siblings, by AG-UI id (``{}`` for a thread that never
         branched, one query); ``None`` when the owner has no such thread."""
-        return await sync_to_async(self._branch_points_sync)(thread_id, request)
+        return await unit_of_work(self._branch_points_sync)(thread_id, request)
 
     def _activate_sync(self, thread_id: str, message_id: str, request: HttpRequest) -> bool:
         owner_id = self._owner(request)
@@ -232,7 +232,7 @@ class DefaultConversationStore(ModelConversationStore):
         any branch) the active one, continued down that message's own branch; one
         transaction that flips only the rows whose state changes. ``False`` when the owner's
         thread has no such message (or the owner no such thread)."""
-        return await sync_to_async(self._activate_sync)(thread_id, message_id, request)
+        return await unit_of_work(self._activate_sync)(thread_id, message_id, request)
 
     def _fork_sync(
         self, thread_id: str, message_id: str, new_thread_id: str, request: HttpRequest
@@ -250,7 +250,7 @@ class DefaultConversationStore(ModelConversationStore):
         ``message_id``, into a new thread ``new_thread_id`` of the same owner (see
         ``contrib.store.forks``). ``False`` when the owner has no such thread or its active
         branch no such message; ``StoreLimitError`` over ``max_threads_per_owner``."""
-        return await sync_to_async(self._fork_sync)(thread_id, message_id, new_thread_id, request)
+        return await unit_of_work(self._fork_sync)(thread_id, message_id, new_thread_id, request)
 
     def _export_sync(self, thread_id: str, request: HttpRequest) -> dict[str, Any] | None:
         return transfer.export(self._owner(request), thread_id)
@@ -258,7 +258,7 @@ class DefaultConversationStore(ModelConversationStore):
     async def export(self, thread_id: str, *, request: HttpRequest) -> dict[str, Any] | None:
         """The owner's thread, every branch and record, as a ``persistence.transfer``
         document (``contrib.store.transfer``); ``None`` when the owner has no such thread."""
-        return await sync_to_async(self._export_sync)(thread_id, request)
+        return await unit_of_work(self._export_sync)(thread_id, request)
 
     def _import_sync(self, document: dict[str, Any], thread_id: str, request: HttpRequest) -> None:
         check_key("thread_id", thread_id)
@@ -271,7 +271,7 @@ class DefaultConversationStore(ModelConversationStore):
         """Create the owner's thread ``thread_id`` from a checked document (every branch, new
         uuids, running messages stopped); ``ImportProblem`` for a record that is no message,
         ``StoreLimitError`` over ``max_threads_per_owner``, nothing written either way."""
-        await sync_to_async(self._import_sync)(document, thread_id, request)
+        await unit_of_work(self._import_sync)(document, thread_id, request)
 
     def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
         from django_pydantic_agent.contrib.store.models import StoredConversation
