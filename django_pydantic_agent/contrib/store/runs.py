@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q, Sum
@@ -53,6 +54,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("django_pydantic_agent.contrib.store")
+
+_T = TypeVar("_T")
 
 SWEPT_ERROR: Final[str] = (
     "The worker running this run stopped sending heartbeats; the run was ended by the sweeper."
@@ -365,6 +368,45 @@ def _finalise_records(run: StoredAgentRun, *, status: str = RunStatus.ERRORED.va
     return len(changed)
 
 
+def _cutoff(lease: float, now: datetime | None) -> datetime:
+    """The heartbeat before which a run is stale; ``ValueError`` for a lease that is not
+    positive."""
+    if lease <= 0:
+        raise ValueError(f"lease={lease!r} is not valid: pass a positive number of seconds.")
+    return (now or timezone.now()) - timedelta(seconds=lease)
+
+
+def _stale(cutoff: datetime) -> Any:
+    """The ``running`` runs with no heartbeat since ``cutoff``."""
+    return _rows().filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
+
+
+def _settle_each(
+    stale: Any, cutoff: datetime, settle: Callable[[StoredAgentRun], _T]
+) -> Iterator[tuple[StoredAgentRun, _T]]:
+    """``settle`` each run of ``stale`` in a transaction of its own, the run row locked and
+    re-checked first (a run whose worker renewed its heartbeat meanwhile, or that another
+    sweeper settled, is skipped); yields each run and what ``settle`` returned, once committed.
+    """
+    for pk in list(stale.values_list("pk", flat=True)):
+        with transaction.atomic():
+            row = _stale(cutoff).select_for_update().filter(pk=pk).first()
+            if row is None:
+                continue
+            outcome = settle(row)
+        yield row, outcome
+
+
+def _end_as_errored(run: StoredAgentRun) -> int:
+    """End ``run`` as ``errored`` with ``SWEPT_ERROR`` and finalise what it left in progress;
+    returns the records changed."""
+    run.status = RunStatus.ERRORED.value
+    run.finished_at = timezone.now()
+    run.error = SWEPT_ERROR
+    run.save(update_fields=["status", "finished_at", "error"])
+    return _finalise_records(run)
+
+
 def sweep_runs(
     *, lease: float = DEFAULT_LEASE_SECONDS, now: datetime | None = None
 ) -> list[RunRecord]:
@@ -374,26 +416,9 @@ def sweep_runs(
     row locked and re-checked first, so a run whose worker renewed its heartbeat meanwhile
     is left alone. Returns the runs swept.
     """
-    if lease <= 0:
-        raise ValueError(f"lease={lease!r} is not valid: pass a positive number of seconds.")
-    cutoff = (now or timezone.now()) - timedelta(seconds=lease)
+    cutoff = _cutoff(lease, now)
     swept: list[RunRecord] = []
-    stale = _rows().filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
-    for pk in list(stale.values_list("pk", flat=True)):
-        with transaction.atomic():
-            run = (
-                _rows()
-                .select_for_update()
-                .filter(pk=pk, status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
-                .first()
-            )
-            if run is None:
-                continue
-            run.status = RunStatus.ERRORED.value
-            run.finished_at = timezone.now()
-            run.error = SWEPT_ERROR
-            run.save(update_fields=["status", "finished_at", "error"])
-            count = _finalise_records(run)
+    for run, count in _settle_each(_stale(cutoff), cutoff, _end_as_errored):
         logger.warning(
             "Run %r of a thread was swept as errored (no heartbeat for %s s; %d records "
             "finalised).",
@@ -421,37 +446,28 @@ def take_over_runs(
     now, ``resumes`` + 1) and what it left in progress becomes ``interrupted``; any other is
     finalised ``errored`` as :func:`sweep_runs` does.
     """
-    if lease <= 0:
-        raise ValueError(f"lease={lease!r} is not valid: pass a positive number of seconds.")
-    cutoff = (now or timezone.now()) - timedelta(seconds=lease)
-    stale = _rows().filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
+    cutoff = _cutoff(lease, now)
+    stale = _stale(cutoff)
     if run is not None:
         stale = stale.filter(owner_id=run[0], thread_id=run[1], run_id=run[2])
+
+    def settle(row: StoredAgentRun) -> int | None:
+        """Claim ``row`` (``None``) or end it as errored (the records finalised)."""
+        if row.resumes < max_resumes and row.resume_input:
+            row.resumes += 1
+            row.worker_id = worker_id
+            row.heartbeat_at = timezone.now()
+            row.save(update_fields=["resumes", "worker_id", "heartbeat_at"])
+            _finalise_records(row, status=RunStatus.INTERRUPTED.value)
+            return None
+        return _end_as_errored(row)
+
     taken: list[RunRecord] = []
     ended: list[RunRecord] = []
-    for pk in list(stale.values_list("pk", flat=True)):
-        with transaction.atomic():
-            row = (
-                _rows()
-                .select_for_update()
-                .filter(pk=pk, status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
-                .first()
-            )
-            if row is None:
-                continue
-            if row.resumes < max_resumes and row.resume_input:
-                row.resumes += 1
-                row.worker_id = worker_id
-                row.heartbeat_at = timezone.now()
-                row.save(update_fields=["resumes", "worker_id", "heartbeat_at"])
-                _finalise_records(row, status=RunStatus.INTERRUPTED.value)
-                taken.append(_record(row))
-                continue
-            row.status = RunStatus.ERRORED.value
-            row.finished_at = timezone.now()
-            row.error = SWEPT_ERROR
-            row.save(update_fields=["status", "finished_at", "error"])
-            count = _finalise_records(row)
+    for row, count in _settle_each(stale, cutoff, settle):
+        if count is None:
+            taken.append(_record(row))
+            continue
         logger.warning(
             "Run %r of a thread was swept as errored (no heartbeat for %s s, resumed %d "
             "times; %d records finalised).",
