@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import fields
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -119,8 +120,8 @@ def _record_usage(row: StoredAgentRun) -> None:
     )
 
 
-#: The sums of ``UsageTotals`` as aggregates (``sum_<field>``; the admin's by-cost page reads
-#: them too).
+#: The sums of ``UsageTotals`` as aggregates, one ``sum_<field>`` for each of its fields (the
+#: admin's by-cost page reads them too).
 USAGE_SUMS = {
     "sum_runs": Count("pk"),
     "sum_input_tokens": Sum("input_tokens"),
@@ -137,15 +138,12 @@ def _plain(amount: Decimal) -> Decimal:
 
 
 def _totals(values: dict[str, Any]) -> UsageTotals:
-    cost = values.get("sum_cost_usd")
-    return UsageTotals(
-        runs=values.get("sum_runs") or 0,
-        input_tokens=values.get("sum_input_tokens") or 0,
-        output_tokens=values.get("sum_output_tokens") or 0,
-        total_tokens=values.get("sum_total_tokens") or 0,
-        cost_usd=_plain(Decimal(0) if cost is None else Decimal(cost)),
-        unpriced_runs=values.get("sum_unpriced_runs") or 0,
-    )
+    """The ``UsageTotals`` of one row of ``USAGE_SUMS`` (a sum over no rows is zero)."""
+    summed: dict[str, Any] = {
+        field.name: values.get(f"sum_{field.name}") or 0 for field in fields(UsageTotals)
+    }
+    summed["cost_usd"] = _plain(Decimal(summed["cost_usd"]))
+    return UsageTotals(**summed)
 
 
 def _ledger_rows(
