@@ -159,6 +159,19 @@ def _ledger_rows(
     return rows
 
 
+def _update_running(
+    owner_id: str, thread_id: str, run_id: str, values: dict[str, Any], last_seq: int | None
+) -> bool:
+    """Set ``values`` (and ``last_seq`` when given) on the run if it is still ``running``;
+    whether it was."""
+    if last_seq is not None:
+        values = {**values, "last_seq": last_seq}
+    running = _rows().filter(
+        owner_id=owner_id, thread_id=thread_id, run_id=run_id, status=RunStatus.RUNNING
+    )
+    return bool(running.update(**values))
+
+
 class DefaultRunStore(SyncRunStore):
     """A ``RunStore`` over ``StoredAgentRun`` rows, and the usage ledger over
     ``StoredRunUsage`` rows (see the module docstring); a ``ResumableRunStore``: another
@@ -220,13 +233,7 @@ class DefaultRunStore(SyncRunStore):
         self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
     ) -> bool:
         values: dict[str, Any] = {"heartbeat_at": timezone.now()}
-        if last_seq is not None:
-            values["last_seq"] = last_seq
-        return bool(
-            _rows()
-            .filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id, status=RunStatus.RUNNING)
-            .update(**values)
-        )
+        return _update_running(owner_id, thread_id, run_id, values, last_seq)
 
     def _finish_sync(
         self,
@@ -256,13 +263,7 @@ class DefaultRunStore(SyncRunStore):
         self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
     ) -> bool:
         values: dict[str, Any] = {"heartbeat_at": HANDED_OVER_HEARTBEAT, "worker_id": ""}
-        if last_seq is not None:
-            values["last_seq"] = last_seq
-        return bool(
-            _rows()
-            .filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id, status=RunStatus.RUNNING)
-            .update(**values)
-        )
+        return _update_running(owner_id, thread_id, run_id, values, last_seq)
 
     def _get_sync(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
         row = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id).first()
