@@ -12,15 +12,13 @@ owner's thread is the same 404 as a missing one.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from django_pydantic_agent.agui.errors import store_refusal
-from django_pydantic_agent.agui.http import error_response, read_json_body, refuse_input
-from django_pydantic_agent.agui.input import NESTED_TOO_DEEPLY
+from django_pydantic_agent.agui.http import error_response, read_json_object, refuse_input
 from django_pydantic_agent.agui.owners import owns_nothing
 from django_pydantic_agent.agui.views import Route
 from django_pydantic_agent.persistence import ConversationStore, StoreError, is_persistent
@@ -125,15 +123,14 @@ class BranchEndpoints:
         """``POST threads/<id>/fork/ {"messageId"}``: 201 ``{"threadId"}`` of the new thread;
         400 for a bad body, 404 for a missing thread or message, 413/415 for the body, the
         store's refusal (413 over the thread quota)."""
-        body = read_json_body(request, limit=self._body_limit(), too_big=FORK_TOO_BIG)
-        if not isinstance(body, bytes):
-            return body
-        try:
-            payload = json.loads(body)
-        except RecursionError:
-            return refuse_input(request, NESTED_TOO_DEEPLY)
-        except (ValueError, UnicodeDecodeError):
-            payload = None
+        payload = read_json_object(
+            request,
+            limit=self._body_limit(),
+            too_big=FORK_TOO_BIG,
+            not_object=message_id_problem(None, "messageId") or "",
+        )
+        if not isinstance(payload, dict):
+            return payload
         problem = message_id_problem(payload, "messageId")
         if problem is not None:
             return refuse_input(request, problem)

@@ -1,16 +1,18 @@
 """HTTP plumbing shared by the AG-UI routes: JSON bodies, body caps, refusals and backend errors.
 
-Each route answers in JSON whatever goes wrong before a stream starts. Three helpers here make
+Each route answers in JSON whatever goes wrong before a stream starts. Four helpers here make
 that uniform: ``read_json_body`` reads an ``application/json`` body without ever reading more than
-the route's cap, ``refuse_input`` answers a 400 and logs it as one ``WARNING`` line, and
-``backend_error_response`` answers a ``DatabaseError`` or a ``DRMemoryServiceError`` with a 503
-(lock, timeout, outage or rate limit, with ``Retry-After``) or a 500, logged once with the
-detail, which the client never sees; an outage of the database, the cache or the file storage
-(``persistence.outages``) is a 503 (a full disk a 507), logged as one line.
+the route's cap, ``read_json_object`` parses such a body into an object (or answers the 4xx
+naming what is wrong with it), ``refuse_input`` answers a 400 and logs it as one ``WARNING``
+line, and ``backend_error_response`` answers a ``DatabaseError`` or a ``DRMemoryServiceError``
+with a 503 (lock, timeout, outage or rate limit, with ``Retry-After``) or a 500, logged once with
+the detail, which the client never sees; an outage of the database, the cache or the file
+storage (``persistence.outages``) is a 503 (a full disk a 507), logged as one line.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +43,7 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "MEMORY_SERVICE_BUSY",
     "MEMORY_SERVICE_FAILED",
+    "NESTED_TOO_DEEPLY",
     "RETRY_AFTER_SECONDS",
     "STORAGE_FULL",
     "backend_error_response",
@@ -54,6 +57,7 @@ __all__ = [
     "json_body_limit",
     "not_json_response",
     "read_json_body",
+    "read_json_object",
     "refuse_input",
 ]
 
@@ -62,6 +66,11 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 #: The body cap of the JSON routes when ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is ``None``: Django's
 #: own default for that setting, 2.5 MiB.
 DEFAULT_MAX_BODY_BYTES = 2_621_440
+#: The 400 message for a JSON body nested deeper than the parser's recursion limit.
+NESTED_TOO_DEEPLY = (
+    "The request body is nested too deeply to parse; send at most a few hundred levels of "
+    "nested arrays and objects."
+)
 #: The ``Retry-After`` of a 503 answered for a locked or timed-out database.
 RETRY_AFTER_SECONDS = 1
 #: The 503 message for a database lock or timeout.
@@ -174,6 +183,36 @@ def read_json_body(request: HttpRequest, *, limit: int, too_big: str) -> bytes |
     if len(body) > limit:
         return body_too_big_response(limit, too_big)
     return body
+
+
+def read_json_object(
+    request: HttpRequest,
+    *,
+    limit: int,
+    too_big: str,
+    not_object: str,
+    not_json: str | None = None,
+) -> dict[str, Any] | HttpResponseBase:
+    """The body of an ``application/json`` request parsed into a JSON object, or the refusal.
+
+    415 and 413 as ``read_json_body`` (``too_big`` tells the caller what to send instead); 400
+    ``NESTED_TOO_DEEPLY`` for a body nested past the parser's recursion limit; 400 ``not_json``
+    for a body that is not JSON (``not_object`` when ``not_json`` is ``None``); 400
+    ``not_object`` for JSON that is not an object. Each 400 is logged as one line
+    (``refuse_input``).
+    """
+    body = read_json_body(request, limit=limit, too_big=too_big)
+    if not isinstance(body, bytes):
+        return body
+    try:
+        payload = json.loads(body)
+    except RecursionError:
+        return refuse_input(request, NESTED_TOO_DEEPLY)
+    except (ValueError, UnicodeDecodeError):
+        return refuse_input(request, not_object if not_json is None else not_json)
+    if not isinstance(payload, dict):
+        return refuse_input(request, not_object)
+    return payload
 
 
 def _logged_path(request: HttpRequest) -> str:

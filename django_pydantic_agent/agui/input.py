@@ -30,7 +30,7 @@ from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.ui.ag_ui import AGUIAdapter
 
 from django_pydantic_agent.agui.errors import store_refusal
-from django_pydantic_agent.agui.http import read_json_body, refuse_input
+from django_pydantic_agent.agui.http import NESTED_TOO_DEEPLY, read_json_body, refuse_input
 from django_pydantic_agent.agui.ids import ID_RULE, is_valid_id
 from django_pydantic_agent.persistence import (
     AttachmentRef,
@@ -55,12 +55,6 @@ __all__ = [
     "unconvertible_history_problem",
     "unstorable_problem",
 ]
-
-#: The 400 message for a JSON body nested deeper than the parser's recursion limit.
-NESTED_TOO_DEEPLY = (
-    "The request body is nested too deeply to parse; send at most a few hundred levels of "
-    "nested arrays and objects."
-)
 
 #: What the 413 of the run endpoint asks the caller to send instead.
 RUN_TOO_BIG = "send a shorter history, or raise the limit."

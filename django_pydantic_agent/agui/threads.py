@@ -9,7 +9,6 @@ session owns nothing: reads answer empty, and no session is created for them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,8 +16,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 
 from django_pydantic_agent.agui.branches import branches_json, switch_branch
 from django_pydantic_agent.agui.errors import store_refusal
-from django_pydantic_agent.agui.http import error_response, read_json_body, refuse_input
-from django_pydantic_agent.agui.input import NESTED_TOO_DEEPLY
+from django_pydantic_agent.agui.http import error_response, read_json_object, refuse_input
 from django_pydantic_agent.agui.owners import owns_nothing
 from django_pydantic_agent.agui.thread_query import BAD_CURSOR, QueryError, read_query, sign_cursor
 from django_pydantic_agent.agui.views import Route
@@ -234,20 +232,16 @@ class ThreadEndpoints:
         (400), and the store must keep the flag (400 otherwise). Nothing changes unless every
         field is valid. The answer echoes the fields that were set.
         """
-        body = read_json_body(request, limit=self._body_limit(), too_big=TITLE_TOO_BIG)
-        if not isinstance(body, bytes):
-            return body
-        try:
-            payload = json.loads(body)
-        except RecursionError:
-            return refuse_input(request, NESTED_TOO_DEEPLY)
-        except (ValueError, UnicodeDecodeError):
-            payload = None
-        if isinstance(payload, dict) and "activeMessageId" in payload:
+        payload = read_json_object(
+            request, limit=self._body_limit(), too_big=TITLE_TOO_BIG, not_object=_PATCH_SHAPE
+        )
+        if not isinstance(payload, dict):
+            return payload
+        if "activeMessageId" in payload:
             return await switch_branch(
                 self._store, request, thread_id, payload, active_run=self._active_run
             )
-        if not isinstance(payload, dict) or not ({"title", "archived"} & payload.keys()):
+        if not ({"title", "archived"} & payload.keys()):
             return refuse_input(request, _PATCH_SHAPE)
         changes: dict[str, Any] = {}
         if "title" in payload:

@@ -11,15 +11,14 @@ by the attachment store's own ref.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
 from django_pydantic_agent.agui.errors import store_refusal
-from django_pydantic_agent.agui.http import error_response, read_json_body, refuse_input
-from django_pydantic_agent.agui.input import NESTED_TOO_DEEPLY, ref_json
+from django_pydantic_agent.agui.http import error_response, read_json_object, refuse_input
+from django_pydantic_agent.agui.input import ref_json
 from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing
 from django_pydantic_agent.agui.views import Route
 from django_pydantic_agent.persistence import (
@@ -31,6 +30,7 @@ from django_pydantic_agent.persistence import (
 )
 from django_pydantic_agent.persistence.branching import new_thread_id
 from django_pydantic_agent.persistence.transfer import (
+    NOT_A_DOCUMENT,
     ImportProblem,
     check_document,
     document_bytes,
@@ -168,15 +168,15 @@ class TransferEndpoints:
         """``POST threads/import/``: 201 ``{"threadId"}`` of the new thread; 400 naming the
         first problem of the document (nothing written), 413/415 for the body, the store's
         refusal (413 over the thread quota)."""
-        body = read_json_body(request, limit=self._body_limit(), too_big=IMPORT_TOO_BIG)
-        if not isinstance(body, bytes):
-            return body
-        try:
-            payload = json.loads(body)
-        except RecursionError:
-            return refuse_input(request, NESTED_TOO_DEEPLY)
-        except (ValueError, UnicodeDecodeError):
-            return refuse_input(request, "The body is not JSON; send what export/ returned.")
+        payload = read_json_object(
+            request,
+            limit=self._body_limit(),
+            too_big=IMPORT_TOO_BIG,
+            not_json="The body is not JSON; send what export/ returned.",
+            not_object=NOT_A_DOCUMENT,
+        )
+        if not isinstance(payload, dict):
+            return payload
         new_id = new_thread_id()
         try:
             document = check_document(payload)

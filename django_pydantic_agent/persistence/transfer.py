@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT",
     "MAX_IMPORTED_MESSAGES",
+    "NOT_A_DOCUMENT",
     "VERSION",
     "ExportsThreads",
     "ImportProblem",
@@ -53,6 +54,10 @@ VERSION = 1
 MAX_IMPORTED_MESSAGES = 10_000
 _RUNNING = "active"
 _STOPPED = "interrupted"
+
+
+#: The ``ImportProblem`` (and the import route's 400) for a document that is not a JSON object.
+NOT_A_DOCUMENT = "The document is not a JSON object; send what export/ returned."
 
 
 class ImportProblem(ValueError):
@@ -88,7 +93,7 @@ def check_document(document: Any) -> dict[str, Any]:
     message down (each active message's parent active, at most one active child each).
     """
     if not isinstance(document, dict):
-        raise ImportProblem("The document is not a JSON object; send what export/ returned.")
+        raise ImportProblem(NOT_A_DOCUMENT)
     if document.get("format") != FORMAT or document.get("version") != VERSION:
         raise ImportProblem(
             f'format must be "{FORMAT}" and version {VERSION}; send a document that '

@@ -22,14 +22,17 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.db import OperationalError, connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
+from django.http import JsonResponse
 from django.test import Client, RequestFactory
 
 from django_pydantic_agent.agui.http import (
     DATABASE_BUSY,
     DATABASE_FAILED,
     DEFAULT_MAX_BODY_BYTES,
+    NESTED_TOO_DEEPLY,
     is_transient_database_error,
     json_body_limit,
+    read_json_object,
 )
 from tests.agui.conftest import event_types, logged_in, run_body
 
@@ -255,6 +258,52 @@ class CountingInput(io.BytesIO):
         line = super().readline(size)
         self.consumed += len(line)
         return line
+
+
+_SHAPE = 'Send a JSON object with a "name".'
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status", "error"),
+    [
+        (b"{oops", "application/json", 400, "The body is not JSON."),
+        (b"\xff\xfe", "application/json", 400, "The body is not JSON."),
+        (b"[1, 2]", "application/json", 400, _SHAPE),
+        (b'"name"', "application/json", 400, _SHAPE),
+        (b"[" * 20_000 + b"]" * 20_000, "application/json", 400, NESTED_TOO_DEEPLY),
+        (b'{"name": "' + b"x" * 64_000 + b'"}', "application/json", 413, "send a shorter name."),
+        (b'{"name": "x"}', "text/plain", 415, "Content-Type: application/json"),
+    ],
+)
+def test_read_json_object_names_what_is_wrong_with_the_body(
+    body: bytes, content_type: str, status: int, error: str, caplog: Any
+) -> None:
+    request = RequestFactory().generic("POST", "/x/", body, content_type=content_type)
+    with caplog.at_level(logging.WARNING, logger="django_pydantic_agent.agui"):
+        answer = read_json_object(
+            request,
+            limit=48_000,
+            too_big="send a shorter name.",
+            not_object=_SHAPE,
+            not_json="The body is not JSON.",
+        )
+    assert isinstance(answer, JsonResponse)
+    assert answer.status_code == status
+    assert error in json.loads(answer.content)["error"]
+    # A 400 is one WARNING line naming it; the body itself is never echoed.
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == (1 if status == 400 else 0)
+    assert all("oops" not in line for line in lines)
+
+
+def test_read_json_object_answers_the_object_and_defaults_not_json_to_not_object() -> None:
+    factory = RequestFactory()
+    ok = factory.post("/x/", b'{"name": "x"}', content_type="application/json")
+    assert read_json_object(ok, limit=48, too_big="-", not_object=_SHAPE) == {"name": "x"}
+    bad = factory.post("/x/", b"{oops", content_type="application/json")
+    answer = read_json_object(bad, limit=48, too_big="-", not_object=_SHAPE)
+    assert isinstance(answer, JsonResponse)
+    assert (answer.status_code, json.loads(answer.content)) == (400, {"error": _SHAPE})
 
 
 def wsgi_request(

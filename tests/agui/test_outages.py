@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,18 @@ from django_pydantic_agent.agui.http import (
     backend_error_response,
 )
 from django_pydantic_agent.agui.runs import RunCoordinator
+from django_pydantic_agent.contrib.store import forks, transfer
 from django_pydantic_agent.contrib.store.models import ATTACHMENT_STORAGE_ALIAS, StoredAttachment
 from django_pydantic_agent.contrib.store.runs import DefaultRunStore
-from django_pydantic_agent.contrib.store.stores import DefaultAttachmentStore
+from django_pydantic_agent.contrib.store.stores import (
+    DefaultAttachmentStore,
+    DefaultConversationStore,
+)
 from django_pydantic_agent.persistence import StoreLimitError
-from django_pydantic_agent.persistence.outages import StorageUnavailableError
+from django_pydantic_agent.persistence.outages import (
+    DatabaseUnavailableError,
+    StorageUnavailableError,
+)
 from tests.agui.conftest import logged_in, run_body, sse_frames
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.agui.urls")]
@@ -289,3 +297,58 @@ async def test_a_failed_upload_counts_nothing_against_the_quota(alice: Any, tmp_
     assert ref.size == 11
     assert await sync_to_async(StoredAttachment.objects.count)() == 1
     assert files_under(tmp_path / "full") == []
+
+
+# The thread routes of contrib.store (branches, fork, export, import) go through unit_of_work.
+
+
+def _lost_connection(*args: Any, **kwargs: Any) -> Any:
+    lost = OperationalError("server closed the connection unexpectedly")
+    lost.__cause__ = psycopg.OperationalError("server closed the connection unexpectedly")
+    raise lost
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("tests.agui.urls")
+async def test_an_export_during_a_database_outage_is_a_json_503_logged_as_one_line(
+    alice: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with await logged_in(alice) as http:
+        created = await http.post("/history/", json=run_body(thread_id="t-out"))
+        assert created.status_code == 200
+        monkeypatch.setattr(transfer, "export", _lost_connection)
+        with caplog.at_level(logging.WARNING, logger="django_pydantic_agent.agui"):
+            response = await http.get("/history/threads/t-out/export/?format=json")
+        monkeypatch.undo()
+        again = await http.get("/history/threads/t-out/export/?format=json")
+    assert response.status_code == 503
+    assert response.headers["Retry-After"] == "1"
+    assert response.json() == {"error": BACKEND_UNAVAILABLE.format(backend="The database")}
+    [record] = caplog.records
+    assert not record.exc_info
+    assert again.status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("hook", ["export", "import_document", "fork", "branch_points"])
+async def test_the_thread_routes_of_the_store_raise_an_outage_as_database_unavailable(
+    alice: Any, monkeypatch: pytest.MonkeyPatch, hook: str
+) -> None:
+    request = RequestFactory().get("/")
+    request.user = alice
+    store = DefaultConversationStore()
+    monkeypatch.setattr(transfer, "export", _lost_connection)
+    monkeypatch.setattr(transfer, "import_document", _lost_connection)
+    monkeypatch.setattr(forks, "fork", _lost_connection)
+    monkeypatch.setattr(store, "_thread_row", _lost_connection)
+    calls: dict[str, Callable[[], Awaitable[Any]]] = {
+        "export": lambda: store.export("t1", request=request),
+        "import_document": lambda: store.import_document({}, "t2", request=request),
+        "fork": lambda: store.fork("t1", "m1", "t3", request=request),
+        "branch_points": lambda: store.branch_points("t1", request=request),
+    }
+    # A chat-history caller retries a ConnectionError; a route answers it as a JSON 503.
+    with pytest.raises(DatabaseUnavailableError) as caught:
+        await calls[hook]()
+    assert isinstance(caught.value, ConnectionError)
+    assert "The database is unavailable" in str(caught.value)

@@ -14,68 +14,25 @@ SQLite file. A client streams a long answer; the worker gets ``SIGTERM``:
 
 from __future__ import annotations
 
-import json
 import signal
-import socket
-import sqlite3
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.test_sweeper import RUNS_TABLE, worker
+from tests.e2e.drain_support import (
+    LONG_PROMPT,
+    answer,
+    read_until,
+    run_rows,
+    sigterm_mid_answer,
+    text,
+)
+from tests.e2e.test_sweeper import worker
 from tests.example_project.support import login, parse_sse, prepare_database, run_input
 
 pytestmark = pytest.mark.e2e
-
-LONG_PROMPT = "Tell me a long story, please."
-
-
-def _run_rows(database: Path) -> list[tuple[str, str, str]]:
-    with sqlite3.connect(database) as db:
-        return db.execute(
-            f"SELECT run_id, status, worker_id FROM {RUNS_TABLE} ORDER BY started_at"
-        ).fetchall()
-
-
-def _held_post(
-    url: str, path: str, cookies: dict[str, str], body: dict[str, Any]
-) -> tuple[socket.socket, bytes]:
-    """A POST whose headers are sent and whose body is not yet (returned): the server has the
-    request."""
-    host, port = url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    payload = json.dumps(body).encode()
-    head = [
-        f"POST {path} HTTP/1.1",
-        f"Host: {host}:{port}",
-        "Cookie: " + "; ".join(f"{k}={v}" for k, v in cookies.items()),
-        f"X-CSRFToken: {cookies['csrftoken']}",
-        "Content-Type: application/json",
-        f"Content-Length: {len(payload)}",
-        "",
-        "",
-    ]
-    sock.sendall("\r\n".join(head).encode())
-    return sock, payload
-
-
-def _answer(sock: socket.socket, payload: bytes) -> tuple[int, dict[str, str], bytes]:
-    sock.sendall(payload)
-    data = b""
-    while chunk := sock.recv(65536):
-        data += chunk
-    sock.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    status_line, *lines = head.decode("latin-1").split("\r\n")
-    headers = {n.strip().lower(): v.strip() for n, _, v in (line.partition(":") for line in lines)}
-    return int(status_line.split()[1]), headers, body
-
-
-def _text(events: list[dict[str, Any]]) -> str:
-    return "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
 
 
 def test_a_sigtermed_worker_finishes_its_answer_and_refuses_new_runs(tmp_path: Path) -> None:
@@ -83,38 +40,19 @@ def test_a_sigtermed_worker_finishes_its_answer_and_refuses_new_runs(tmp_path: P
     prepare_database(database)
     with worker(database, tmp_path / "worker.log", DEMO_WORD_DELAY="0.02") as served:
         with httpx.Client(base_url=served.url, timeout=60) as http:
-            token = login(http)
-            cookies = dict(http.cookies.items())
-            body = run_input(LONG_PROMPT, thread_id="t-drain", run_id="r-drain")
-            lines: list[str] = []
-            with http.stream(
-                "POST", "/agent/", json=body, headers={"X-CSRFToken": token}
-            ) as response:
-                assert response.status_code == 200
-                stream = response.iter_lines()
-                for line in stream:
-                    lines.append(line)
-                    if sum('"TEXT_MESSAGE_CONTENT"' in seen for seen in lines) == 5:
-                        break
-                late = _held_post(
-                    served.url,
-                    "/agent/",
-                    cookies,
-                    run_input("Are you there?", thread_id="t-late", run_id="r-late"),
-                )
-                time.sleep(0.3)  # the server has read the late request's headers
-                signalled = time.monotonic()
-                served.process.send_signal(signal.SIGTERM)
+            with sigterm_mid_answer(
+                served, http, run=("t-drain", "r-drain"), late=("t-late", "r-late")
+            ) as signalled:
                 time.sleep(0.3)
-                status, headers, refused = _answer(*late)
-                lines.extend(stream)
+                status, headers, refused = answer(*signalled.late)
             served.process.wait(timeout=60)
-            exited = time.monotonic() - signalled
+            exited = time.monotonic() - signalled.at
+            lines = signalled.lines
         log = served.log.read_text()
     events = parse_sse("\n".join(lines) + "\n\n")
     assert events[-1]["type"] == "RUN_FINISHED"
     assert "outcome" not in events[-1] or events[-1]["outcome"] == {"type": "success"}
-    assert "Since you asked for a long answer" in _text(events)  # the whole answer
+    assert "Since you asked for a long answer" in text(events)  # the whole answer
     assert status == 503, refused
     assert headers["retry-after"] == "1"
     assert headers["content-type"] == "application/json"
@@ -122,7 +60,7 @@ def test_a_sigtermed_worker_finishes_its_answer_and_refuses_new_runs(tmp_path: P
     # uvicorn raises the signal again once it has shut down gracefully.
     assert served.process.returncode in (0, -signal.SIGTERM), log
     assert exited < 25  # it left once the answer was done, within the drain
-    assert _run_rows(database) == [("r-drain", "complete", _run_rows(database)[0][2])]
+    assert run_rows(database) == [("r-drain", "complete", run_rows(database)[0][2])]
     assert "Traceback" not in log
 
 
@@ -141,10 +79,7 @@ def test_a_run_outlasting_the_drain_is_handed_over_to_the_next_worker(tmp_path: 
             ) as response:
                 lines: list[str] = []
                 stream = response.iter_lines()
-                for line in stream:
-                    lines.append(line)
-                    if sum('"TEXT_MESSAGE_CONTENT"' in seen for seen in lines) == 3:
-                        break
+                read_until(stream, lines, 3)
                 signalled = time.monotonic()
                 first.process.send_signal(signal.SIGTERM)
                 lines.extend(stream)
@@ -156,7 +91,7 @@ def test_a_run_outlasting_the_drain_is_handed_over_to_the_next_worker(tmp_path: 
     assert not [e for e in events if e["type"] in ("RUN_FINISHED", "RUN_ERROR")]
     assert first.process.returncode in (0, -signal.SIGTERM), log
     assert exited < 15
-    assert _run_rows(database) == [("r-over", "running", "")]
+    assert run_rows(database) == [("r-over", "running", "")]
     assert "handed over" in log
     assert "Traceback" not in log
 
@@ -169,16 +104,16 @@ def test_a_run_outlasting_the_drain_is_handed_over_to_the_next_worker(tmp_path: 
     ) as second:
         with httpx.Client(base_url=second.url, cookies=cookies, timeout=30) as reloaded:
             deadline = time.monotonic() + 60
-            while _run_rows(database)[0][1] == "running":
+            while run_rows(database)[0][1] == "running":
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
             thread = reloaded.get("/agent/threads/t-over/").json()
         log = second.log.read_text()
     # Its 30 s lease had not passed: the hand over, not the lease, made it the next worker's,
     # whose sweeper resumed it (docs/agui.md, Resume on another worker).
-    assert _run_rows(database)[0][1] == "complete"
+    assert run_rows(database)[0][1] == "complete"
     answers = [m for m in thread["messages"] if m["role"] == "assistant" and m.get("content")]
     assert [m["status"] for m in answers] == ["interrupted", "complete"]
-    assert answers[0]["content"].startswith(_text(events))
+    assert answers[0]["content"].startswith(text(events))
     assert "resumed here" in log
     assert "Traceback" not in log

@@ -16,7 +16,6 @@ the signal on to its worker, whose lifespan hook begins the drain:
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.test_drain import LONG_PROMPT, _answer, _held_post, _run_rows, _text
+from tests.e2e.drain_support import answer, run_rows, sigterm_mid_answer, text
 from tests.e2e.test_sweeper import Worker
 from tests.example_project.support import (
     BIN_DIR,
@@ -35,7 +34,6 @@ from tests.example_project.support import (
     _wait_until_up,
     example_env,
     free_port,
-    login,
     parse_sse,
     prepare_database,
     run_input,
@@ -86,52 +84,33 @@ def test_gunicorns_sigterm_drains_its_worker(tmp_path: Path) -> None:
     prepare_database(database)
     with gunicorn(database, tmp_path / "gunicorn.log", DEMO_WORD_DELAY="0.02") as served:
         with httpx.Client(base_url=served.url, timeout=60) as http:
-            token = login(http)
-            cookies = dict(http.cookies.items())
-            body = run_input(LONG_PROMPT, thread_id="t-gdrain", run_id="r-gdrain")
-            lines: list[str] = []
-            with http.stream(
-                "POST", "/agent/", json=body, headers={"X-CSRFToken": token}
-            ) as response:
-                assert response.status_code == 200
-                stream = response.iter_lines()
-                for line in stream:
-                    lines.append(line)
-                    if sum('"TEXT_MESSAGE_CONTENT"' in seen for seen in lines) == 5:
-                        break
-                late = _held_post(
-                    served.url,
-                    "/agent/",
-                    cookies,
-                    run_input("Are you there?", thread_id="t-glate", run_id="r-glate"),
-                )
-                time.sleep(0.3)  # the worker has read the late request's headers
-                signalled = time.monotonic()
-                served.process.send_signal(signal.SIGTERM)  # the master, as a deploy does
+            with sigterm_mid_answer(
+                served, http, run=("t-gdrain", "r-gdrain"), late=("t-glate", "r-glate")
+            ) as signalled:  # SIGTERM to the master, as a deploy does
                 time.sleep(0.5)  # the master has passed it on to the worker
-                status, headers, refused = _answer(*late)
+                status, headers, refused = answer(*signalled.late)
                 with pytest.raises(httpx.ConnectError):
                     httpx.post(
                         f"{served.url}/agent/",
                         json=run_input("And now?", thread_id="t-gnew", run_id="r-gnew"),
-                        headers={"X-CSRFToken": token},
-                        cookies=cookies,
+                        headers={"X-CSRFToken": signalled.token},
+                        cookies=signalled.cookies,
                         timeout=5,
                     )
-                lines.extend(stream)
             served.process.wait(timeout=GRACEFUL_TIMEOUT + 10)
-            exited = time.monotonic() - signalled
+            exited = time.monotonic() - signalled.at
+            lines = signalled.lines
         log = served.log.read_text()
     events = parse_sse("\n".join(lines) + "\n\n")
     assert events[-1]["type"] == "RUN_FINISHED", log
     assert "outcome" not in events[-1] or events[-1]["outcome"] == {"type": "success"}
-    assert "Since you asked for a long answer" in _text(events)  # the whole answer
+    assert "Since you asked for a long answer" in text(events)  # the whole answer
     assert status == 503, refused
     assert headers["retry-after"] == "1"
     assert headers["content-type"] == "application/json"
     assert b"shutting down" in refused
     assert served.process.returncode == 0, log
     assert exited < GRACEFUL_TIMEOUT  # it left once the answer was done, not at the timeout
-    assert _run_rows(database) == [("r-gdrain", "complete", _run_rows(database)[0][2])]
+    assert run_rows(database) == [("r-gdrain", "complete", run_rows(database)[0][2])]
     assert "Traceback" not in log
     assert "Shutting down: Master" in log

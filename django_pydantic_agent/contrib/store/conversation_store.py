@@ -1,6 +1,6 @@
 """``DefaultConversationStore``: conversations as ``StoredConversation`` and ``StoredMessage`` rows.
 
-``save`` writes only what changed (see "save(): what changed" below), ``load`` returns what
+``save`` writes only what changed (``contrib.store.save_plan``), ``load`` returns what
 was saved verbatim and renders what runs wrote; ``repositories`` hands a run the ORM
 chat-history pair over the same rows. Rows are built by ``contrib.store.rows``.
 
@@ -9,20 +9,13 @@ This module imports no models at import time (see ``stores``).
 
 from __future__ import annotations
 
-import hashlib
-import json
-import marshal
-import math
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from asgiref.sync import sync_to_async
 from django.db import IntegrityError, connections, router, transaction
 from django.utils import timezone
 
-from django_pydantic_agent.contrib.store import branches, forks, rows, transfer
+from django_pydantic_agent.contrib.store import branches, forks, rows, save_plan, transfer
 from django_pydantic_agent.contrib.store.checks import store_app_installed
 from django_pydantic_agent.contrib.store.deletion import delete_conversations
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
@@ -45,13 +38,13 @@ from django_pydantic_agent.persistence import (
     ConversationMeta,
     ConversationMetaList,
     ModelConversationStore,
-    UnstorableMessageError,
     derive_preview,
     derive_title,
 )
 from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.derive import normalize_title
 from django_pydantic_agent.persistence.listing import ThreadPage, ThreadQuery
+from django_pydantic_agent.persistence.outages import unit_of_work
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
@@ -63,52 +56,6 @@ __all__ = ["DEFAULT_LIST_LIMIT", "DefaultConversationStore"]
 
 #: Threads ``DefaultConversationStore.list`` returns when called with ``limit=None``.
 DEFAULT_LIST_LIMIT = 100
-
-
-_FEW = 8
-
-
-def _json_or_none(values: list[Any]) -> str | None:
-    try:
-        return json.dumps(values)
-    except (TypeError, ValueError):
-        return None
-
-
-def _unstorable_reason(message: Any) -> str | None:
-    """Why ``message`` cannot be stored as JSON on every database, or ``None`` when it can.
-
-    ``None`` would be SQL NULL; PostgreSQL's ``text`` and ``jsonb`` refuse the NUL character;
-    JSON has no NaN or infinity. Walks iteratively, so deep nesting cannot exhaust the stack.
-    """
-    if message is None:
-        return "is null"
-    stack = [message]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, str):
-            if "\x00" in value:
-                return "contains a NUL character (\\u0000)"
-        elif isinstance(value, float):
-            if not math.isfinite(value):
-                return f"contains the non-finite number {value!r}"
-        elif isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
-        elif isinstance(value, list | tuple):
-            stack.extend(value)
-    return None
-
-
-def _check_message(index: int, message: Any) -> None:
-    reason = _unstorable_reason(message)
-    if reason is not None:
-        raise UnstorableMessageError(
-            f"Message {index} of the conversation {reason}, which cannot be stored; nothing "
-            "was saved. Remove or encode that value (drop NUL characters, send finite numbers, "
-            "send each message as a JSON object) and save again.",
-            index=index,
-        )
 
 
 class DefaultConversationStore(ModelConversationStore):
@@ -184,7 +131,7 @@ class DefaultConversationStore(ModelConversationStore):
         deleted while a run writes to it. Pass ``chat_repository.user_uuid`` to the storage
         agent as its user id.
         """
-        owner_id = await sync_to_async(self._owner)(request)
+        owner_id = await unit_of_work(self._owner)(request)
         chats = OrmChatRepository(
             owner_id=owner_id, max_threads_per_owner=self.max_threads_per_owner
         )
@@ -219,7 +166,7 @@ class DefaultConversationStore(ModelConversationStore):
     ) -> dict[str, BranchPoint] | None:
         """The active messages that have siblings, by AG-UI id (``{}`` for a thread that never
         branched, one query); ``None`` when the owner has no such thread."""
-        return await sync_to_async(self._branch_points_sync)(thread_id, request)
+        return await unit_of_work(self._branch_points_sync)(thread_id, request)
 
     def _activate_sync(self, thread_id: str, message_id: str, request: HttpRequest) -> bool:
         owner_id = self._owner(request)
@@ -232,7 +179,7 @@ class DefaultConversationStore(ModelConversationStore):
         any branch) the active one, continued down that message's own branch; one
         transaction that flips only the rows whose state changes. ``False`` when the owner's
         thread has no such message (or the owner no such thread)."""
-        return await sync_to_async(self._activate_sync)(thread_id, message_id, request)
+        return await unit_of_work(self._activate_sync)(thread_id, message_id, request)
 
     def _fork_sync(
         self, thread_id: str, message_id: str, new_thread_id: str, request: HttpRequest
@@ -250,7 +197,7 @@ class DefaultConversationStore(ModelConversationStore):
         ``message_id``, into a new thread ``new_thread_id`` of the same owner (see
         ``contrib.store.forks``). ``False`` when the owner has no such thread or its active
         branch no such message; ``StoreLimitError`` over ``max_threads_per_owner``."""
-        return await sync_to_async(self._fork_sync)(thread_id, message_id, new_thread_id, request)
+        return await unit_of_work(self._fork_sync)(thread_id, message_id, new_thread_id, request)
 
     def _export_sync(self, thread_id: str, request: HttpRequest) -> dict[str, Any] | None:
         return transfer.export(self._owner(request), thread_id)
@@ -258,7 +205,7 @@ class DefaultConversationStore(ModelConversationStore):
     async def export(self, thread_id: str, *, request: HttpRequest) -> dict[str, Any] | None:
         """The owner's thread, every branch and record, as a ``persistence.transfer``
         document (``contrib.store.transfer``); ``None`` when the owner has no such thread."""
-        return await sync_to_async(self._export_sync)(thread_id, request)
+        return await unit_of_work(self._export_sync)(thread_id, request)
 
     def _import_sync(self, document: dict[str, Any], thread_id: str, request: HttpRequest) -> None:
         check_key("thread_id", thread_id)
@@ -271,7 +218,7 @@ class DefaultConversationStore(ModelConversationStore):
         """Create the owner's thread ``thread_id`` from a checked document (every branch, new
         uuids, running messages stopped); ``ImportProblem`` for a record that is no message,
         ``StoreLimitError`` over ``max_threads_per_owner``, nothing written either way."""
-        await sync_to_async(self._import_sync)(document, thread_id, request)
+        await unit_of_work(self._import_sync)(document, thread_id, request)
 
     def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
         from django_pydantic_agent.contrib.store.models import StoredConversation
@@ -339,12 +286,12 @@ class DefaultConversationStore(ModelConversationStore):
                 if row is None:
                     self._refuse_new_thread(owner_id, limit)
             chat_uuid = uuid.uuid4() if row is None else row.chat_uuid
-            plan = _plan(row, messages, chat_uuid, thread_id)
+            plan = save_plan.plan_save(row, messages, chat_uuid, thread_id)
             created_now = False
             if row is None:
                 row, created_now = self._create(thread_id, owner_id, messages, chat_uuid)
                 if not created_now:  # a concurrent first save won: compare with its rows
-                    plan = _plan(row, messages, row.chat_uuid, thread_id)
+                    plan = save_plan.plan_save(row, messages, row.chat_uuid, thread_id)
             plan.write(row)
             # Links exist only if the last save left some (its state ends ":1"; unknown
             # state: maybe) or these messages may quote attachments.
@@ -469,207 +416,3 @@ def _rendered(row: StoredConversation, texts: _Texts) -> list[Any]:
             rendered.get(position) or rows.loaded([(wire, message_id, role, content)]) or []
         )
     return messages
-
-
-# save(): what changed -------------------------------------------------------------------------
-#
-# A save reads the posted list into records (``rows.saved_records``) and writes the rows from
-# the first one that differs from what is stored. ``StoredConversation.save_state`` lets most
-# saves skip reading the rows: after a save it is ``"<k>:<p>:<head>:<tail>:<links>"``, where
-# the last row (at position ``p``) holds messages ``k`` onwards, ``head`` hashes the first
-# ``k`` messages and ``tail`` the last row's, each message as its ``marshal`` (format 2: no
-# back-references, so equal values give equal bytes), and ``<links>`` is ``0`` when the save
-# proved the thread quotes no attachment. A later save whose first ``k`` messages hash to
-# ``head`` changed nothing there: only messages ``k`` onwards are read into records, and the
-# last row is rewritten only when its messages changed, so appending or growing a message reads
-# no row. Marshal bytes of a list are its items' bytes after a 5-byte header, so the next head
-# extends the hash state instead of starting over. A list marshal cannot encode, a false
-# mismatch (keys in another order), or a tail that answers a tool call of an earlier row takes
-# the full comparison. Any other write to a thread's rows (a run, the strip command) clears the
-# state, and the next save compares every row (one read).
-
-_MARSHAL_VERSION = 2
-_LIST_HEADER = 5
-
-
-def _items(messages: Sequence[Any]) -> bytes:
-    """The marshal bytes of the items of ``messages`` (``ValueError`` if one cannot be)."""
-    return marshal.dumps(list(messages), _MARSHAL_VERSION)[_LIST_HEADER:]
-
-
-def _hash(data: bytes) -> Any:
-    return hashlib.blake2b(data, digest_size=16)
-
-
-@dataclass
-class _Plan:
-    """The writes of one save: rows to drop, the last row to rewrite, rows to insert."""
-
-    delete_from: int | None = None
-    """Drop the rows at this position and after."""
-    updates: list[tuple[int, rows.SavedRecord]] = field(default_factory=list)
-    """Rewrite the row at each position with this record (of the row's uuid)."""
-    inserts: list[tuple[int, rows.SavedRecord]] = field(default_factory=list)
-    state: str = ""
-    quotes: bool = True
-    """Whether the messages may quote attachments (``False``: proven they quote none)."""
-
-    def written(self) -> list[rows.SavedRecord]:
-        return [s for _, s in (*self.updates, *self.inserts)]
-
-    def write(self, conversation: StoredConversation) -> None:
-        from django_pydantic_agent.contrib.store.models import StoredMessage
-
-        using = router.db_for_write(StoredMessage)
-        active = conversation.message_rows.filter(active=True)
-        branched = conversation.branches > 0
-        if self.delete_from is not None:
-            if branched:  # the branches forked below the dropped rows go with them
-                tree = branches.Tree(branches.nodes(conversation.pk))
-                dropped = [
-                    n.message_uuid
-                    for n in tree.nodes
-                    if n.active and n.position >= self.delete_from
-                ]
-                gone = tree.descendants(dropped)
-                conversation.message_rows.filter(message_uuid__in=list(gone)).delete()
-            else:
-                active.filter(position__gte=self.delete_from).delete()
-        for position, saved in self.updates:
-            active.filter(position=position).update(
-                message_uuid=saved.message_uuid,
-                wire=rows.stored_wire(saved),
-                **saved.columns,
-            )
-        parent = None
-        if branched and self.inserts:
-            parent = (
-                active.filter(position__lt=self.inserts[0][0])
-                .order_by("-position")
-                .values_list("message_uuid", flat=True)
-                .first()
-            )
-        rows.insert(
-            StoredMessage,
-            [(conversation.pk, p, s) for p, s in self.inserts],
-            using=using,
-            branch=conversation.active_branch,
-            parent=parent,
-        )
-
-
-def _state(head: Any, quotes: bool, last: rows.SavedRecord, position: int) -> tuple[str, bool]:
-    """``save_state`` after a save whose last row (at ``position``) holds ``last``, and whether
-    the messages may quote attachments (``quotes``: those before ``last``'s may).
-
-    ``head`` hashes the messages before ``last``'s.
-    """
-    try:
-        tail_bytes = _items(last.wire)
-    except ValueError:
-        return "", True
-    quotes = quotes or b"attachments" in tail_bytes
-    tail = _hash(tail_bytes).hexdigest()
-    return f"{last.index}:{position}:{head.hexdigest()}:{tail}:{int(quotes)}", quotes
-
-
-def _fast_plan(row: StoredConversation, messages: list[Any]) -> _Plan | None:
-    parts = row.save_state.split(":")
-    if len(parts) != 5 or not parts[0].isdigit() or not parts[1].isdigit():
-        return None
-    first, position, head_hash, tail_hash = int(parts[0]), int(parts[1]), parts[2], parts[3]
-    if len(messages) <= first:
-        return None
-    try:
-        head_bytes = _items(messages[:first])
-        head = _hash(head_bytes)
-        if head.hexdigest() != head_hash:
-            return None
-        saved = rows.saved_records(
-            messages[first:],
-            chat_uuid=row.chat_uuid,
-            salt=row.thread_id,
-            start=first,
-            exact=True,
-        )
-        if not saved:
-            return None
-        plan = _Plan()
-        first_bytes = _items(saved[0].wire)
-        if _hash(first_bytes).hexdigest() != tail_hash:
-            plan.updates.append((position, saved[0]))
-        plan.inserts = [(position + i, s) for i, s in enumerate(saved[1:], 1)]
-        quotes = b"attachments" in head_bytes
-        for s in saved[:-1]:
-            item_bytes = first_bytes if s is saved[0] else _items(s.wire)
-            head.update(item_bytes)
-            quotes = quotes or b"attachments" in item_bytes
-    except ValueError:
-        return None
-    plan.state, plan.quotes = _state(head, quotes, saved[-1], position + len(saved) - 1)
-    return plan
-
-
-def _full_plan(
-    row: StoredConversation | None, messages: list[Any], chat_uuid: uuid.UUID, thread_id: str
-) -> _Plan:
-    saved = rows.saved_records(messages, chat_uuid=chat_uuid, salt=thread_id) or []
-    stored: list[tuple[int, uuid.UUID, Any]] = []
-    if row is not None:
-        columns = ("position", "message_uuid", "wire", "message_id", "role", "content")
-        stored = [
-            (position, message_uuid, rows.wire_of(wire, message_id, role, content))
-            for position, message_uuid, wire, message_id, role, content in (
-                row.message_rows.filter(active=True).order_by("position").values_list(*columns)
-            )
-        ]
-    plan = _Plan()
-    same = 0  # rows of the same records (changed ones are rewritten in place)
-    for (position, message_uuid, wire), item in zip(stored, saved, strict=False):
-        if message_uuid != item.message_uuid:
-            break
-        if wire is None or wire != item.wire:
-            plan.updates.append((position, item))
-        same += 1
-    if same < len(stored):
-        plan.delete_from = stored[same][0]
-    base = stored[same - 1][0] + 1 if same else 0
-    plan.inserts = [(base + i, s) for i, s in enumerate(saved[same:])]
-    if not saved:
-        plan.quotes = False
-        return plan
-    last = base + len(saved) - same - 1 if same < len(saved) else stored[same - 1][0]
-    try:
-        head_bytes = _items(messages[: saved[-1].index])
-    except ValueError:
-        return plan
-    quotes = b"attachments" in head_bytes
-    plan.state, plan.quotes = _state(_hash(head_bytes), quotes, saved[-1], last)
-    return plan
-
-
-def _plan(
-    row: StoredConversation | None, messages: list[Any], chat_uuid: uuid.UUID, thread_id: str
-) -> _Plan:
-    """What saving ``messages`` over ``row``'s messages writes.
-
-    Checks each message it writes (``UnstorableMessageError``) before anything is written.
-    """
-    plan = None if row is None else _fast_plan(row, messages)
-    if plan is None:
-        plan = _full_plan(row, messages, chat_uuid, thread_id)
-    indices = [i for s in plan.written() for i in range(s.index, s.index + len(s.wire))]
-    if len(indices) > _FEW:  # one encoding of them all proves most lists clean
-        _check_messages(messages, indices, _json_or_none([messages[i] for i in indices]))
-    else:
-        _check_messages(messages, indices, None)
-    return plan
-
-
-def _check_messages(messages: list[Any], positions: list[int], text: str | None) -> None:
-    """``_check_message`` for each position; skipped when ``text`` (their JSON) proves it."""
-    clean = text is not None and not any(w in text for w in ("\\u0000", "NaN", "Infinity"))
-    if clean and not any(messages[p] is None for p in positions):
-        return
-    for position in positions:
-        _check_message(position, messages[position])

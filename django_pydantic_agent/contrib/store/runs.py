@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Iterator
+from dataclasses import fields
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Q, Sum
@@ -53,6 +55,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("django_pydantic_agent.contrib.store")
+
+_T = TypeVar("_T")
 
 SWEPT_ERROR: Final[str] = (
     "The worker running this run stopped sending heartbeats; the run was ended by the sweeper."
@@ -116,8 +120,8 @@ def _record_usage(row: StoredAgentRun) -> None:
     )
 
 
-#: The sums of ``UsageTotals`` as aggregates (``sum_<field>``; the admin's by-cost page reads
-#: them too).
+#: The sums of ``UsageTotals`` as aggregates, one ``sum_<field>`` for each of its fields (the
+#: admin's by-cost page reads them too).
 USAGE_SUMS = {
     "sum_runs": Count("pk"),
     "sum_input_tokens": Sum("input_tokens"),
@@ -134,15 +138,12 @@ def _plain(amount: Decimal) -> Decimal:
 
 
 def _totals(values: dict[str, Any]) -> UsageTotals:
-    cost = values.get("sum_cost_usd")
-    return UsageTotals(
-        runs=values.get("sum_runs") or 0,
-        input_tokens=values.get("sum_input_tokens") or 0,
-        output_tokens=values.get("sum_output_tokens") or 0,
-        total_tokens=values.get("sum_total_tokens") or 0,
-        cost_usd=_plain(Decimal(0) if cost is None else Decimal(cost)),
-        unpriced_runs=values.get("sum_unpriced_runs") or 0,
-    )
+    """The ``UsageTotals`` of one row of ``USAGE_SUMS`` (a sum over no rows is zero)."""
+    summed: dict[str, Any] = {
+        field.name: values.get(f"sum_{field.name}") or 0 for field in fields(UsageTotals)
+    }
+    summed["cost_usd"] = _plain(Decimal(summed["cost_usd"]))
+    return UsageTotals(**summed)
 
 
 def _ledger_rows(
@@ -156,6 +157,19 @@ def _ledger_rows(
     if until is not None:
         rows = rows.filter(finished_at__lt=until)
     return rows
+
+
+def _update_running(
+    owner_id: str, thread_id: str, run_id: str, values: dict[str, Any], last_seq: int | None
+) -> bool:
+    """Set ``values`` (and ``last_seq`` when given) on the run if it is still ``running``;
+    whether it was."""
+    if last_seq is not None:
+        values = {**values, "last_seq": last_seq}
+    running = _rows().filter(
+        owner_id=owner_id, thread_id=thread_id, run_id=run_id, status=RunStatus.RUNNING
+    )
+    return bool(running.update(**values))
 
 
 class DefaultRunStore(SyncRunStore):
@@ -219,13 +233,7 @@ class DefaultRunStore(SyncRunStore):
         self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
     ) -> bool:
         values: dict[str, Any] = {"heartbeat_at": timezone.now()}
-        if last_seq is not None:
-            values["last_seq"] = last_seq
-        return bool(
-            _rows()
-            .filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id, status=RunStatus.RUNNING)
-            .update(**values)
-        )
+        return _update_running(owner_id, thread_id, run_id, values, last_seq)
 
     def _finish_sync(
         self,
@@ -255,13 +263,7 @@ class DefaultRunStore(SyncRunStore):
         self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
     ) -> bool:
         values: dict[str, Any] = {"heartbeat_at": HANDED_OVER_HEARTBEAT, "worker_id": ""}
-        if last_seq is not None:
-            values["last_seq"] = last_seq
-        return bool(
-            _rows()
-            .filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id, status=RunStatus.RUNNING)
-            .update(**values)
-        )
+        return _update_running(owner_id, thread_id, run_id, values, last_seq)
 
     def _get_sync(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
         row = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id).first()
@@ -365,6 +367,45 @@ def _finalise_records(run: StoredAgentRun, *, status: str = RunStatus.ERRORED.va
     return len(changed)
 
 
+def _cutoff(lease: float, now: datetime | None) -> datetime:
+    """The heartbeat before which a run is stale; ``ValueError`` for a lease that is not
+    positive."""
+    if lease <= 0:
+        raise ValueError(f"lease={lease!r} is not valid: pass a positive number of seconds.")
+    return (now or timezone.now()) - timedelta(seconds=lease)
+
+
+def _stale(cutoff: datetime) -> Any:
+    """The ``running`` runs with no heartbeat since ``cutoff``."""
+    return _rows().filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
+
+
+def _settle_each(
+    stale: Any, cutoff: datetime, settle: Callable[[StoredAgentRun], _T]
+) -> Iterator[tuple[StoredAgentRun, _T]]:
+    """``settle`` each run of ``stale`` in a transaction of its own, the run row locked and
+    re-checked first (a run whose worker renewed its heartbeat meanwhile, or that another
+    sweeper settled, is skipped); yields each run and what ``settle`` returned, once committed.
+    """
+    for pk in list(stale.values_list("pk", flat=True)):
+        with transaction.atomic():
+            row = _stale(cutoff).select_for_update().filter(pk=pk).first()
+            if row is None:
+                continue
+            outcome = settle(row)
+        yield row, outcome
+
+
+def _end_as_errored(run: StoredAgentRun) -> int:
+    """End ``run`` as ``errored`` with ``SWEPT_ERROR`` and finalise what it left in progress;
+    returns the records changed."""
+    run.status = RunStatus.ERRORED.value
+    run.finished_at = timezone.now()
+    run.error = SWEPT_ERROR
+    run.save(update_fields=["status", "finished_at", "error"])
+    return _finalise_records(run)
+
+
 def sweep_runs(
     *, lease: float = DEFAULT_LEASE_SECONDS, now: datetime | None = None
 ) -> list[RunRecord]:
@@ -374,26 +415,9 @@ def sweep_runs(
     row locked and re-checked first, so a run whose worker renewed its heartbeat meanwhile
     is left alone. Returns the runs swept.
     """
-    if lease <= 0:
-        raise ValueError(f"lease={lease!r} is not valid: pass a positive number of seconds.")
-    cutoff = (now or timezone.now()) - timedelta(seconds=lease)
+    cutoff = _cutoff(lease, now)
     swept: list[RunRecord] = []
-    stale = _rows().filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
-    for pk in list(stale.values_list("pk", flat=True)):
-        with transaction.atomic():
-            run = (
-                _rows()
-                .select_for_update()
-                .filter(pk=pk, status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
-                .first()
-            )
-            if run is None:
-                continue
-            run.status = RunStatus.ERRORED.value
-            run.finished_at = timezone.now()
-            run.error = SWEPT_ERROR
-            run.save(update_fields=["status", "finished_at", "error"])
-            count = _finalise_records(run)
+    for run, count in _settle_each(_stale(cutoff), cutoff, _end_as_errored):
         logger.warning(
             "Run %r of a thread was swept as errored (no heartbeat for %s s; %d records "
             "finalised).",
@@ -421,37 +445,28 @@ def take_over_runs(
     now, ``resumes`` + 1) and what it left in progress becomes ``interrupted``; any other is
     finalised ``errored`` as :func:`sweep_runs` does.
     """
-    if lease <= 0:
-        raise ValueError(f"lease={lease!r} is not valid: pass a positive number of seconds.")
-    cutoff = (now or timezone.now()) - timedelta(seconds=lease)
-    stale = _rows().filter(status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
+    cutoff = _cutoff(lease, now)
+    stale = _stale(cutoff)
     if run is not None:
         stale = stale.filter(owner_id=run[0], thread_id=run[1], run_id=run[2])
+
+    def settle(row: StoredAgentRun) -> int | None:
+        """Claim ``row`` (``None``) or end it as errored (the records finalised)."""
+        if row.resumes < max_resumes and row.resume_input:
+            row.resumes += 1
+            row.worker_id = worker_id
+            row.heartbeat_at = timezone.now()
+            row.save(update_fields=["resumes", "worker_id", "heartbeat_at"])
+            _finalise_records(row, status=RunStatus.INTERRUPTED.value)
+            return None
+        return _end_as_errored(row)
+
     taken: list[RunRecord] = []
     ended: list[RunRecord] = []
-    for pk in list(stale.values_list("pk", flat=True)):
-        with transaction.atomic():
-            row = (
-                _rows()
-                .select_for_update()
-                .filter(pk=pk, status=RunStatus.RUNNING, heartbeat_at__lt=cutoff)
-                .first()
-            )
-            if row is None:
-                continue
-            if row.resumes < max_resumes and row.resume_input:
-                row.resumes += 1
-                row.worker_id = worker_id
-                row.heartbeat_at = timezone.now()
-                row.save(update_fields=["resumes", "worker_id", "heartbeat_at"])
-                _finalise_records(row, status=RunStatus.INTERRUPTED.value)
-                taken.append(_record(row))
-                continue
-            row.status = RunStatus.ERRORED.value
-            row.finished_at = timezone.now()
-            row.error = SWEPT_ERROR
-            row.save(update_fields=["status", "finished_at", "error"])
-            count = _finalise_records(row)
+    for row, count in _settle_each(stale, cutoff, settle):
+        if count is None:
+            taken.append(_record(row))
+            continue
         logger.warning(
             "Run %r of a thread was swept as errored (no heartbeat for %s s, resumed %d "
             "times; %d records finalised).",

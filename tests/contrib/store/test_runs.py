@@ -21,12 +21,14 @@ from django.utils import timezone
 from django_pydantic_agent.contrib.store.models import StoredAgentRun, StoredMessage
 from django_pydantic_agent.contrib.store.runs import (
     SWEPT_ERROR,
+    USAGE_SUMS,
     DefaultRunStore,
     asweep_runs,
     run_sweeper,
     sweep_runs,
 )
 from django_pydantic_agent.persistence.runs import RunStore
+from django_pydantic_agent.persistence.usage import UsageTotals
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -256,3 +258,9 @@ def test_a_killed_workers_run_is_swept_and_nothing_stays_running(
 def test_the_command_refuses_a_lease_that_is_not_positive() -> None:
     with pytest.raises(CommandError, match=r"--lease=0\.0 is not valid"):
         call_command("agent_store_sweep_runs", "--lease", "0")
+
+
+def test_the_ledger_sums_every_field_of_the_totals() -> None:
+    # usage_totals reads each field of UsageTotals from its sum_<field>: a field without a sum
+    # would always read 0.
+    assert set(USAGE_SUMS) == {f"sum_{name}" for name in UsageTotals.__dataclass_fields__}

@@ -28,6 +28,11 @@ from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
+from django_pydantic_agent.contrib.store.admin.common import (
+    RUN_SEARCH_FIELDS,
+    RUN_SEARCH_HELP,
+    ReadOnlyMixin,
+)
 from django_pydantic_agent.contrib.store.admin.display import (
     MessageDisplay,
     message_display,
@@ -323,16 +328,10 @@ def _deletion_counts(preview: ConversationDeletion) -> dict[str, int | str]:
     return counts
 
 
-class _ReadOnly:
-    """Rows the admin shows but never adds or edits (their writers keep invariants)."""
+class _ReadOnly(ReadOnlyMixin):
+    """Rows the admin shows but never adds or edits, listed without a full count."""
 
     show_full_result_count = False
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(StoredAttachment)
@@ -429,8 +428,8 @@ class StoredAgentRunAdmin(_ReadOnly, OwnerColumnMixin, admin.ModelAdmin):  # typ
         "tokens",
     )
     list_filter = ("status", "started_at")
-    search_fields = ("=thread_id", "=run_id", "=owner_id")
-    search_help_text = "An exact thread id, run id or owner id."
+    search_fields = RUN_SEARCH_FIELDS
+    search_help_text = RUN_SEARCH_HELP
     date_hierarchy = "started_at"
     ordering = ("-started_at", "-pk")
     fields = (

@@ -24,6 +24,7 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
+from django_pydantic_agent.contrib.store.admin.common import ReadOnlyMixin
 from django_pydantic_agent.contrib.store.admin.owners import (
     OwnerColumnMixin,
     owner_label,
@@ -83,7 +84,7 @@ class OwnerOfFilter(admin.SimpleListFilter):
 
 
 @admin.register(StoredMemoryFile)
-class StoredMemoryFileAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class StoredMemoryFileAdmin(ReadOnlyMixin, OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """Memory files by owner: view, filter by owner, delete, and purge whole owners."""
 
     list_display = ("owner", "path", "chars", "updated_at")
@@ -139,12 +140,6 @@ class StoredMemoryFileAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore
     @admin.display(description="characters", ordering="content_chars")
     def chars(self, obj: StoredMemoryFile) -> int:
         return int(obj.content_chars)  # type: ignore[attr-defined]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def has_purge_agent_memory_permission(self, request: HttpRequest) -> bool:
         """Whether the user may purge whole owners' memory (the action's gate)."""

@@ -21,6 +21,12 @@ from django.http import HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from django_pydantic_agent.contrib.store.admin.common import (
+    RUN_SEARCH_FIELDS,
+    RUN_SEARCH_HELP,
+    ReadOnlyMixin,
+    amount_text,
+)
 from django_pydantic_agent.contrib.store.admin.owners import (
     OwnerColumnMixin,
     owner_label,
@@ -38,6 +44,8 @@ __all__ = ["StoredRunUsageAdmin", "usage_by_cost"]
 #: Rows the "By cost" page shows (the CSV has them all).
 BY_COST_SHOWN: Final[int] = 500
 _GROUPS: Final = {"owner": ("owner_id",), "thread": ("owner_id", "thread_id")}
+#: The sums of each row of the "By cost" CSV, in order (``runs.USAGE_SUMS`` without ``sum_``).
+_SUM_COLUMNS: Final = tuple(name.removeprefix("sum_") for name in USAGE_SUMS)
 
 
 def _day(raw: str | None) -> date | None:
@@ -80,7 +88,7 @@ def _owner_text(owner_id: str, user: Any) -> str:
 
 
 @admin.register(StoredRunUsage)
-class StoredRunUsageAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
+class StoredRunUsageAdmin(ReadOnlyMixin, OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """The usage ledger: read-only rows the run store writes as runs end."""
 
     change_list_template = "django_pydantic_agent_store/admin/usage_change_list.html"
@@ -94,8 +102,8 @@ class StoredRunUsageAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[t
         "cost",
     )
     list_filter = ("finished_at", "model")
-    search_fields = ("=thread_id", "=run_id", "=owner_id")
-    search_help_text = "An exact thread id, run id or owner id."
+    search_fields = RUN_SEARCH_FIELDS
+    search_help_text = RUN_SEARCH_HELP
     date_hierarchy = "finished_at"
     ordering = ("-finished_at", "-pk")
     fields = (
@@ -114,15 +122,9 @@ class StoredRunUsageAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[t
     )
     readonly_fields = fields
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     @admin.display(description="cost (USD)", ordering="cost_usd")
     def cost(self, obj: StoredRunUsage) -> str:
-        return "unpriced" if obj.cost_usd is None else f"{obj.cost_usd.normalize():f}"
+        return "unpriced" if obj.cost_usd is None else amount_text(obj.cost_usd)
 
     def get_urls(self) -> list[URLPattern]:
         opts = self.opts
@@ -144,7 +146,7 @@ class StoredRunUsageAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[t
             user = users.get(row["owner_id"])
             row["owner_text"] = _owner_text(row["owner_id"], user)
             row["owner_label"] = owner_label(self.admin_site, row["owner_id"], user)
-            row["cost_text"] = "" if row["cost_usd"] is None else f"{row['cost_usd'].normalize():f}"
+            row["cost_text"] = "" if row["cost_usd"] is None else amount_text(row["cost_usd"])
         if request.GET.get("format") == "csv":
             return self._csv(rows, group, since, until)
         opts = self.opts
@@ -181,30 +183,9 @@ class StoredRunUsageAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[t
         response = HttpResponse(content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="usage-by-{group}-{span}.csv"'
         writer = csv.writer(response)
-        head = ["owner", *(["thread_id"] if group == "thread" else [])]
-        writer.writerow(
-            [
-                *head,
-                "runs",
-                "input_tokens",
-                "output_tokens",
-                "total_tokens",
-                "cost_usd",
-                "unpriced_runs",
-            ]
-        )
+        keys = _GROUPS[group][1:]  # the owner is its text; a thread also its id
+        writer.writerow(["owner", *keys, *_SUM_COLUMNS])
         for row in rows:
-            thread = [row["thread_id"]] if group == "thread" else []
-            writer.writerow(
-                [
-                    row["owner_text"],
-                    *thread,
-                    row["runs"],
-                    row["input_tokens"],
-                    row["output_tokens"],
-                    row["total_tokens"],
-                    row["cost_text"],
-                    row["unpriced_runs"],
-                ]
-            )
+            sums = (row["cost_text" if name == "cost_usd" else name] for name in _SUM_COLUMNS)
+            writer.writerow([row["owner_text"], *(row[key] for key in keys), *sums])
         return response

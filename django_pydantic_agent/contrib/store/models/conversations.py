@@ -149,7 +149,7 @@ class StoredConversation(models.Model):
     archived = models.BooleanField(default=False)
     """Hidden from the thread drawer unless asked for (``PATCH threads/<id>/``)."""
     save_state = models.CharField(max_length=200, blank=True, default="", editable=False)
-    """What the last ``save`` stored (see ``conversation_store._fast_plan``), or ``""``."""
+    """What the last ``save`` stored (see ``save_plan``), or ``""``."""
     active_branch = models.PositiveIntegerField(default=0, editable=False)
     """The branch new message rows join: the branch of the active branch's last row."""
     branches = models.PositiveIntegerField(default=0, editable=False)
