@@ -729,6 +729,8 @@ async def test_a_thread_deleted_while_a_run_streams_stays_deleted(alice: Any, ca
         deleted = await http.delete("/stored/threads/doomed/")
         GATE.released.set()
         response = await streaming
+        # The read is another mount's: its thread read waits for its own runs only.
+        await RunCoordinator.wait_for_all_runs()
         after = await http.get("/stored/threads/doomed/")
         listing = await http.get("/stored/threads/")
     assert deleted.status_code == 204
@@ -750,6 +752,7 @@ async def test_a_new_thread_streamed_by_a_gated_run_is_saved(alice: Any) -> None
         await asyncio.wait_for(GATE.reached.wait(), timeout=10)
         GATE.released.set()
         response = await streaming
+        await RunCoordinator.wait_for_all_runs()  # as above: /stored/ waits for its own runs
         after = await http.get("/stored/threads/kept/")
     assert sse_events(response.text)[-1]["type"] == "RUN_FINISHED"
     assert [m["content"] for m in after.json()["messages"]][-1] == "Working done."
