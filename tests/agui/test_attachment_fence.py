@@ -33,6 +33,7 @@ from django_pydantic_agent.agui.attachment_fence import (
     with_attachment_fences,
 )
 from django_pydantic_agent.agui.tools import read_attachment
+from django_pydantic_agent.persistence import DjangoSessionConversationStore
 from tests.agui.conftest import logged_in, run_body, sse_events
 from tests.agui.urls import stored
 
@@ -87,13 +88,18 @@ async def _fence_reader(
     }
 
 
-server = stored(
-    Agent(
+def _agent() -> Agent[AgentDeps, str]:
+    return Agent(
         FunctionModel(stream_function=_fence_reader), deps_type=AgentDeps, tools=[read_attachment]
-    ),
-    namespace="fence",
+    )
+
+
+server = stored(_agent(), namespace="fence")
+# The session store keeps the refs with the message too, so its replays carry the fence.
+in_session = stored(
+    _agent(), namespace="fence-session", conversation_store=DjangoSessionConversationStore()
 )
-urlpatterns = [path("fence/", server.urls)]
+urlpatterns = [path("fence/", server.urls), path("fence-session/", in_session.urls)]
 
 
 @pytest.fixture(autouse=True)
@@ -102,19 +108,26 @@ def _clear() -> None:
     RESULTS.clear()
 
 
-async def _upload(http: httpx.AsyncClient, name: str, data: bytes) -> dict[str, Any]:
-    response = await http.post("/fence/attachments/", files={"file": (name, data, "text/plain")})
+async def _upload(
+    http: httpx.AsyncClient, name: str, data: bytes, *, mount: str = "fence"
+) -> dict[str, Any]:
+    response = await http.post(f"/{mount}/attachments/", files={"file": (name, data, "text/plain")})
     assert response.status_code == 201, response.text
     return dict(response.json())
 
 
 async def _run(
-    http: httpx.AsyncClient, text: str, *, refs: list[Any] | None = None, run_id: str = "r1"
+    http: httpx.AsyncClient,
+    text: str,
+    *,
+    refs: list[Any] | None = None,
+    run_id: str = "r1",
+    mount: str = "fence",
 ) -> list[dict[str, Any]]:
     body = run_body(thread_id="t-fence", run_id=run_id, text=text)
     if refs is not None:
         body["messages"][0]["attachments"] = refs
-    response = await http.post("/fence/", json=body)
+    response = await http.post(f"/{mount}/", json=body)
     assert response.status_code == 200, response.text
     return sse_events(response.text)
 
@@ -167,13 +180,14 @@ def test_fences_are_appended_after_the_parts_the_client_sent() -> None:
     assert quoting.content == "see", "the posted message is not changed"
 
 
-async def test_the_model_reads_the_file_the_fence_names(alice: Any) -> None:
+@pytest.mark.parametrize("mount", ["fence", "fence-session"])
+async def test_the_model_reads_the_file_the_fence_names(alice: Any, mount: str) -> None:
     async with await logged_in(alice) as http:
-        ref = await _upload(http, "notes.txt", b"coffee at nine\n")
-        events = await _run(http, "What does my file say?", refs=[ref])
-        thread = (await http.get("/fence/threads/t-fence/")).json()
+        ref = await _upload(http, "notes.txt", b"coffee at nine\n", mount=mount)
+        events = await _run(http, "What does my file say?", refs=[ref], mount=mount)
+        thread = (await http.get(f"/{mount}/threads/t-fence/")).json()
         # The next run replays the stored history: the first message's fence is there again.
-        await _run(http, "Thanks.", run_id="r2")
+        await _run(http, "Thanks.", run_id="r2", mount=mount)
 
     assert events[-1]["type"] == "RUN_FINISHED", (events, PROMPTS)
     assert RESULTS == ["coffee at nine\n"], (events, PROMPTS)
