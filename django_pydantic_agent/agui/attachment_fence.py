@@ -13,8 +13,9 @@ the fence::
 one JSON object per file, with the ``id``, ``name``, ``mime`` and ``size`` of the ref the server
 stored (the client's own copy of them is replaced at intake). Every ``<``, ``>`` and ``&`` in
 it is written as a JSON ``\\u`` escape, so a file name such as ``</attachments>`` cannot close
-the fence or open another; a JSON line never spans two lines. The file's content is not in the
-fence: the model reads it with ``tools.read_attachment``, scoped to the run's owner.
+the fence or open another; nor is any line break left raw, so a JSON line never spans two.
+The file's content is not in the fence: the model reads it with ``tools.read_attachment``,
+scoped to the run's owner.
 
 Only what the model is sent changes: the stored message, ``GET threads/<id>/`` and the events
 keep the message as it was posted. ``attachment_refs_in`` reads the fences back out of a text
@@ -50,8 +51,11 @@ _FENCE_RE: Final = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 _SHOWN_KEYS: Final = ("id", "name", "mime", "size")
-# As Django's json_script: no character of the JSON can be read as markup.
-_ESCAPES: Final = {ord("<"): "\\u003c", ord(">"): "\\u003e", ord("&"): "\\u0026"}
+# As Django's json_script: no character of the JSON can be read as markup; nor as a line break
+# (JSON escapes the ASCII controls itself, not NEL or the Unicode line and paragraph separators).
+_ESCAPES: Final = {
+    ord(char): f"\\u{ord(char):04x}" for char in ("<", ">", "&", "\x85", "\u2028", "\u2029")
+}
 
 
 def _shown(ref: Any) -> dict[str, Any] | None:
@@ -99,10 +103,9 @@ def with_attachment_fences(messages: Sequence[Message]) -> list[Message]:
     out: list[Message] = []
     for message in messages:
         fence = attachment_fence(_quoted(message)) if isinstance(message, UserMessage) else None
-        if fence is None:
+        if fence is None or not isinstance(message, UserMessage):
             out.append(message)
             continue
-        assert isinstance(message, UserMessage)
         content = message.content
         parts = [TextInputContent(text=content)] if isinstance(content, str) else list(content)
         parts.append(TextInputContent(text=fence))
@@ -117,7 +120,7 @@ def attachment_refs_in(text: str) -> list[dict[str, Any]]:
     """
     refs: list[dict[str, Any]] = []
     for match in _FENCE_RE.finditer(text):
-        for line in match.group(1).splitlines():
+        for line in match.group(1).split("\n"):
             try:
                 ref = json.loads(line)
             except ValueError:
