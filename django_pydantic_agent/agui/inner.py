@@ -15,13 +15,14 @@ chain-of-thought events. Nothing about a request is ever stored on the agent.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from ag_ui.core import (
     BaseEvent,
     EventType,
+    Message,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedEvent,
@@ -33,6 +34,7 @@ from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.ui.ag_ui import AGUIAdapter, AGUIEventStream
 
 from django_pydantic_agent.agui.access import call_hook
+from django_pydantic_agent.agui.attachment_fence import with_attachment_fences
 from django_pydantic_agent.agui.errors import redact_run_error, run_error
 from django_pydantic_agent.agui.spend import budget_refusal
 from django_pydantic_agent.agui.sse import aclose
@@ -42,6 +44,7 @@ from django_pydantic_agent.persistence.conversation import RunScope, enter_run_s
 
 if TYPE_CHECKING:
     from pydantic_ai.agent import AgentRunResult
+    from pydantic_ai.messages import ModelMessage
     from pydantic_ai.ui import UIEventStream
 
 __all__ = [
@@ -126,9 +129,19 @@ class _RedactingEventStream(AGUIEventStream[Any, Any]):
 
 @dataclass
 class RedactingAGUIAdapter(AGUIAdapter[Any, Any]):
-    """``AGUIAdapter`` whose event stream logs and redacts errors (``expose_error_messages``)."""
+    """``AGUIAdapter`` whose event stream logs and redacts errors (``expose_error_messages``),
+    and whose model history names the files each user message quotes (``attachment_fence``)."""
 
     expose_error_messages: bool = field(default=False, kw_only=True)
+
+    @classmethod
+    def load_messages(
+        cls, messages: Sequence[Message], *, preserve_file_data: bool = False
+    ) -> list[ModelMessage]:
+        """The pydantic-ai history of ``messages``, each quoted attachment listed in its fence."""
+        return super().load_messages(
+            with_attachment_fences(messages), preserve_file_data=preserve_file_data
+        )
 
     def build_event_stream(self) -> UIEventStream[RunAgentInput, BaseEvent, Any, Any]:
         return _RedactingEventStream(

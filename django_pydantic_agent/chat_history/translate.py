@@ -23,6 +23,9 @@ Rules:
 - Bookkeeping (uuid, status, error, run id, and on a run's last message its stored
   ``run_outcome``: outcome type, interrupts, pending tool calls, usage) goes in
   ``metadata["django_pydantic_agent"]``; pydantic-ai ignores it, other consumers can read it.
+- A user message's attachment refs (the ``attachments`` list it was posted with, top level or
+  in ``metadata``, kept in its ``wire_extra``) replay where they were, so the agent is told
+  about the files on every run (see ``agui.attachment_fence``).
 """
 
 from __future__ import annotations
@@ -192,12 +195,18 @@ def _one(message: Message, awaiting: set[str]) -> Iterable[AGUIMessage]:
     role = message.role
     if role == "user":
         parts = _parts(message.content_parts, f"message {_message_id(message)!r}")
+        extra = message.wire_extra or {}
+        posted_meta = extra.get("metadata")
+        if isinstance(posted_meta, dict) and isinstance(posted_meta.get("attachments"), list):
+            meta["attachments"] = posted_meta["attachments"]
+        refs = extra.get("attachments")
         yield UserMessage(
             id=_message_id(message),
             content=parts or message.content,
             name=message.name or None,
             encrypted_value=message.encrypted_value,
             metadata=meta,
+            **({"attachments": refs} if isinstance(refs, list) else {}),
         )
     elif role == "system":
         yield SystemMessage(id=_message_id(message), content=message.content, metadata=meta)

@@ -4,10 +4,17 @@ Without ``AGENT_MODEL`` the agent runs on a pydantic-ai ``FunctionModel`` whose 
 plays a fixed script, so the demo needs no API key and never leaves the machine:
 
 1. it streams a short reasoning block;
-2. it calls one real tool, ``calculate`` when the message contains arithmetic, ``server_time``
+2. it calls real tools: ``read_attachment`` (the package's, ``agui.tools``) for each text file
+   the message refers to, ``calculate`` when the message contains arithmetic, ``server_time``
    otherwise;
-3. once the tool has answered, it streams the reply word by word, with a small pause between
+3. once the tools have answered, it streams the reply word by word, with a small pause between
    words so the streaming is visible in the browser.
+
+The script learns which files were attached as a real model does: from the ``<attachments>``
+fence the server appends to a user message that quotes uploads (``agui.attachment_fence``).
+A message that attaches files, or that asks about "my file" after an earlier one did, gets
+the files read: the answer gives each text file's size and quotes its first lines, and says
+plainly that a binary file (an image, a PDF) is not something the demo reads.
 
 Ask for a "long" answer to get a reply long enough to try the Stop button on.
 
@@ -24,6 +31,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic_ai import Agent, ModelRetry
 from pydantic_ai.messages import (
@@ -46,6 +54,9 @@ from pydantic_ai.models.function import (
     FunctionModel,
 )
 
+from django_pydantic_agent.agui.attachment_fence import ATTACHMENTS_FENCE_OPEN, attachment_refs_in
+from django_pydantic_agent.agui.tools import read_attachment
+
 __all__ = [
     "INSTRUCTIONS",
     "build_agent",
@@ -57,7 +68,9 @@ __all__ = [
 
 INSTRUCTIONS = (
     "You are the friendly demo assistant of django-pydantic-agent. Use the `calculate` tool for "
-    "arithmetic and the `server_time` tool when asked about the time or date. Keep answers short."
+    "arithmetic and the `server_time` tool when asked about the time or date. When the user asks "
+    "about a file they attached, read it with the `read_attachment` tool, passing an id from "
+    "the message's <attachments> list. Keep answers short."
 )
 
 _MAX_EXPRESSION_LENGTH = 200
@@ -147,17 +160,82 @@ def extract_expression(text: str) -> str | None:
     return max(candidates, key=len)
 
 
+def _prompt_texts(part: UserPromptPart) -> list[str]:
+    """The text items of a user prompt, the server's attachment fence among them."""
+    if isinstance(part.content, str):
+        return [part.content]
+    return [item for item in part.content if isinstance(item, str)]
+
+
+def _user_prompts(messages: list[ModelMessage]) -> list[UserPromptPart]:
+    return [
+        part
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, UserPromptPart)
+    ]
+
+
 def _last_user_text(messages: list[ModelMessage]) -> str:
-    """The text of the most recent user prompt in the history ("" when there is none)."""
-    for message in reversed(messages):
-        if not isinstance(message, ModelRequest):
-            continue
-        for part in reversed(message.parts):
-            if isinstance(part, UserPromptPart):
-                if isinstance(part.content, str):
-                    return part.content
-                return " ".join(item for item in part.content if isinstance(item, str))
-    return ""
+    """The text the user wrote in the most recent prompt ("" when there is none), without the
+    attachment fence the server added."""
+    prompts = _user_prompts(messages)
+    if not prompts:
+        return ""
+    texts = _prompt_texts(prompts[-1])
+    return " ".join(text for text in texts if not text.startswith(ATTACHMENTS_FENCE_OPEN))
+
+
+def _attachment_refs(messages: list[ModelMessage]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """``(files the last prompt attached, files of the latest earlier prompt that attached
+    any)``, as the server's fences list them."""
+    fenced = [attachment_refs_in("\n".join(_prompt_texts(p))) for p in _user_prompts(messages)]
+    if not fenced:
+        return [], []
+    earlier = [refs for refs in fenced[:-1] if refs]
+    return fenced[-1], earlier[-1] if earlier else []
+
+
+_FILE_WORDS_RE = re.compile(
+    r"\b(files?|attach\w*|documents?|notes?|upload\w*|read|says?|contents?|contains?)\b",
+    re.IGNORECASE,
+)
+_TEXT_TYPES = ("application/json", "application/xml", "application/x-yaml", "application/csv")
+_QUOTED_LINES = 3
+_QUOTED_LINE_CHARS = 200
+
+
+def _is_text(mime: str) -> bool:
+    mime = mime.split(";", 1)[0].strip().lower()
+    return mime.startswith("text/") or mime in _TEXT_TYPES
+
+
+def _file_summary(ref: dict[str, Any], content: str) -> str:
+    """What a text file says: its size, line count and first lines, quoted."""
+    name = ref.get("name") or ref["id"]
+    lines = content.splitlines()
+    size = len(content.encode())
+    if not lines:
+        return f"**{name}** is empty ({size} bytes)."
+    shown = [
+        line if len(line) <= _QUOTED_LINE_CHARS else f"{line[:_QUOTED_LINE_CHARS]}\u2026"
+        for line in lines[:_QUOTED_LINES]
+    ]
+    counted = "1 line" if len(lines) == 1 else f"{len(lines)} lines"
+    quote = "\n".join(f"> {line}" if line.strip() else ">" for line in shown)
+    more = len(lines) - len(shown)
+    tail = f"\n\n\u2026and {more} more line{'s' if more != 1 else ''}." if more else ""
+    return f"**{name}** ({size} bytes, {counted}) says:\n\n{quote}{tail}"
+
+
+def _binary_summary(ref: dict[str, Any]) -> str:
+    name = ref.get("name") or ref["id"]
+    mime = ref.get("mime") or "application/octet-stream"
+    return (
+        f"I can't read **{name}**: its type is {mime}, and this demo reads text files only. "
+        "Give the agent a real model (AGENT_MODEL) to have images and PDFs read."
+    )
 
 
 def _wants_long_answer(text: str) -> bool:
@@ -220,15 +298,19 @@ class _Script:
     def __init__(self, word_delay: float) -> None:
         self.word_delay = word_delay
 
-    def plan(self, messages: list[ModelMessage]) -> tuple[list[str], ToolCallPart | None, str]:
-        """Decide the next response: ``(thoughts, tool call or None, answer text)``."""
+    def plan(self, messages: list[ModelMessage]) -> tuple[list[str], list[ToolCallPart], str]:
+        """Decide the next response: ``(thoughts, tool calls, answer text)``."""
         prompt = _last_user_text(messages)
         last = messages[-1]
         parts = last.parts if isinstance(last, ModelRequest) else []
         returned = [p for p in parts if isinstance(p, ToolReturnPart | RetryPromptPart)]
         if returned:
-            return [], None, self._answer(returned[-1], prompt)
+            return [], [], self._answer(messages, returned, prompt)
+        attached, earlier = _attachment_refs(messages)
+        files = attached or (earlier if _FILE_WORDS_RE.search(prompt) else [])
         expression = extract_expression(prompt)
+        if files and (expression is None or _FILE_WORDS_RE.search(prompt)):
+            return self._read(files)
         if expression is not None:
             thoughts = [
                 "The message contains arithmetic: ",
@@ -246,21 +328,43 @@ class _Script:
             ]
             call = ToolCallPart("server_time", {})
         call.tool_call_id = f"call_{uuid.uuid4().hex[:24]}"
-        return thoughts, call, ""
+        return thoughts, [call], ""
+
+    def _read(self, files: list[dict[str, Any]]) -> tuple[list[str], list[ToolCallPart], str]:
+        """Read each text file with ``read_attachment``; a binary one is answered at once."""
+        names = ", ".join(f"`{ref.get('name') or ref['id']}`" for ref in files)
+        texts = [ref for ref in files if _is_text(str(ref.get("mime") or ""))]
+        if not texts:
+            return [], [], "\n\n".join(_binary_summary(ref) for ref in files)
+        thoughts = [
+            "The message refers to an attached file: ",
+            f"{names}. ",
+            "I'll read it with the read_attachment tool ",
+            "and quote what it says.",
+        ]
+        calls = [
+            ToolCallPart(
+                "read_attachment",
+                {"attachment_id": ref["id"]},
+                tool_call_id=f"call_{uuid.uuid4().hex[:24]}",
+            )
+            for ref in texts
+        ]
+        return thoughts, calls, ""
 
     def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         """The non-streamed form of the script, for ``agent.run()``."""
-        thoughts, call, answer = self.plan(messages)
-        if call is None:
+        thoughts, calls, answer = self.plan(messages)
+        if not calls:
             return ModelResponse(parts=[TextPart(answer)])
-        return ModelResponse(parts=[ThinkingPart("".join(thoughts)), call])
+        return ModelResponse(parts=[ThinkingPart("".join(thoughts)), *calls])
 
     async def stream(
         self, messages: list[ModelMessage], info: AgentInfo
     ) -> AsyncIterator[str | DeltaToolCalls | DeltaThinkingCalls]:
         """The streamed form: thinking deltas, then tool-call deltas, or the answer by words."""
-        thoughts, call, answer = self.plan(messages)
-        if call is None:
+        thoughts, calls, answer = self.plan(messages)
+        if not calls:
             words = answer.split(" ")
             for index, word in enumerate(words):
                 yield word if index == len(words) - 1 else f"{word} "
@@ -269,16 +373,26 @@ class _Script:
         for thought in thoughts:
             yield {0: DeltaThinkingPart(content=thought)}
             await self._pause()
-        encoded = call.args_as_json_str()
-        middle = len(encoded) // 2
-        yield {
-            1: DeltaToolCall(
-                name=call.tool_name, json_args=encoded[:middle], tool_call_id=call.tool_call_id
-            )
-        }
-        yield {1: DeltaToolCall(json_args=encoded[middle:])}
+        for index, call in enumerate(calls, start=1):
+            encoded = call.args_as_json_str()
+            middle = len(encoded) // 2
+            yield {
+                index: DeltaToolCall(
+                    name=call.tool_name, json_args=encoded[:middle], tool_call_id=call.tool_call_id
+                )
+            }
+            yield {index: DeltaToolCall(json_args=encoded[middle:])}
 
-    def _answer(self, part: ToolReturnPart | RetryPromptPart, prompt: str) -> str:
+    def _answer(
+        self,
+        messages: list[ModelMessage],
+        returned: list[ToolReturnPart | RetryPromptPart],
+        prompt: str,
+    ) -> str:
+        reads = [p for p in returned if p.tool_name == "read_attachment"]
+        if reads:
+            return self._files_answer(messages, reads)
+        part = returned[-1]
         if isinstance(part, RetryPromptPart) or part.outcome != "success":
             answer = f"The {part.tool_name} tool could not help this time: {part.content}"
         elif part.tool_name == "calculate":
@@ -294,6 +408,36 @@ class _Script:
         if _wants_long_answer(prompt):
             answer = f"{answer} {_LONG_TAIL}"
         return answer
+
+    def _files_answer(
+        self, messages: list[ModelMessage], reads: list[ToolReturnPart | RetryPromptPart]
+    ) -> str:
+        """One paragraph per file read, then one per binary file the message also attached."""
+        attached, earlier = _attachment_refs(messages[:-1])
+        known = {ref["id"]: ref for ref in (*earlier, *attached)}
+        asked = {
+            call.tool_call_id: str(call.args_as_dict().get("attachment_id", ""))
+            for message in messages
+            if isinstance(message, ModelResponse)
+            for call in message.parts
+            if isinstance(call, ToolCallPart)
+        }
+        paragraphs = []
+        for part in reads:
+            attachment_id = asked.get(part.tool_call_id or "", "")
+            ref = known.get(attachment_id, {"id": attachment_id})
+            if isinstance(part, RetryPromptPart) or part.outcome != "success":
+                paragraphs.append(
+                    f"The read_attachment tool could not help this time: {part.content}"
+                )
+            elif isinstance(part.content, str):
+                paragraphs.append(_file_summary(ref, part.content))
+            else:
+                paragraphs.append(_binary_summary(ref))
+        read = set(asked.values())
+        files = attached or earlier
+        paragraphs += [_binary_summary(ref) for ref in files if ref["id"] not in read]
+        return "\n\n".join(paragraphs)
 
     async def _pause(self) -> None:
         if self.word_delay > 0:
@@ -321,6 +465,6 @@ def build_agent(model: str | None = None, *, word_delay: float = 0.04) -> Agent[
     return Agent(
         model or scripted_model(word_delay=word_delay),
         instructions=INSTRUCTIONS,
-        tools=[calculate, server_time],
+        tools=[calculate, server_time, read_attachment],
         name="demo",
     )

@@ -3,7 +3,8 @@
 The script logs in, asks a question, watches reasoning, a tool call and the streamed answer
 arrive, takes a screenshot (``example-chat.png``), stops a long answer mid-stream, then
 reloads the page and reopens the thread from the drawer, partial answer included. Then it
-attaches files (``example-chat-attached.png``), sends one, reloads and downloads it, and
+attaches files (``example-chat-attached.png``), sends one (the demo agent reads it with
+``read_attachment`` and quotes it), reloads and downloads it, and
 has an oversized file and a refused type turned down inline
 (``example-chat-upload-error.png``). Then the thread drawer: a run stopped in a new chat is
 listed without a reload (``-stopped.png``), renamed (a refused title first) and deleted
@@ -164,6 +165,12 @@ def test_chat_page_in_chromium(
     assert attached["pendingAfterSend"] == 0
     assert attached["pendingHidden"] is True
     assert attached["sentChips"] == ["notes.txt37 B"]
+    # The demo agent was told of the file by the server, read it, and quoted it.
+    [read] = attached["answer"]["tools"]
+    assert read["name"] == "read_attachment"
+    assert read["result"] == NOTES
+    assert attached["answer"]["text"].startswith("notes.txt (37 bytes, 3 lines) says:")
+    assert "Shopping list" in attached["answer"]["text"]
 
     again = steps["attachment-reloaded"]
     assert again["threads"][0] == "Please keep my notes with this chat."

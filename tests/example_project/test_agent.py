@@ -177,7 +177,7 @@ def test_build_agent_defaults_to_the_script_and_accepts_a_model_name() -> None:
     assert isinstance(build_agent("test").model, TestModel)
 
 
-async def test_the_model_sees_the_instructions_and_both_tools() -> None:
+async def test_the_model_sees_the_instructions_and_the_tools() -> None:
     seen: dict[str, Any] = {}
 
     def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -189,4 +189,64 @@ async def test_the_model_sees_the_instructions_and_both_tools() -> None:
     with agent.override(model=FunctionModel(respond)):
         await agent.run("hi")
 
-    assert seen == {"instructions": INSTRUCTIONS, "tools": ["calculate", "server_time"]}
+    assert seen == {
+        "instructions": INSTRUCTIONS,
+        "tools": ["calculate", "read_attachment", "server_time"],
+    }
+
+
+def _fenced(prompt: str, *refs: dict[str, Any]) -> RunAgentInput:
+    """A run input whose user message carries the fence the server adds for ``refs``."""
+    from ag_ui.core import TextInputContent
+
+    from django_pydantic_agent.agui.attachment_fence import attachment_fence
+
+    fence = attachment_fence(list(refs))
+    assert fence is not None
+    content = [TextInputContent(text=prompt), TextInputContent(text=fence)]
+    return _run_input(prompt).model_copy(
+        update={"messages": [UserMessage(id="user-1", content=content)]}
+    )
+
+
+async def _fenced_events(prompt: str, *refs: dict[str, Any]) -> list[dict[str, Any]]:
+    adapter = AGUIAdapter(agent=build_agent(word_delay=0), run_input=_fenced(prompt, *refs))
+    return [
+        event.model_dump(mode="json", by_alias=True, exclude_none=True)
+        async for event in adapter.run_stream()
+    ]
+
+
+async def test_a_binary_attachment_is_declined_plainly_without_reading_it() -> None:
+    picture = {"id": "a1", "name": "2024-05-01.png", "mime": "image/png", "size": 48}
+
+    events = await _fenced_events("What is in this picture?", picture)
+
+    assert_valid_agui(events)
+    # No tool reads it, and the date in its name is not taken for arithmetic.
+    assert not [e for e in events if e["type"] == "TOOL_CALL_START"]
+    text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert text.startswith("I can't read **2024-05-01.png**: its type is image/png, and this demo")
+
+
+async def test_arithmetic_beside_an_attachment_still_goes_to_the_calculator() -> None:
+    notes = {"id": "a1", "name": "notes.txt", "mime": "text/plain", "size": 4}
+
+    events = await _fenced_events("What is 6 * 7?", notes)
+
+    (start,) = [e for e in events if e["type"] == "TOOL_CALL_START"]
+    assert start["toolCallName"] == "calculate"
+
+
+def test_a_text_file_is_summarised_by_its_size_and_first_lines() -> None:
+    from chat.agent import _file_summary
+
+    ref = {"id": "a1", "name": "notes.txt"}
+    five = "one\n\nthree\nfour\nfive\n"
+    assert _file_summary(ref, five) == (
+        "**notes.txt** (21 bytes, 5 lines) says:\n\n> one\n>\n> three\n\n\u2026and 2 more lines."
+    )
+    assert _file_summary(ref, "") == "**notes.txt** is empty (0 bytes)."
+    long = _file_summary(ref, "x" * 300)
+    assert "(300 bytes, 1 line)" in long
+    assert long.endswith("x" * 200 + "\u2026")

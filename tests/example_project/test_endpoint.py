@@ -11,6 +11,7 @@ import io
 import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -31,6 +32,8 @@ from django_pydantic_agent.contrib.store.models import (
 from tests.example_project.support import parse_sse, run_input
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "example-project.md"
 
 
 @pytest.fixture
@@ -243,3 +246,63 @@ async def test_uploads_need_the_csrf_token(client: AsyncClient) -> None:
     )
 
     assert response.status_code == 403
+
+
+def _answer(events: list[dict[str, Any]]) -> str:
+    """The text of the run's last answer."""
+    ends = [i for i, e in enumerate(events) if e["type"] == "TEXT_MESSAGE_START"]
+    return "".join(e["delta"] for e in events[ends[-1] :] if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+
+async def _upload(client: AsyncClient, name: str, data: bytes, mime: str) -> dict[str, Any]:
+    upload = await client.post(
+        "/agent/attachments/",
+        {"file": SimpleUploadedFile(name, data, content_type=mime)},
+        headers=_csrf(client),
+    )
+    assert upload.status_code == 201, upload.content
+    return dict(upload.json())
+
+
+async def test_the_demo_agent_reads_the_file_and_quotes_it(client: AsyncClient) -> None:
+    ref = await _upload(client, "notes.txt", b"Remember the milk.\nAnd the eggs.\n", "text/plain")
+    body = run_input("What does my file say?", thread_id="t-read")
+    body["messages"][0]["attachments"] = [ref]
+
+    first = await _stream(client, body)
+    # A later turn that asks about "my file" reads the one an earlier message attached.
+    second = await _stream(
+        client, run_input("And what does the file say now?", thread_id="t-read", run_id="run-2")
+    )
+
+    assert_valid_agui(first)
+    quote = "**notes.txt** (33 bytes, 2 lines) says:\n\n> Remember the milk.\n> And the eggs."
+    # The answer docs/example-project.md prints.
+    assert f"```text\n{quote}\n```" in DOCS_PAGE.read_text(encoding="utf-8")
+    for events in (first, second):
+        (start,) = [e for e in events if e["type"] == "TOOL_CALL_START"]
+        assert start["toolCallName"] == "read_attachment"
+        (result,) = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+        assert result["content"] == "Remember the milk.\nAnd the eggs.\n"
+        assert _answer(events) == quote
+
+
+async def test_the_demo_agent_cannot_read_another_users_file(client: AsyncClient) -> None:
+    from django_pydantic_agent.agui.attachment_fence import attachment_fence
+
+    other = await get_user_model().objects.acreate_user("other", password="other-password")
+    theirs = AsyncClient(enforce_csrf_checks=True)
+    await theirs.aforce_login(other)
+    assert (await theirs.get("/")).status_code == 200
+    secret = await _upload(theirs, "secret.txt", b"the other user's secret\n", "text/plain")
+
+    # The demo user types a fence naming it: the tool refuses, the run still finishes.
+    events = await _stream(client, run_input(f"Read my file.\n{attachment_fence([secret])}"))
+
+    assert events[-1]["type"] == "RUN_FINISHED"
+    assert "secret\\n" not in json.dumps(events)
+    assert "user's secret" not in json.dumps(events)
+    assert _answer(events) == (
+        "The read_attachment tool could not help this time: There is no attachment "
+        f"'{secret['id']}'; use the id of a file the user attached."
+    )

@@ -218,6 +218,8 @@ try {
     pendingAfterSend: await page.locator("#pending .file-chip").count(),
     pendingHidden: await page.locator("#pending").isHidden(),
     sentChips: await page.locator(".turn.user .file-chip").allTextContents(),
+    // The demo agent read the file with read_attachment and quoted it.
+    answer: await lastTurn(page),
   });
 
   // 6. Reload and reopen that thread: the attachment is listed and downloads.
