@@ -14,8 +14,11 @@
 //   events or the MESSAGES_SNAPSHOT it opens with, then the live tail. A connection that drops
 //   mid-run is picked up again from the last sequence number seen.
 // - Opening a thread pushes /?thread=<id>; Back and Forward open what the URL names.
+// - Edit, regenerate, ‹ 2/3 › and fork live in modules/actions.js; a regenerate or an edit
+//   runs here (rerun), on the transcript cut at the user message.
 // Everything untrusted is written with textContent, never innerHTML.
 
+import { createMessageActions } from "./modules/actions.js";
 import { createComposer } from "./modules/composer.js";
 import { AssistantTurn, clearLog, renderTranscript, renderUser, setupRendering } from "./modules/render.js";
 import { activeRunOf, liveRun, onHistoryMove, showThreadInUrl, state, threadInUrl } from "./modules/state.js";
@@ -76,6 +79,7 @@ setupRendering({
   onActivity: (text, isRunning) => {
     if (!(state.running && state.running.stopping)) setStatus(text, isRunning);
   },
+  onFilled: () => actions.decorate(), // the earlier turns of a long thread get their buttons
 });
 
 const composer = createComposer({
@@ -90,6 +94,19 @@ const drawer = createThreadDrawer({
   transport,
   onOpen: (id) => openThread(id),
   onDeleted: () => newChat({ history: "replace" }),
+});
+
+const actions = createMessageActions({
+  app,
+  log,
+  transport,
+  rerun: (transcript) => rerun(transcript),
+  reopen: () => openThread(state.threadId, { history: "none" }),
+  openForked: async (id) => {
+    await openThread(id);
+    drawer.load();
+  },
+  setStatus: (text) => setStatus(text),
 });
 
 function setRunning(isRunning) {
@@ -246,6 +263,7 @@ function endRun(run, outcome) {
   composer.focus();
   drawer.refreshAfterRun(run.threadId, outcome);
   showUsage(run.threadId);
+  actions.afterRun(run.threadId);
 }
 
 function beginRun(threadId, runId, turn) {
@@ -261,23 +279,13 @@ async function send(text) {
   const sent = composer.takePending();
   if (sent.length) userMessage.attachments = sent;
   state.transcript.push(userMessage);
-  renderUser(text, sent);
+  renderUser(text, sent, userMessage.id);
   // A new chat gets its address with its first message: /?thread=<id> can be linked.
   showThreadInUrl(state.threadId, { replace: threadInUrl() === null });
   const run = beginRun(state.threadId, newId(), new AssistantTurn());
   setStatus(t("Waiting for the agent…"), true);
   liveRun.save(run.threadId, run.runId, 0);
-
-  const body = {
-    threadId: run.threadId,
-    runId: run.runId,
-    state: {},
-    messages: state.transcript,
-    tools: [],
-    context: [],
-    forwardedProps: {},
-  };
-  await follow(run, transport.startRun(body, run.controller.signal), {
+  await follow(run, transport.startRun(runBody(run), run.controller.signal), {
     refused: async (response) => {
       let why = await errorText(response);
       if (response.status === 429 || response.status === 503) {
@@ -289,6 +297,37 @@ async function send(text) {
     failed: (error) => {
       const why = navigator.onLine === false ? t("You are offline: try again when the connection is back.") : error.message;
       sendFailed(run, userMessage, text, sent, t("The message was not sent: {why}", { why }));
+    },
+  });
+}
+
+// The RunAgentInput of a run: the whole transcript, as every AG-UI client sends it.
+function runBody(run) {
+  return {
+    threadId: run.threadId,
+    runId: run.runId,
+    state: {},
+    messages: state.transcript,
+    tools: [],
+    context: [],
+    forwardedProps: {},
+  };
+}
+
+// Regenerate or edit: run on `transcript`, the history cut at a user message (its text changed
+// for an edit). The server starts a new branch there; a refusal is said in the conversation.
+async function rerun(transcript) {
+  if (state.running) return;
+  state.transcript = transcript;
+  const run = beginRun(state.threadId, newId(), new AssistantTurn());
+  setStatus(t("Waiting for the agent…"), true);
+  liveRun.save(run.threadId, run.runId, 0);
+  await follow(run, transport.startRun(runBody(run), run.controller.signal), {
+    refused: async (response) => {
+      run.turn.notice(t("The server refused the message: {why}", { why: await errorText(response) }), true);
+    },
+    failed: (error) => {
+      run.turn.notice(t("The message was not sent: {why}", { why: error.message }), true);
     },
   });
 }
@@ -402,6 +441,7 @@ async function openThread(id, { history = "push" } = {}) {
   // The server's word on a run in progress; else the one this tab remembers for the thread.
   const active = activeRunOf(payload) || rememberedHere;
   const lastTurn = renderTranscript(state.transcript, { open: Boolean(active) });
+  actions.show(payload);
   setStatus("");
   showUsage(id);
   if (history !== "none") showThreadInUrl(id, { replace: history === "replace" });
@@ -418,6 +458,7 @@ function newChat({ history = "push" } = {}) {
   state.threadId = newId();
   state.transcript = [];
   clearLog();
+  actions.show(null);
   setStatus("");
   showUsage(null);
   if (history !== "none") showThreadInUrl(null, { replace: history === "replace" });
