@@ -1,13 +1,13 @@
 """contrib.chat's message operations in Chromium, on the default store and the Memory Service.
 
 ``chat_branches.mjs`` sends a message and copies the answer. On the default store, which keeps
-branches, it regenerates the answer and sees ``‹ 2/2 ›``, switches back and forth (the switch
-survives a reload), edits the user message (Escape cancels, Save starts a new branch), and
-checks the buttons fit at 360 px in dark mode. On both stores it forks from the answer and
-lands on the new thread, and a tool call the tool refuses (``ModelRetry``: ``1/0``) shows as
-failed, live and after a reload. The Memory Service store keeps no branches: there the page
-offers no Edit, Regenerate or branch arrows at all. Screenshots and the JSON report go to
-``$E2E_ARTIFACTS``.
+branches, it regenerates the answer and sees ``2/2`` between the branch arrows, switches back
+and forth (the switch survives a reload), edits the user message (Escape cancels, Save starts a
+new branch), and checks the buttons fit at 360 px in dark mode. On both stores it forks from
+the answer and lands on the new thread, and a tool call the tool refuses (``ModelRetry``:
+``1/0``) shows as failed, live and after a reload. The Memory Service store keeps no branches:
+there the page offers no Edit, Regenerate or branch arrows at all. Screenshots and the JSON
+report go to ``$E2E_ARTIFACTS``.
 """
 
 from __future__ import annotations
@@ -35,11 +35,8 @@ BRANCH_ONLY = {"Edit message", "Regenerate answer", "Previous branch", "Next bra
 def server(request: pytest.FixtureRequest) -> RunningServer:
     """The example server on each store (the memory-service one is shared with test_browser)."""
     name = "example_server" if request.param == "default" else "memory_service_server"
-    return request.getfixturevalue(name)
-
-
-def _answer(turn: dict[str, Any]) -> str:
-    return str(turn["text"])
+    running: RunningServer = request.getfixturevalue(name)
+    return running
 
 
 def _check_fork_and_refusal(steps: dict[str, Any], question: str, answer: str) -> None:
@@ -100,7 +97,8 @@ def test_copy_regenerate_branches_edit_fork_and_a_refused_tool_in_chromium(
     assert user["text"] == "What is 2 + 3?"
     assert answer["text"] == "I asked the calculator, and 2 + 3 = 5."
     assert sent["copied"] == answer["text"]
-    assert COPY in user["buttons"] and COPY in answer["buttons"]
+    assert COPY in user["buttons"]
+    assert COPY in answer["buttons"]
     assert FORK in answer["buttons"]
 
     if mode == "plain":
@@ -113,9 +111,10 @@ def test_copy_regenerate_branches_edit_fork_and_a_refused_tool_in_chromium(
 
     assert "Edit message" in user["buttons"]
     assert "Regenerate answer" in answer["buttons"]
-    assert user["branch"] is None and answer["branch"] is None
+    assert user["branch"] is None
+    assert answer["branch"] is None
 
-    # Regenerate: the same question answered again (another tool call), ‹ 2/2 ›.
+    # Regenerate: the same question answered again (another tool call), 2/2.
     regenerated = steps["regenerated"]["turns"]
     assert [t["text"] for t in regenerated] == [user["text"], answer["text"]]
     assert regenerated[1]["branch"] == "2/2"
@@ -125,7 +124,7 @@ def test_copy_regenerate_branches_edit_fork_and_a_refused_tool_in_chromium(
     switched = steps["switched"]
     assert switched["back"][1]["branch"] == "1/2"
     assert switched["back"][1]["toolCalls"] == [first_call]
-    assert switched["focused"] == "Next branch"  # ‹ is disabled at 1/2: focus moved to ›
+    assert switched["focused"] == "Next branch"  # Previous is disabled at 1/2
     assert switched["reloaded"][1]["branch"] == "1/2"  # the server keeps the switch
     assert switched["reloaded"][1]["toolCalls"] == [first_call]
     assert switched["forth"][1]["branch"] == "2/2"
@@ -143,7 +142,8 @@ def test_copy_regenerate_branches_edit_fork_and_a_refused_tool_in_chromium(
 
     narrow = steps["narrow"]
     assert narrow["scrollWidth"] <= narrow["clientWidth"], "the page scrolls sideways at 360 px"
-    assert narrow["navVisible"] and all(narrow["navVisible"])
+    assert narrow["navVisible"]
+    assert all(narrow["navVisible"])
 
     _check_fork_and_refusal(steps, "What is 6 * 7?", "I asked the calculator, and 6 * 7 = 42.")
     for path in report["screenshots"]:
