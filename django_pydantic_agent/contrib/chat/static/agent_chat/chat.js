@@ -79,7 +79,7 @@ setupRendering({
   onActivity: (text, isRunning) => {
     if (!(state.running && state.running.stopping)) setStatus(text, isRunning);
   },
-  onFilled: () => actions.decorate(), // the earlier turns of a long thread get their buttons
+  onFilled: () => actions.decorate({ fresh: true }), // the earlier turns of a long thread get their buttons
 });
 
 const composer = createComposer({

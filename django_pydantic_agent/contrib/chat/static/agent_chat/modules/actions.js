@@ -30,8 +30,10 @@ export function createMessageActions({ app, log, transport, rerun, reopen, openF
   const branching = app.dataset.branches === "on";
   const forking = app.dataset.forks === "on";
   let branches = {}; // message id -> {siblings: [ids], index} of the open thread
+  let positions = null; // message id -> index in state.transcript, while decorate() runs
 
-  const indexOf = (id) => state.transcript.findIndex((message) => message.id === id);
+  const indexOf = (id) =>
+    positions ? (positions.get(id) ?? -1) : state.transcript.findIndex((message) => message.id === id);
 
   // The stored messages a turn shows, in order.
   function idsOf(turnEl) {
@@ -78,6 +80,7 @@ export function createMessageActions({ app, log, transport, rerun, reopen, openF
 
   // Put the operations a turn's messages allow into its last row of message actions.
   function decorateTurn(turnEl) {
+    turnEl.dataset.decorated = "";
     turnEl.querySelectorAll(".op, .turn-actions").forEach((node) => node.remove());
     const ids = idsOf(turnEl);
     if (!ids.length) return;
@@ -98,8 +101,15 @@ export function createMessageActions({ app, log, transport, rerun, reopen, openF
     row.append(...ops);
   }
 
-  function decorate() {
-    for (const turnEl of log.querySelectorAll(".turn")) decorateTurn(turnEl);
+  // Give every turn its buttons (`fresh`: only turns that have none yet, such as the earlier
+  // turns a long thread fills in).
+  function decorate({ fresh = false } = {}) {
+    positions = new Map(state.transcript.map((message, index) => [message.id, index]));
+    try {
+      for (const turnEl of log.querySelectorAll(fresh ? ".turn:not([data-decorated])" : ".turn")) decorateTurn(turnEl);
+    } finally {
+      positions = null;
+    }
   }
 
   // The thread JSON of the open thread was rendered (null: a new chat).
