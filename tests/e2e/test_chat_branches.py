@@ -114,6 +114,13 @@ def test_copy_regenerate_branches_edit_fork_and_a_refused_tool_in_chromium(
     assert user["branch"] is None
     assert answer["branch"] is None
 
+    refused = steps["regenerate-refused"]
+    assert refused["refusals"] == 1
+    assert refused["status"] == (
+        "The server refused the message: Too many requests. Try again in 30 s."
+    )
+    assert refused["turns"] == sent["turns"], "a refused regenerate changed the conversation"
+
     # Regenerate: the same question answered again (another tool call), 2/2.
     regenerated = steps["regenerated"]["turns"]
     assert [t["text"] for t in regenerated] == [user["text"], answer["text"]]

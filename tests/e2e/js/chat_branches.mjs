@@ -83,6 +83,28 @@ try {
   report.steps.push({ step: "sent", turns: first, thread, copied });
 
   if (mode === "branches") {
+    // A regenerate the server refuses (429) changes nothing, and the page says when to retry.
+    let refusals = 0;
+    const refuse = (route) => {
+      if (route.request().method() !== "POST") return route.fallback();
+      refusals += 1;
+      return route.fulfill({
+        status: 429,
+        headers: { "Retry-After": "30" },
+        contentType: "application/json",
+        body: JSON.stringify({ error: "Too many requests." }),
+      });
+    };
+    await page.route(`${baseUrl}/agent/`, refuse);
+    await click(page, "assistant", "Regenerate answer");
+    await page.waitForFunction(() => document.querySelector("#status").textContent.startsWith("The server refused"), null, {
+      timeout: 20000,
+    });
+    await waitForButton(page, "assistant", "Regenerate answer");
+    const refusedStatus = await page.locator("#status").textContent();
+    report.steps.push({ step: "regenerate-refused", refusals, status: refusedStatus, turns: await turns(page) });
+    await page.unroute(`${baseUrl}/agent/`, refuse);
+
     // Regenerate: a second answer on a new branch, ‹ 2/2 ›.
     await click(page, "assistant", "Regenerate answer");
     await waitForStatus(page, "Done", 30000);

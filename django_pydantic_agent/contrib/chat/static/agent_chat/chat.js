@@ -287,18 +287,22 @@ async function send(text) {
   liveRun.save(run.threadId, run.runId, 0);
   await follow(run, transport.startRun(runBody(run), run.controller.signal), {
     refused: async (response) => {
-      let why = await errorText(response);
-      if (response.status === 429 || response.status === 503) {
-        const when = retryAfter(response);
-        why = `${response.status === 429 ? t("Too many requests.") : t("The server is busy.")} ${when || t("Try again in a moment.")}`;
-      }
-      sendFailed(run, userMessage, text, sent, t("The server refused the message: {why}", { why }));
+      sendFailed(run, userMessage, text, sent, t("The server refused the message: {why}", { why: await refusal(response) }));
     },
     failed: (error) => {
       const why = navigator.onLine === false ? t("You are offline: try again when the connection is back.") : error.message;
       sendFailed(run, userMessage, text, sent, t("The message was not sent: {why}", { why }));
     },
   });
+}
+
+// Why the server refused a run: its JSON error, or for 429 and 503 when to try again.
+async function refusal(response) {
+  if (response.status === 429 || response.status === 503) {
+    const when = retryAfter(response);
+    return `${response.status === 429 ? t("Too many requests.") : t("The server is busy.")} ${when || t("Try again in a moment.")}`;
+  }
+  return errorText(response);
 }
 
 // The RunAgentInput of a run: the whole transcript, as every AG-UI client sends it.
@@ -315,21 +319,28 @@ function runBody(run) {
 }
 
 // Regenerate or edit: run on `transcript`, the history cut at a user message (its text changed
-// for an edit). The server starts a new branch there; a refusal is said in the conversation.
+// for an edit). The server starts a new branch there. When it refuses the run (or never gets
+// it), nothing changed: the page shows the stored thread again and says why.
 async function rerun(transcript) {
   if (state.running) return;
+  const threadId = state.threadId;
   state.transcript = transcript;
-  const run = beginRun(state.threadId, newId(), new AssistantTurn());
+  const run = beginRun(threadId, newId(), new AssistantTurn());
   setStatus(t("Waiting for the agent…"), true);
   liveRun.save(run.threadId, run.runId, 0);
+  let why = null;
   await follow(run, transport.startRun(runBody(run), run.controller.signal), {
     refused: async (response) => {
-      run.turn.notice(t("The server refused the message: {why}", { why: await errorText(response) }), true);
+      why = t("The server refused the message: {why}", { why: await refusal(response) });
     },
     failed: (error) => {
-      run.turn.notice(t("The message was not sent: {why}", { why: error.message }), true);
+      const reason = navigator.onLine === false ? t("You are offline: try again when the connection is back.") : error.message;
+      why = t("The message was not sent: {why}", { why: reason });
     },
   });
+  if (why === null || state.threadId !== threadId) return;
+  await openThread(threadId, { history: "none" });
+  setStatus(why);
 }
 
 // A send the server never took: the message leaves the transcript, its text and files go
