@@ -89,7 +89,7 @@ export function createMessageActions({ app, log, transport, rerun, reopen, openF
     const ops = [];
     const key = ids.find((id) => Object.hasOwn(branches, id));
     if (branching && key) ops.push(branchNav(key, branches[key]));
-    if (branching && user) ops.push(button(t("Edit"), t("Edit message"), () => startEdit(turnEl, ids[0])));
+    if (branching && user) ops.push(button(t("Edit"), t("Edit message"), () => startEdit(turnEl, ids[0]), "edit"));
     const asked = !user && userBefore(ids[0]);
     if (branching && asked) ops.push(button(t("Regenerate"), t("Regenerate answer"), () => regenerate(turnEl, asked)));
     if (forking) ops.push(button(t("Fork"), t("Fork from this message"), () => fork(ids[ids.length - 1])));
@@ -210,9 +210,7 @@ export function createMessageActions({ app, log, transport, rerun, reopen, openF
     const close = () => {
       form.remove();
       for (const node of shown) node.hidden = false;
-      const again = turnEl.querySelector(".op[aria-label]");
-      const edit = [...turnEl.querySelectorAll("button.op")].find((node) => node.textContent === t("Edit"));
-      (edit || again)?.focus();
+      turnEl.querySelector("button.op.edit")?.focus();
     };
     cancel.addEventListener("click", close);
     box.addEventListener("keydown", (event) => {
