@@ -9,6 +9,8 @@ from django.middleware.csrf import get_token
 from django.urls import NoReverseMatch, resolve, reverse
 
 from django_pydantic_agent.contrib.chat.strings import catalogue
+from django_pydantic_agent.persistence.base import wrapped_stores
+from django_pydantic_agent.persistence.branching import KeepsBranches
 
 if TYPE_CHECKING:
     from django_pydantic_agent.agui import AGUIServer
@@ -33,10 +35,22 @@ def server_for(namespace: str) -> AGUIServer:
     return server
 
 
+def keeps_branches(server: AGUIServer) -> bool:
+    """Whether the server's conversation store keeps branches (edit, regenerate, branch navigation).
+
+    A wrapper (``ScopedConversationStore``) answers for the store it wraps: the innermost
+    store decides.
+    """
+    *_, innermost = wrapped_stores(server.conversation_store)
+    return isinstance(innermost, KeepsBranches)
+
+
 def chat_context(request: HttpRequest, server: AGUIServer) -> dict[str, Any]:
     """The ``agent_chat/chat.html`` context for ``server``: its routes, upload limits, strings.
 
-    The upload limits are read from the server, so the page states what the endpoint enforces.
+    The upload limits are read from the server, so the page states what the endpoint enforces;
+    ``branches`` and ``forks`` say which message operations its store supports, so the page
+    shows only those.
     Calling this sets the CSRF cookie: the page sends the token in ``X-CSRFToken``.
     """
     namespace = server.namespace
@@ -50,6 +64,8 @@ def chat_context(request: HttpRequest, server: AGUIServer) -> dict[str, Any]:
     return {
         "agent_url": reverse(f"{namespace}:run"),
         "uploads": uploads,
+        "branches": server.persists_conversations and keeps_branches(server),
+        "forks": server.persists_conversations,
         "csrf_token_value": get_token(request),
         "agent_chat_strings": catalogue(),
     }

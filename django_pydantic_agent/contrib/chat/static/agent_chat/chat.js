@@ -14,8 +14,11 @@
 //   events or the MESSAGES_SNAPSHOT it opens with, then the live tail. A connection that drops
 //   mid-run is picked up again from the last sequence number seen.
 // - Opening a thread pushes /?thread=<id>; Back and Forward open what the URL names.
+// - Edit, regenerate, ‹ 2/3 › and fork live in modules/actions.js; a regenerate or an edit
+//   runs here (rerun), on the transcript cut at the user message.
 // Everything untrusted is written with textContent, never innerHTML.
 
+import { createMessageActions } from "./modules/actions.js";
 import { createComposer } from "./modules/composer.js";
 import { AssistantTurn, clearLog, renderTranscript, renderUser, setupRendering } from "./modules/render.js";
 import { activeRunOf, liveRun, onHistoryMove, showThreadInUrl, state, threadInUrl } from "./modules/state.js";
@@ -76,6 +79,7 @@ setupRendering({
   onActivity: (text, isRunning) => {
     if (!(state.running && state.running.stopping)) setStatus(text, isRunning);
   },
+  onFilled: () => actions.decorate({ fresh: true }), // the earlier turns of a long thread get their buttons
 });
 
 const composer = createComposer({
@@ -90,6 +94,19 @@ const drawer = createThreadDrawer({
   transport,
   onOpen: (id) => openThread(id),
   onDeleted: () => newChat({ history: "replace" }),
+});
+
+const actions = createMessageActions({
+  app,
+  log,
+  transport,
+  rerun: (transcript) => rerun(transcript),
+  reopen: () => openThread(state.threadId, { history: "none" }),
+  openForked: async (id) => {
+    await openThread(id);
+    drawer.load();
+  },
+  setStatus: (text) => setStatus(text),
 });
 
 function setRunning(isRunning) {
@@ -246,6 +263,7 @@ function endRun(run, outcome) {
   composer.focus();
   drawer.refreshAfterRun(run.threadId, outcome);
   showUsage(run.threadId);
+  actions.afterRun(run.threadId);
 }
 
 function beginRun(threadId, runId, turn) {
@@ -261,14 +279,35 @@ async function send(text) {
   const sent = composer.takePending();
   if (sent.length) userMessage.attachments = sent;
   state.transcript.push(userMessage);
-  renderUser(text, sent);
+  renderUser(text, sent, userMessage.id);
   // A new chat gets its address with its first message: /?thread=<id> can be linked.
   showThreadInUrl(state.threadId, { replace: threadInUrl() === null });
   const run = beginRun(state.threadId, newId(), new AssistantTurn());
   setStatus(t("Waiting for the agent…"), true);
   liveRun.save(run.threadId, run.runId, 0);
+  await follow(run, transport.startRun(runBody(run), run.controller.signal), {
+    refused: async (response) => {
+      sendFailed(run, userMessage, text, sent, t("The server refused the message: {why}", { why: await refusal(response) }));
+    },
+    failed: (error) => {
+      const why = navigator.onLine === false ? t("You are offline: try again when the connection is back.") : error.message;
+      sendFailed(run, userMessage, text, sent, t("The message was not sent: {why}", { why }));
+    },
+  });
+}
 
-  const body = {
+// Why the server refused a run: its JSON error, or for 429 and 503 when to try again.
+async function refusal(response) {
+  if (response.status === 429 || response.status === 503) {
+    const when = retryAfter(response);
+    return `${response.status === 429 ? t("Too many requests.") : t("The server is busy.")} ${when || t("Try again in a moment.")}`;
+  }
+  return errorText(response);
+}
+
+// The RunAgentInput of a run: the whole transcript, as every AG-UI client sends it.
+function runBody(run) {
+  return {
     threadId: run.threadId,
     runId: run.runId,
     state: {},
@@ -277,20 +316,31 @@ async function send(text) {
     context: [],
     forwardedProps: {},
   };
-  await follow(run, transport.startRun(body, run.controller.signal), {
+}
+
+// Regenerate or edit: run on `transcript`, the history cut at a user message (its text changed
+// for an edit). The server starts a new branch there. When it refuses the run (or never gets
+// it), nothing changed: the page shows the stored thread again and says why.
+async function rerun(transcript) {
+  if (state.running) return;
+  const threadId = state.threadId;
+  state.transcript = transcript;
+  const run = beginRun(threadId, newId(), new AssistantTurn());
+  setStatus(t("Waiting for the agent…"), true);
+  liveRun.save(run.threadId, run.runId, 0);
+  let why = null;
+  await follow(run, transport.startRun(runBody(run), run.controller.signal), {
     refused: async (response) => {
-      let why = await errorText(response);
-      if (response.status === 429 || response.status === 503) {
-        const when = retryAfter(response);
-        why = `${response.status === 429 ? t("Too many requests.") : t("The server is busy.")} ${when || t("Try again in a moment.")}`;
-      }
-      sendFailed(run, userMessage, text, sent, t("The server refused the message: {why}", { why }));
+      why = t("The server refused the message: {why}", { why: await refusal(response) });
     },
     failed: (error) => {
-      const why = navigator.onLine === false ? t("You are offline: try again when the connection is back.") : error.message;
-      sendFailed(run, userMessage, text, sent, t("The message was not sent: {why}", { why }));
+      const reason = navigator.onLine === false ? t("You are offline: try again when the connection is back.") : error.message;
+      why = t("The message was not sent: {why}", { why: reason });
     },
   });
+  if (why === null || state.threadId !== threadId) return;
+  await openThread(threadId, { history: "none" });
+  setStatus(why);
 }
 
 // A send the server never took: the message leaves the transcript, its text and files go
@@ -402,6 +452,7 @@ async function openThread(id, { history = "push" } = {}) {
   // The server's word on a run in progress; else the one this tab remembers for the thread.
   const active = activeRunOf(payload) || rememberedHere;
   const lastTurn = renderTranscript(state.transcript, { open: Boolean(active) });
+  actions.show(payload);
   setStatus("");
   showUsage(id);
   if (history !== "none") showThreadInUrl(id, { replace: history === "replace" });
@@ -418,6 +469,7 @@ function newChat({ history = "push" } = {}) {
   state.threadId = newId();
   state.transcript = [];
   clearLog();
+  actions.show(null);
   setStatus("");
   showUsage(null);
   if (history !== "none") showThreadInUrl(null, { replace: history === "replace" });

@@ -6,15 +6,24 @@
 // call that failed (its result is an error, or the run failed while it ran) shows as failed.
 
 import { copyText, MarkdownView, renderMarkdown } from "./markdown.js";
+import { toolOutcome } from "./outcomes.js";
 import { el, formatSize, newId, prettyJson, t } from "./util.js";
 
 let log = null;
 let empty = null;
 let attachmentUrl = (id) => id;
 let onActivity = () => {}; // setStatus of the page, for "Writing…" and friends
+let onFilled = () => {}; // called once earlier turns of a long transcript were filled in
 
 export function setupRendering(options) {
   ({ log, empty, attachmentUrl, onActivity } = options);
+  if (options.onFilled) onFilled = options.onFilled;
+}
+
+// The AssistantTurn a `.turn.assistant` element shows (its messages, by id), or undefined.
+const turnsByElement = new WeakMap();
+export function assistantTurnOf(element) {
+  return turnsByElement.get(element);
 }
 
 function nearBottom() {
@@ -48,9 +57,11 @@ export function messageStatus(message) {
   return null;
 }
 
-// Whether a tool result says the tool failed: an `error`, or a status of errored.
+// How a tool result says the tool did not succeed: "failed" (an `error`, a status of errored),
+// "refused" or "denied" (pydantic-ai's outcome, modules/outcomes.js); null when it succeeded.
 function toolFailed(message) {
-  return Boolean(message.error) || messageStatus(message) === "failed";
+  if (message.error || messageStatus(message) === "failed") return "failed";
+  return toolOutcome(message);
 }
 
 function textOf(content) {
@@ -89,9 +100,10 @@ function copyMessageButton(source) {
   return actions;
 }
 
-export function renderUser(text, attachments = []) {
+export function renderUser(text, attachments = [], id = null) {
   hideEmpty();
   const turn = el("div", "turn user");
+  if (id) turn.dataset.messageId = id;
   if (text) {
     const bubble = el("div", "bubble md");
     bubble.append(...renderMarkdown(text));
@@ -103,7 +115,7 @@ export function renderUser(text, attachments = []) {
 }
 
 // The attachment refs of a stored message: its `attachments` list, or `metadata.attachments`.
-function messageAttachments(message) {
+export function messageAttachments(message) {
   const refs = Array.isArray(message.attachments)
     ? message.attachments
     : message.metadata && Array.isArray(message.metadata.attachments)
@@ -121,6 +133,7 @@ export class AssistantTurn {
     this.el = el("div", "turn assistant");
     this.el.setAttribute("aria-label", t("Assistant"));
     log.append(this.el);
+    turnsByElement.set(this.el, this);
     this.messages = new Map(); // messageId -> AG-UI message
     this.toolCalls = new Map(); // toolCallId -> {call, card, args, result, done}
     this.texts = new Map(); // messageId -> bubble element
@@ -202,14 +215,26 @@ export class AssistantTurn {
     entry.result.classList.remove("pending");
     entry.result.textContent = textOf(content);
     entry.done = true;
-    if (failed) this.toolFailed(entry, null);
+    if (failed) this.toolFailed(entry, null, failed);
   }
 
-  // Mark a tool call failed: a red card with a "failed" badge (and `text` as its result).
-  toolFailed(entry, text) {
+  // Mark a tool call failed: a red card with a badge, "failed" or `label` ("refused",
+  // "denied"), and `text` as its result.
+  toolFailed(entry, text, label = "failed") {
     entry.card.classList.add("failed");
     entry.card.dataset.status = "failed";
-    if (!entry.head.querySelector(".tool-status")) entry.head.append(el("span", "tool-status", "failed"));
+    let badge = entry.head.querySelector(".tool-status");
+    if (!badge) {
+      badge = el("span", "tool-status");
+      entry.head.append(badge);
+    }
+    badge.textContent = label === "failed" ? "failed" : t(label);
+    badge.title =
+      label === "refused"
+        ? t("The tool refused this call; the model was told why.")
+        : label === "denied"
+          ? t("This tool call was not allowed to run.")
+          : t("This tool call failed.");
     if (text !== null) {
       entry.result.classList.remove("pending");
       entry.result.textContent = text;
@@ -323,7 +348,12 @@ export class AssistantTurn {
           const entry = this.toolCalls.get(event.entityId);
           if (entry) entry.call.encryptedValue = event.encryptedValue;
         } else if (this.messages.has(event.entityId)) {
-          this.messages.get(event.entityId).encryptedValue = event.encryptedValue;
+          const message = this.messages.get(event.entityId);
+          message.encryptedValue = event.encryptedValue;
+          // A tool result's outcome comes right after it: a refused call turns red now.
+          const entry = message.role === "tool" && this.toolCalls.get(message.toolCallId);
+          const label = entry && toolOutcome(message);
+          if (label) this.toolFailed(entry, null, label);
         }
         break;
       case "RUN_ERROR":
@@ -501,6 +531,7 @@ function fillIn(messages, end, mine, started) {
     }
     page.insertBefore(fragmentOf(holder), anchor);
     page.scrollTop += page.scrollHeight - before;
+    onFilled();
     if (from > 0) fillIn(messages, from, mine, started);
     else performance.measure("agent-chat:transcript-complete", { start: started, end: performance.now() });
   }, 0);
@@ -518,7 +549,7 @@ function renderMessages(messages, open) {
     if (message.role === "user") {
       if (turn) turn.settle();
       turn = null;
-      renderUser(textOf(message.content), messageAttachments(message));
+      renderUser(textOf(message.content), messageAttachments(message), message.id);
       continue;
     }
     if (!["assistant", "reasoning", "tool"].includes(message.role)) continue;

@@ -125,6 +125,24 @@ export function createTransport({ agentUrl, csrfToken, uploadUrl }) {
       });
     },
 
+    // Make the branch through message `messageId` the thread's active one (409: a run streams).
+    switchBranch(id, messageId) {
+      return send(threadUrl(id), {
+        method: "PATCH",
+        headers: { "Content-Type": "application/json", ...json, ...csrf },
+        body: JSON.stringify({ activeMessageId: messageId }),
+      });
+    },
+
+    // A new thread holding the active branch up to and including `messageId`: 201 {threadId}.
+    forkThread(id, messageId) {
+      return send(`${threadUrl(id)}fork/`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", ...json, ...csrf },
+        body: JSON.stringify({ messageId }),
+      });
+    },
+
     deleteThread(id) {
       return send(threadUrl(id), { method: "DELETE", headers: csrf });
     },

@@ -1,0 +1,68 @@
+"""The chat page offers the message operations its server's store supports.
+
+``data-branches`` (Edit, Regenerate, branch arrows) only over a store that keeps branches, looked
+for through a wrapping ``ScopedConversationStore``; ``data-forks`` (Fork) over any store that
+persists threads. ``tests/e2e/test_chat_branches.py`` uses them in Chromium.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.template import Context, Template
+from django.test import RequestFactory
+from pydantic_ai import Agent
+
+from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.contrib.chat.context import keeps_branches
+from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+from django_pydantic_agent.persistence.null import NullConversationStore
+from django_pydantic_agent.persistence.scoped import ScopedConversationStore
+from django_pydantic_agent.persistence.session import DjangoSessionConversationStore
+
+
+def _server(store: Any) -> AGUIServer:
+    return AGUIServer(Agent("test"), conversation_store=store, csrf_exempt=False)
+
+
+@pytest.mark.parametrize(
+    ("store", "branches", "forks"),
+    [
+        (DefaultConversationStore(), True, True),
+        (ScopedConversationStore(DefaultConversationStore(), scope="s"), True, True),
+        (DjangoSessionConversationStore(), False, True),
+        (ScopedConversationStore(DjangoSessionConversationStore(), scope="s"), False, True),
+        (NullConversationStore(), False, False),
+    ],
+    ids=["default", "scoped-default", "session", "scoped-session", "null"],
+)
+def test_the_page_offers_what_the_store_can_do(store: Any, branches: bool, forks: bool) -> None:
+    server = _server(store)
+
+    assert keeps_branches(server) is branches
+    assert server.persists_conversations is forks
+
+
+@pytest.mark.django_db
+@pytest.mark.urls("tests.agui.urls")
+@pytest.mark.parametrize(
+    ("namespace", "attributes"),
+    [
+        ("history", {'data-branches="on"', 'data-forks="on"'}),
+        ("history-scoped", {'data-branches="on"', 'data-forks="on"'}),
+        ("history-session", {'data-forks="on"'}),
+    ],
+)
+def test_the_template_marks_the_operations(
+    namespace: str, attributes: set[str], django_user_model: Any
+) -> None:
+    request = RequestFactory().get("/mine/")
+    request.user = django_user_model.objects.create_user("ops", password="pw")
+
+    html = Template(f'{{% load agent_chat %}}{{% agent_chat "{namespace}" %}}').render(
+        Context({"request": request})
+    )
+
+    found = {a for a in ('data-branches="on"', 'data-forks="on"') if a in html}
+    assert found == attributes

@@ -1,0 +1,157 @@
+"""contrib.chat's message operations in Chromium, on the default store and the Memory Service.
+
+``chat_branches.mjs`` sends a message and copies the answer. On the default store, which keeps
+branches, it regenerates the answer and sees ``2/2`` between the branch arrows, switches back
+and forth (the switch survives a reload), edits the user message (Escape cancels, Save starts a
+new branch), and checks the buttons fit at 360 px in dark mode. On both stores it forks from
+the answer and lands on the new thread, and a tool call the tool refuses (``ModelRetry``:
+``1/0``) shows as failed, live and after a reload. The Memory Service store keeps no branches:
+there the page offers no Edit, Regenerate or branch arrows at all. Screenshots and the JSON
+report go to ``$E2E_ARTIFACTS``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.nodejs import run_node
+from tests.e2e.test_browser import artifacts, memory_service_server  # noqa: F401  (fixtures)
+from tests.example_project.support import RunningServer
+
+pytestmark = pytest.mark.e2e
+
+USERNAME = "brancher"
+PASSWORD = "brancher-password"
+COPY = "Copy message"
+FORK = "Fork from this message"
+BRANCH_ONLY = {"Edit message", "Regenerate answer", "Previous branch", "Next branch"}
+
+
+@pytest.fixture(params=["default", "memory-service"])
+def server(request: pytest.FixtureRequest) -> RunningServer:
+    """The example server on each store (the memory-service one is shared with test_browser)."""
+    name = "example_server" if request.param == "default" else "memory_service_server"
+    running: RunningServer = request.getfixturevalue(name)
+    return running
+
+
+def _check_fork_and_refusal(steps: dict[str, Any], question: str, answer: str) -> None:
+    forked = steps["forked"]
+    assert forked["forkedThread"] not in (None, forked["before"])
+    # The new thread holds the conversation up to the answer it was forked from.
+    assert [(t["kind"], t["text"]) for t in forked["forked"]] == [
+        ("user", question),
+        ("assistant", answer),
+    ]
+    assert [(t["kind"], t["text"]) for t in forked["reloaded"]] == [
+        ("user", question),
+        ("assistant", answer),
+    ]
+
+    refused = steps["refused"]
+    for turn in (refused["live"], refused["stored"]):
+        (tool,) = turn["tools"]
+        assert tool["name"] == "calculate"
+        assert tool["failed"] is True, "a refused tool call's card must not look successful"
+        assert tool["badge"] == "refused"
+        assert tool["result"] == "'1/0' divides by zero."
+        assert turn["text"].startswith("The calculate tool could not help this time")
+    assert refused["title"] == "The tool refused this call; the model was told why."
+    # The danger colour, not the tool's green.
+    assert refused["cardColour"] in {"rgb(201, 42, 42)", "rgb(255, 135, 135)"}, refused
+
+
+def test_copy_regenerate_branches_edit_fork_and_a_refused_tool_in_chromium(
+    server: RunningServer,
+    node_scripts: Path,
+    chromium: str,
+    artifacts: Path,  # noqa: F811
+    request: pytest.FixtureRequest,
+) -> None:
+    store = "memory" if "memory" in request.node.name else "default"
+    mode = "plain" if store == "memory" else "branches"
+    server.add_user(USERNAME, PASSWORD)
+
+    report = run_node(
+        node_scripts,
+        "chat_branches.mjs",
+        server.url,
+        USERNAME,
+        PASSWORD,
+        str(artifacts),
+        f"branches-{store}",
+        mode,
+        env={"CHROMIUM": chromium},
+    )
+    (artifacts / f"branches-{store}-report.json").write_text(json.dumps(report, indent=2))
+    assert "error" not in report, report.get("error")
+    assert report["pageErrors"] == []
+    steps = {step["step"]: step for step in report["steps"]}
+
+    sent = steps["sent"]
+    user, answer = sent["turns"]
+    assert user["text"] == "What is 2 + 3?"
+    assert answer["text"] == "I asked the calculator, and 2 + 3 = 5."
+    assert sent["copied"] == answer["text"]
+    assert COPY in user["buttons"]
+    assert COPY in answer["buttons"]
+    assert FORK in answer["buttons"]
+
+    if mode == "plain":
+        # No branches on this store: the page offers nothing that needs them.
+        for turn in [*sent["turns"], *steps["forked"]["forked"], *steps["forked"]["reloaded"]]:
+            assert not BRANCH_ONLY & set(turn["buttons"]), turn
+            assert turn["branch"] is None
+        _check_fork_and_refusal(steps, "What is 2 + 3?", answer["text"])
+        return
+
+    assert "Edit message" in user["buttons"]
+    assert "Regenerate answer" in answer["buttons"]
+    assert user["branch"] is None
+    assert answer["branch"] is None
+
+    refused = steps["regenerate-refused"]
+    assert refused["refusals"] == 1
+    assert refused["status"] == (
+        "The server refused the message: Too many requests. Try again in 30 s."
+    )
+    assert refused["turns"] == sent["turns"], "a refused regenerate changed the conversation"
+
+    # Regenerate: the same question answered again (another tool call), 2/2.
+    regenerated = steps["regenerated"]["turns"]
+    assert [t["text"] for t in regenerated] == [user["text"], answer["text"]]
+    assert regenerated[1]["branch"] == "2/2"
+    first_call, second_call = answer["toolCalls"][0], regenerated[1]["toolCalls"][0]
+    assert first_call != second_call
+
+    switched = steps["switched"]
+    assert switched["back"][1]["branch"] == "1/2"
+    assert switched["back"][1]["toolCalls"] == [first_call]
+    assert switched["focused"] == "Next branch"  # Previous is disabled at 1/2
+    assert switched["reloaded"][1]["branch"] == "1/2"  # the server keeps the switch
+    assert switched["reloaded"][1]["toolCalls"] == [first_call]
+    assert switched["forth"][1]["branch"] == "2/2"
+    assert switched["forth"][1]["toolCalls"] == [second_call]
+
+    edited = steps["edited"]
+    assert edited["editing"] == {"box": True, "bubbleHidden": True}
+    assert [t["text"] for t in edited["cancelled"]] == [user["text"], answer["text"]]
+    assert edited["cancelFocus"] == "Edit message"
+    for turns in (edited["edited"], edited["editedReloaded"]):
+        new_user, new_answer = turns
+        assert new_user["text"] == "What is 6 * 7?"
+        assert new_user["branch"] == "2/2"
+        assert new_answer["text"] == "I asked the calculator, and 6 * 7 = 42."
+
+    narrow = steps["narrow"]
+    assert narrow["scrollWidth"] <= narrow["clientWidth"], "the page scrolls sideways at 360 px"
+    assert narrow["navVisible"]
+    assert all(narrow["navVisible"])
+
+    _check_fork_and_refusal(steps, "What is 6 * 7?", "I asked the calculator, and 6 * 7 = 42.")
+    for path in report["screenshots"]:
+        assert Path(path).stat().st_size > 10_000
