@@ -18,7 +18,8 @@ it is the last message posted and the repositories keep branches (``StartsBranch
   *regenerate* the answer to it (when something follows it);
 - the same with that user message's content changed *edits* it.
 
-Either starts a new branch at that point (``InboundPlan.branch_at``); the old branch is kept,
+Without branches both are refused (an answered user message posted last, with nothing new
+after it, cannot be answered again there). Either starts a new branch at that point (``InboundPlan.branch_at``); the old branch is kept,
 and the model sees the new one. An edited message keeps its id on the new branch; the stored
 record it replaces is renamed ``<id>~<8 hex>`` (``InboundPlan.renamed``), so ids stay unique
 in the thread and the old branch can be switched back to.
@@ -254,13 +255,22 @@ def plan_inbound(
     """Check the whole inbound list against ``history`` and return what to write.
 
     With ``branches`` (the repositories keep them), a regenerate or an edit plans a new
-    branch (see the module docstring).
+    branch (see the module docstring); without, both are refused.
 
     Raises:
         InvalidInputError: For the first message (or resume entry) the server refuses.
     """
-    cut = _branch_cut(run_input, history) if branches else None
-    if cut is not None:
+    cut = _branch_cut(run_input, history)
+    if cut is not None and not branches and not cut[1]:
+        answered = history[cut[0] - 1]
+        raise InvalidInputError(
+            f"Message {answered.agui_id!r} (role user) is already answered, and this store "
+            "keeps no branches, so it cannot be answered again (a regenerate): send the "
+            "question again as a new message, or start a new thread.",
+            message_id=answered.agui_id,
+            role="user",
+        )
+    if cut is not None and branches:
         at, edited = cut
         kept = list(history[:at])
         posted = list(run_input.messages)
