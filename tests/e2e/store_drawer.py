@@ -6,9 +6,10 @@ Run with the example's environment from ``example_project/`` (``test_chat_drawer
 
 Saves ``count`` threads ``<prefix>-00`` … (oldest first, so ``-00`` is the last of the
 drawer), titled ``Trip NN``, each a question and an answer; ``<prefix>-07``'s question has the
-word "quokka" in it (its title does not). Then ``<prefix>-hostile``, whose title and messages
-carry script payloads around the word "zebrafish". Everything goes through the example's own
-``build_stores()`` (``AGENT_STORE``), so it lands where the running server reads it.
+word "quokka" in it (its title does not). Then ``<prefix>-hostile``, whose title (around the
+word "zebrafish") and messages (around "narwhal") carry script payloads. Everything goes through
+the example's own ``build_stores()`` (``AGENT_STORE``), so it lands where the running server
+reads it.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ async def store(username: str, prefix: str, count: int) -> None:
         await conversations.save(Conversation(thread, messages(index)), request=request)
         await conversations.rename(thread, f"Trip {index:02d}", request=request)
     hostile = f"{prefix}-hostile"
-    text = f"zebrafish {PAYLOAD.format(where='snippet')} zebrafish"
+    text = f"narwhal {PAYLOAD.format(where='snippet')} narwhal"
     await conversations.save(
         Conversation(
             hostile,

@@ -2,12 +2,12 @@
 
 ``chat_drawer.mjs`` logs in as a user with 60 stored threads and a hostile one
 (``store_drawer.py``), loads the second page with the keyboard and scrolls the drawer to the
-oldest thread; searches a word of a message (found with its word marked on the default store;
-the Memory Service searches titles only, and the drawer says so) and a word of a hostile title
-and message (shown as text, never run); archives a thread, finds it under Archived after a
-reload, brings it back; exports the open thread as Markdown and as JSON and reads the
-downloaded files; and opens the drawer at 360 px in dark mode. Screenshots and the JSON report
-go to ``$E2E_ARTIFACTS``.
+oldest thread, renames it (the refresh keeps every page); searches a word of a message (found
+with its word marked on the default store; the Memory Service searches titles only, and the
+drawer says so), a word of a hostile title and one of a hostile message (shown as text, never
+run); archives a thread, finds it under Archived after a reload, brings it back; exports the
+open thread as Markdown and as JSON and reads the downloaded files; and opens the drawer at
+360 px in dark mode. Screenshots and the JSON report go to ``$E2E_ARTIFACTS``.
 """
 
 from __future__ import annotations
@@ -89,6 +89,11 @@ def test_the_drawer_pages_searches_archives_and_exports_in_chromium(
     assert scrolled["more"] is False
     assert scrolled["last"] == f"{prefix}-00"
 
+    # A refresh after a rename shows as many threads as before, not only the first page.
+    refreshed = steps["refresh-keeps-pages"]
+    assert refreshed["count"] == COUNT + 1
+    assert refreshed["more"] is False
+
     quokka = steps["search-message"]
     if kind == "default":
         assert first["searchHint"] == "Finds words in titles and messages."
@@ -103,13 +108,27 @@ def test_the_drawer_pages_searches_archives_and_exports_in_chromium(
         assert quokka["ids"] == []
         assert quokka["none"] == "No conversations match “quokka”."
 
+    # A hostile title: its word marked, the rest shown as text, nothing run. The snippet of a
+    # title match only repeats the title, so the preview (the first message) shows instead.
     hostile = steps["search-hostile"]
     assert hostile["ids"] == [f"{prefix}-hostile"]
     assert hostile["owned"] is None
     assert hostile["elements"] == 0
     assert hostile["titles"][0].startswith("zebrafish <img src=x onerror=")
-    assert "<script>" in hostile["snippets"][0]
-    assert set(hostile["marks"]) == {"zebrafish"}
+    assert hostile["snippets"] == []
+    assert hostile["marks"] == ["zebrafish"]
+
+    snippet = steps["search-hostile-snippet"]
+    assert snippet["owned"] is None
+    assert snippet["elements"] == 0
+    if kind == "default":
+        assert snippet["ids"] == [f"{prefix}-hostile"]
+        (text,) = snippet["snippets"]
+        assert text.startswith("narwhal <img src=x onerror=")
+        assert "<script>window.__owned='snippet'</script>" in text
+        assert snippet["marks"] == ["narwhal", "narwhal"]
+    else:
+        assert snippet["ids"] == []
 
     assert steps["cleared"]["value"] == ""
     assert steps["cleared"]["count"] == 50

@@ -100,6 +100,15 @@ try {
   await shot(page, "drawer-end");
   report.steps.push({ step: "scrolled", count: listing.ids.length, unique: new Set(listing.ids).size, more: listing.more, last: listing.ids[listing.ids.length - 1] });
 
+  // A refresh (here after a rename of the oldest) keeps every page shown.
+  const oldest = page.locator(`#thread-list .thread[data-thread-id="${prefix}-00"]`);
+  await oldest.hover();
+  await oldest.locator(".thread-rename").click();
+  await page.fill("#thread-list .rename-form input", "Trip zero");
+  await page.keyboard.press("Enter");
+  const afterRename = await until(page, (d) => d.titles.includes("Trip zero"), "the renamed thread");
+  report.steps.push({ step: "refresh-keeps-pages", count: afterRename.ids.length, more: afterRename.more });
+
   // A word from a message (the default store searches message text; others titles only).
   const quokka = await search(page, "quokka");
   await shot(page, "search-quokka");
@@ -113,6 +122,15 @@ try {
     elements: document.querySelectorAll("#thread-list img, #thread-list script").length,
   }));
   report.steps.push({ step: "search-hostile", ...zebra, ...hostile });
+
+  // A hostile message's snippet (the default store searches message text).
+  const narwhal = await search(page, "narwhal");
+  const hostileSnippet = await page.evaluate(() => ({
+    owned: window.__owned ?? null,
+    elements: document.querySelectorAll("#thread-list img, #thread-list script").length,
+  }));
+  await shot(page, "search-hostile-snippet");
+  report.steps.push({ step: "search-hostile-snippet", ...narwhal, ...hostileSnippet });
 
   // Escape empties the search and brings the whole list back.
   await page.focus("#thread-search");

@@ -119,9 +119,11 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
     if (terms.length) titleLine.append(markedSnippet(title, terms));
     else titleLine.textContent = title;
     open.append(titleLine);
-    const second = terms.length ? item.snippet : item.preview;
+    // A snippet that only repeats the title (a title match) gives way to the preview.
+    const snippet = terms.length && item.snippet && item.snippet !== title ? item.snippet : null;
+    const second = snippet || item.preview;
     if (second) {
-      const line = el("span", terms.length ? "thread-preview thread-snippet" : "thread-preview");
+      const line = el("span", snippet ? "thread-preview thread-snippet" : "thread-preview");
       if (terms.length) line.append(markedSnippet(second, terms));
       else line.textContent = second;
       line.id = `thread-preview-${newId()}`;
@@ -191,6 +193,9 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
     }
     const request = ++threadsRequest;
     const filtered = Boolean(view.q || view.archived);
+    // A refresh (after a run, a rename) shows as many threads as before, where they were.
+    const shown = announced ? 0 : state.listedIds.length;
+    const scrolled = threadsPanel.scrollTop;
     let page;
     try {
       page = await fetchPage(null);
@@ -220,8 +225,11 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
     threadList.replaceChildren();
     if (!page.items.length) threadList.append(el("li", "none", emptyText()));
     page.items.forEach((item) => threadList.append(threadItem(item, terms)));
-    if (announced) threadsPanel.scrollTop = 0;
     showMore(page.cursor);
+    while (nextCursor && state.listedIds.length < shown && request === threadsRequest) {
+      if (!(await loadMore({ quiet: true }))) break;
+    }
+    threadsPanel.scrollTop = announced ? 0 : scrolled;
     markCurrent();
     if (announced) announce(summary(page.items.length));
     // A refresh must not throw keyboard focus back to the top of the page.
@@ -232,9 +240,9 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
     return true;
   }
 
-  // The next page, after the ones shown.
-  async function loadMore() {
-    if (!nextCursor || loadingMore) return;
+  // The next page, after the ones shown; false when none was added. `quiet`: say nothing.
+  async function loadMore({ quiet = false } = {}) {
+    if (!nextCursor || loadingMore) return false;
     loadingMore = true;
     const request = threadsRequest;
     const byKeyboard = document.activeElement === moreButton;
@@ -248,10 +256,10 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
       loadingMore = false;
       moreButton.disabled = false;
     }
-    if (request !== threadsRequest) return; // the list was refreshed meanwhile
+    if (request !== threadsRequest) return false; // the list was refreshed meanwhile
     if (!page.items) {
       showThreadError(page.error || (await errorText(page.response)));
-      return;
+      return false;
     }
     const terms = view.q ? searchTerms(view.q) : [];
     const fresh = page.items.filter((item) => !state.listedIds.includes(itemId(item)));
@@ -260,8 +268,9 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
     threadList.append(...nodes);
     markCurrent();
     showMore(page.cursor);
-    announce(t("More conversations shown: {count}.", { count: nodes.length }));
+    if (!quiet) announce(t("More conversations shown: {count}.", { count: nodes.length }));
     if (byKeyboard && nodes.length) nodes[0].querySelector(".thread-open").focus();
+    return nodes.length > 0;
   }
 
   // Refresh the drawer once a run has ended. A finished run is saved by the time its stream
@@ -466,7 +475,7 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
   setCanArchive(canArchive);
 
   // More: by a click or Enter, or by itself once it scrolls into the drawer's view.
-  moreButton.addEventListener("click", loadMore);
+  moreButton.addEventListener("click", () => loadMore());
   const observer =
     "IntersectionObserver" in window
       ? new IntersectionObserver(
