@@ -1,4 +1,5 @@
-"""contrib.chat's thread drawer in Chromium, on the default store and on the Memory Service.
+"""contrib.chat's thread drawer in Chromium: the default store (SQLite, and PostgreSQL when
+``POSTGRES_URL`` is set) and the Memory Service.
 
 ``chat_drawer.mjs`` logs in as a user with 60 stored threads and a hostile one
 (``store_drawer.py``), loads the second page with the keyboard and scrolls the drawer to the
@@ -15,13 +16,20 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.nodejs import run_node
 from tests.e2e.test_browser import artifacts, memory_service_server  # noqa: F401  (fixtures)
-from tests.example_project.support import EXAMPLE_DIR, RunningServer, example_env
+from tests.e2e.test_workers import fresh_database
+from tests.example_project.support import (
+    EXAMPLE_DIR,
+    RunningServer,
+    example_env,
+    serve_example_workers,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -31,11 +39,20 @@ COUNT = 60
 STORE_DRAWER = Path(__file__).resolve().parent / "store_drawer.py"
 
 
-@pytest.fixture(params=["default", "memory-service"])
-def server(request: pytest.FixtureRequest) -> RunningServer:
-    """The example server on each store (the memory-service one is shared with test_browser)."""
+@pytest.fixture(params=["default", "memory-service", "postgres"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunningServer]:
+    """The example server on each store (the memory-service one is shared with test_browser);
+    ``postgres``: the default store on a fresh PostgreSQL database (full-text search there)."""
+    if request.param == "postgres":
+        postgres_url = request.getfixturevalue("postgres_url")
+        with (
+            fresh_database(postgres_url) as database_url,
+            serve_example_workers(tmp_path, database_url=database_url, count=1) as (one,),
+        ):
+            yield one
+        return
     name = "example_server" if request.param == "default" else "memory_service_server"
-    return request.getfixturevalue(name)
+    yield request.getfixturevalue(name)
 
 
 def test_the_drawer_pages_searches_archives_and_exports_in_chromium(
@@ -46,7 +63,7 @@ def test_the_drawer_pages_searches_archives_and_exports_in_chromium(
     request: pytest.FixtureRequest,
 ) -> None:
     kind = "memory-service" if "memory" in request.node.name else "default"
-    prefix = f"drawer-{kind.split('-')[0]}"
+    prefix = f"drawer-{request.node.callspec.params['server'].split('-')[0]}"
     server.add_user(USERNAME, PASSWORD)
     stored = subprocess.run(
         [sys.executable, str(STORE_DRAWER), USERNAME, prefix, str(COUNT)],
