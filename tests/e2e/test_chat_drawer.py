@@ -7,8 +7,9 @@ oldest thread, renames it (the refresh keeps every page); searches a word of a m
 with its word marked on the default store; the Memory Service searches titles only, and the
 drawer says so), a word of a hostile title and one of a hostile message (shown as text, never
 run); archives a thread, finds it under Archived after a reload, brings it back; exports the
-open thread as Markdown and as JSON and reads the downloaded files; and opens the drawer at
-360 px in dark mode. Screenshots and the JSON report go to ``$E2E_ARTIFACTS``.
+open thread as Markdown and as JSON and reads the downloaded files; opens the drawer at 360 px
+in dark mode; and, told by the server (an injected 400) that its store cannot archive, stops
+offering Archive. Screenshots and the JSON report go to ``$E2E_ARTIFACTS``.
 """
 
 from __future__ import annotations
@@ -176,5 +177,12 @@ def test_the_drawer_pages_searches_archives_and_exports_in_chromium(
     assert narrow["scrollWidth"] <= narrow["clientWidth"], "the page scrolls sideways at 360 px"
     assert narrow["searchVisible"] is True
     assert narrow["markBackground"] == "rgb(107, 89, 0)"  # the dark theme's mark
+    refused = steps["archive-refused"]
+    assert refused["error"] == (
+        f"Could not archive “{refused['title']}”: "
+        "This server's conversation store cannot archive threads."
+    )
+    assert refused["archiveButtons"] == 0
+    assert refused["toggleHidden"] is True
     for path in report["screenshots"]:
         assert Path(path).stat().st_size > 5_000

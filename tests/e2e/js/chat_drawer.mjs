@@ -197,6 +197,29 @@ try {
   }));
   await shot(page, "drawer-360-dark");
   report.steps.push({ step: "narrow", ...narrow });
+
+  // A server that says its store cannot archive (an injected 400): the drawer says so and
+  // stops offering Archive.
+  await page.route("**/agent/threads/*/", (route) =>
+    route.request().method() === "PATCH"
+      ? route.fulfill({
+          status: 400,
+          contentType: "application/json",
+          body: JSON.stringify({ error: "This server's conversation store cannot archive threads." }),
+        })
+      : route.continue(),
+  );
+  const refusedButton = page.locator("#thread-list .thread-archive").first();
+  const refusedTitle = await page.locator("#thread-list .thread-open").first().getAttribute("title");
+  await refusedButton.click();
+  const refused = await until(page, (d) => d.error !== null, "the refusal");
+  report.steps.push({
+    step: "archive-refused",
+    title: refusedTitle,
+    error: refused.error,
+    archiveButtons: refused.archiveButtons.length,
+    toggleHidden: await page.isHidden("#show-archived"),
+  });
 } catch (error) {
   report.error = String(error && error.stack ? error.stack : error);
 } finally {
