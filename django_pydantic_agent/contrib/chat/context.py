@@ -11,6 +11,8 @@ from django.urls import NoReverseMatch, resolve, reverse
 from django_pydantic_agent.contrib.chat.strings import catalogue
 from django_pydantic_agent.persistence.base import wrapped_stores
 from django_pydantic_agent.persistence.branching import KeepsBranches
+from django_pydantic_agent.persistence.listing import ArchivesThreads, SearchesThreads
+from django_pydantic_agent.persistence.model import ModelConversationStore
 
 if TYPE_CHECKING:
     from django_pydantic_agent.agui import AGUIServer
@@ -45,6 +47,23 @@ def keeps_branches(server: AGUIServer) -> bool:
     return isinstance(innermost, KeepsBranches)
 
 
+def thread_features(store: object) -> dict[str, Any]:
+    """What the drawer can offer over ``store``: ``search`` is ``"text"`` (titles and message
+    text) or ``"titles"``; ``archive`` whether the store keeps an archived flag.
+
+    A store with ``find_threads`` of its own searches text; a ``ModelConversationStore``
+    searches text when it overrides ``_find``, and archives only when it overrides
+    ``_archive`` (the defaults search titles and refuse to archive).
+    """
+    archive = isinstance(store, ArchivesThreads)
+    if isinstance(store, ModelConversationStore):
+        archive = type(store)._archive is not ModelConversationStore._archive
+        search = "text" if type(store)._find is not ModelConversationStore._find else "titles"
+    else:
+        search = "text" if isinstance(store, SearchesThreads) else "titles"
+    return {"search": search, "archive": archive}
+
+
 def chat_context(request: HttpRequest, server: AGUIServer) -> dict[str, Any]:
     """The ``agent_chat/chat.html`` context for ``server``: its routes, upload limits, strings.
 
@@ -68,4 +87,5 @@ def chat_context(request: HttpRequest, server: AGUIServer) -> dict[str, Any]:
         "forks": server.persists_conversations,
         "csrf_token_value": get_token(request),
         "agent_chat_strings": catalogue(),
+        "threads": thread_features(server.conversation_store),
     }

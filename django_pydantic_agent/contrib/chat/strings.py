@@ -72,6 +72,20 @@ MSGIDS: tuple[str, ...] = (
     gettext_noop("Waiting for an answer"),
     gettext_noop("Waiting for the agent…"),
     gettext_noop("Writing…"),
+    # The thread drawer: search, archive, pages; the export of the open conversation.
+    gettext_noop("Archive"),
+    gettext_noop("Unarchive"),
+    gettext_noop("No conversations match “{query}”."),
+    gettext_noop("No archived conversations."),
+    gettext_noop("Scroll for more."),
+    gettext_noop("Matches for “{query}”: {count}."),
+    gettext_noop("Archived conversations: {count}."),
+    gettext_noop("Conversations: {count}."),
+    gettext_noop("More conversations shown: {count}."),
+    gettext_noop("Could not archive “{title}”:"),
+    gettext_noop("“{title}” archived."),
+    gettext_noop("“{title}” is back in your conversations."),
+    gettext_noop("Could not export: {why}"),
 )
 
 

@@ -1,0 +1,108 @@
+"""What the chat page's thread drawer is told about its store: what search finds, whether
+threads can be archived. The page hides Archived and each thread's Archive button on a store
+that keeps no flag, and says beside the search box when the store searches titles only.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.test import Client, override_settings
+from django.urls import path
+from pydantic_ai import Agent
+
+from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.contrib.chat.context import thread_features
+from django_pydantic_agent.contrib.chat.views import ChatView
+from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+from django_pydantic_agent.persistence.memory_service import MemoryServiceConversationStore
+from django_pydantic_agent.persistence.session import DjangoSessionConversationStore
+from tests.testapp.stores import MinimalThreadStore, ThreadStore
+
+URLCONF = "tests_contrib_chat_drawer_urls"
+
+
+def test_the_default_store_searches_message_text_and_archives() -> None:
+    assert thread_features(DefaultConversationStore()) == {"search": "text", "archive": True}
+
+
+def test_the_memory_service_searches_titles_and_archives() -> None:
+    # Only the class matters: an instance without a client is enough to ask.
+    store = MemoryServiceConversationStore.__new__(MemoryServiceConversationStore)
+
+    assert thread_features(store) == {"search": "titles", "archive": True}
+
+
+def test_a_model_store_archives_only_when_it_overrides_the_hook() -> None:
+    assert thread_features(MinimalThreadStore()) == {"search": "titles", "archive": False}
+    assert thread_features(ThreadStore()) == {"search": "titles", "archive": True}
+
+
+def test_the_session_store_searches_titles_and_archives() -> None:
+    assert thread_features(DjangoSessionConversationStore()) == {
+        "search": "titles",
+        "archive": True,
+    }
+
+
+@pytest.fixture
+def minimal_page() -> Iterator[None]:
+    """The page over a store that searches titles only and cannot archive."""
+    server = AGUIServer(Agent("test"), conversation_store=MinimalThreadStore(), csrf_exempt=False)
+    module = types.ModuleType(URLCONF)
+    module.urlpatterns = [  # type: ignore[attr-defined]
+        path("agent/", server.urls),
+        path("chat/", ChatView.as_view(server=server)),
+    ]
+    sys.modules[URLCONF] = module
+    try:
+        with override_settings(ROOT_URLCONF=URLCONF):
+            yield
+    finally:
+        del sys.modules[URLCONF]
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("minimal_page")
+def test_the_page_hides_archive_and_says_search_reads_titles(django_user_model: Any) -> None:
+    client = Client()
+    client.force_login(django_user_model.objects.create_user("plain", password="pw"))
+
+    html = client.get("/chat/").content.decode()
+
+    assert 'data-thread-search="titles"' in html
+    assert 'data-thread-archive="0"' in html
+    toggle = re.search(r'<button[^>]*id="show-archived"[^>]*>', html)
+    assert toggle is not None
+    assert " hidden" in toggle.group(0)
+    assert "This server searches titles only." in html
+    assert 'placeholder="Search titles…"' in html
+
+
+@pytest.mark.django_db
+def test_the_default_page_offers_archive_and_full_text(django_user_model: Any) -> None:
+    from tests.contrib.chat.test_chat_page import PAGE, _blocks
+
+    module = types.ModuleType(URLCONF)
+    exec(compile(_blocks("python")[1], str(PAGE), "exec"), module.__dict__)
+    sys.modules[URLCONF] = module
+    try:
+        with override_settings(ROOT_URLCONF=URLCONF):
+            client = Client()
+            client.force_login(django_user_model.objects.create_user("full", password="pw"))
+            html = client.get("/chat/").content.decode()
+    finally:
+        del sys.modules[URLCONF]
+
+    assert 'data-thread-search="text"' in html
+    assert 'data-thread-archive="1"' in html
+    toggle = re.search(r'<button[^>]*id="show-archived"[^>]*>', html)
+    assert toggle is not None
+    assert " hidden" not in toggle.group(0)
+    assert "Finds words in titles and messages." in html
+    assert 'aria-label="Export this conversation"' in html
