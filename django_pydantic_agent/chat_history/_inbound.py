@@ -18,11 +18,12 @@ it is the last message posted and the repositories keep branches (``StartsBranch
   *regenerate* the answer to it (when something follows it);
 - the same with that user message's content changed *edits* it.
 
-Without branches both are refused (an answered user message posted last, with nothing new
-after it, cannot be answered again there). Either starts a new branch at that point (``InboundPlan.branch_at``); the old branch is kept,
-and the model sees the new one. An edited message keeps its id on the new branch; the stored
-record it replaces is renamed ``<id>~<8 hex>`` (``InboundPlan.renamed``), so ids stay unique
-in the thread and the old branch can be switched back to.
+Without branches both are refused (an answered user message posted last, with nothing new after
+it, cannot be answered again there). Either starts a new branch at that point
+(``InboundPlan.branch_at``); the old branch is kept, and the model sees the new one. An edited
+message keeps its id on the new branch; the stored record it replaces is renamed ``<id>~<8
+hex>`` (``InboundPlan.renamed``), so ids stay unique in the thread and the old branch can be
+switched back to.
 """
 
 from __future__ import annotations

@@ -166,7 +166,6 @@ def test_any_other_memory_service_error_is_a_json_500_logged_once(
     assert record.exc_info is not None
 
 
-
 async def test_a_regenerate_on_the_memory_service_is_refused_before_anything_is_stored(
     server: AGUIServer, alice: Any
 ) -> None:
