@@ -300,6 +300,8 @@ def test_the_search_bench_times_every_query_on_its_own_database(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith("2 owners x 400 messages (10 per thread)")
+    # The lazy index: the first search indexed every message of the fill (all are texts).
+    assert "The first search indexed the 800 user and assistant messages" in lines[0]
     rows = [line for line in lines if line.startswith("| sqlite |")]
     assert len(rows) == 7
     # Every search found threads of the owner, and the list pages are full.
