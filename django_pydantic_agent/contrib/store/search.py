@@ -24,6 +24,9 @@ from django.db.models import Q, QuerySet
 from django_pydantic_agent.contrib.store.search_index import (
     FTS_TABLE,
     INDEXED_ROLES,
+    PG_COLUMN,
+    PG_CONFIG,
+    PG_INDEX,
     TRIGGERS,
     catch_up,
     drop_triggers,
@@ -62,13 +65,6 @@ SEARCH_DEPTH = 1000
 #: PostgreSQL ranks the owner's newest this many matching messages (all of them for a word
 #: that is not in more): a word in most messages costs the same as a rarer one.
 RANK_WINDOW = 500
-#: PostgreSQL's text search configuration (no stemming: words of any language match as typed).
-PG_CONFIG = "simple"
-#: PostgreSQL's column of each indexed message's ``tsvector`` (generated and stored by the
-#: database, unknown to the model: ``ts_rank`` reads it instead of parsing the text again).
-PG_COLUMN = "dpa_search_vector"
-#: PostgreSQL's GIN index of that column.
-PG_INDEX = "dpa_store_msg_fts"
 
 
 def index_statements(vendor: str, table: str) -> list[str]:
@@ -287,6 +283,7 @@ def _message_matches(
     table = quote(StoredMessage._meta.db_table)
     threads_table = quote(StoredConversation._meta.db_table)
     inner_sql, inner_params = threads.values("id").query.sql_with_params()
+    catch_up(using)
     if vendor == "postgresql":
         tsquery = " & ".join(f"'{term}':*" for term in terms)
         to_query = f"to_tsquery('{PG_CONFIG}'::regconfig, %s)"
@@ -306,7 +303,6 @@ def _message_matches(
         )
         params: list[Any] = [tsquery, *where_params, tsquery, RANK_WINDOW, wanted]
     else:
-        catch_up(using)
         match = " ".join(f'"{term}"*' for term in terms)
         sql = (
             "SELECT conversation_id, id FROM ("

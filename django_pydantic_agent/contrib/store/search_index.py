@@ -25,6 +25,11 @@ __all__ = [
     "FTS_TABLE",
     "INDEXED_ROLES",
     "MARK_TABLE",
+    "PG_COLUMN",
+    "PG_CONFIG",
+    "PG_INDEX",
+    "PG_RESET",
+    "PG_TODO",
     "TRIGGERS",
     "catch_up",
     "drop_lazy_statements",
@@ -35,6 +40,8 @@ __all__ = [
     "indexed",
     "lazy_fill",
     "lazy_statements",
+    "pg_drop_lazy_statements",
+    "pg_lazy_statements",
     "sqlite_triggers",
 ]
 
@@ -44,6 +51,17 @@ FTS_TABLE = "dpa_store_message_fts"
 MARK_TABLE = "dpa_store_message_fts_mark"
 #: The roles whose message text is indexed.
 INDEXED_ROLES = ("user", "assistant")
+#: PostgreSQL's text search configuration (no stemming: words of any language match as typed).
+PG_CONFIG = "simple"
+#: PostgreSQL's ``tsvector`` column of each indexed message (unknown to the model; ``ts_rank``
+#: reads it instead of parsing the text again). NULL until a search indexes the message.
+PG_COLUMN = "dpa_search_vector"
+#: PostgreSQL's GIN index of that column.
+PG_INDEX = "dpa_store_msg_fts"
+#: PostgreSQL's partial index of the messages a search has yet to index.
+PG_TODO = "dpa_store_msg_fts_todo"
+#: PostgreSQL's trigger (and its function) that clears the vector of an edited message.
+PG_RESET = "dpa_store_msg_fts_reset"
 #: The suffixes of the triggers' names.
 TRIGGERS = ("ai", "ad", "au")
 
@@ -130,6 +148,40 @@ def lazy_statements(table: str) -> list[str]:
     ]
 
 
+def pg_lazy_statements(table: str) -> list[str]:
+    """Migration 0018 on PostgreSQL: 0014's generated column becomes a plain one, its vectors
+    kept (``DROP EXPRESSION`` rewrites nothing); a partial index lists the messages still to
+    index, and a trigger clears the vector of a message whose text, role or status changes."""
+    changed = " OR ".join(
+        f"OLD.{column} IS DISTINCT FROM NEW.{column}" for column in ("content", "role", "status")
+    )
+    return [
+        f"ALTER TABLE {table} ALTER COLUMN {PG_COLUMN} DROP EXPRESSION",
+        f"CREATE INDEX IF NOT EXISTS {PG_TODO} ON {table} (id) "
+        f"WHERE {PG_COLUMN} IS NULL AND {indexed()}",
+        f"CREATE OR REPLACE FUNCTION {PG_RESET}() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN NEW.{PG_COLUMN} := NULL; RETURN NEW; END $$",
+        f"CREATE TRIGGER {PG_RESET} BEFORE UPDATE OF content, role, status ON {table} "
+        f"FOR EACH ROW WHEN ({changed}) EXECUTE FUNCTION {PG_RESET}()",
+    ]
+
+
+def pg_drop_lazy_statements(table: str) -> list[str]:
+    """Migration 0018 reversed on PostgreSQL: the trigger and the partial index go, and the
+    column is generated again (0014's statements: the table is rewritten)."""
+    vector = f"to_tsvector('{PG_CONFIG}'::regconfig, content)"
+    return [
+        f"DROP TRIGGER IF EXISTS {PG_RESET} ON {table}",
+        f"DROP FUNCTION IF EXISTS {PG_RESET}()",
+        f"DROP INDEX IF EXISTS {PG_TODO}",
+        f"DROP INDEX IF EXISTS {PG_INDEX}",
+        f"ALTER TABLE {table} DROP COLUMN IF EXISTS {PG_COLUMN}",
+        f"ALTER TABLE {table} ADD COLUMN {PG_COLUMN} tsvector GENERATED ALWAYS AS "
+        f"(CASE WHEN {indexed()} THEN {vector} END) STORED",
+        f"CREATE INDEX {PG_INDEX} ON {table} USING gin ({PG_COLUMN})",
+    ]
+
+
 def drop_lazy_statements(table: str) -> list[str]:
     """Migration 0018 reversed on SQLite: 0014's eager triggers, and the index filled."""
     return [
@@ -141,12 +193,19 @@ def drop_lazy_statements(table: str) -> list[str]:
 
 
 def catch_up(using: str) -> int:
-    """Index the messages written since the last search of the SQLite database ``using``,
-    and move the mark past them; the number of rows indexed (``0`` when none was new: one
-    read, no write). Sync; a no-op without the mark table (before migration 0018)."""
+    """Index the messages written since the last search of the database ``using`` (SQLite or
+    PostgreSQL); the number of rows indexed. Sync; a no-op before migration 0018.
+
+    SQLite: when a row is above the mark (else one read, no write), one ``INSERT … SELECT``
+    and the mark moved, in one transaction. PostgreSQL: one ``UPDATE`` of the rows the partial
+    index lists; a row another transaction holds locked is left to the next search
+    (``SKIP LOCKED``: a search never waits for, or deadlocks with, a write).
+    """
+    connection = connections[using]
+    if connection.vendor == "postgresql":
+        return _pg_catch_up(using)
     from django_pydantic_agent.contrib.store.models import StoredMessage
 
-    connection = connections[using]
     table = connection.ops.quote_name(StoredMessage._meta.db_table)
     if not has_mark(using):
         return 0
@@ -167,6 +226,28 @@ def catch_up(using: str) -> int:
             f"(SELECT COALESCE(MAX(id), 0) FROM {table})) WHERE id = 1"
         )
     return added
+
+
+def _pg_catch_up(using: str) -> int:
+    from django_pydantic_agent.contrib.store.models import StoredMessage
+
+    connection = connections[using]
+    name = StoredMessage._meta.db_table
+    table = connection.ops.quote_name(name)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT attgenerated FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s",
+            [table, PG_COLUMN],
+        )
+        row = cursor.fetchone()
+        if row is None or row[0]:  # no column, or 0014's generated one
+            return 0
+        cursor.execute(
+            f"UPDATE {table} SET {PG_COLUMN} = to_tsvector('{PG_CONFIG}'::regconfig, content) "
+            f"WHERE id IN (SELECT id FROM {table} WHERE {PG_COLUMN} IS NULL AND {indexed()} "
+            "FOR UPDATE SKIP LOCKED)"
+        )
+        return max(int(cursor.rowcount), 0)
 
 
 def has_mark(using: str) -> bool:

@@ -1,21 +1,26 @@
-"""The message text index kept lazily (migration 0018): writes index nothing on SQLite, a
-search catches up first, and what changes after that (an edit, a delete, a purge, a retention
-prune) is what the next search finds. The same searches run on PostgreSQL, whose generated
-column is kept by the database itself."""
+"""The message text index kept lazily (migration 0018): a write indexes nothing, a search
+catches up first, and what changes after that (an edit, a delete, a purge, a retention prune)
+is what the next search finds. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import close_old_connections, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 from django_pydantic_agent.contrib.store.retention import RetentionPolicy, apply_retention, due_ids
 from django_pydantic_agent.contrib.store.search import find_threads
-from django_pydantic_agent.contrib.store.search_index import FTS_TABLE, MARK_TABLE, catch_up
+from django_pydantic_agent.contrib.store.search_index import (
+    FTS_TABLE,
+    MARK_TABLE,
+    PG_COLUMN,
+    catch_up,
+)
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence import Conversation
 from django_pydantic_agent.persistence.listing import ThreadQuery
@@ -40,12 +45,18 @@ def found(owner: str, text: str, **query: Any) -> list[str]:
 
 def _sqlite() -> None:
     if connection.vendor != "sqlite":
-        pytest.skip("SQLite's lazy FTS5 index; PostgreSQL keeps its column as rows are written.")
+        pytest.skip("SQLite's mark: PostgreSQL's pending rows are those without a vector.")
 
 
 def _fts_rows() -> int:
+    """How many messages the index holds."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT COUNT(*) FROM {FTS_TABLE}_docsize")
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"SELECT COUNT(*) FROM {StoredMessage._meta.db_table} WHERE {PG_COLUMN} IS NOT NULL"
+            )
+        else:
+            cursor.execute(f"SELECT COUNT(*) FROM {FTS_TABLE}_docsize")
         return int(cursor.fetchone()[0])
 
 
@@ -56,18 +67,56 @@ def _mark() -> int:
 
 
 def test_a_save_indexes_nothing_and_the_next_search_catches_up_once() -> None:
-    _sqlite()
     before = _fts_rows()
     save("1", "cats", "About cats", "a tabby naps", "the tabby purrs")
     assert _fts_rows() == before  # the write path touched no index
     assert found("1", "tabby") == ["cats"]
     assert _fts_rows() == before + 3
+    assert catch_up("default") == 0  # nothing new
+    assert found("1", "tabby") == ["cats"]
+    assert _fts_rows() == before + 3  # never indexed twice
+
+
+def test_sqlite_catches_up_past_a_mark_and_writes_nothing_when_nothing_is_new() -> None:
+    _sqlite()
+    save("1", "cats", "About cats", "a tabby naps")
+    assert found("1", "tabby") == ["cats"]
     assert _mark() == StoredMessage.objects.order_by("-id").values_list("id", flat=True)[0]
-    assert catch_up("default") == 0  # nothing new: one read, no write
     with CaptureQueriesContext(connection) as queries:
         assert found("1", "tabby") == ["cats"]
-    assert not any(q["sql"].startswith("INSERT") for q in queries.captured_queries)
-    assert _fts_rows() == before + 3  # never indexed twice
+    assert not any(q["sql"].startswith(("INSERT", "UPDATE")) for q in queries.captured_queries)
+
+
+def test_a_search_does_not_wait_for_a_row_a_write_holds(django_db_blocker: Any) -> None:
+    """PostgreSQL: a row another transaction holds locked is left to the next search, which
+    finds it; the search neither waits nor deadlocks."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SKIP LOCKED: SQLite has one writer at a time.")
+    save("1", "held", "Held", "a llama in a lock")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with django_db_blocker.unblock():
+            try:
+                with transaction.atomic():
+                    list(
+                        StoredMessage.objects.select_for_update().filter(content__contains="llama")
+                    )
+                    held.set()
+                    release.wait(10)
+            finally:
+                close_old_connections()
+                connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        assert found("1", "llama") == []  # not indexed yet: skipped, not waited for
+    finally:
+        release.set()
+        holder.join(10)
+    assert found("1", "llama") == ["held"]
 
 
 def test_edits_after_indexing_replace_the_old_text() -> None:
@@ -105,8 +154,7 @@ def test_deleting_a_thread_a_purge_and_a_retention_prune_take_the_texts_along() 
     assert found("1", "zebra") == ["kept"]
     call_command("agent_store_prune_conversations", "--keep-newest", "1", stdout=None)
     assert found("1", "zebra") == ["kept"]
-    if connection.vendor == "sqlite":
-        assert _fts_rows() == StoredMessage.objects.count()  # no text of a gone message left
+    assert _fts_rows() == StoredMessage.objects.count()  # no text of a gone message left
 
 
 def test_a_row_written_under_the_mark_is_indexed_at_once() -> None:
