@@ -1,20 +1,24 @@
-"""SQLite's message text index, kept lazily: writes index nothing, a search catches up first.
+"""The message text index, kept lazily: writes index nothing, a search catches up first.
 
-Migration 0014 kept the FTS5 table ``dpa_store_message_fts`` by triggers on every insert, which
-made a first save of 1,000 messages 10x slower than 0.28.3. Since migration 0018 the index is
-a watermark (``dpa_store_message_fts_mark``: the highest message id the index has seen) and
-three triggers that touch only rows at or under it:
+Migration 0014 indexed every user and assistant message as it was written (an FTS5 trigger on
+SQLite, a stored generated ``tsvector`` column on PostgreSQL), which made a first save of
+1,000 messages 10x slower than 0.28.3. Since migration 0018:
 
-- an insert at or under the mark (an explicit id, or ids reused after a sequence reset) is
-  indexed at once; the usual insert, above it, costs one comparison;
-- a delete at or under the mark removes the row's text, an update of its text, role or status
-  replaces it (an ``active`` message that completes gets indexed that way).
+SQLite keeps a watermark (``dpa_store_message_fts_mark``: the highest message id the index
+has seen) and three triggers that touch only rows at or under it: an insert at or under the
+mark (an explicit id, or ids reused after a sequence reset) is indexed at once, the usual
+insert above it costs one comparison; a delete removes the row's text; an update of its text,
+role or status replaces it (an ``active`` message that completes gets indexed that way).
+``catch_up`` indexes the rows above the mark in one ``INSERT … SELECT`` and moves the mark to
+the highest id, in one transaction: SQLite has one writer at a time, so two searches never
+index a row twice, and a row written meanwhile is either under the new mark or above it. Ids
+never go down (Django's SQLite ``AUTOINCREMENT``).
 
-``catch_up`` (the first thing a search does) indexes the rows above the mark in one
-``INSERT … SELECT`` and moves the mark to the highest id, in one transaction: SQLite has one
-writer at a time, so two searches never index a row twice, and a row written meanwhile is
-either under the new mark (the second search sees it indexed) or above it. Ids never go down
-(Django's SQLite ``AUTOINCREMENT``). The figures are in docs/benchmarks.md ("Search").
+PostgreSQL keeps the ``dpa_search_vector`` column, no longer generated: NULL until a search
+fills it. A partial index lists the indexed rows without a vector (sequence order is not
+commit order, so no watermark); a trigger clears the vector of a row whose text, role or
+status changes. ``catch_up`` fills them in one ``UPDATE``, skipping rows another transaction
+holds locked. The figures are in docs/benchmarks.md ("The lazy index").
 """
 
 from __future__ import annotations
