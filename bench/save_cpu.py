@@ -156,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-predecessor", action="store_true")
+    parser.add_argument(
+        "--predecessor-python",
+        type=Path,
+        help="0.28.3's Python (default .venv-predecessor/bin/python; needs dj-database-url "
+        "for DATABASE_URL)",
+    )
     parser.add_argument("--worker", choices=["ours", "theirs"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -166,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     url = os.environ.get("DATABASE_URL") or None
     pythons = {"ours": Path(sys.executable)}
     if not args.no_predecessor:
-        pythons["theirs"] = PREDECESSOR_VENV / "bin" / "python"
+        pythons["theirs"] = args.predecessor_python or PREDECESSOR_VENV / "bin" / "python"
     results: dict[str, list[dict]] = {which: [] for which in pythons}
     for _ in range(args.rounds):
         for which, python in pythons.items():
