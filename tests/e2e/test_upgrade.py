@@ -48,6 +48,7 @@ STEPS = (
     "0015_spend_and_usage",
     "0016_message_agui_id_index",
     "0017_storedagentrun_resumes",
+    "0018_lazy_search_index",
 )
 
 
@@ -199,6 +200,8 @@ def test_upgrade_from_0_28_3_keeps_every_record(
         "re-uploading migrated bytes did not reuse their blob (hash lost?)"
     )
     assert afterwards["memory_write_existed"] is True
+    assert afterwards["quoting"], "the fill wrote no message to search for"
+    assert afterwards["searched"] == afterwards["quoting"], "a migrated text is not found"
 
 
 def test_rolling_back_to_0005_gives_the_predecessor_its_data_again(

@@ -296,6 +296,22 @@ async def read(written: dict[str, Any]) -> dict[str, Any]:
             )
         )
 
+    # The migrated texts are searchable (migration 0014 indexed them, 0018 kept them).
+    from django_pydantic_agent.persistence.listing import ThreadQuery
+
+    page = await conversations.find_threads(ThreadQuery(text="quotes"), request=request)
+    searched = sorted(hit.meta.thread_id for hit in page.hits)
+    quoting = sorted(
+        thread
+        for thread, items in owner["conversations"].items()
+        if any(
+            item.get("role") in ("user", "assistant")
+            and isinstance(item.get("content"), str)
+            and "quotes" in item["content"]
+            for item in items
+        )
+    )
+
     out["content_types"] = await sync_to_async(content_types)()
     out["afterwards"] = {
         "kept_row_pks": before == after[: len(before)],
@@ -306,6 +322,8 @@ async def read(written: dict[str, Any]) -> dict[str, Any]:
         "saved_wire": await sync_to_async(saved_wire)(),
         "reupload_blob": await sync_to_async(blob_of)(ref.id),
         "memory_write_existed": mutation.existed,
+        "searched": searched,
+        "quoting": quoting,
     }
     return out
 

@@ -5,10 +5,11 @@ With words, threads whose title contains every word come first (newest first), t
 with a message whose text has every word (as a word prefix), by the best such message's rank:
 ``ts_rank`` over the expression GIN index ``dpa_store_msg_fts`` on PostgreSQL, ``bm25`` over
 the FTS5 table ``dpa_store_message_fts`` on SQLite (both made by migration 0014; SQLite's is
-kept by triggers). Only user and assistant texts are indexed, and only once their message is
-no longer ``active``, so a streaming run's appends cost the index nothing. Every query joins
-the owner's threads: another owner's text never matches, ranks or reaches a snippet. Other
-databases search titles only. The figures are in docs/benchmarks.md ("Search").
+kept lazily since 0018: a search first indexes what was written since the last one,
+``contrib.store.search_index``). Only user and assistant texts are indexed, and only once
+their message is no longer ``active``, so a streaming run's appends cost the index nothing.
+Every query joins the owner's threads: another owner's text never matches, ranks or reaches
+a snippet. Other databases search titles only. The figures are in docs/benchmarks.md ("Search").
 """
 
 from __future__ import annotations
@@ -20,6 +21,22 @@ from typing import Any
 from django.db import connections, router
 from django.db.models import Q, QuerySet
 
+from django_pydantic_agent.contrib.store.search_index import (
+    FTS_TABLE,
+    INDEXED_ROLES,
+    PG_COLUMN,
+    PG_CONFIG,
+    PG_INDEX,
+    TRIGGERS,
+    catch_up,
+    drop_triggers,
+    eager_fill,
+    eager_triggers,
+    has_mark,
+    indexed,
+    lazy_fill,
+    sqlite_triggers,
+)
 from django_pydantic_agent.persistence.base import ConversationMeta
 from django_pydantic_agent.persistence.listing import (
     CursorError,
@@ -48,49 +65,6 @@ SEARCH_DEPTH = 1000
 #: PostgreSQL ranks the owner's newest this many matching messages (all of them for a word
 #: that is not in more): a word in most messages costs the same as a rarer one.
 RANK_WINDOW = 500
-#: The roles whose message text is indexed.
-INDEXED_ROLES = ("user", "assistant")
-#: SQLite's FTS5 table of message texts (rowid = the ``StoredMessage`` id).
-FTS_TABLE = "dpa_store_message_fts"
-#: PostgreSQL's text search configuration (no stemming: words of any language match as typed).
-PG_CONFIG = "simple"
-#: PostgreSQL's column of each indexed message's ``tsvector`` (generated and stored by the
-#: database, unknown to the model: ``ts_rank`` reads it instead of parsing the text again).
-PG_COLUMN = "dpa_search_vector"
-#: PostgreSQL's GIN index of that column.
-PG_INDEX = "dpa_store_msg_fts"
-
-_ROLES = "(" + ", ".join(f"'{role}'" for role in INDEXED_ROLES) + ")"
-_TRIGGERS = ("ai", "ad", "au")
-
-
-def _indexed(row: str = "") -> str:
-    """The SQL condition of an indexed message row (``row``: ``new.`` / ``old.`` or none)."""
-    return f"{row}role IN {_ROLES} AND {row}status <> 'active'"
-
-
-def _sqlite_triggers(table: str) -> list[str]:
-    fts = FTS_TABLE
-    new, old = _indexed("new."), _indexed("old.")
-    return [
-        f"CREATE TRIGGER IF NOT EXISTS {fts}_ai AFTER INSERT ON {table} WHEN {new} BEGIN "
-        f"INSERT INTO {fts}(rowid, content) VALUES (new.id, new.content); END",
-        f"CREATE TRIGGER IF NOT EXISTS {fts}_ad AFTER DELETE ON {table} WHEN {old} BEGIN "
-        f"INSERT INTO {fts}({fts}, rowid, content) VALUES ('delete', old.id, old.content); END",
-        f"CREATE TRIGGER IF NOT EXISTS {fts}_au AFTER UPDATE OF content, role, status "
-        f"ON {table} WHEN ({old}) OR ({new}) BEGIN "
-        f"INSERT INTO {fts}({fts}, rowid, content) SELECT 'delete', old.id, old.content "
-        f"WHERE {old}; "
-        f"INSERT INTO {fts}(rowid, content) SELECT new.id, new.content WHERE {new}; END",
-    ]
-
-
-def _sqlite_fill(table: str) -> list[str]:
-    return [
-        f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('delete-all')",
-        f"INSERT INTO {FTS_TABLE}(rowid, content) SELECT id, content FROM {table} "
-        f"WHERE {_indexed()}",
-    ]
 
 
 def index_statements(vendor: str, table: str) -> list[str]:
@@ -100,15 +74,15 @@ def index_statements(vendor: str, table: str) -> list[str]:
         vector = f"to_tsvector('{PG_CONFIG}'::regconfig, content)"
         return [
             f"ALTER TABLE {table} ADD COLUMN {PG_COLUMN} tsvector GENERATED ALWAYS AS "
-            f"(CASE WHEN {_indexed()} THEN {vector} END) STORED",
+            f"(CASE WHEN {indexed()} THEN {vector} END) STORED",
             f"CREATE INDEX {PG_INDEX} ON {table} USING gin ({PG_COLUMN})",
         ]
     if vendor == "sqlite":
         return [
             f"CREATE VIRTUAL TABLE IF NOT EXISTS {FTS_TABLE} USING fts5(content, content='', "
             "tokenize='unicode61 remove_diacritics 2')",
-            *_sqlite_triggers(table),
-            *_sqlite_fill(table),
+            *eager_triggers(table),
+            *eager_fill(table),
         ]
     return []
 
@@ -121,14 +95,16 @@ def drop_index_statements(vendor: str, table: str) -> list[str]:
             f"ALTER TABLE {table} DROP COLUMN IF EXISTS {PG_COLUMN}",
         ]
     if vendor == "sqlite":
-        drops = [f"DROP TRIGGER IF EXISTS {FTS_TABLE}_{suffix}" for suffix in _TRIGGERS]
+        drops = [f"DROP TRIGGER IF EXISTS {FTS_TABLE}_{suffix}" for suffix in TRIGGERS]
         return [*drops, f"DROP TABLE IF EXISTS {FTS_TABLE}"]
     return []
 
 
 def repair_sqlite_index(using: str) -> bool:
     """Recreate SQLite's triggers when a later migration rebuilt the message table (SQLite
-    drops a table's triggers with it), and refill the index; ``True`` when it had to.
+    drops a table's triggers with it), and refill the index; ``True`` when it had to. With
+    migration 0018's lazy index the refill empties the index and its mark: the next search
+    indexes every row (``contrib.store.search_index``).
 
     Connected to ``post_migrate``; a no-op elsewhere and before migration 0014.
     """
@@ -137,7 +113,7 @@ def repair_sqlite_index(using: str) -> bool:
     connection = connections[using]
     if connection.vendor != "sqlite":
         return False
-    names = [f"{FTS_TABLE}_{suffix}" for suffix in _TRIGGERS]
+    names = [f"{FTS_TABLE}_{suffix}" for suffix in TRIGGERS]
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT name FROM sqlite_master WHERE (type = 'trigger' AND name IN (%s, %s, %s)) "
@@ -148,7 +124,11 @@ def repair_sqlite_index(using: str) -> bool:
         if FTS_TABLE not in found or found >= set(names):
             return False
         table = connection.ops.quote_name(StoredMessage._meta.db_table)
-        for statement in (*_sqlite_triggers(table), *_sqlite_fill(table)):
+        if has_mark(using):
+            statements = [*drop_triggers(), *lazy_fill(table), *sqlite_triggers(table)]
+        else:
+            statements = [*drop_triggers(), *eager_triggers(table), *eager_fill(table)]
+        for statement in statements:
             cursor.execute(statement)
     return True
 
@@ -303,6 +283,7 @@ def _message_matches(
     table = quote(StoredMessage._meta.db_table)
     threads_table = quote(StoredConversation._meta.db_table)
     inner_sql, inner_params = threads.values("id").query.sql_with_params()
+    catch_up(using)
     if vendor == "postgresql":
         tsquery = " & ".join(f"'{term}':*" for term in terms)
         to_query = f"to_tsquery('{PG_CONFIG}'::regconfig, %s)"

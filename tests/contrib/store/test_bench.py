@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -300,6 +301,8 @@ def test_the_search_bench_times_every_query_on_its_own_database(tmp_path: Path) 
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith("2 owners x 400 messages (10 per thread)")
+    # The lazy index: the first search indexed every message of the fill (all are texts).
+    assert "The first search indexed the 800 user and assistant messages" in lines[0]
     rows = [line for line in lines if line.startswith("| sqlite |")]
     assert len(rows) == 7
     # Every search found threads of the owner, and the list pages are full.
@@ -328,3 +331,28 @@ def test_the_spend_bench_prints_its_row(tmp_path: Path) -> None:
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[:2] == ["sqlite", "4"]
     assert all(float(cell) > -1000 for cell in cells[2:])
+
+
+def test_the_save_cpu_bench_prints_cpu_and_wall_of_both_operations(tmp_path: Path) -> None:
+    """``python -m bench.save_cpu`` (docs/benchmarks.md, "The lazy index"), at a toy size."""
+    env = {**os.environ, "BENCH_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env.pop("DATABASE_URL", None)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    argv = ["--messages", "20", "--samples", "2", "--rounds", "1", "--no-predecessor"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.save_cpu", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.splitlines()[0])
+    assert figures["which"] == "ours"
+    assert figures["vendor"] == "sqlite"
+    assert figures["first_cpu_ms"] > 0
+    assert figures["grow_cpu_ms"] > figures["first_cpu_ms"]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| first save")]
+    assert [row.split(" | ")[1] for row in rows] == ["cpu ms", "wall ms"]

@@ -32,7 +32,7 @@ from django_pydantic_agent.contrib.store.migrations._predecessor import (
 from django_pydantic_agent.contrib.store.rows import saved_wire
 
 APP = "django_pydantic_agent_store"
-LATEST = "0017_storedagentrun_resumes"
+LATEST = "0018_lazy_search_index"
 PREDECESSOR_LEAF = (APP, "0005_storedmemory_storedmemoryoperation")
 DEV_MIGRATIONS = {APP: "tests.contrib.store.dev_schema.migrations"}
 SCRATCH = "upgrade_scratch"
@@ -105,6 +105,7 @@ def test_the_chain_starts_with_the_predecessors_history() -> None:
         "0015_spend_and_usage",
         "0016_message_agui_id_index",
         "0017_storedagentrun_resumes",
+        "0018_lazy_search_index",
     ]
 
 
@@ -465,3 +466,84 @@ def test_every_row_becomes_a_record_row_in_batches_and_back(scratch: BaseDatabas
 
     _migrate(scratch)  # and forwards again, to the same records (positions renumbered)
     assert [row[:1] + row[2:] for row in _shape(scratch)] == [row[:1] + row[2:] for row in shape]
+
+
+def _matches(connection: BaseDatabaseWrapper, word: str) -> list[int]:
+    from django_pydantic_agent.contrib.store.search_index import FTS_TABLE
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s ORDER BY rowid", [word]
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_0018_keeps_every_indexed_message_searchable_and_back(
+    scratch: BaseDatabaseWrapper,
+) -> None:
+    """0014's eager index, upgraded to the lazy one: what was indexed stays found (even when
+    a table rebuild had dropped 0014's triggers), edits reach it, and reversing brings the
+    eager triggers back with the index whole."""
+    from django_pydantic_agent.contrib.store.search_index import MARK_TABLE, catch_up
+
+    _migrate(scratch, (APP, "0017_storedagentrun_resumes"))
+    apps = _apps_at(scratch, (APP, "0017_storedagentrun_resumes"))
+    conversation = apps.get_model(APP, "StoredConversation").objects.using(SCRATCH)
+    message = apps.get_model(APP, "StoredMessage").objects.using(SCRATCH)
+    thread = conversation.create(owner_id="1", thread_id="t", chat_uuid=uuid.uuid4())
+    kept, edited = (
+        message.create(
+            conversation=thread,
+            position=p,
+            message_uuid=uuid.uuid4(),
+            role="user",
+            content=text,
+            status="complete",
+        )
+        for p, text in ((0, "an old narwhal"), (1, "an old walrus"))
+    )
+    with scratch.cursor() as cursor:  # as a rebuild of the message table would
+        cursor.execute("DROP TRIGGER dpa_store_message_fts_ai")
+    late = message.create(
+        conversation=thread,
+        position=2,
+        message_uuid=uuid.uuid4(),
+        role="assistant",
+        content="a late narwhal",
+        status="complete",
+    )
+    assert _matches(scratch, "narwhal") == [kept.pk]  # 0014 missed it without its trigger
+
+    _migrate(scratch)
+    assert _matches(scratch, "narwhal") == [kept.pk, late.pk]
+    with scratch.cursor() as cursor:
+        cursor.execute(f"SELECT indexed_through FROM {MARK_TABLE}")
+        assert cursor.fetchone()[0] == late.pk
+    message.filter(pk=edited.pk).update(content="a new walrus")  # under the mark: re-indexed
+    assert _matches(scratch, "old") == [kept.pk]
+    message.filter(pk=late.pk).delete()
+    assert _matches(scratch, "narwhal") == [kept.pk]
+    new = message.create(
+        conversation=thread,
+        position=3,
+        message_uuid=uuid.uuid4(),
+        role="user",
+        content="a fresh narwhal",
+        status="complete",
+    )
+    assert _matches(scratch, "fresh") == []  # lazily: only once a search catches up
+    assert catch_up(SCRATCH) == 1
+    assert _matches(scratch, "narwhal") == [kept.pk, new.pk]
+
+    _migrate(scratch, (APP, "0017_storedagentrun_resumes"))
+    assert _matches(scratch, "narwhal") == [kept.pk, new.pk]
+    assert _matches(scratch, "walrus") == [edited.pk]
+    eager = message.create(
+        conversation=thread,
+        position=4,
+        message_uuid=uuid.uuid4(),
+        role="user",
+        content="an eager narwhal",
+        status="complete",
+    )
+    assert _matches(scratch, "eager") == [eager.pk]  # 0014's insert trigger again
