@@ -32,7 +32,7 @@ from django_pydantic_agent.contrib.store.migrations._predecessor import (
 from django_pydantic_agent.contrib.store.rows import saved_wire
 
 APP = "django_pydantic_agent_store"
-LATEST = "0017_storedagentrun_resumes"
+LATEST = "0019_storedsummary"
 PREDECESSOR_LEAF = (APP, "0005_storedmemory_storedmemoryoperation")
 DEV_MIGRATIONS = {APP: "tests.contrib.store.dev_schema.migrations"}
 SCRATCH = "upgrade_scratch"
@@ -105,6 +105,7 @@ def test_the_chain_starts_with_the_predecessors_history() -> None:
         "0015_spend_and_usage",
         "0016_message_agui_id_index",
         "0017_storedagentrun_resumes",
+        "0019_storedsummary",
     ]
 
 
