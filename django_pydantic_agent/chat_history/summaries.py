@@ -108,12 +108,10 @@ class WrittenSummary:
     mid_turn: bool
 
 
-def _is_summary_part(part: Any) -> bool:
-    from pydantic_ai.messages import CompactionPart
-
+def _is_summary_part(part: Any, compaction_part: type[Any]) -> bool:
     metadata = getattr(part, "metadata", None)
     return (
-        isinstance(part, CompactionPart)
+        isinstance(part, compaction_part)
         and isinstance(metadata, dict)
         and metadata.get(SUMMARY_METADATA_KEY) is True
         and part.provider_name is None
@@ -145,13 +143,15 @@ def written_summary(
 ) -> WrittenSummary | None:
     """The summary a run wrote, found in its messages (``result.all_messages()``), or ``None``
     when it wrote none (``replayed``, the summary the run started from, is not a new one)."""
-    from pydantic_ai.messages import ModelRequest, ModelResponse, UserPromptPart
+    from pydantic_ai.messages import CompactionPart, ModelRequest, ModelResponse, UserPromptPart
 
     found: tuple[int, Any] | None = None
     for index in range(len(messages) - 1, -1, -1):
         message = messages[index]
-        parts = [p for p in getattr(message, "parts", ()) if _is_summary_part(p)]
-        if isinstance(message, ModelRequest) and parts:
+        if not isinstance(message, ModelRequest):
+            continue
+        parts = [p for p in message.parts if _is_summary_part(p, CompactionPart)]
+        if parts:
             found = (index, parts[-1])
             break
     if found is None:
