@@ -795,17 +795,18 @@ class OrmMessageRepository(NestedRecordWrites):
 
         # The active branch only (the (conversation, position) index of the active rows).
         rows = StoredMessage.objects.filter(conversation_id=state.pk, active=True)
-        if agui_id is not None:
-            rows = rows.filter(message_id=agui_id[:MAX_KEY]).order_by("position")
-        else:
-            rows = rows.order_by("-position")
         if agui_id is None:
-            found = list(rows[:limit])
+            found = list(rows.order_by("-position")[:limit])
             found.reverse()
         else:  # the column keeps MAX_KEY characters of an id: the record has it whole
-            same = rows[:16]  # rows whose id shares its first MAX_KEY characters: few
-            found = [r for r in same if (r.record or {}).get("agui_id", r.message_id) == agui_id]
-            found = found[:1]
+            # Unordered in SQL, so the (conversation, message_id) index answers it: with ORDER
+            # BY position, SQLite walked the thread's position index instead (every row of a
+            # 10,000-message thread, twice a run). The rows sharing the prefix are few.
+            same = rows.filter(message_id=agui_id[:MAX_KEY]).order_by()[:16]
+            found = sorted(
+                (r for r in same if (r.record or {}).get("agui_id", r.message_id) == agui_id),
+                key=lambda r: r.position,
+            )[:1]
         records = [rows_.record_of(self.message_class, row, chat_uuid) for row in found]
         for record in records:
             self._keep(record)
