@@ -48,6 +48,7 @@ STEPS = (
     "0015_spend_and_usage",
     "0016_message_agui_id_index",
     "0017_storedagentrun_resumes",
+    "0019_storedsummary",
 )
 
 
