@@ -40,6 +40,12 @@ from django_pydantic_agent.agui.spend import budget_refusal
 from django_pydantic_agent.agui.sse import aclose
 from django_pydantic_agent.chat_history import AGUIAgent
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
+from django_pydantic_agent.chat_history.summaries import (
+    StoredSummary,
+    WrittenSummary,
+    summary_request,
+    written_summary,
+)
 from django_pydantic_agent.persistence.conversation import RunScope, enter_run_scope
 
 if TYPE_CHECKING:
@@ -250,6 +256,10 @@ class PydanticAIAgent(AGUIAgent):
         self._schemes = allowed_file_url_schemes
         self._expose = expose_error_messages
         self._forward_reasoning = forward_reasoning
+        self.replayed_summary: StoredSummary | None = None
+        """The stored compaction summary the run's model is sent ahead of its history."""
+        self.written_summary: WrittenSummary | None = None
+        """The summary a compaction capability wrote during the run, once it completed."""
 
     @property
     def deps(self) -> Any:
@@ -265,8 +275,10 @@ class PydanticAIAgent(AGUIAgent):
 
         async def complete(result: AgentRunResult[Any]) -> None:
             usage.extend(token_usage(result))
+            self.written_summary = written_summary(result.all_messages(), self.replayed_summary)
 
         started = ended = False
+        summary = self.replayed_summary
         try:
             if adapter is None:
                 adapter = build_adapter(
@@ -280,6 +292,7 @@ class PydanticAIAgent(AGUIAgent):
                 deps=self._deps,
                 instructions=self._instructions,
                 on_complete=complete,
+                message_history=None if summary is None else [summary_request(summary)],
                 conversation_id=None if self._scope is None else self._scope.conversation_id,
                 **self.run_options,
             )

@@ -521,9 +521,10 @@ class DurableRunEndpoint(_RunEndpoint):
         return await owner_repositories(request, self._store)
 
     async def model_view(self, request: HttpRequest, thread_id: str) -> dict[str, Any] | None:
-        """Where the model's view of the caller's thread begins (``{"startsAt", "messages"}``,
-        ``startsAt`` ``None`` when the window holds the whole thread), or ``None`` for a
-        thread the caller does not have."""
+        """Where the model's view of the caller's thread begins (``{"startsAt", "messages",
+        "summary"}``: ``startsAt`` ``None`` when the window holds the whole thread, ``summary``
+        the stored compaction summary sent ahead of it, standing for the messages up to its
+        ``through``), or ``None`` for a thread the caller does not have."""
         try:
             chat_repo, message_repo, user_uuid = await owner_repositories(request, self._store)
         except StoreError:
@@ -532,9 +533,14 @@ class DurableRunEndpoint(_RunEndpoint):
         if chat is None:
             return None
         loaded = await read_window(message_repo, chat.chat_uuid, self._options.history)
-        whole = loaded.whole and len(loaded.window) == len(loaded.read)
+        summary = loaded.summary
+        whole = loaded.whole and len(loaded.window) == len(loaded.read) and summary is None
         starts = None if whole or not loaded.window else loaded.window[0].agui_id
-        return {"startsAt": starts, "messages": len(loaded.window)}
+        return {
+            "startsAt": starts,
+            "messages": len(loaded.window),
+            "summary": None if summary is None else summary.as_json(),
+        }
 
     async def active_run(self, request: HttpRequest, thread_id: str) -> dict[str, Any] | None:
         """``{"runId", "lastSeq"}`` of the caller's running run on ``thread_id``, or ``None``."""

@@ -193,7 +193,8 @@ class ThreadEndpoints:
         or ``null``; ``branches`` maps each message that has siblings to ``{"siblings": [ids],
         "index": i}`` (``agui.branches``); ``modelView`` (durable runs only) is what the next
         run's model is sent: ``{"startsAt": <id of its first message, null when it is the
-        whole thread>, "messages": <how many stored messages>}``.
+        whole thread>, "messages": <how many stored messages>, "summary": <the stored
+        compaction summary sent ahead of them, or null>}``.
         """
         if await self._owns_nothing(request):
             return error_response(404, NOT_FOUND)

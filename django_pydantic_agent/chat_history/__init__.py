@@ -55,6 +55,11 @@ from django_pydantic_agent.chat_history.storage_agent import (
     AGUIStorageAgent,
     StorageState,
 )
+from django_pydantic_agent.chat_history.summaries import (
+    ReplaysSummaries,
+    StoredSummary,
+    SummaryStore,
+)
 from django_pydantic_agent.chat_history.translate import translate_messages
 from django_pydantic_agent.chat_history.window import HistoryWindow, RecentMessageReads
 
@@ -118,6 +123,7 @@ __all__ = [
     "PersistenceBacklogError",
     "Reasoning",
     "RecentMessageReads",
+    "ReplaysSummaries",
     "RetryPolicy",
     "Role",
     "RunHandle",
@@ -127,7 +133,9 @@ __all__ = [
     "StaleDeltaError",
     "StartsBranches",
     "StorageState",
+    "StoredSummary",
     "StreamPersistenceManager",
+    "SummaryStore",
     "ToolCall",
     "chat_deduplication_key",
     "decode_placeholder",

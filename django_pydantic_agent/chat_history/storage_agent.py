@@ -104,6 +104,13 @@ from django_pydantic_agent.chat_history.repositories import (
     MessageRepositoryLike,
     StartsBranches,
 )
+from django_pydantic_agent.chat_history.summaries import (
+    ReplaysSummaries,
+    StoredSummary,
+    SummaryStore,
+    WrittenSummary,
+    summary_through,
+)
 from django_pydantic_agent.chat_history.tracking import StorageState
 from django_pydantic_agent.chat_history.translate import BOOKKEEPING_KEY, translate_messages
 from django_pydantic_agent.chat_history.window import (
@@ -446,7 +453,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         stream, before its terminal event.
         """
         try:
-            chat, history, writes, gone = await self._prepare(input)
+            chat, history, writes, gone, summary = await self._prepare(input)
         except InvalidInputError as exc:
             yield RunStartedEvent(
                 thread_id=input.thread_id, run_id=input.run_id, timestamp=_now_ms()
@@ -456,6 +463,10 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             )
             return
         replay = self.translate(history)
+        inner = self.inner
+        summarizes = isinstance(inner, ReplaysSummaries)
+        if isinstance(inner, ReplaysSummaries):
+            inner.replayed_summary = summary
         if writes is not None:
             replay = [_unsaved(message) for message in replay]
         inner_input = input.model_copy(update={"messages": replay})
@@ -486,6 +497,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                         state.terminal_seen = True
                         if writes is not None:
                             await _written(writes)  # no terminal event before it is stored
+                        elif summarizes and isinstance(event, RunFinishedEvent):
+                            await self._store_summary(chat, history, summary, input.run_id)
                     if writes is not None and writes.done():
                         await _written(writes)  # a failed write ends the run (raised here)
                         writes = None
@@ -532,9 +545,16 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
 
     async def _prepare(
         self, input: RunAgentInput
-    ) -> tuple[Chat, list[Message], asyncio.Task[tuple[Chat, list[Message]]] | None, bool]:
-        """Validate the inbound list; return the chat, the history, the pending writes and
-        whether the thread was deleted meanwhile.
+    ) -> tuple[
+        Chat,
+        list[Message],
+        asyncio.Task[tuple[Chat, list[Message]]] | None,
+        bool,
+        StoredSummary | None,
+    ]:
+        """Validate the inbound list; return the chat, the history, the pending writes,
+        whether the thread was deleted meanwhile and the stored summary sent ahead of the
+        history.
 
         On a thread the store already has, what the inbound list adds is written before this
         returns (if the thread is deleted before that write, the run goes on unstored, with the
@@ -545,8 +565,9 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         """
         chat = await self.chat_repo.get_chat_by_thread_id(self.user_id, input.thread_id)
         if chat is None:
-            return (*self._prepare_new(input), False)
+            return (*self._prepare_new(input), False, None)
         loaded = await self.load_history(chat)
+        summary = loaded.summary
         branches = isinstance(self.message_repo, StartsBranches)
         checked = await checked_history(self.message_repo, chat.chat_uuid, input, loaded)
         plan = plan_inbound(input, checked, branches=branches)
@@ -555,6 +576,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             # An edit or a regenerate (rare) is cut against the whole active branch: the cut
             # may lie before the window, and the records it keeps are counted from the start.
             history = checked
+            summary = None  # the cut may fall inside what it stands for: the window alone
             if not loaded.whole:
                 history = list(await self.message_repo.get_chat_messages(chat.chat_uuid))
                 plan = plan_inbound(input, history, branches=branches)
@@ -565,8 +587,32 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                 Message(**self.build_user_message_create(chat, m, input.run_id).model_dump())
                 for m in plan.users
             ]
-            return chat, self._window(history[: plan.kept] + unsaved, plan), None, True
-        return chat, self._window(history, plan), None, False
+            return chat, self._window(history[: plan.kept] + unsaved, plan), None, True, None
+        return chat, self._window(history, plan), None, False, summary
+
+    async def _store_summary(
+        self, chat: Chat, history: list[Message], replayed: StoredSummary | None, run_id: str
+    ) -> None:
+        """Store the summary a compaction capability wrote during the run (if it wrote one and
+        the repository keeps summaries), standing for the replayed messages it replaced. A
+        failure is logged: the run and its messages are not affected."""
+        written = getattr(self.inner, "written_summary", None)
+        repo = self.message_repo
+        if not isinstance(written, WrittenSummary) or not isinstance(repo, SummaryStore):
+            return
+        through = summary_through(history, written, replayed)
+        if through is None:
+            return
+        try:
+            await repo.add_summary(
+                chat.chat_uuid,
+                text=written.text,
+                through_uuid=through,
+                created_at=written.created_at,
+                run_id=run_id,
+            )
+        except Exception:
+            logger.warning("Could not store the summary of run %r.", run_id, exc_info=True)
 
     def _window(self, history: list[Message], plan: InboundPlan) -> list[Message]:
         """What the model is sent of ``history``: already the window, but after a branch cut

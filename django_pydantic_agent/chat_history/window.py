@@ -22,6 +22,7 @@ from uuid import UUID
 from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
 
 from django_pydantic_agent.chat_history.records import Message, Role
+from django_pydantic_agent.chat_history.summaries import StoredSummary, SummaryStore
 from django_pydantic_agent.chat_history.translate import replayed_ids, tool_call_agui_id
 
 __all__ = [
@@ -200,6 +201,9 @@ class ReadHistory:
     """The newest of ``read`` that fit the window: what the model is sent."""
     whole: bool
     """Whether ``read`` is the whole thread."""
+    summary: StoredSummary | None = None
+    """The stored compaction summary the model is sent ahead of ``window`` (which then holds
+    only messages after the last one it stands for), or ``None``."""
 
 
 async def read_window(repo: Any, chat_uuid: UUID, window: HistoryWindow) -> ReadHistory:
@@ -214,7 +218,32 @@ async def read_window(repo: Any, chat_uuid: UUID, window: HistoryWindow) -> Read
     else:
         stored = list(await repo.get_chat_messages(chat_uuid))
         whole = True
-    return ReadHistory(read=stored, window=window.select(stored), whole=whole)
+    summary = await _summary(repo, chat_uuid, stored, whole)
+    if summary is None:
+        return ReadHistory(read=stored, window=window.select(stored), whole=whole)
+    after = stored
+    for index, message in enumerate(stored):
+        if message.message_uuid == summary.through_uuid:
+            after = stored[index + 1 :]
+            break
+    return ReadHistory(read=stored, window=window.select(after), whole=whole, summary=summary)
+
+
+async def _summary(
+    repo: Any, chat_uuid: UUID, stored: Sequence[Message], whole: bool
+) -> StoredSummary | None:
+    """The chat's newest stored summary, when it stands for messages of the active branch
+    (an edit before its end started another branch: it then stands for none of them)."""
+    lookups: Any = repo
+    if not isinstance(repo, SummaryStore):
+        return None
+    summary = await repo.get_latest_summary(chat_uuid)
+    if summary is None or any(m.message_uuid == summary.through_uuid for m in stored):
+        return summary
+    if whole:
+        return None
+    twin = await lookups.get_message_by_agui_id(chat_uuid, summary.through_id)
+    return summary if twin is not None and twin.message_uuid == summary.through_uuid else None
 
 
 async def checked_history(

@@ -49,6 +49,7 @@ STEPS = (
     "0016_message_agui_id_index",
     "0017_storedagentrun_resumes",
     "0018_lazy_search_index",
+    "0019_storedsummary",
 )
 
 

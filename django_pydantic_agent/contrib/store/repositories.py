@@ -58,6 +58,7 @@ from django_pydantic_agent.chat_history.records import (
     update_fields,
 )
 from django_pydantic_agent.chat_history.repositories import NestedRecordWrites, TaskScope
+from django_pydantic_agent.chat_history.summaries import StoredSummary
 from django_pydantic_agent.contrib.store import rows as rows_
 from django_pydantic_agent.contrib.store.deletion import delete_conversations
 from django_pydantic_agent.contrib.store.links import (
@@ -794,17 +795,18 @@ class OrmMessageRepository(NestedRecordWrites):
 
         # The active branch only (the (conversation, position) index of the active rows).
         rows = StoredMessage.objects.filter(conversation_id=state.pk, active=True)
-        if agui_id is not None:
-            rows = rows.filter(message_id=agui_id[:MAX_KEY]).order_by("position")
-        else:
-            rows = rows.order_by("-position")
         if agui_id is None:
-            found = list(rows[:limit])
+            found = list(rows.order_by("-position")[:limit])
             found.reverse()
         else:  # the column keeps MAX_KEY characters of an id: the record has it whole
-            same = rows[:16]  # rows whose id shares its first MAX_KEY characters: few
-            found = [r for r in same if (r.record or {}).get("agui_id", r.message_id) == agui_id]
-            found = found[:1]
+            # Unordered in SQL, so the (conversation, message_id) index answers it: with ORDER
+            # BY position, SQLite walked the thread's position index instead (every row of a
+            # 10,000-message thread, twice a run). The rows sharing the prefix are few.
+            same = rows.filter(message_id=agui_id[:MAX_KEY]).order_by()[:16]
+            found = sorted(
+                (r for r in same if (r.record or {}).get("agui_id", r.message_id) == agui_id),
+                key=lambda r: r.position,
+            )[:1]
         records = [rows_.record_of(self.message_class, row, chat_uuid) for row in found]
         for record in records:
             self._keep(record)
@@ -836,6 +838,75 @@ class OrmMessageRepository(NestedRecordWrites):
     async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[Message]:
         """Return every message of the chat in sequence order (``[]`` for an unknown chat)."""
         return await unit_of_work(self._thread_sync)(chat_uuid)
+
+    # SummaryStore -------------------------------------------------------------------------
+
+    def _latest_summary_sync(self, chat_uuid: UUID) -> StoredSummary | None:
+        state = self.chats._state_sync(chat_uuid)
+        if state is None:
+            return None
+        from django_pydantic_agent.contrib.store.models import StoredSummary as Row
+
+        row = (
+            Row.objects.filter(conversation_id=state.pk)
+            .select_related("through")
+            .order_by("-id")
+            .first()
+        )
+        if row is None:
+            return None
+        through = row.through
+        return StoredSummary(
+            summary_id=row.summary_uuid,
+            text=row.text,
+            through_uuid=through.message_uuid,
+            through_id=rows_.record_of(self.message_class, through, chat_uuid).agui_id or "",
+            created_at=row.created_at,
+            run_id=row.run_id,
+        )
+
+    async def get_latest_summary(self, chat_uuid: UUID) -> StoredSummary | None:
+        """The chat's newest compaction summary, or ``None`` (one indexed query)."""
+        return await unit_of_work(self._latest_summary_sync)(chat_uuid)
+
+    def _add_summary_sync(
+        self, chat_uuid: UUID, text: str, through_uuid: UUID, created_at: datetime, run_id: str
+    ) -> StoredSummary | None:
+        state = self.chats._state_sync(chat_uuid)
+        if state is None:
+            return None
+        from django_pydantic_agent.contrib.store.models import StoredMessage
+        from django_pydantic_agent.contrib.store.models import StoredSummary as Row
+
+        through = StoredMessage.objects.filter(
+            conversation_id=state.pk, message_uuid=through_uuid
+        ).first()
+        if through is None:
+            return None
+        row = Row.objects.create(
+            conversation_id=state.pk,
+            through=through,
+            text=text,
+            run_id=run_id[:255],
+            created_at=created_at,
+        )
+        return StoredSummary(
+            summary_id=row.summary_uuid,
+            text=text,
+            through_uuid=through_uuid,
+            through_id=rows_.record_of(self.message_class, through, chat_uuid).agui_id or "",
+            created_at=created_at,
+            run_id=row.run_id,
+        )
+
+    async def add_summary(
+        self, chat_uuid: UUID, *, text: str, through_uuid: UUID, created_at: datetime, run_id: str
+    ) -> StoredSummary | None:
+        """Store a summary standing for the chat's messages up to ``through_uuid``: one row
+        (``StoredSummary``); ``None`` when the chat or that message is not this owner's."""
+        return await unit_of_work(self._add_summary_sync)(
+            chat_uuid, text, through_uuid, created_at, run_id
+        )
 
     def _last_sync(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         result: dict[UUID, Message] = {}

@@ -115,7 +115,7 @@ async def test_the_thread_json_says_where_the_models_view_begins(alice: Any) -> 
     async with await logged_in(alice) as http:
         await _say(alice, "window", "w", "Turn 0")
         first = (await http.get("/window/threads/w/")).json()
-        assert first["modelView"] == {"startsAt": None, "messages": 2}
+        assert first["modelView"] == {"startsAt": None, "messages": 2, "summary": None}
         for n in range(1, 4):
             await _say(alice, "window", "w", f"Turn {n}")
         thread = (await http.get("/window/threads/w/")).json()
@@ -123,7 +123,7 @@ async def test_the_thread_json_says_where_the_models_view_begins(alice: Any) -> 
     assert len(thread["messages"]) == 8
     third = thread["messages"][4]
     assert third["content"] == "Turn 2"
-    assert thread["modelView"] == {"startsAt": third["id"], "messages": 4}
+    assert thread["modelView"] == {"startsAt": third["id"], "messages": 4, "summary": None}
     # And that is what the model was sent (the window, then the new question).
     SENT.clear()
     await _say(alice, "window", "w", "Turn 4")

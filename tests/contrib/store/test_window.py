@@ -150,6 +150,30 @@ async def test_a_run_at_message_10000_makes_the_queries_of_a_run_at_message_10()
     assert users[-2:] == ["m9998", "new"]
 
 
+def _plan(sql: str) -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
+        else:
+            cursor.execute("ANALYZE django_pydantic_agent_store_storedmessage")
+            cursor.execute(f"EXPLAIN {sql}")
+        return " ".join(str(row) for row in cursor.fetchall())
+
+
+async def test_a_message_looked_up_by_its_id_is_found_through_the_id_index() -> None:
+    # A run looks up the new message's id twice (the echo check, and get-or-create); ordered
+    # by position, SQLite answered it by walking every row of the thread.
+    _, long = await _thread("w-plan", "plan", 10_000)
+    async with _Queries() as queries:
+        await _run("w-plan", long, _input("plan", UserMessage(id="new", content="Hi?")))
+    lookups = [q for q in queries.sql if "\"message_id\" = 'new'" in q and q.startswith("SELECT")]
+    assert len(lookups) == 2
+    for sql in lookups:
+        assert "dpa_store_msg_agui_id" in await sync_to_async(_plan)(sql)
+
+
 async def test_the_window_keeps_the_newest_messages_that_fit_the_token_budget() -> None:
     _, chat = await _thread("w-budget", "big", 400, words=400)  # about 1,000 tokens each
     inner = await _run(

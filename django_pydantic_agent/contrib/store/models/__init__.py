@@ -5,4 +5,5 @@ from __future__ import annotations
 
 from django_pydantic_agent.contrib.store.models.conversations import *  # noqa: F403
 from django_pydantic_agent.contrib.store.models.harness import *  # noqa: F403
+from django_pydantic_agent.contrib.store.models.summaries import *  # noqa: F403
 from django_pydantic_agent.contrib.store.models.usage import *  # noqa: F403

@@ -1,0 +1,178 @@
+"""Compaction summaries on ``contrib.store``: what ``SummarizingCompaction`` writes in a run is
+stored as a row of its own, the originals stay visible, and the next run starts from it."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+
+pytest.importorskip(
+    "pydantic_ai_harness",
+    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+)
+
+from pydantic_ai.messages import CompactionPart, UserPromptPart
+
+from django_pydantic_agent.contrib.store.models import StoredMessage, StoredSummary
+from tests.agui.conftest import logged_in, sse_events
+from tests.contrib.store.urls_summaries import SENT, SUMMARISED
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.urls("tests.contrib.store.urls_summaries"),
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    SENT.clear()
+    SUMMARISED.clear()
+
+
+@pytest.fixture
+async def alice() -> Any:
+    return await get_user_model().objects.acreate_user("alice", password="pw-alice")
+
+
+@pytest.fixture
+async def bob() -> Any:
+    return await get_user_model().objects.acreate_user("bob", password="pw-bob")
+
+
+async def _say(
+    user: Any, thread: str, text: str, message_id: str | None = None, mount: str = "summarising"
+) -> None:
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    body = {
+        "threadId": thread,
+        "runId": run,
+        "state": {},
+        "messages": [{"id": message_id or f"u-{run}", "role": "user", "content": text}],
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+    }
+    async with await logged_in(user) as http:
+        response = await http.post(f"/{mount}/", json=body)
+    assert response.status_code == 200
+    events = sse_events(response.text)
+    assert events[-1]["type"] == "RUN_FINISHED", events[-1]
+
+
+async def _thread(user: Any, thread: str, mount: str = "summarising") -> dict[str, Any]:
+    async with await logged_in(user) as http:
+        response = await http.get(f"/{mount}/threads/{thread}/")
+    assert response.status_code == 200
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def _texts(messages: list[Any]) -> list[str]:
+    out = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, CompactionPart):
+                out.append(f"[summary] {part.content}")
+            elif isinstance(part, UserPromptPart):
+                out.append(str(part.content))
+    return out
+
+
+async def test_a_summary_is_stored_on_its_own_and_the_next_run_starts_from_it(alice: Any) -> None:
+    for n in range(4):
+        await _say(alice, "t", f"Turn {n}")
+    # The fourth run was sent seven messages: the compaction summarised once.
+    assert len(SUMMARISED) == 1
+    assert "Turn 0" in SUMMARISED[0]
+    assert "Turn 1" in SUMMARISED[0]
+
+    # One summary row; every original message stays, and the user still sees all of them.
+    assert await StoredSummary.objects.acount() == 1
+    assert await StoredMessage.objects.acount() == 8
+    thread = await _thread(alice, "t")
+    assert [m["content"] for m in thread["messages"] if m["role"] == "user"] == [
+        f"Turn {n}" for n in range(4)
+    ]
+    # The model's view: the summary stands for the first two turns, then Turn 2 onwards.
+    view = thread["modelView"]
+    first_two, rest = thread["messages"][:4], thread["messages"][4:]
+    assert view["summary"]["through"] == first_two[-1]["id"]
+    assert view["summary"]["text"] == "Summary #1 of the early turns."
+    assert view["startsAt"] == rest[0]["id"]
+    assert view["messages"] == 4
+
+    # The next run is sent the stored summary and the messages after it, and summarises nothing.
+    SENT.clear()
+    await _say(alice, "t", "Turn 4")
+    assert len(SUMMARISED) == 1
+    assert _texts(SENT[0]) == [
+        "[summary] Summary #1 of the early turns.",
+        "Turn 2",
+        "Turn 3",
+        "Turn 4",
+    ]
+
+    # When the history passes the trigger again, the stored summary is updated, not redone:
+    # the summariser is given the previous summary and only what came after it.
+    await _say(alice, "t", "Turn 5")
+    assert len(SUMMARISED) == 2
+    assert "Summary #1 of the early turns." in SUMMARISED[1]
+    assert "Turn 0" not in SUMMARISED[1]
+    thread = await _thread(alice, "t")
+    assert len(thread["messages"]) == 12
+    assert thread["modelView"]["summary"]["text"] == "Summary #2 of the early turns."
+
+
+async def test_a_thread_that_never_compacted_names_no_summary(alice: Any) -> None:
+    await _say(alice, "short", "Hello")
+    view = (await _thread(alice, "short"))["modelView"]
+    assert view == {"startsAt": None, "messages": 2, "summary": None}
+    assert await StoredSummary.objects.acount() == 0
+
+
+async def test_another_users_summary_never_reaches_the_model(alice: Any, bob: Any) -> None:
+    for n in range(4):
+        await _say(alice, "same", f"Alice's secret {n}")
+    assert len(SUMMARISED) == 1
+    SENT.clear()
+    await _say(bob, "same", "Bob's question")
+    # Bob's thread of the same name starts without Alice's summary, or any of her words.
+    assert _texts(SENT[0]) == ["Bob's question"]
+    assert (await _thread(bob, "same"))["modelView"]["summary"] is None
+
+
+async def test_deleting_the_thread_deletes_its_summary(alice: Any) -> None:
+    for n in range(4):
+        await _say(alice, "gone", f"Turn {n}")
+    assert await StoredSummary.objects.acount() == 1
+    async with await logged_in(alice) as http:
+        assert (await http.delete("/summarising/threads/gone/")).status_code == 204
+    assert await StoredSummary.objects.acount() == 0
+
+
+async def test_an_edit_before_the_summary_end_drops_it_from_the_models_view(alice: Any) -> None:
+    for n in range(4):
+        await _say(alice, "edit", f"Turn {n}", message_id=f"m{n}")
+    assert len(SUMMARISED) == 1
+    # Re-posting the first message with new text starts a branch before what it stands for.
+    SENT.clear()
+    await _say(alice, "edit", "Turn 0, edited", message_id="m0")
+    assert _texts(SENT[0]) == ["Turn 0, edited"]
+    assert (await _thread(alice, "edit"))["modelView"]["summary"] is None
+
+
+async def test_a_tiered_compactions_summary_is_stored_and_replayed(alice: Any) -> None:
+    words = "word " * 80  # about 100 tokens a question: the third turn passes 250
+    for n in range(3):
+        await _say(alice, "tiered", f"Turn {n} {words}", mount="tiered")
+    assert len(SUMMARISED) == 1
+    assert await StoredSummary.objects.acount() == 1
+    view = (await _thread(alice, "tiered", mount="tiered"))["modelView"]
+    assert view["summary"]["text"] == "Summary #1 of the early turns."
+    SENT.clear()
+    await _say(alice, "tiered", "Short one", mount="tiered")
+    assert _texts(SENT[0])[0] == "[summary] Summary #1 of the early turns."
+    assert not any("Turn 0" in text for text in _texts(SENT[0]))

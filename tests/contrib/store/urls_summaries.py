@@ -1,0 +1,74 @@
+"""An ``AGUIServer`` mount whose agent summarises with ``SummarizingCompaction``: the main
+model and the summariser are ``FunctionModel``s that record what they are sent."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from django.urls import path
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai_harness.compaction import SummarizingCompaction, TieredCompaction
+
+from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+
+#: What each main-model request was sent, in order.
+SENT: list[list[ModelMessage]] = []
+#: The prompt of each summariser call, in order.
+SUMMARISED: list[str] = []
+
+
+async def _answer(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    SENT.append(list(messages))
+    yield "Noted."
+
+
+def _summarise(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    prompt = "".join(str(getattr(part, "content", "")) for part in messages[-1].parts)
+    SUMMARISED.append(prompt)
+    text = f"Summary #{len(SUMMARISED)} of the early turns."
+    return ModelResponse(parts=[TextPart(content=text)])
+
+
+def summarising_agent() -> Agent[Any, str]:
+    """The main model, with a compaction that summarises past six messages, keeping two."""
+    return Agent(
+        FunctionModel(stream_function=_answer),
+        capabilities=[
+            SummarizingCompaction(
+                model=FunctionModel(function=_summarise), max_messages=6, keep_messages=2
+            )
+        ],
+    )
+
+
+summarising = AGUIServer(
+    summarising_agent(),
+    conversation_store=DefaultConversationStore(),
+    csrf_exempt=True,
+    namespace="summarising",
+)
+
+tiered = AGUIServer(
+    Agent(
+        FunctionModel(stream_function=_answer),
+        capabilities=[
+            TieredCompaction(
+                tiers=[
+                    SummarizingCompaction(
+                        model=FunctionModel(function=_summarise), max_messages=1, keep_messages=2
+                    )
+                ],
+                target_tokens=250,
+            )
+        ],
+    ),
+    conversation_store=DefaultConversationStore(),
+    csrf_exempt=True,
+    namespace="tiered",
+)
+
+urlpatterns = [path("summarising/", summarising.urls), path("tiered/", tiered.urls)]
