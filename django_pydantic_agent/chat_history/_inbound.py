@@ -263,12 +263,12 @@ def plan_inbound(
     """
     cut = _branch_cut(run_input, history)
     if cut is not None and not branches and not cut[1]:
-        answered = history[cut[0] - 1]
+        question = history[cut[0] - 1]
         raise InvalidInputError(
-            f"Message {answered.agui_id!r} (role user) is already answered, and this store "
+            f"Message {question.agui_id!r} (role user) is already answered, and this store "
             "keeps no branches, so it cannot be answered again (a regenerate): send the "
             "question again as a new message, or start a new thread.",
-            message_id=answered.agui_id,
+            message_id=question.agui_id,
             role="user",
         )
     if cut is not None and branches:
