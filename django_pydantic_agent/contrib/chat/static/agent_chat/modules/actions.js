@@ -14,15 +14,7 @@
 import { assistantTurnOf, messageAttachments, renderUser } from "./render.js";
 import { state } from "./state.js";
 import { errorText } from "./transport.js";
-import { el, t } from "./util.js";
-
-function textOf(content) {
-  if (typeof content === "string") return content;
-  return (content || [])
-    .filter((part) => part && part.type === "text")
-    .map((part) => part.text)
-    .join("\n");
-}
+import { el, t, textOf } from "./util.js";
 
 // `rerun(transcript)` runs the agent on a cut transcript; `reopen()` renders the open thread
 // again from the server; `openForked(id)` opens a new thread; `setStatus(text)` says what failed.

@@ -7,7 +7,7 @@
 
 import { copyText, MarkdownView, renderMarkdown } from "./markdown.js";
 import { toolOutcome } from "./outcomes.js";
-import { el, formatSize, newId, prettyJson, t } from "./util.js";
+import { el, formatSize, newId, prettyJson, t, textOf } from "./util.js";
 
 let log = null;
 let empty = null;
@@ -62,14 +62,6 @@ export function messageStatus(message) {
 function toolFailed(message) {
   if (message.error || messageStatus(message) === "failed") return "failed";
   return toolOutcome(message);
-}
-
-function textOf(content) {
-  if (typeof content === "string") return content;
-  return (content || [])
-    .filter((part) => part && part.type === "text")
-    .map((part) => part.text)
-    .join("\n");
 }
 
 // A download link for each attachment ref a user message carries.

@@ -38,6 +38,15 @@ export function el(tag, className, text) {
   return node;
 }
 
+/** The text of AG-UI message content: a string, or the text parts of a list joined by lines. */
+export function textOf(content) {
+  if (typeof content === "string") return content;
+  return (content || [])
+    .filter((part) => part && part.type === "text")
+    .map((part) => part.text)
+    .join("\n");
+}
+
 export function sleep(ms) {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
