@@ -24,3 +24,16 @@ def run_node(scripts: Path, *args: str, env: dict[str, str] | None = None) -> An
     )
     assert result.returncode == 0, f"node {args[0]} failed ({result.returncode}):\n{result.stderr}"
     return json.loads(result.stdout)
+
+
+def run_page_script(
+    scripts: Path, script: str, *args: str, artifacts: Path, name: str, chromium: str
+) -> tuple[Any, dict[str, Any]]:
+    """Run a Chromium page script (``node <script> <args>``), keep its JSON report as
+    ``<name>-report.json`` in ``artifacts``, check that it ended without an error or a page
+    error, and return the report and its steps by name."""
+    report = run_node(scripts, script, *args, env={"CHROMIUM": chromium})
+    (artifacts / f"{name}-report.json").write_text(json.dumps(report, indent=2))
+    assert "error" not in report, report.get("error")
+    assert report["pageErrors"] == []
+    return report, {step["step"]: step for step in report["steps"]}

@@ -12,14 +12,14 @@ report go to ``$E2E_ARTIFACTS``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.nodejs import run_node
+from tests.e2e.nodejs import run_page_script
 from tests.e2e.test_browser import artifacts, memory_service_server  # noqa: F401  (fixtures)
+from tests.e2e.test_chat_page import server  # noqa: F401  (the example on each store)
 from tests.example_project.support import RunningServer
 
 pytestmark = pytest.mark.e2e
@@ -29,14 +29,6 @@ PASSWORD = "brancher-password"
 COPY = "Copy message"
 FORK = "Fork from this message"
 BRANCH_ONLY = {"Edit message", "Regenerate answer", "Previous branch", "Next branch"}
-
-
-@pytest.fixture(params=["default", "memory-service"])
-def server(request: pytest.FixtureRequest) -> RunningServer:
-    """The example server on each store (the memory-service one is shared with test_browser)."""
-    name = "example_server" if request.param == "default" else "memory_service_server"
-    running: RunningServer = request.getfixturevalue(name)
-    return running
 
 
 def _check_fork_and_refusal(steps: dict[str, Any], question: str, answer: str) -> None:
@@ -66,7 +58,7 @@ def _check_fork_and_refusal(steps: dict[str, Any], question: str, answer: str) -
 
 
 def test_copy_regenerate_branches_edit_fork_and_a_refused_tool_in_chromium(
-    server: RunningServer,
+    server: RunningServer,  # noqa: F811
     node_scripts: Path,
     chromium: str,
     artifacts: Path,  # noqa: F811
@@ -76,7 +68,7 @@ def test_copy_regenerate_branches_edit_fork_and_a_refused_tool_in_chromium(
     mode = "plain" if store == "memory" else "branches"
     server.add_user(USERNAME, PASSWORD)
 
-    report = run_node(
+    report, steps = run_page_script(
         node_scripts,
         "chat_branches.mjs",
         server.url,
@@ -85,12 +77,10 @@ def test_copy_regenerate_branches_edit_fork_and_a_refused_tool_in_chromium(
         str(artifacts),
         f"branches-{store}",
         mode,
-        env={"CHROMIUM": chromium},
+        artifacts=artifacts,
+        name=f"branches-{store}",
+        chromium=chromium,
     )
-    (artifacts / f"branches-{store}-report.json").write_text(json.dumps(report, indent=2))
-    assert "error" not in report, report.get("error")
-    assert report["pageErrors"] == []
-    steps = {step["step"]: step for step in report["steps"]}
 
     sent = steps["sent"]
     user, answer = sent["turns"]

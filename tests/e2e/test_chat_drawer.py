@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.nodejs import run_node
+from tests.e2e.nodejs import run_page_script
 from tests.e2e.test_browser import artifacts, memory_service_server  # noqa: F401  (fixtures)
 from tests.e2e.test_workers import fresh_database
 from tests.example_project.support import (
@@ -77,7 +77,7 @@ def test_the_drawer_pages_searches_archives_and_exports_in_chromium(
     )
     assert stored.returncode == 0, stored.stderr
 
-    report = run_node(
+    report, steps = run_page_script(
         node_scripts,
         "chat_drawer.mjs",
         server.url,
@@ -86,12 +86,10 @@ def test_the_drawer_pages_searches_archives_and_exports_in_chromium(
         str(artifacts),
         prefix,
         str(COUNT),
-        env={"CHROMIUM": chromium},
+        artifacts=artifacts,
+        name=prefix,
+        chromium=chromium,
     )
-    (artifacts / f"{prefix}-report.json").write_text(json.dumps(report, indent=2))
-    assert "error" not in report, report.get("error")
-    assert report["pageErrors"] == []
-    steps = {step["step"]: step for step in report["steps"]}
 
     # One page of 50, then the rest: every thread, once, down to the oldest.
     first = steps["first"]

@@ -13,14 +13,13 @@ is timed). Screenshots and the JSON report go to ``$E2E_ARTIFACTS``.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.nodejs import run_node
+from tests.e2e.nodejs import run_page_script
 from tests.e2e.test_browser import artifacts, memory_service_server  # noqa: F401  (fixtures)
 from tests.example_project.support import EXAMPLE_DIR, RunningServer, example_env
 
@@ -48,7 +47,8 @@ def _store(server: RunningServer, store: str, *args: str) -> None:
 def server(request: pytest.FixtureRequest) -> RunningServer:
     """The example server on each store (the memory-service one is shared with test_browser)."""
     name = "example_server" if request.param == "default" else "memory_service_server"
-    return request.getfixturevalue(name)
+    running: RunningServer = request.getfixturevalue(name)
+    return running
 
 
 def test_markdown_hostile_content_and_a_long_thread_in_chromium(
@@ -64,7 +64,7 @@ def test_markdown_hostile_content_and_a_long_thread_in_chromium(
     _store(server, kind, "hostile", f"hostile-{store}")
     _store(server, kind, "long", f"long-{store}", "1000")
 
-    report = run_node(
+    report, steps = run_page_script(
         node_scripts,
         "chat_features.mjs",
         server.url,
@@ -74,12 +74,10 @@ def test_markdown_hostile_content_and_a_long_thread_in_chromium(
         f"chat-{store}",
         f"hostile-{store}",
         f"long-{store}",
-        env={"CHROMIUM": chromium},
+        artifacts=artifacts,
+        name=f"chat-{store}",
+        chromium=chromium,
     )
-    (artifacts / f"chat-{store}-report.json").write_text(json.dumps(report, indent=2))
-    assert "error" not in report, report.get("error")
-    assert report["pageErrors"] == []
-    steps = {step["step"]: step for step in report["steps"]}
 
     markdown = steps["markdown"]["markdown"]
     assert markdown["headings"] == ["What the page renders"]
