@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from uuid import uuid4
 
@@ -25,16 +26,24 @@ from tests.support.emulator import no_faults_armed
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-async def server(live_server: Any) -> AsyncIterator[AGUIServer]:
+@asynccontextmanager
+async def served_on_memory_service(live_server: Any, agent: Any) -> AsyncIterator[AGUIServer]:
+    """``agent`` served on a Memory Service store of its own, over HTTP to the emulator; its
+    runs are waited for before the client closes."""
     with no_faults_armed():
         async with httpx.AsyncClient(timeout=30.0) as pool:
             client = DRMemoryServiceClient(
                 endpoint=f"{live_server.url}/api/v2", api_token="token-runs", http_client=pool
             )
             store = MemoryServiceConversationStore(client, f"runs-{uuid4().hex}")
-            yield AGUIServer(scripted_agent(), conversation_store=store, csrf_exempt=True)
+            yield AGUIServer(agent, conversation_store=store, csrf_exempt=True)
             await RunCoordinator.wait_for_all_runs()
+
+
+@pytest.fixture
+async def server(live_server: Any) -> AsyncIterator[AGUIServer]:
+    async with served_on_memory_service(live_server, scripted_agent()) as served:
+        yield served
 
 
 def as_user(request: Any, user: Any) -> Any:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from typing import Any
-from uuid import uuid4
 
-import httpx
 import pytest
 from django.test import RequestFactory
 
@@ -19,12 +17,9 @@ pytest.importorskip(
 
 from django_pydantic_agent.agui import AGUIServer
 from django_pydantic_agent.agui.runs import RunCoordinator
-from django_pydantic_agent.memory_service import DRMemoryServiceClient
-from django_pydantic_agent.persistence.memory_service import MemoryServiceConversationStore
 from tests.agui.conftest import run_body, sse_frames
-from tests.agui.test_runs_memory_service import as_user, body_of
+from tests.agui.test_runs_memory_service import as_user, body_of, served_on_memory_service
 from tests.contrib.store.urls_summaries import SUMMARISED, summarising_agent
-from tests.support.emulator import no_faults_armed
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -32,14 +27,8 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 async def server(live_server: Any) -> AsyncIterator[AGUIServer]:
     SUMMARISED.clear()
-    with no_faults_armed():
-        async with httpx.AsyncClient(timeout=30.0) as pool:
-            client = DRMemoryServiceClient(
-                endpoint=f"{live_server.url}/api/v2", api_token="token-sum", http_client=pool
-            )
-            store = MemoryServiceConversationStore(client, f"sum-{uuid4().hex}")
-            yield AGUIServer(summarising_agent(), conversation_store=store, csrf_exempt=True)
-            await RunCoordinator.wait_for_all_runs()
+    async with served_on_memory_service(live_server, summarising_agent()) as served:
+        yield served
 
 
 async def test_the_memory_service_summarises_within_each_run_and_stores_no_summary(
