@@ -22,7 +22,11 @@ from uuid import UUID
 from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
 
 from django_pydantic_agent.chat_history.records import Message, Role
-from django_pydantic_agent.chat_history.summaries import StoredSummary, SummaryStore
+from django_pydantic_agent.chat_history.summaries import (
+    StoredSummary,
+    SummaryStore,
+    summary_request,
+)
 from django_pydantic_agent.chat_history.translate import replayed_ids, tool_call_agui_id
 
 __all__ = [
@@ -33,6 +37,7 @@ __all__ = [
     "RecentMessageReads",
     "checked_history",
     "estimate_record_tokens",
+    "estimate_summary_tokens",
     "read_window",
     "record_model_messages",
 ]
@@ -159,11 +164,13 @@ class HistoryWindow:
         """A window that sends the whole thread (the behaviour before windows existed)."""
         return cls(max_tokens=None, max_messages=None)
 
-    def select(self, messages: Sequence[Message]) -> list[Message]:
+    def select(self, messages: Sequence[Message], *, reserved: int = 0) -> list[Message]:
         """The newest of ``messages`` (oldest first) that fit, starting on a user turn.
 
-        A cut that would begin on an assistant or tool record moves forward to the next user
-        message (when there is one), so the model never sees an answer without its question.
+        ``reserved`` tokens of the budget are already spent (on a stored summary sent ahead
+        of the messages). A cut that would begin on an assistant or tool record moves forward
+        to the next user message (when there is one), so the model never sees an answer
+        without its question.
         """
         # A read of ``max_messages`` records may have left older ones behind: align it too.
         cut = self.max_messages is not None and len(messages) >= self.max_messages
@@ -176,7 +183,7 @@ class HistoryWindow:
             start = len(messages)
             for index in range(len(messages) - 1, -1, -1):
                 total += counts[index]
-                if total > self.max_tokens and start < len(messages):
+                if total + reserved > self.max_tokens and start < len(messages):
                     break
                 start = index
         if start == 0 and not cut:
@@ -226,7 +233,20 @@ async def read_window(repo: Any, chat_uuid: UUID, window: HistoryWindow) -> Read
         if message.message_uuid == summary.through_uuid:
             after = stored[index + 1 :]
             break
-    return ReadHistory(read=stored, window=window.select(after), whole=whole, summary=summary)
+    reserved = estimate_summary_tokens(summary)
+    return ReadHistory(
+        read=stored, window=window.select(after, reserved=reserved), whole=whole, summary=summary
+    )
+
+
+def estimate_summary_tokens(summary: StoredSummary) -> int:
+    """Estimated tokens of ``summary`` as the model is sent it (``summary_request``): a
+    window spends them before it counts the messages after the summary."""
+    try:
+        from pydantic_ai_harness.compaction import estimate_message_tokens
+    except ImportError:
+        return max(1, len(summary.text) // _CHARS_PER_TOKEN)
+    return max(1, sum(estimate_message_tokens([summary_request(summary)])))
 
 
 async def _summary(

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID, uuid4
 
 from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
 
 from django_pydantic_agent.chat_history import HistoryWindow, Message, Reasoning, ToolCall
+from django_pydantic_agent.chat_history.summaries import StoredSummary
 from django_pydantic_agent.chat_history.window import (
     ReadHistory,
     checked_history,
     estimate_record_tokens,
+    estimate_summary_tokens,
     read_window,
 )
 
@@ -101,3 +104,46 @@ def test_reasoning_and_activities_count_as_tokens() -> None:
     small, large, planned = estimate_record_tokens([plain, thought, activity])
     assert large > small * 50
     assert planned > 50
+
+
+class SummarisedReads(WholeReads):
+    """A whole-read repository that keeps one compaction summary (``SummaryStore``)."""
+
+    def __init__(self, messages: list[Message], summary: StoredSummary) -> None:
+        super().__init__(messages)
+        self.summary = summary
+
+    async def get_latest_summary(self, chat_uuid: UUID) -> StoredSummary | None:
+        return self.summary
+
+    async def add_summary(self, chat_uuid: UUID, **_: Any) -> StoredSummary | None:
+        return None  # pragma: no cover - only read here
+
+
+async def test_a_stored_summary_spends_the_budget_before_the_messages_after_it() -> None:
+    thread = [
+        Message(agui_id=f"m{n}", role="user" if n % 2 == 0 else "assistant", content="x " * 200)
+        for n in range(40)
+    ]
+
+    def summary(text: str) -> StoredSummary:
+        return StoredSummary(
+            summary_id=uuid4(), text=text, through_uuid=thread[9].message_uuid,
+            through_id="m9", created_at=datetime.now(UTC),
+        )  # fmt: skip
+
+    window = HistoryWindow(max_tokens=2_000, max_messages=None)
+    short = await read_window(SummarisedReads(thread, summary("short")), uuid4(), window)
+    long = await read_window(SummarisedReads(thread, summary("y " * 3_000)), uuid4(), window)
+    assert short.summary is not None
+    assert long.summary is not None
+    # Only messages after the summary, and fewer of them when the summary is long.
+    after = [m.agui_id for m in thread[10:]]
+    assert {m.agui_id for m in short.window + long.window} <= set(after)
+    assert len(long.window) < len(short.window)
+    budget = window.max_tokens or 0
+    sent = sum(estimate_record_tokens(short.window)) + estimate_summary_tokens(short.summary)
+    assert sent <= budget
+    # A summary over the budget by itself still leaves the newest turn to answer.
+    assert long.window[0].role == "user"
+    assert long.window[-1].agui_id == "m39"
