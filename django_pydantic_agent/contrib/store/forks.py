@@ -6,12 +6,15 @@ calls' and reasoning steps' too), so the two threads share no record. A message 
 streaming when the fork is taken is copied as ``interrupted``: the fork is a snapshot, the
 run goes on in the source.
 The attachments the copied messages quote are linked to the new thread, so they stay
-readable (and kept) from both.
+readable (and kept) from both. The newest compaction summary that stands for copied messages
+only is copied too (through the copy of its last message), so the fork's next run starts from
+it as the source's would.
 """
 
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from django.db import router, transaction
@@ -44,6 +47,28 @@ def _end(source: Any, message_id: str) -> int | None:
         if any(isinstance(m, dict) and m.get("id") == message_id for m in wire):
             return row.position
     return None
+
+
+def _copy_summary(source: Any, target: Any, last: int) -> None:
+    """Copy the source's newest summary standing for active rows up to position ``last``
+    (``copy_rows`` names each copy ``uuid5(target chat, source uuid)``)."""
+    from django_pydantic_agent.contrib.store.models import StoredSummary
+
+    summary = (
+        StoredSummary.objects.filter(
+            conversation_id=source.pk, through__active=True, through__position__lte=last
+        )
+        .order_by("-id")
+        .first()
+    )
+    if summary is not None:
+        StoredSummary.objects.create(
+            conversation_id=target.pk,
+            through_id=uuid.uuid5(target.chat_uuid, str(summary.through_id)),
+            text=summary.text,
+            run_id=summary.run_id,
+            created_at=summary.created_at,
+        )
 
 
 def fork(
@@ -102,6 +127,7 @@ def fork(
         StoredConversation.objects.filter(pk=target.pk).update(
             preview=derive_preview([{"content": preview or ""}]) or source.preview
         )
+        _copy_summary(source, target, last)
         if any("attachments" in f"{wire}{record}" for wire, record in copied):
             quoted: list[Any] = []
             for wire, record in copied:

@@ -176,3 +176,28 @@ async def test_a_tiered_compactions_summary_is_stored_and_replayed(alice: Any) -
     await _say(alice, "tiered", "Short one", mount="tiered")
     assert _texts(SENT[0])[0] == "[summary] Summary #1 of the early turns."
     assert not any("Turn 0" in text for text in _texts(SENT[0]))
+
+
+async def test_a_fork_keeps_the_summary_of_what_it_copies(alice: Any) -> None:
+    for n in range(4):
+        await _say(alice, "source", f"Turn {n}")
+    source = await _thread(alice, "source")
+    through = source["modelView"]["summary"]["through"]
+    ids = [m["id"] for m in source["messages"]]
+    async with await logged_in(alice) as http:
+        late = await http.post("/summarising/threads/source/fork/", json={"messageId": ids[-1]})
+        early = await http.post(
+            "/summarising/threads/source/fork/", json={"messageId": ids[ids.index(through) - 1]}
+        )
+    assert late.status_code == early.status_code == 201
+    # A fork past the summary's end stands on it, as the source does; the next run is sent it.
+    fork = await _thread(alice, late.json()["threadId"])
+    assert fork["modelView"]["summary"]["text"] == source["modelView"]["summary"]["text"]
+    assert fork["modelView"]["summary"]["through"] == through
+    assert fork["modelView"]["startsAt"] == source["modelView"]["startsAt"]
+    SENT.clear()
+    await _say(alice, late.json()["threadId"], "Turn 4 of the fork")
+    assert _texts(SENT[0])[0] == "[summary] Summary #1 of the early turns."
+    # A fork that stops before the summary's end copies no summary: it stands for more.
+    assert (await _thread(alice, early.json()["threadId"]))["modelView"]["summary"] is None
+    assert await StoredSummary.objects.acount() == 2
