@@ -283,7 +283,8 @@ def _message_matches(
     table = quote(StoredMessage._meta.db_table)
     threads_table = quote(StoredConversation._meta.db_table)
     inner_sql, inner_params = threads.values("id").query.sql_with_params()
-    catch_up(using)
+    # The lazy index is written where messages are (a read replica takes it from there).
+    catch_up(router.db_for_write(StoredMessage))
     if vendor == "postgresql":
         tsquery = " & ".join(f"'{term}':*" for term in terms)
         to_query = f"to_tsquery('{PG_CONFIG}'::regconfig, %s)"

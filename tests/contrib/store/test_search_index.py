@@ -177,3 +177,42 @@ def test_another_owners_text_is_caught_up_but_never_found() -> None:
     assert found("1", "walrus") == ["alices"]
     assert found("1", "secret") == []
     assert found("2", "walrus") == ["bobs"]
+
+
+class _ReadsFromReplica:
+    """A router that reads the store's models from the ``replica`` alias."""
+
+    def db_for_read(self, model: Any, **hints: Any) -> str:
+        return "replica"
+
+    def db_for_write(self, model: Any, **hints: Any) -> str:
+        return "default"
+
+
+def test_a_search_routed_to_a_read_replica_writes_the_index_on_the_primary() -> None:
+    from django.db import connections
+    from django.test import override_settings
+
+    save("1", "cats", "About cats", "a tabby naps")
+    # The replica: the same database under another alias, refusing every write.
+    primary = connections["default"]
+    connections["replica"] = type(primary)({**primary.settings_dict}, alias="replica")
+    refused: list[str] = []
+
+    def read_only(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.lstrip().split(None, 1)[0].upper() in {"INSERT", "UPDATE", "DELETE"}:
+            refused.append(sql)
+            raise RuntimeError("cannot execute a write on a read-only replica")
+        return execute(sql, params, many, context)
+
+    try:
+        with (
+            override_settings(DATABASE_ROUTERS=[f"{__name__}._ReadsFromReplica"]),
+            connections["replica"].execute_wrapper(read_only),
+        ):
+            assert found("1", "tabby") == ["cats"]
+    finally:
+        connections["replica"].close()
+        del connections["replica"]
+    assert refused == []
+    assert _fts_rows() >= 2  # caught up on the primary
