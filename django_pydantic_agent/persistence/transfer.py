@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 __all__ = [
     "FORMAT",
     "MAX_IMPORTED_MESSAGES",
+    "MAX_IMPORTED_SUMMARIES",
+    "MAX_SUMMARY_CHARS",
     "NOT_A_DOCUMENT",
     "VERSION",
     "ExportsThreads",
@@ -52,6 +54,9 @@ FORMAT = "django-pydantic-agent.thread"
 VERSION = 1
 #: The most messages (all branches) one imported document may hold.
 MAX_IMPORTED_MESSAGES = 10_000
+#: The most compaction summaries one imported document may hold, and the longest of them.
+MAX_IMPORTED_SUMMARIES = 100
+MAX_SUMMARY_CHARS = 200_000
 _RUNNING = "active"
 _STOPPED = "interrupted"
 
@@ -89,8 +94,10 @@ def check_document(document: Any) -> dict[str, Any]:
     Checked: the format and version, a string title, a non-empty list of at most
     ``MAX_IMPORTED_MESSAGES`` messages, each an object whose ``parent`` is ``null`` or the
     index of an earlier message, whose ``active`` is a boolean, which has a ``record`` object
-    or a ``wire`` list of objects; and that the active messages form one path from a first
-    message down (each active message's parent active, at most one active child each).
+    or a ``wire`` list of objects; that the active messages form one path from a first
+    message down (each active message's parent active, at most one active child each); and
+    the optional ``summaries`` (compaction summaries, each naming the index of the last
+    message it stands for as ``through``).
     """
     if not isinstance(document, dict):
         raise ImportProblem(NOT_A_DOCUMENT)
@@ -140,7 +147,31 @@ def check_document(document: Any) -> dict[str, Any]:
         active.append(entry["active"])
     if not any(active):
         raise ImportProblem("No message is active; mark the branch to show as active.")
+    _check_summaries(document.get("summaries"), len(messages))
     return document
+
+
+def _check_summaries(summaries: Any, count: int) -> None:
+    """The optional ``summaries``: a list of at most ``MAX_IMPORTED_SUMMARIES`` objects, each
+    with ``through`` (the index of a message) and a non-empty string ``text``."""
+    if summaries is None:
+        return
+    if not isinstance(summaries, list) or len(summaries) > MAX_IMPORTED_SUMMARIES:
+        raise ImportProblem(
+            f"summaries must be a list of at most {MAX_IMPORTED_SUMMARIES} summaries."
+        )
+    for index, entry in enumerate(summaries):
+        through = entry.get("through") if isinstance(entry, dict) else None
+        if isinstance(through, bool) or not isinstance(through, int) or not 0 <= through < count:
+            raise ImportProblem(f"summaries.{index} needs through, the index of a message.")
+        text = entry.get("text")
+        if not isinstance(text, str) or not text or len(text) > MAX_SUMMARY_CHARS:
+            raise ImportProblem(
+                f"summaries.{index} needs a text of 1 to {MAX_SUMMARY_CHARS} characters."
+            )
+        for key in ("createdAt", "runId"):
+            if not isinstance(entry.get(key, ""), str):
+                raise ImportProblem(f"summaries.{index} has a {key} that is not a string.")
 
 
 def render_record(record: dict[str, Any]) -> list[dict[str, Any]]:

@@ -4,17 +4,21 @@ The document format is ``persistence.transfer``'s.
 
 ``export`` reads every row of the thread (every branch) once and the thread's run records:
 each message's record, its ``wire`` (the saved messages, or the record rendered), its parent's
-index and whether it is active. ``import_document`` writes a checked document as a new thread
+index and whether it is active, and the thread's compaction summaries (each naming the index
+of the last message it stands for). ``import_document`` writes a checked document as a new thread
 in one transaction: every record under a new uuid, the wire copies of the file not trusted
-(every row is rendered from its record), a running message stopped as ``interrupted``.
+(every row is rendered from its record), a running message stopped as ``interrupted``, the
+summaries kept against the new records.
 """
 
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 from pydantic import ValidationError
 
 from django_pydantic_agent.contrib.store import branches, rows
@@ -36,6 +40,7 @@ def export(owner_id: str, thread_id: str) -> dict[str, Any] | None:
         StoredAgentRun,
         StoredConversation,
         StoredMessage,
+        StoredSummary,
     )
 
     if len(thread_id) > MAX_KEY:
@@ -74,6 +79,7 @@ def export(owner_id: str, thread_id: str) -> dict[str, Any] | None:
     runs = StoredAgentRun.objects.filter(owner_id=owner_id, thread_id=thread_id).order_by(
         "started_at", "pk"
     )
+    summaries = StoredSummary.objects.filter(conversation_id=thread.pk).order_by("id")
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -92,7 +98,28 @@ def export(owner_id: str, thread_id: str) -> dict[str, Any] | None:
             }
             for run in runs
         ],
+        "summaries": [
+            {
+                "through": index[summary.through_id],
+                "text": summary.text,
+                "createdAt": summary.created_at.isoformat(),
+                "runId": summary.run_id,
+            }
+            for summary in summaries
+            if summary.through_id in index
+        ],
     }
+
+
+def _when(value: str | None) -> datetime:
+    """An exported ``createdAt``, or now when it is missing or not a date."""
+    try:
+        when = datetime.fromisoformat(value) if value else None
+    except ValueError:
+        when = None
+    if when is None:
+        return timezone.now()
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def records_of(document: dict[str, Any], chat_uuid: uuid.UUID) -> list[Any]:
@@ -150,7 +177,11 @@ def import_document(
     Raises ``ImportProblem`` for a record that is not a message (nothing written) and
     ``StoreLimitError`` over ``max_threads``.
     """
-    from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
+    from django_pydantic_agent.contrib.store.models import (
+        StoredConversation,
+        StoredMessage,
+        StoredSummary,
+    )
 
     chat_uuid = uuid.uuid4()
     records = records_of(document, chat_uuid)
@@ -203,6 +234,16 @@ def import_document(
                 for i, record in enumerate(records)
             ],
             batch_size=500,
+        )
+        StoredSummary.objects.bulk_create(
+            StoredSummary(
+                conversation_id=thread.pk,
+                through_id=records[summary["through"]].message_uuid,
+                text=summary["text"],
+                run_id=summary.get("runId", "")[:255],
+                created_at=_when(summary.get("createdAt")),
+            )
+            for summary in document.get("summaries") or ()
         )
         quoted = [record.wire_extra or {} for record in records]
         reconcile_conversation_attachments(thread, quoted)

@@ -201,3 +201,36 @@ async def test_a_fork_keeps_the_summary_of_what_it_copies(alice: Any) -> None:
     # A fork that stops before the summary's end copies no summary: it stands for more.
     assert (await _thread(alice, early.json()["threadId"]))["modelView"]["summary"] is None
     assert await StoredSummary.objects.acount() == 2
+
+
+async def test_export_and_import_keep_the_summary_and_what_it_stands_for(alice: Any) -> None:
+    for n in range(4):
+        await _say(alice, "kept", f"Turn {n}")
+    source = await _thread(alice, "kept")
+    async with await logged_in(alice) as http:
+        exported = (await http.get("/summarising/threads/kept/export/?format=json")).json()
+        [summary] = exported["summaries"]
+        through = exported["messages"][summary["through"]]
+        assert through["wire"][-1]["id"] == source["modelView"]["summary"]["through"]
+        assert summary["text"] == "Summary #1 of the early turns."
+        imported = await http.post("/summarising/threads/import/", json=exported)
+        assert imported.status_code == 201, imported.text
+        # A summary naming no message of the file, or with no text: 400, nothing written.
+        for bad, problem in (
+            ({**summary, "through": len(exported["messages"])}, "summaries.0 needs through"),
+            ({**summary, "text": ""}, "summaries.0 needs a text"),
+        ):
+            refused = await http.post(
+                "/summarising/threads/import/", json={**exported, "summaries": [bad]}
+            )
+            assert refused.status_code == 400
+            assert problem in refused.json()["error"]
+    copy = (await _thread(alice, imported.json()["threadId"]))["modelView"]
+    view = source["modelView"]
+    assert copy["summary"].pop("id") != view["summary"].pop("id")  # a row of its own
+    assert copy == view
+    assert await StoredSummary.objects.acount() == 2
+    # The imported thread's next run starts from the imported summary.
+    SENT.clear()
+    await _say(alice, imported.json()["threadId"], "Turn 4")
+    assert _texts(SENT[0])[0] == "[summary] Summary #1 of the early turns."
