@@ -121,6 +121,9 @@ def test_copy_regenerate_branches_edit_fork_and_a_refused_tool_in_chromium(
         assert rerun["turns"] == sent["turns"], "an offline rerun left the page in a half-state"
     assert offline["online"]["status"] == 200
     assert offline["online"]["turns"] == sent["turns"]
+    busy = steps["edit-refused"]
+    assert busy["status"] == "The server refused the message: The server is busy. Try again in 5 s."
+    assert busy["turns"] == sent["turns"], "a refused edit changed the conversation"
 
     # Regenerate: the same question answered again (another tool call), 2/2.
     regenerated = steps["regenerated"]["turns"]

@@ -122,15 +122,41 @@ try {
     await waitForButton(page, "user", "Edit message");
     const offlineEdit = { status: await page.locator("#status").textContent(), turns: await turns(page) };
     await shot(page, "rerun-offline");
+    // The turns shown now are marked: the reload replaces them with new ones.
+    await page.evaluate(() => document.querySelectorAll("#log .turn").forEach((turn) => (turn.dataset.beforeReload = "")));
     const threadReload = page.waitForResponse(
       (response) => response.request().method() === "GET" && response.url().endsWith(`/agent/threads/${thread}/`),
       { timeout: 20000 },
     );
     await context.setOffline(false);
     const reload = await threadReload;
-    await waitForButton(page, "assistant", "Regenerate answer");
+    await page.waitForFunction(
+      () => {
+        const shown = document.querySelectorAll("#log .turn");
+        const fresh = document.querySelectorAll("#log .turn[data-decorated]:not([data-before-reload])");
+        return shown.length > 0 && fresh.length === shown.length;
+      },
+      null,
+      { timeout: 20000 },
+    );
     const online = { status: reload.status(), turns: await turns(page) };
     report.steps.push({ step: "rerun-offline", regenerate: offlineRegenerate, edit: offlineEdit, online });
+
+    // An edit the server refuses (503) changes nothing either: the stored thread is shown again.
+    const busy = (route) =>
+      route.request().method() === "POST"
+        ? route.fulfill({ status: 503, headers: { "Retry-After": "5" }, contentType: "application/json", body: "{}" })
+        : route.fallback();
+    await page.route(`${baseUrl}/agent/`, busy);
+    await click(page, "user", "Edit message");
+    await page.fill("#log .edit-box", "What is 9 - 4?");
+    await page.locator("#log .edit-form button[type=submit]").click();
+    await page.waitForFunction(() => document.querySelector("#status").textContent.startsWith("The server refused"), null, {
+      timeout: 20000,
+    });
+    await waitForButton(page, "user", "Edit message");
+    report.steps.push({ step: "edit-refused", status: await page.locator("#status").textContent(), turns: await turns(page) });
+    await page.unroute(`${baseUrl}/agent/`, busy);
 
     // Regenerate: a second answer on a new branch, ‹ 2/2 ›.
     await click(page, "assistant", "Regenerate answer");
