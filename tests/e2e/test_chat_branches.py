@@ -1,7 +1,8 @@
 """contrib.chat's message operations in Chromium, on the default store and the Memory Service.
 
 ``chat_branches.mjs`` sends a message and copies the answer. On the default store, which keeps
-branches, it regenerates the answer and sees ``2/2`` between the branch arrows, switches back
+branches, it regenerates the answer, refused (429) and offline first, then sees ``2/2`` between
+the branch arrows (an offline regenerate or edit leaves the stored thread shown), switches back
 and forth (the switch survives a reload), edits the user message (Escape cancels, Save starts a
 new branch), and checks the buttons fit at 360 px in dark mode. On both stores it forks from
 the answer and lands on the new thread, and a tool call the tool refuses (``ModelRetry``:
@@ -110,6 +111,19 @@ def test_copy_regenerate_branches_edit_fork_and_a_refused_tool_in_chromium(
         "The server refused the message: Too many requests. Try again in 30 s."
     )
     assert refused["turns"] == sent["turns"], "a refused regenerate changed the conversation"
+
+    # Offline, neither the rerun nor the reload after it reaches the server: the page shows the
+    # stored thread all the same, not the cut or edited one, and reloads it when back online.
+    offline = steps["rerun-offline"]
+    not_sent = "The message was not sent: You are offline: try again when the connection is back."
+    for rerun in (offline["regenerate"], offline["edit"]):
+        assert rerun["status"] == not_sent
+        assert rerun["turns"] == sent["turns"], "an offline rerun left the page in a half-state"
+    assert offline["online"]["status"] == 200
+    assert offline["online"]["turns"] == sent["turns"]
+    busy = steps["edit-refused"]
+    assert busy["status"] == "The server refused the message: The server is busy. Try again in 5 s."
+    assert busy["turns"] == sent["turns"], "a refused edit changed the conversation"
 
     # Regenerate: the same question answered again (another tool call), 2/2.
     regenerated = steps["regenerated"]["turns"]

@@ -13,6 +13,7 @@ from django_pydantic_agent.persistence.base import wrapped_stores
 from django_pydantic_agent.persistence.branching import KeepsBranches
 from django_pydantic_agent.persistence.listing import ArchivesThreads, SearchesThreads
 from django_pydantic_agent.persistence.model import ModelConversationStore
+from django_pydantic_agent.persistence.scoped import ScopedConversationStore
 
 if TYPE_CHECKING:
     from django_pydantic_agent.agui import AGUIServer
@@ -37,14 +38,28 @@ def server_for(namespace: str) -> AGUIServer:
     return server
 
 
+def _answering_store(store: object) -> object:
+    """The layer of ``store`` whose own methods answer for its capabilities.
+
+    A ``ScopedConversationStore`` has ``find_threads``, ``archive``, ``branch_points`` and
+    ``activate`` only to forward them to the store it wraps (or to the generic fallback over
+    that store), so it can do exactly what its inner store can: it is looked through, along
+    ``wrapped_stores``. Any other layer, a wrapper of the project's own included, answers for
+    itself, since it is what the server calls.
+    """
+    answering = store
+    for answering in wrapped_stores(store):
+        if not isinstance(answering, ScopedConversationStore):
+            break
+    return answering
+
+
 def keeps_branches(server: AGUIServer) -> bool:
     """Whether the server's conversation store keeps branches (edit, regenerate, branch navigation).
 
-    A wrapper (``ScopedConversationStore``) answers for the store it wraps: the innermost
-    store decides.
+    A ``ScopedConversationStore`` answers for the store it wraps (``_answering_store``).
     """
-    *_, innermost = wrapped_stores(server.conversation_store)
-    return isinstance(innermost, KeepsBranches)
+    return isinstance(_answering_store(server.conversation_store), KeepsBranches)
 
 
 def thread_features(store: object) -> dict[str, Any]:
@@ -53,8 +68,11 @@ def thread_features(store: object) -> dict[str, Any]:
 
     A store with ``find_threads`` of its own searches text; a ``ModelConversationStore``
     searches text when it overrides ``_find``, and archives only when it overrides
-    ``_archive`` (the defaults search titles and refuse to archive).
+    ``_archive`` (the defaults search titles and refuse to archive). A
+    ``ScopedConversationStore`` searches and archives as the store it wraps does
+    (``_answering_store``).
     """
+    store = _answering_store(store)
     archive = isinstance(store, ArchivesThreads)
     if isinstance(store, ModelConversationStore):
         archive = type(store)._archive is not ModelConversationStore._archive

@@ -20,7 +20,9 @@ from django_pydantic_agent.agui import AGUIServer
 from django_pydantic_agent.contrib.chat.context import thread_features
 from django_pydantic_agent.contrib.chat.views import ChatView
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+from django_pydantic_agent.persistence.base import ConversationStore
 from django_pydantic_agent.persistence.memory_service import MemoryServiceConversationStore
+from django_pydantic_agent.persistence.scoped import ScopedConversationStore
 from django_pydantic_agent.persistence.session import DjangoSessionConversationStore
 from tests.testapp.stores import MinimalThreadStore, ThreadStore
 
@@ -50,10 +52,55 @@ def test_the_session_store_searches_titles_and_archives() -> None:
     }
 
 
-@pytest.fixture
-def minimal_page() -> Iterator[None]:
+def test_a_scoped_store_searches_and_archives_as_the_store_it_wraps() -> None:
+    # The scope forwards find_threads and archive to its inner store: a scoped session store
+    # searches titles only, as the session store does, however the wrapper looks.
+    session = ScopedConversationStore(DjangoSessionConversationStore(), scope="support")
+    default = ScopedConversationStore(DefaultConversationStore(), scope="support")
+    minimal = ScopedConversationStore(MinimalThreadStore(), scope="support")
+    nested = ScopedConversationStore(default, scope="inner")
+
+    assert thread_features(session) == {"search": "titles", "archive": True}
+    assert thread_features(default) == {"search": "text", "archive": True}
+    assert thread_features(minimal) == {"search": "titles", "archive": False}
+    assert thread_features(nested) == {"search": "text", "archive": True}
+
+
+class LoggingWrapper:
+    """A project's own wrapper: forwards the six required methods, has neither search nor
+    archive, so the server searches titles over its ``list()`` and cannot archive through it."""
+
+    def __init__(self, inner: ConversationStore) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name in {"load", "save", "delete", "list", "exists", "rename"}:
+            return getattr(self.inner, name)
+        raise AttributeError(name)
+
+
+def test_a_wrapper_without_the_capabilities_answers_for_itself() -> None:
+    wrapped = LoggingWrapper(DefaultConversationStore())
+
+    assert thread_features(wrapped) == {"search": "titles", "archive": False}
+    assert thread_features(ScopedConversationStore(wrapped, scope="support")) == {
+        "search": "titles",
+        "archive": False,
+    }
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(MinimalThreadStore, id="minimal"),
+        pytest.param(
+            lambda: ScopedConversationStore(MinimalThreadStore(), scope="support"),
+            id="scoped-minimal",
+        ),
+    ]
+)
+def minimal_page(request: pytest.FixtureRequest) -> Iterator[None]:
     """The page over a store that searches titles only and cannot archive."""
-    server = AGUIServer(Agent("test"), conversation_store=MinimalThreadStore(), csrf_exempt=False)
+    server = AGUIServer(Agent("test"), conversation_store=request.param(), csrf_exempt=False)
     module = types.ModuleType(URLCONF)
     module.urlpatterns = [  # type: ignore[attr-defined]
         path("agent/", server.urls),
@@ -82,6 +129,29 @@ def test_the_page_hides_archive_and_says_search_reads_titles(django_user_model: 
     assert " hidden" in toggle.group(0)
     assert "This server searches titles only." in html
     assert 'placeholder="Search titles…"' in html
+
+
+@pytest.mark.django_db
+def test_a_scoped_session_page_says_search_reads_titles(django_user_model: Any) -> None:
+    store = ScopedConversationStore(DjangoSessionConversationStore(), scope="support")
+    server = AGUIServer(Agent("test"), conversation_store=store, csrf_exempt=False)
+    module = types.ModuleType(URLCONF)
+    module.urlpatterns = [  # type: ignore[attr-defined]
+        path("agent/", server.urls),
+        path("chat/", ChatView.as_view(server=server)),
+    ]
+    sys.modules[URLCONF] = module
+    try:
+        with override_settings(ROOT_URLCONF=URLCONF):
+            client = Client()
+            client.force_login(django_user_model.objects.create_user("scoped", password="pw"))
+            html = client.get("/chat/").content.decode()
+    finally:
+        del sys.modules[URLCONF]
+
+    assert 'data-thread-search="titles"' in html
+    assert "This server searches titles only." in html
+    assert 'data-thread-archive="1"' in html
 
 
 @pytest.mark.django_db

@@ -20,6 +20,7 @@ from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence.null import NullConversationStore
 from django_pydantic_agent.persistence.scoped import ScopedConversationStore
 from django_pydantic_agent.persistence.session import DjangoSessionConversationStore
+from tests.contrib.chat.test_drawer_features import LoggingWrapper
 
 
 def _server(store: Any) -> AGUIServer:
@@ -34,8 +35,10 @@ def _server(store: Any) -> AGUIServer:
         (DjangoSessionConversationStore(), False, True),
         (ScopedConversationStore(DjangoSessionConversationStore(), scope="s"), False, True),
         (NullConversationStore(), False, False),
+        # The server switches branches through the wrapper, which keeps none of its own.
+        (LoggingWrapper(DefaultConversationStore()), False, True),
     ],
-    ids=["default", "scoped-default", "session", "scoped-session", "null"],
+    ids=["default", "scoped-default", "session", "scoped-session", "null", "own-wrapper"],
 )
 def test_the_page_offers_what_the_store_can_do(store: Any, branches: bool, forks: bool) -> None:
     server = _server(store)

@@ -1,6 +1,6 @@
-// contrib.chat's message operations in Debian's Chromium: Copy, Regenerate, ‹ 2/2 › branch
-// navigation (which survives a reload), Edit (a new branch), Fork, and a refused tool call's
-// card shown as failed, live and after a reload.
+// contrib.chat's message operations in Debian's Chromium: Copy, Regenerate (refused, offline,
+// then accepted), ‹ 2/2 › branch navigation (which survives a reload), Edit (offline, then a new
+// branch), Fork, and a refused tool call's card shown as failed, live and after a reload.
 //
 // Usage: node chat_branches.mjs <base-url> <username> <password> <artifacts-dir> <prefix> <mode>
 // <mode> is "branches" (a store that keeps branches: every operation) or "plain" (a store
@@ -104,6 +104,59 @@ try {
     const refusedStatus = await page.locator("#status").textContent();
     report.steps.push({ step: "regenerate-refused", refusals, status: refusedStatus, turns: await turns(page) });
     await page.unroute(`${baseUrl}/agent/`, refuse);
+
+    // Offline, a regenerate and an edit never reach the server, nor does the reload after them:
+    // the page shows the thread as stored (not the cut or edited one) and says why, then
+    // reloads the thread from the server when the connection is back.
+    const notSent = () => document.querySelector("#status").textContent.startsWith("The message was not sent");
+    await context.setOffline(true);
+    await click(page, "assistant", "Regenerate answer");
+    await page.waitForFunction(notSent, null, { timeout: 20000 });
+    await waitForButton(page, "assistant", "Regenerate answer");
+    const offlineRegenerate = { status: await page.locator("#status").textContent(), turns: await turns(page) };
+    await click(page, "user", "Edit message");
+    await page.fill("#log .edit-box", "What is 9 - 4?");
+    await page.locator("#log .edit-form button[type=submit]").click();
+    await page.waitForFunction(() => !document.querySelector("#log .edit-form"), null, { timeout: 20000 });
+    await page.waitForFunction(notSent, null, { timeout: 20000 });
+    await waitForButton(page, "user", "Edit message");
+    const offlineEdit = { status: await page.locator("#status").textContent(), turns: await turns(page) };
+    await shot(page, "rerun-offline");
+    // The turns shown now are marked: the reload replaces them with new ones.
+    await page.evaluate(() => document.querySelectorAll("#log .turn").forEach((turn) => (turn.dataset.beforeReload = "")));
+    const threadReload = page.waitForResponse(
+      (response) => response.request().method() === "GET" && response.url().endsWith(`/agent/threads/${thread}/`),
+      { timeout: 20000 },
+    );
+    await context.setOffline(false);
+    const reload = await threadReload;
+    await page.waitForFunction(
+      () => {
+        const shown = document.querySelectorAll("#log .turn");
+        const fresh = document.querySelectorAll("#log .turn[data-decorated]:not([data-before-reload])");
+        return shown.length > 0 && fresh.length === shown.length;
+      },
+      null,
+      { timeout: 20000 },
+    );
+    const online = { status: reload.status(), turns: await turns(page) };
+    report.steps.push({ step: "rerun-offline", regenerate: offlineRegenerate, edit: offlineEdit, online });
+
+    // An edit the server refuses (503) changes nothing either: the stored thread is shown again.
+    const busy = (route) =>
+      route.request().method() === "POST"
+        ? route.fulfill({ status: 503, headers: { "Retry-After": "5" }, contentType: "application/json", body: "{}" })
+        : route.fallback();
+    await page.route(`${baseUrl}/agent/`, busy);
+    await click(page, "user", "Edit message");
+    await page.fill("#log .edit-box", "What is 9 - 4?");
+    await page.locator("#log .edit-form button[type=submit]").click();
+    await page.waitForFunction(() => document.querySelector("#status").textContent.startsWith("The server refused"), null, {
+      timeout: 20000,
+    });
+    await waitForButton(page, "user", "Edit message");
+    report.steps.push({ step: "edit-refused", status: await page.locator("#status").textContent(), turns: await turns(page) });
+    await page.unroute(`${baseUrl}/agent/`, busy);
 
     // Regenerate: a second answer on a new branch, ‹ 2/2 ›.
     await click(page, "assistant", "Regenerate answer");

@@ -221,21 +221,42 @@ try {
   await page.waitForFunction(() => performance.getEntriesByName("agent-chat:transcript-painted").length > 0, null, {
     timeout: 30000,
   });
-  const firstTurns = await page.evaluate(() => performance.getEntriesByName("agent-chat:transcript-painted")[0].detail.turns);
+  const firstPaint = await page.evaluate(() => performance.getEntriesByName("agent-chat:transcript-painted")[0].detail);
   await page.waitForFunction(() => performance.getEntriesByName("agent-chat:transcript-complete").length > 0, null, {
     timeout: 30000,
   });
   const long = await page.evaluate((first) => ({
-    firstTurns: first,
+    firstTurns: first.turns,
+    firstFilled: first.filled,
     turns: document.querySelectorAll(".turn").length,
     firstUser: document.querySelector(".turn.user .bubble").textContent,
     scriptMs: performance.getEntriesByName("agent-chat:transcript")[0].duration,
     paintedMs: performance.getEntriesByName("agent-chat:transcript-painted")[0].duration,
     completeMs: performance.getEntriesByName("agent-chat:transcript-complete")[0].duration,
     atBottom: Math.abs(document.getElementById("log").scrollHeight - document.getElementById("log").scrollTop - document.getElementById("log").clientHeight) < 4,
-  }), firstTurns);
+  }), firstPaint);
   await shot(page, "long-thread");
-  report.steps.push({ step: "long", ...long });
+  // The oldest message, painted after the first frame, is as reachable as any: find in page
+  // finds it, the keyboard reaches its Copy button, and it is in the accessibility tree.
+  const oldest = page.locator("#log .turn").first();
+  const found = await page.evaluate(() => window.find("Question 0?", true, false, true));
+  const copy = oldest.locator("button.copy-message");
+  await copy.focus();
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => document.querySelector("#log .turn button.copy-message").textContent === "Copied", null, {
+    timeout: 10000,
+  });
+  const older = {
+    found,
+    copied: await page.evaluate(() => navigator.clipboard.readText()),
+    aria: await oldest.ariaSnapshot(),
+    shown: await oldest.evaluate((turn) => {
+      const box = turn.getBoundingClientRect();
+      const view = document.getElementById("log").getBoundingClientRect();
+      return box.bottom > view.top && box.top < view.bottom; // scrolled into view by focus
+    }),
+  };
+  report.steps.push({ step: "long", ...long, older });
 } catch (error) {
   report.error = String(error && error.stack ? error.stack : error);
 } finally {

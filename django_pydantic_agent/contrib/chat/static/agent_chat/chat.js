@@ -320,10 +320,13 @@ function runBody(run) {
 
 // Regenerate or edit: run on `transcript`, the history cut at a user message (its text changed
 // for an edit). The server starts a new branch there. When it refuses the run (or never gets
-// it), nothing changed: the page shows the stored thread again and says why.
+// it), nothing changed: the page shows the stored thread again, reloaded from the server, and
+// says why. Offline, the reload fails too: the page shows the thread as it was before the
+// rerun (what the server last said it stores) and reloads it when the connection is back.
 async function rerun(transcript) {
   if (state.running) return;
   const threadId = state.threadId;
+  const stored = { messages: state.transcript, branches: actions.branchPoints() };
   state.transcript = transcript;
   const run = beginRun(threadId, newId(), new AssistantTurn());
   setStatus(t("Waiting for the agent…"), true);
@@ -339,8 +342,29 @@ async function rerun(transcript) {
     },
   });
   if (why === null || state.threadId !== threadId) return;
-  await openThread(threadId, { history: "none" });
+  if (!(await openThread(threadId, { history: "none" })) && state.threadId === threadId && !state.running) {
+    showThread(threadId, stored);
+    reloadWhenOnline(threadId);
+  }
   setStatus(why);
+}
+
+// Open `threadId` again from the server once the browser is back online, if it is still the
+// one shown and nothing runs: what a refused rerun showed from memory is replaced by the store's.
+let reloadOnline = null; // the thread to reload, while a listener waits
+function reloadWhenOnline(threadId) {
+  if (reloadOnline === null) {
+    window.addEventListener(
+      "online",
+      () => {
+        const id = reloadOnline;
+        reloadOnline = null;
+        if (state.threadId === id && !state.running) openThread(id, { history: "none" });
+      },
+      { once: true },
+    );
+  }
+  reloadOnline = threadId;
 }
 
 // A send the server never took: the message leaves the transcript, its text and files go
@@ -428,32 +452,28 @@ async function resume(active, turn) {
 // ---------------------------------------------------------------- navigation
 
 // Open a stored thread. `history`: "push" (a new entry, the default), "replace" or "none"
-// (the URL already names it: a reload, Back or Forward).
+// (the URL already names it: a reload, Back or Forward). Resolves to whether it was shown.
 async function openThread(id, { history = "push" } = {}) {
-  if (state.running) return;
+  if (state.running) return false;
   let response;
   try {
     response = await transport.getThread(id);
   } catch (error) {
     setStatus(`Could not open the conversation: ${error.message}`);
-    return;
+    return false;
   }
   const remembered = liveRun.load();
   const rememberedHere = remembered && remembered.threadId === id ? remembered : null;
   // A thread this tab has a run for may not be stored yet: reattach to the run all the same.
   if (!response.ok && !(response.status === 404 && rememberedHere)) {
     setStatus(`Could not open the conversation: ${await errorText(response)}`);
-    return;
+    return false;
   }
-  if (state.running) return; // a run started while the thread loaded
+  if (state.running) return false; // a run started while the thread loaded
   const payload = response.ok ? await response.json() : {};
-  state.threadId = id;
-  state.transcript = Array.isArray(payload.messages) ? payload.messages : [];
   // The server's word on a run in progress; else the one this tab remembers for the thread.
   const active = activeRunOf(payload) || rememberedHere;
-  const lastTurn = renderTranscript(state.transcript, { open: Boolean(active) });
-  actions.show(payload);
-  setStatus("");
+  const lastTurn = showThread(id, payload, { open: Boolean(active) });
   showUsage(id);
   if (history !== "none") showThreadInUrl(id, { replace: history === "replace" });
   drawer.markCurrent();
@@ -462,6 +482,18 @@ async function openThread(id, { history = "push" } = {}) {
     composer.focus();
   }
   if (active) await resume(active, lastTurn);
+  return true;
+}
+
+// Show thread `id` from a thread payload ({messages, branches}): the conversation, its message
+// buttons, an empty status line. `open`: its last turn goes on (a run to reattach to).
+function showThread(id, payload, { open = false } = {}) {
+  state.threadId = id;
+  state.transcript = Array.isArray(payload.messages) ? payload.messages : [];
+  const lastTurn = renderTranscript(state.transcript, { open });
+  actions.show(payload);
+  setStatus("");
+  return lastTurn;
 }
 
 function newChat({ history = "push" } = {}) {

@@ -227,5 +227,8 @@ export function createMessageActions({ app, log, transport, rerun, reopen, openF
     });
   }
 
-  return { show, afterRun, decorate };
+  // The branch points of the open thread, as the server last gave them.
+  const branchPoints = () => branches;
+
+  return { show, afterRun, decorate, branchPoints };
 }

@@ -1,5 +1,5 @@
-// The drawer's requests beyond the plain list: a page of threads (search, archived, cursor),
-// the archived flag, and an export.
+// The drawer's list and its requests beyond transport.js: a page of threads (search, archived,
+// cursor), the archived flag, and an export.
 //
 // `GET threads/?limit=&q=&archived=1&cursor=` answers {threads, nextCursor}; `PATCH
 // threads/<id>/ {"archived": bool}` sets the flag (400 on a store that keeps none); `GET

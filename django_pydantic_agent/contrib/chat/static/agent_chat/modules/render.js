@@ -459,10 +459,15 @@ export class AssistantTurn {
 // Render stored AG-UI messages (a reloaded thread, a snapshot) with the same widgets as a live
 // run. Returns the last assistant turn when the transcript ends with one, else null; with
 // `open`, that turn is left as it is, for a run in progress to go on in it.
-//: A transcript longer than this shows its last FIRST_MESSAGES at once and fills in the
-//: earlier ones in chunks of CHUNK_MESSAGES, one task each, above them (docs/benchmarks.md).
-const PROGRESSIVE_AFTER = 150;
-const FIRST_MESSAGES = 60;
+//: A transcript longer than PROGRESSIVE_AFTER messages is painted first as its newest turns
+//: only, FIRST_CHUNK messages at a time until they fill FILL_VIEWS times the log's height (the
+//: view plus a margin to scroll up into); the earlier ones are filled in above them in chunks of
+//: CHUNK_MESSAGES, one task each, keeping the view where it is (docs/benchmarks.md). Every
+//: message is in the page once the fill-in ends: find in page, copy, the keyboard and screen
+//: readers reach the oldest one as any other.
+const PROGRESSIVE_AFTER = 60;
+const FIRST_CHUNK = 8;
+const FILL_VIEWS = 1.5;
 const CHUNK_MESSAGES = 60;
 let generation = 0; // bumped by each renderTranscript and clearLog: stale fills stop
 
@@ -470,6 +475,17 @@ let generation = 0; // bumped by each renderTranscript and clearLog: stale fills
 function turnStart(messages, index) {
   while (index < messages.length && messages[index].role !== "user") index += 1;
   return index;
+}
+
+// Where the chunk of about `size` messages ending at `end` (a turn's start, or the length)
+// starts: a turn's start, never `end` itself while there are messages before it (a turn
+// longer than `size` is taken whole).
+function chunkStart(messages, end, size) {
+  const start = end > size ? turnStart(messages, end - size) : 0;
+  if (start < end) return start;
+  let first = end - 1;
+  while (first > 0 && messages[first].role !== "user") first -= 1;
+  return Math.max(first, 0);
 }
 
 // Render a stored transcript; returns the last assistant turn (open when `open`).
@@ -481,48 +497,64 @@ export function renderTranscript(messages, { open = false } = {}) {
   generation += 1;
   const mine = generation;
   log.querySelectorAll(".turn").forEach((node) => node.remove());
-  const split = messages.length > PROGRESSIVE_AFTER ? turnStart(messages, messages.length - FIRST_MESSAGES) : 0;
+  if (empty) empty.hidden = messages.length > 0;
+  const progressive = messages.length > PROGRESSIVE_AFTER;
+  let split = progressive ? chunkStart(messages, messages.length, FIRST_CHUNK) : 0;
   batching = true;
   let turn;
   try {
     turn = renderMessages(messages.slice(split), open);
+    // Earlier turns until the view is full: one layout per chunk, which the paint needs anyway.
+    while (progressive && split > 0 && log.scrollHeight < log.clientHeight * FILL_VIEWS) {
+      const from = chunkStart(messages, split, FIRST_CHUNK);
+      renderAbove(messages, from, split);
+      split = from;
+    }
   } finally {
     batching = false;
     scrollDown(true);
   }
-  if (empty) empty.hidden = messages.length > 0;
   performance.measure("agent-chat:transcript", { start: started, end: performance.now() });
   // The earlier messages fill in after the first frame has painted.
   requestAnimationFrame(() =>
     setTimeout(() => {
-      const detail = { turns: log.querySelectorAll(".turn").length };
-      performance.measure("agent-chat:transcript-painted", { start: started, end: performance.now(), detail });
+      const end = performance.now();
+      const detail = {
+        turns: log.querySelectorAll(".turn").length,
+        filled: log.scrollHeight >= log.clientHeight, // the first paint had the view full
+      };
+      performance.measure("agent-chat:transcript-painted", { start: started, end, detail });
       if (split > 0) fillIn(messages, split, mine, started);
     }),
   );
   return turn;
 }
 
+// Render messages[from:end] above the turns shown, keeping the view where it is.
+function renderAbove(messages, from, end) {
+  const page = log;
+  const anchor = page.querySelector(".turn");
+  const holder = document.createElement("div");
+  const before = page.scrollHeight;
+  const wasBatching = batching;
+  log = holder;
+  batching = true;
+  try {
+    renderMessages(messages.slice(from, end), false);
+  } finally {
+    log = page;
+    batching = wasBatching;
+  }
+  page.insertBefore(fragmentOf(holder), anchor);
+  page.scrollTop += page.scrollHeight - before;
+}
+
 // Render messages[0:end] above what is shown, a chunk per task, keeping the view where it is.
 function fillIn(messages, end, mine, started) {
-  const page = log;
   setTimeout(() => {
     if (mine !== generation) return;
-    const start = end > CHUNK_MESSAGES ? turnStart(messages, end - CHUNK_MESSAGES) : 0;
-    const from = start >= end ? 0 : start;
-    const anchor = page.querySelector(".turn");
-    const holder = document.createElement("div");
-    const before = page.scrollHeight;
-    log = holder;
-    batching = true;
-    try {
-      renderMessages(messages.slice(from, end), false);
-    } finally {
-      log = page;
-      batching = false;
-    }
-    page.insertBefore(fragmentOf(holder), anchor);
-    page.scrollTop += page.scrollHeight - before;
+    const from = chunkStart(messages, end, CHUNK_MESSAGES);
+    renderAbove(messages, from, end);
     onFilled();
     if (from > 0) fillIn(messages, from, mine, started);
     else performance.measure("agent-chat:transcript-complete", { start: started, end: performance.now() });

@@ -1,4 +1,5 @@
-// Everything the page says to the AG-UI server: runs, their event streams, threads and uploads.
+// Everything the page says to the AG-UI server: runs, their event streams, threads and uploads
+// (the drawer's list, search, archive and export requests are in drawer_api.js).
 //
 // A run is one POST of a RunAgentInput whose response body is a server-sent event stream. The
 // body is read with fetch and cut into frames at blank lines; comment lines (the server's
@@ -101,10 +102,6 @@ export function createTransport({ agentUrl, csrfToken, uploadUrl }) {
       }
       if (response.ok) return "accepted";
       return response.status === 404 || response.status === 405 ? "unsupported" : "failed";
-    },
-
-    listThreads(limit) {
-      return send(`${agentUrl}threads/?limit=${limit}`, { headers: json });
     },
 
     getThread(id) {
