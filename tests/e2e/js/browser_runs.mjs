@@ -297,12 +297,14 @@ async function mocked(page) {
   });
   await shot(page, "reattached");
 
-  // A server that accepts the cancel (202): the page reads on to the run's own terminal event
-  // instead of aborting. Today's server then runs the answer to its end; a durable one would
-  // end it with outcome cancelled.
+  // A server that accepts the cancel (202) but lets the run end on its own: the page reads on
+  // to the run's own terminal event instead of aborting. The 202 is held until most of the
+  // answer has streamed, so what is left ends well within the page's grace (10 s) however
+  // slow the machine.
   let cancels = 0;
-  await page.route("**/agent/runs/*/*/cancel/", (route) => {
+  await page.route("**/agent/runs/*/*/cancel/", async (route) => {
     cancels += 1;
+    await waitForText(page, 1300, 60000);
     return route.fulfill({ status: 202, contentType: "application/json", body: "{}" });
   });
   await page.click("#new-chat");
@@ -311,7 +313,7 @@ async function mocked(page) {
   await waitForText(page, 40);
   await page.click("#stop");
   await page.waitForFunction(() => document.querySelector("#status").textContent !== "Stopping…", null, {
-    timeout: 30000,
+    timeout: 60000,
   });
   const statusAfterAccept = await status(page);
   report.steps.push({ step: "cancel-accepted", cancels, status: statusAfterAccept, turn: await lastTurn(page) });
