@@ -67,6 +67,7 @@ from django_pydantic_agent.persistence.base import (
     OpenedAttachment,
     check_limit,
 )
+from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.derive import derive_preview, derive_title
 from django_pydantic_agent.persistence.errors import StoreLimitError
 from django_pydantic_agent.persistence.model import _check_allow_anonymous
@@ -97,6 +98,7 @@ __all__ = [
 DEFAULT_MAX_ATTACHMENT_BYTES: Final[int] = 10 * 1024 * 1024
 """The default ``max_bytes`` of ``MemoryServiceAttachmentStore``: 10 MiB."""
 
+_SEEN_CHATS: Final[str] = "_dpa_memory_service_chats"
 _CHUNK_BYTES: Final[int] = 72 * 1024  # base64: 98 304 characters, under the 100 000 cap
 _CHUNKS_PER_POST: Final[int] = 10  # about 1 MB per request
 
@@ -316,13 +318,68 @@ class MemoryServiceConversationStore:
         return records_to_wire(messages, originals=originals)
 
     async def load(self, thread_id: str, *, request: HttpRequest) -> Conversation | None:
-        """The owner's thread as wire messages, or ``None`` (missing or another owner's)."""
+        """The owner's thread (its active branch) as wire messages, or ``None`` (missing or
+        another owner's)."""
         user, chats, messages = await self._bound(request)
         chat = await chats.get_chat_by_thread_id(user, thread_id)
         if chat is None:
             return None
+        self._seen(request)[(user, thread_id)] = chat.chat_uuid
         stored = await messages.get_chat_messages(chat.chat_uuid)
         return Conversation(thread_id=thread_id, messages=self._wire(stored))
+
+    def _seen(self, request: HttpRequest) -> dict[tuple[uuid.UUID, str], uuid.UUID]:
+        """The chats this store found for ``request`` (so ``branch_points`` after ``load``
+        looks nothing up again)."""
+        seen: dict[int, dict[tuple[uuid.UUID, str], uuid.UUID]] = request.__dict__.setdefault(
+            _SEEN_CHATS, {}
+        )
+        return seen.setdefault(id(self), {})
+
+    async def _chat(
+        self, thread_id: str, request: HttpRequest, *, seen: bool = False
+    ) -> tuple[MessageRepository, uuid.UUID] | None:
+        """The message repository and the owner's chat ``thread_id`` (``seen``: as ``load``
+        found it for this request, when it did), or ``None``."""
+        user, chats, _ = await self._bound(request)
+        registry = await self._registry_for()
+        messages = MessageRepository(registry.space, registry, message_class=StoredWireMessage)
+        chat_uuid = self._seen(request).get((user, thread_id)) if seen else None
+        if chat_uuid is None:
+            chat = await chats.get_chat_by_thread_id(user, thread_id)
+            if chat is None:
+                return None
+            chat_uuid = chat.chat_uuid
+        return messages, chat_uuid
+
+    async def branch_points(
+        self, thread_id: str, *, request: HttpRequest
+    ) -> dict[str, BranchPoint] | None:
+        """The active messages that have siblings, by AG-UI id (``KeepsBranches``): ``{}`` for
+        a thread that never branched; ``None`` when the owner has no such thread. Right after
+        ``load`` in the same request, no request to the service."""
+        found = await self._chat(thread_id, request, seen=True)
+        if found is None:
+            return None
+        messages, chat_uuid = found
+        points = await messages.branch_points(chat_uuid)
+        if points is None:
+            return None
+        return {
+            key: BranchPoint(siblings=tuple(ids), index=index)
+            for key, (ids, index) in points.items()
+        }
+
+    async def activate(self, thread_id: str, message_id: str, *, request: HttpRequest) -> bool:
+        """Make the branch through the message ``message_id`` (any branch) the active one,
+        continued down the newest branch below it (``KeepsBranches``): one marker event
+        appended, none when it already is active. ``False`` when the owner's thread has no
+        such message (or the owner no such thread)."""
+        found = await self._chat(thread_id, request)
+        if found is None:
+            return False
+        messages, chat_uuid = found
+        return await messages.activate(chat_uuid, message_id)
 
     async def save(self, conversation: Conversation, *, request: HttpRequest) -> None:
         """Replace the owner's thread: appended messages are posted, anything else rewritten.

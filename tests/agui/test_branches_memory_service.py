@@ -1,0 +1,145 @@
+"""Edit-and-resend, regenerate and branch switching on the Memory Service store, over the run
+endpoint and real HTTP to the emulator: the branches are marker events any worker folds alike."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from uuid import uuid4
+
+import httpx
+import pytest
+from django.test import RequestFactory
+
+from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui.runs import RunCoordinator
+from django_pydantic_agent.memory_service import DRMemoryServiceClient
+from django_pydantic_agent.persistence.memory_service import MemoryServiceConversationStore
+from tests.agui.agents import history_agent
+from tests.agui.conftest import run_body, sse_frames
+from tests.agui.test_branches import answer_of, user, wire
+from tests.agui.test_runs_memory_service import as_user, body_of
+from tests.support.emulator import no_faults_armed
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+class Tab:
+    """One user's browser tab on one server (one worker)."""
+
+    def __init__(self, server: AGUIServer, who: Any) -> None:
+        self.server = server
+        self.who = who
+        self.factory = RequestFactory()
+
+    async def run(self, messages: list[dict[str, Any]], run_id: str) -> list[Any]:
+        payload = run_body(run_id=run_id)
+        payload["messages"] = messages
+        request = self.factory.post("/", data=payload, content_type="application/json")
+        response = await self.server.run_view(as_user(request, self.who))
+        events = [event for _, event in sse_frames(await body_of(response))]
+        await RunCoordinator.wait_for_all_runs()
+        return events
+
+    async def get(self, thread_id: str = "thread-1") -> Any:
+        request = as_user(self.factory.get("/"), self.who)
+        return await self.server.thread_view(request, thread_id=thread_id)
+
+    async def thread(self, thread_id: str = "thread-1") -> Any:
+        response = await self.get(thread_id)
+        assert response.status_code == 200, response.content
+        return json.loads(response.content)
+
+    async def switch(self, message_id: str, thread_id: str = "thread-1") -> Any:
+        request = self.factory.patch(
+            "/", data={"activeMessageId": message_id}, content_type="application/json"
+        )
+        return await self.server.thread_view(as_user(request, self.who), thread_id=thread_id)
+
+
+@asynccontextmanager
+async def workers(live_server: Any, count: int = 1) -> AsyncIterator[list[AGUIServer]]:
+    """``count`` servers, each with its own store (a cold cache: another worker), on one
+    memory space."""
+    space = f"branches-{uuid4().hex}"
+    with no_faults_armed():
+        async with httpx.AsyncClient(timeout=30.0) as pool:
+            client = DRMemoryServiceClient(
+                endpoint=f"{live_server.url}/api/v2", api_token="token-branches", http_client=pool
+            )
+            yield [
+                AGUIServer(
+                    history_agent(),
+                    conversation_store=MemoryServiceConversationStore(client, space),
+                    csrf_exempt=True,
+                )
+                for _ in range(count)
+            ]
+            await RunCoordinator.wait_for_all_runs()
+
+
+async def two_turns(tab: Tab) -> list[Any]:
+    await tab.run([user("u1", "first")], "run-1")
+    messages = (await tab.thread())["messages"]
+    await tab.run([*wire(messages), user("u2", "second")], "run-2")
+    return list((await tab.thread())["messages"])
+
+
+async def test_regenerate_answers_again_on_a_new_branch_and_keeps_the_old_one(
+    live_server: Any, alice: Any
+) -> None:
+    async with workers(live_server) as [server]:
+        tab = Tab(server, alice)
+        messages = await two_turns(tab)
+        old = messages[3]
+        events = await tab.run(wire(messages[:3]), "run-3")
+        assert events[-1]["type"] == "RUN_FINISHED", events
+        # The model saw the branch up to u2, not the answer it replaces.
+        assert answer_of(events) == f"answer 3 to [U:first | A:{messages[1]['content']} | U:second]"
+        after = await tab.thread()
+    new = after["messages"][3]
+    assert [m["id"] for m in after["messages"][:3]] == [m["id"] for m in messages[:3]]
+    assert new["id"] != old["id"]
+    assert len(after["messages"]) == 4
+    assert after["branches"] == {new["id"]: {"siblings": [old["id"], new["id"]], "index": 1}}
+
+
+async def test_edit_switch_back_and_continue_on_the_old_branch(
+    live_server: Any, alice: Any
+) -> None:
+    async with workers(live_server) as [server]:
+        tab = Tab(server, alice)
+        messages = await two_turns(tab)
+        events = await tab.run([*wire(messages[:2]), user("u2", "second, edited")], "run-3")
+        assert events[-1]["type"] == "RUN_FINISHED", events
+        assert answer_of(events).endswith("| U:second, edited]")
+        after = await tab.thread()
+        assert after["messages"][2] == {**after["messages"][2], "id": "u2"}
+        assert after["messages"][2]["content"] == "second, edited"
+        point = after["branches"]["u2"]
+        assert point["index"] == 1
+        [renamed, _] = point["siblings"]
+        assert renamed.startswith("u2~")
+        switched = await tab.switch(renamed)
+        assert switched.status_code == 200, switched.content
+        assert json.loads(switched.content) == {"threadId": "thread-1", "activeMessageId": renamed}
+        back = await tab.thread()
+        assert wire(back["messages"]) == wire(
+            [*messages[:2], {**messages[2], "id": renamed}, messages[3]]
+        )
+        assert back["branches"][renamed] == {"siblings": [renamed, "u2"], "index": 0}
+        # The next turn continues the old branch; the model sees only that branch.
+        events = await tab.run([*wire(back["messages"]), user("u3", "third")], "run-4")
+        assert "second, edited" not in answer_of(events)
+        assert answer_of(events).startswith("answer 5 to [U:first")
+        final = await tab.thread()
+    assert [m["id"] for m in final["messages"]][:5] == [
+        "u1",
+        messages[1]["id"],
+        renamed,
+        messages[3]["id"],
+        "u3",
+    ]
+    assert final["branches"] == {renamed: {"siblings": [renamed, "u2"], "index": 0}}
