@@ -14,7 +14,9 @@ import pytest
 from django.test import RequestFactory
 
 from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui.branches import MESSAGE_NOT_FOUND
 from django_pydantic_agent.agui.runs import RunCoordinator
+from django_pydantic_agent.contrib.memory_service_emulator import request_counter
 from django_pydantic_agent.memory_service import DRMemoryServiceClient
 from django_pydantic_agent.persistence.memory_service import MemoryServiceConversationStore
 from tests.agui.agents import history_agent
@@ -143,3 +145,128 @@ async def test_edit_switch_back_and_continue_on_the_old_branch(
         "u3",
     ]
     assert final["branches"] == {renamed: {"siblings": [renamed, "u2"], "index": 0}}
+
+
+async def test_a_second_worker_sees_the_branches_and_its_switch_reaches_the_first(
+    live_server: Any, alice: Any
+) -> None:
+    async with workers(live_server, 2) as [first, second]:
+        here, there = Tab(first, alice), Tab(second, alice)
+        messages = await two_turns(here)
+        await here.run([*wire(messages[:2]), user("u2", "second, edited")], "run-3")
+        seen_here = await here.thread()
+        # A cold worker folds the same events into the same active branch and branch points.
+        seen_there = await there.thread()
+        assert seen_there["messages"] == seen_here["messages"]
+        assert seen_there["branches"] == seen_here["branches"]
+        [renamed, _] = seen_there["branches"]["u2"]["siblings"]
+        switched = await there.switch(renamed)
+        assert switched.status_code == 200, switched.content
+        # The first worker's warm cache sees the switch, and its next run answers that branch.
+        back = await here.thread()
+        assert [m["id"] for m in back["messages"]] == [
+            "u1",
+            messages[1]["id"],
+            renamed,
+            messages[3]["id"],
+        ]
+        assert back["branches"] == {renamed: {"siblings": [renamed, "u2"], "index": 0}}
+        events = await here.run([*wire(back["messages"]), user("u3", "third")], "run-4")
+        assert answer_of(events) == (
+            f"answer 5 to [U:first | A:{messages[1]['content']} | U:second | "
+            f"A:{messages[3]['content']} | U:third]"
+        )
+        assert [m["id"] for m in (await there.thread())["messages"]][4] == "u3"
+
+
+async def test_another_owner_cannot_read_or_switch_the_branches(
+    live_server: Any, alice: Any, bob: Any
+) -> None:
+    async with workers(live_server) as [server]:
+        tab, stranger = Tab(server, alice), Tab(server, bob)
+        messages = await two_turns(tab)
+        await tab.run([*wire(messages[:2]), user("u2", "second, edited")], "run-3")
+        before = await tab.thread()
+        [renamed, _] = before["branches"]["u2"]["siblings"]
+        missing_get = await stranger.get("thread-missing")
+        missing_patch = await stranger.switch(renamed, "thread-missing")
+        read = await stranger.get()
+        switch = await stranger.switch(renamed)
+        unknown = await tab.switch("no-such-message")
+        after = await tab.thread()
+    assert (read.status_code, read.content) == (missing_get.status_code, missing_get.content)
+    assert read.status_code == 404
+    assert (switch.status_code, switch.content) == (
+        missing_patch.status_code,
+        missing_patch.content,
+    )
+    assert switch.status_code == 404
+    assert (unknown.status_code, json.loads(unknown.content)) == (
+        404,
+        {"error": MESSAGE_NOT_FOUND},
+    )
+    assert after == before
+
+
+async def test_nested_branches_switch_at_each_level(live_server: Any, alice: Any) -> None:
+    async with workers(live_server) as [server]:
+        tab = Tab(server, alice)
+        messages = await two_turns(tab)
+        await tab.run([*wire(messages[:2]), user("u2", "second, edited")], "run-3")
+        edited = await tab.thread()
+        first_answer = edited["messages"][3]
+        # Regenerate the answer on the edited branch: a branch inside a branch.
+        await tab.run(wire(edited["messages"][:3]), "run-4")
+        nested = await tab.thread()
+        second_answer = nested["messages"][3]
+        [renamed, _] = nested["branches"]["u2"]["siblings"]
+        assert nested["branches"] == {
+            "u2": {"siblings": [renamed, "u2"], "index": 1},
+            second_answer["id"]: {
+                "siblings": [first_answer["id"], second_answer["id"]],
+                "index": 1,
+            },
+        }
+        # The first answer of the edited branch, then the old branch, then back to the edit:
+        # below a switched message the newest branch is taken.
+        assert (await tab.switch(first_answer["id"])).status_code == 200
+        assert (await tab.thread())["messages"][3]["id"] == first_answer["id"]
+        assert (await tab.switch(renamed)).status_code == 200
+        old = await tab.thread()
+        assert [m["id"] for m in old["messages"]][2:] == [renamed, messages[3]["id"]]
+        assert old["branches"] == {renamed: {"siblings": [renamed, "u2"], "index": 0}}
+        assert (await tab.switch("u2")).status_code == 200
+        again = await tab.thread()
+    assert [m["id"] for m in again["messages"]][2:] == ["u2", second_answer["id"]]
+    assert again["branches"] == nested["branches"]
+
+
+async def test_request_counts_of_a_turn_a_regenerate_an_edit_and_a_thread_read(
+    live_server: Any, alice: Any
+) -> None:
+    async with workers(live_server) as [server]:
+        tab = Tab(server, alice)
+        await two_turns(tab)
+        request_counter.reset()
+        read_plain = await tab.thread()
+        reads = {"plain": request_counter.count()}
+        request_counter.reset()
+        await tab.run([*wire(read_plain["messages"]), user("u3", "third")], "run-3")
+        turns = {"turn": request_counter.count()}
+        grown = (await tab.thread())["messages"]
+        request_counter.reset()
+        await tab.run(wire(grown[:5]), "run-4")
+        turns["regenerate"] = request_counter.count()
+        branched = (await tab.thread())["messages"]
+        request_counter.reset()
+        await tab.run([*wire(branched[:4]), user("u3", "third, edited")], "run-5")
+        turns["edit"] = request_counter.count()
+        request_counter.reset()
+        read_branched = await tab.thread()
+        reads["branched"] = request_counter.count()
+    # A regenerate's cut marker rides in the batch POST the user message of a turn takes; an
+    # edit adds one PATCH (the replaced message renamed).
+    assert turns == {"turn": 4, "regenerate": 4, "edit": 5}
+    # The branch points cost no request of their own: the read lists or checks the chat once.
+    assert reads["plain"] == reads["branched"]
+    assert read_branched["branches"]["u3"]["index"] == 1
