@@ -270,3 +270,57 @@ async def test_request_counts_of_a_turn_a_regenerate_an_edit_and_a_thread_read(
     # The branch points cost no request of their own: the read lists or checks the chat once.
     assert reads["plain"] == reads["branched"]
     assert read_branched["branches"]["u3"]["index"] == 1
+
+
+def _shape(document: dict[str, Any]) -> list[tuple[Any, bool, str, str]]:
+    return [
+        (m["parent"], m["active"], m["record"]["role"], m["record"]["content"])
+        for m in document["messages"]
+    ]
+
+
+async def test_export_keeps_every_branch_and_an_import_brings_them_back(
+    live_server: Any, alice: Any
+) -> None:
+    async with workers(live_server, 2) as [first, second]:
+        tab = Tab(first, alice)
+        messages = await two_turns(tab)
+        await tab.run([*wire(messages[:2]), user("u2", "second, edited")], "run-3")
+        edited = await tab.thread()
+        await tab.run(wire(edited["messages"][:3]), "run-4")  # nested: the answer regenerated
+        [renamed, _] = (await tab.thread())["branches"]["u2"]["siblings"]
+        await tab.switch(renamed)  # the old branch active, so the export must say which
+        shown = await tab.thread()
+        exported: Any = await first.thread_export_view(
+            as_user(tab.factory.get("/"), alice), thread_id="thread-1"
+        )
+        document = json.loads(exported.content)
+        request = tab.factory.post("/", data=document, content_type="application/json")
+        imported: Any = await second.threads_import_view(as_user(request, alice))
+        assert imported.status_code == 201, imported.content
+        new_id = json.loads(imported.content)["threadId"]
+        copy = await Tab(second, alice).thread(new_id)
+        again: Any = await second.thread_export_view(
+            as_user(tab.factory.get("/"), alice), thread_id=new_id
+        )
+    # Every record of every branch, each after its parent, the active branch marked.
+    assert _shape(document) == [
+        (None, True, "user", "first"),
+        (0, True, "assistant", messages[1]["content"]),
+        (1, True, "user", "second"),
+        (2, True, "assistant", messages[3]["content"]),
+        (1, False, "user", "second, edited"),
+        (4, False, "assistant", edited["messages"][3]["content"]),
+        (4, False, "assistant", document["messages"][6]["record"]["content"]),
+    ]
+    assert [w["id"] for m in document["messages"] if m["active"] for w in m["wire"]] == [
+        m["id"] for m in shown["messages"]
+    ]
+    # The import is the same tree under new ids, with the same branch active.
+    assert _shape(json.loads(again.content)) == _shape(document)
+    assert [(m["role"], m["content"]) for m in copy["messages"]] == [
+        (m["role"], m["content"]) for m in shown["messages"]
+    ]
+    [point] = copy["branches"].values()
+    assert point["index"] == 0
+    assert len(point["siblings"]) == 2

@@ -3,12 +3,19 @@ emulator: cut and activate markers, the active branch every read returns, on any
 
 from __future__ import annotations
 
-from uuid import uuid4
+import random
+from uuid import UUID, uuid4
 
 import pytest
 
-from django_pydantic_agent.chat_history import Chat, MessageCreate, StartsBranches
+from django_pydantic_agent.chat_history import Chat, Message, MessageCreate, StartsBranches
 from django_pydantic_agent.chat_history.memory_service import MessageRepository
+from django_pydantic_agent.chat_history.memory_service._branches import (
+    fold,
+    is_marker,
+    marker_fields,
+    replay,
+)
 from django_pydantic_agent.contrib.memory_service_emulator import request_counter
 from tests.chat_history import test_memory_service as base
 from tests.chat_history.test_memory_service import Service, _chat
@@ -138,3 +145,33 @@ async def test_reads_inside_the_transaction_see_the_pending_cut(service: Service
     _, cold, _ = service.repositories()
     assert await _ids(cold, chat) == ["v1"]
     assert await cold.branch_points(chat.chat_uuid) == {"v1": (["u1", "v1"], 1)}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_replayed_events_fold_into_the_tree_they_were_made_from(seed: int) -> None:
+    rng = random.Random(seed)
+    size = rng.randint(1, 12)
+    parents: list[int | None] = [None]
+    for index in range(1, size):
+        parents.append(rng.choice([None, *range(index)]) if rng.random() < 0.4 else index - 1)
+    leaf = rng.randrange(size)
+    nodes = [UUID(int=i + 1) for i in range(size)]
+    events = []
+    for kind, index in replay(parents, leaf):
+        if kind == "message":
+            events.append(Message(message_uuid=nodes[index], role="user", content=str(index)))
+        else:
+            fields = marker_fields("cut" if kind == "cut" else "activate", nodes[index])
+            events.append(Message(message_uuid=uuid4(), **fields))
+    tree = fold(events)
+    assert [tree.parent[node] for node in nodes] == [
+        None if parent is None else nodes[parent] for parent in parents
+    ]
+    expected: list[UUID] = []
+    current: int | None = leaf
+    while current is not None:
+        expected.insert(0, nodes[current])
+        current = parents[current]
+    assert tree.active == expected
+    # Markers never show as messages.
+    assert all(is_marker(e) == (e.message_uuid not in tree.parent) for e in events)

@@ -33,6 +33,7 @@ __all__ = [
     "is_marker",
     "marker_fields",
     "message_id",
+    "replay",
 ]
 
 MARKER_VERSION: Final[int] = 0
@@ -160,3 +161,38 @@ def find(tree: Tree, messages: Sequence[Message], agui_id: str) -> UUID | None:
         return None
     active = set(tree.active)
     return next((m for m in reversed(matches) if m in active), matches[-1])
+
+
+def replay(parents: Sequence[int | None], leaf: int | None) -> list[tuple[str, int]]:
+    """The events that write a tree: ``("message", i)`` for record ``i`` (whose parent is
+    ``parents[i]``, an earlier index or ``None``), with the ``("cut", j)`` and
+    ``("activate", j)`` markers before it that make it follow its parent, and at the end those
+    that make the branch ending at record ``leaf`` the active one."""
+    tree = Tree()
+    nodes = [UUID(int=i + 1) for i in range(len(parents))]
+    events: list[tuple[str, int]] = []
+
+    def follow(parent: int | None) -> None:
+        active = tree.active
+        node = None if parent is None else nodes[parent]
+        if (active[-1] if active else None) == node:
+            return
+        if parent is not None and nodes[parent] not in active:
+            events.append(("activate", parent))
+            active[:] = tree.path(nodes[parent])
+        position = 0 if node is None else active.index(node) + 1
+        if position < len(active):
+            events.append(("cut", active[position].int - 1))
+            del active[position:]
+
+    for index, parent in enumerate(parents):
+        follow(parent)
+        node = nodes[index]
+        above = None if parent is None else nodes[parent]
+        tree.parent[node] = above
+        tree.children.setdefault(above, []).append(node)
+        tree.active.append(node)
+        events.append(("message", index))
+    if leaf is not None:
+        follow(leaf)
+    return events

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -20,6 +20,7 @@ from django_pydantic_agent.chat_history.memory_service._branches import (
     fold,
     is_marker,
     marker_fields,
+    replay,
 )
 from django_pydantic_agent.chat_history.memory_service._events import (
     MAX_CONTENT_LENGTH,
@@ -293,6 +294,33 @@ class MessageRepository(NestedRecordWrites):
         if all(m.message_uuid != at for m in self._view(state)):
             raise ValueError(f"start_branch: {at} is no message of chat {chat_uuid}.")
         await self._append_marker(state, self._marker(state, "cut", at))
+
+    async def create_tree(
+        self,
+        chat_uuid: UUID,
+        parents: Sequence[int | None],
+        leaf: int | None,
+        create: Callable[[int], Awaitable[UUID]],
+    ) -> None:
+        """Write a tree of records into an empty chat, in order: ``create(i)`` creates record
+        ``i`` (and returns its uuid), which follows record ``parents[i]`` (an earlier index, or
+        ``None``), with the branch markers that takes before it; at the end, the branch ending
+        at record ``leaf`` is made the active one. Call it inside ``transaction()`` to send it
+        all as one batch POST (per 200 events).
+
+        Raises:
+            ChatNotFoundError: If the chat is unknown or deleted.
+        """
+        state = await self._registry.state(chat_uuid)
+        if state is None:
+            raise ChatNotFoundError(chat_uuid, f"Chat {chat_uuid} has no memory session.")
+        created: dict[int, UUID] = {}
+        for kind, index in replay(parents, leaf):
+            if kind == "message":
+                created[index] = await create(index)
+            else:
+                operation: Operation = "cut" if kind == "cut" else "activate"
+                await self._append_marker(state, self._marker(state, operation, created[index]))
 
     async def _fresh(self, chat_uuid: UUID) -> ChatState | None:
         """The chat's listed cache, checked for changes unless it was just built."""
