@@ -8,7 +8,13 @@ from uuid import UUID, uuid4
 
 import pytest
 
-from django_pydantic_agent.chat_history import Chat, Message, MessageCreate, StartsBranches
+from django_pydantic_agent.chat_history import (
+    Chat,
+    Message,
+    MessageCreate,
+    MessageUpdate,
+    StartsBranches,
+)
 from django_pydantic_agent.chat_history.memory_service import MessageRepository
 from django_pydantic_agent.chat_history.memory_service._branches import (
     fold,
@@ -175,3 +181,19 @@ def test_replayed_events_fold_into_the_tree_they_were_made_from(seed: int) -> No
     assert tree.active == expected
     # Markers never show as messages.
     assert all(is_marker(e) == (e.message_uuid not in tree.parent) for e in events)
+
+
+async def test_a_record_off_the_active_branch_is_still_updated_by_uuid(service: Service) -> None:
+    # A run finishing its records (interrupted, errored) after a branch took them off the
+    # active one still reaches them, on a cold replica too.
+    chat, messages = await _branched(service)
+    tree = await messages.get_chat_tree(chat.chat_uuid)
+    [a2] = [m for m, _, active in tree if m.agui_id == "a2" and not active]
+    _, cold, _ = service.repositories()
+    updated = await cold.update_message(a2.message_uuid, MessageUpdate(status="interrupted"))
+    assert updated is not None
+    assert updated.status == "interrupted"
+    _, colder, _ = service.repositories()
+    statuses = {m.agui_id: m.status for m, _, _ in await colder.get_chat_tree(chat.chat_uuid)}
+    assert statuses["a2"] == "interrupted"
+    assert await _ids(colder, chat) == ["u1", "a1", "u2", "b2"]

@@ -235,6 +235,23 @@ class MessageRepository(NestedRecordWrites):
     def _find(self, state: ChatState, predicate: Callable[[Message], bool]) -> Message | None:
         return next((m for m in self._view(state) if predicate(m)), None)
 
+    def _find_any(self, state: ChatState, predicate: Callable[[Message], bool]) -> Message | None:
+        """As ``_find``, on every branch: a record is found by uuid wherever it is (a run
+        finishes its records after a branch took them off the active one)."""
+        found = self._find(state, predicate)
+        if found is not None or not state.markers:
+            return found
+        batch = self._batch()
+        pending = batch.pending(state) if batch is not None else {}
+        return next(
+            (
+                self._current(state, pending, m.message_uuid)
+                for m in state.ordered_all()
+                if predicate(self._current(state, pending, m.message_uuid))
+            ),
+            None,
+        )
+
     async def _locate(
         self, uuid: UUID, kind: LocatorKind, predicate: Callable[[Message], bool]
     ) -> tuple[ChatState, Message] | None:
@@ -245,10 +262,10 @@ class MessageRepository(NestedRecordWrites):
         state = await self._state(chat_uuid, tail=True)
         if state is None:
             return None
-        found = self._find(state, predicate)
+        found = self._find_any(state, predicate)
         if found is None:  # refreshed, or listed whole when only a tail was read
             state = await self._state(chat_uuid, refresh=True)
-            found = self._find(state, predicate) if state is not None else None
+            found = self._find_any(state, predicate) if state is not None else None
         return None if found is None or state is None else (state, found)
 
     # Branches ------------------------------------------------------------------------------
