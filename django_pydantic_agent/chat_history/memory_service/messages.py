@@ -568,7 +568,8 @@ class MessageRepository(NestedRecordWrites):
         return next((call for call in message.tool_calls if call.agui_id == agui_id), None)
 
     async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[Message]:
-        """Every message of a chat, oldest first by sequence id (``[]`` for an unknown chat).
+        """The messages of a chat's active branch, oldest first by sequence id (``[]`` for an
+        unknown chat).
 
         A cold cache lists the chat once (pages of 100); a warm one checks the newest event
         (``lastN=1``) and reads only what changed.
