@@ -21,6 +21,9 @@ fewer than 100 messages and a warm space:
 - ``list``: 1 + N (the owner's chats, then the newest event of each of N chats);
 - ``save``: 3 for a new thread or an append (lookup, create or one page of events, one batch
   POST per 200 messages), 5 for a rewrite (lookup, events, DELETE, create, batch POST);
+- ``branch_points``: none right after ``load`` in the same request, else as ``load``;
+  ``activate``: as ``load``, and one POST (a marker event) when the active branch changes;
+- ``export``: as ``load``; ``import_document``: a create and one batch POST per 200 events;
 - attachment ``save``: 1 + ceil(chunks / 10); ``open``: 1 + ceil(chunks / 100); ``delete``: 2.
 
 Resolving a space given by key adds one request (two when it exists) once per store.

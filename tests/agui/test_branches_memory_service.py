@@ -324,3 +324,18 @@ async def test_export_keeps_every_branch_and_an_import_brings_them_back(
     [point] = copy["branches"].values()
     assert point["index"] == 0
     assert len(point["siblings"]) == 2
+
+
+async def test_a_fork_copies_the_active_branch_only(live_server: Any, alice: Any) -> None:
+    async with workers(live_server) as [server]:
+        tab = Tab(server, alice)
+        messages = await two_turns(tab)
+        await tab.run(wire(messages[:3]), "run-3")  # the last answer regenerated
+        shown = await tab.thread()
+        answer = shown["messages"][3]["id"]
+        request = tab.factory.post("/", data={"messageId": answer}, content_type="application/json")
+        forked: Any = await server.thread_fork_view(as_user(request, alice), thread_id="thread-1")
+        assert forked.status_code == 201, forked.content
+        copy = await tab.thread(json.loads(forked.content)["threadId"])
+    assert wire(copy["messages"]) == wire(shown["messages"])
+    assert copy["branches"] == {}
