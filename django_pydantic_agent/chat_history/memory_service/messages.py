@@ -357,7 +357,7 @@ class MessageRepository(NestedRecordWrites):
             return None
         if not state.markers:
             return {}
-        return branch_points(fold(state.events()), state.messages)
+        return branch_points(state.tree(), state.messages)
 
     async def activate(self, chat_uuid: UUID, agui_id: str) -> bool:
         """Make the branch through the record read back as ``agui_id`` the active one (on the
@@ -367,7 +367,7 @@ class MessageRepository(NestedRecordWrites):
         state = await self._fresh(chat_uuid)
         if state is None:
             return False
-        tree = fold(state.events())
+        tree = state.tree()
         target = find(tree, state.ordered_all(), agui_id)
         if target is None:
             return False
@@ -382,7 +382,7 @@ class MessageRepository(NestedRecordWrites):
         state = await self._fresh(chat_uuid)
         if state is None:
             return []
-        tree = fold(state.events())
+        tree = state.tree()
         active = set(tree.active)
         return [
             (export(m), tree.parent.get(m.message_uuid), m.message_uuid in active)

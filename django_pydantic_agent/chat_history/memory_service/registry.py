@@ -11,7 +11,7 @@ from typing import Annotated, Any, Generic, TypeVar
 from uuid import UUID
 
 from django_pydantic_agent.chat_history.keys import LocatorKind, locator_key
-from django_pydantic_agent.chat_history.memory_service._branches import fold
+from django_pydantic_agent.chat_history.memory_service._branches import Tree, fold
 from django_pydantic_agent.chat_history.memory_service._ids import chat_uuid_of, is_own_chat_uuid
 from django_pydantic_agent.chat_history.memory_service._retry import RetryPolicy
 from django_pydantic_agent.chat_history.records import Chat, Message
@@ -179,6 +179,7 @@ class ChatState:
     current: bool = False
     """The cache was just built (a listing, or a chat created here): skip one check."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _tree: tuple[tuple[int, int, int], Tree] | None = field(default=None, repr=False)
 
     def events(self) -> list[Message]:
         """The committed messages and branch markers in sequence order."""
@@ -189,11 +190,18 @@ class ChatState:
         """The committed messages of every branch in sequence order."""
         return sorted(self.messages.values(), key=lambda m: m.sequence_id)
 
+    def tree(self) -> Tree:
+        """The committed events folded into the chat's tree (kept until an event is added)."""
+        key = (len(self.messages), len(self.markers), self.max_seq)
+        if self._tree is None or self._tree[0] != key:
+            self._tree = (key, fold(self.events()))
+        return self._tree[1]
+
     def ordered(self) -> list[Message]:
         """The committed messages of the active branch in sequence order."""
         if not self.markers:
             return sorted(self.messages.values(), key=lambda m: m.sequence_id)
-        return [self.messages[uuid] for uuid in fold(self.events()).active]
+        return [self.messages[uuid] for uuid in self.tree().active]
 
     def saw(self, event: Message) -> None:
         """Track ``event`` as the newest event if it is."""
