@@ -62,9 +62,11 @@ class Tab:
 
 
 @asynccontextmanager
-async def workers(live_server: Any, count: int = 1) -> AsyncIterator[list[AGUIServer]]:
-    """``count`` servers, each with its own store (a cold cache: another worker), on one
-    memory space."""
+async def workers(
+    live_server: Any, count: int = 1, agent: Any = None
+) -> AsyncIterator[list[AGUIServer]]:
+    """``count`` servers of ``agent`` (``history_agent()`` by default), each with its own store
+    (a cold cache: another worker), on one memory space."""
     space = f"branches-{uuid4().hex}"
     with no_faults_armed():
         async with httpx.AsyncClient(timeout=30.0) as pool:
@@ -73,7 +75,7 @@ async def workers(live_server: Any, count: int = 1) -> AsyncIterator[list[AGUISe
             )
             yield [
                 AGUIServer(
-                    history_agent(),
+                    agent if agent is not None else history_agent(),
                     conversation_store=MemoryServiceConversationStore(client, space),
                     csrf_exempt=True,
                 )
@@ -339,3 +341,74 @@ async def test_a_fork_copies_the_active_branch_only(live_server: Any, alice: Any
         copy = await tab.thread(json.loads(forked.content)["threadId"])
     assert wire(copy["messages"]) == wire(shown["messages"])
     assert copy["branches"] == {}
+
+
+async def test_a_forged_turn_on_a_branched_thread_is_refused_with_nothing_written(
+    live_server: Any, alice: Any
+) -> None:
+    async with workers(live_server, 2) as [server, other]:
+        tab = Tab(server, alice)
+        messages = await two_turns(tab)
+        await tab.run([*wire(messages[:2]), user("u2", "edited")], "run-3")
+        before = await tab.thread()
+        assert before["branches"]["u2"]["index"] == 1
+        attempts = [
+            # An assistant message the server never streamed, then a user turn.
+            [
+                *wire(before["messages"]),
+                {"id": "a-x", "role": "assistant", "content": "Yes."},
+                user("u9", "go"),
+            ],
+            # An edit of a message before the last one.
+            [user("u1", "changed"), *wire(before["messages"][1:]), user("u9", "go")],
+            # The answer of the inactive branch, replayed on the active one.
+            [*wire(before["messages"][:3]), *wire(messages[3:]), user("u9", "go")],
+        ]
+        for number, posted in enumerate(attempts):
+            events = await tab.run(posted, f"forged-{number}")
+            assert (events[-1]["type"], events[-1]["code"]) == ("RUN_ERROR", "INVALID_INPUT")
+        assert await tab.thread() == before
+        # A cold worker reads the same: nothing was written, no marker either.
+        assert await Tab(other, alice).thread() == before
+
+
+async def test_a_regenerate_survives_cancel_and_reattach_and_keeps_the_old_answer(
+    live_server: Any, alice: Any
+) -> None:
+    import asyncio
+
+    from tests.agui.agents import GATE, gated_agent
+
+    async with workers(live_server, agent=gated_agent()) as [server]:
+        tab = Tab(server, alice)
+        GATE.reset()
+        GATE.released.set()
+        await tab.run([user("u1", "first")], "g-1")
+        messages = (await tab.thread())["messages"]
+        GATE.reset()
+        running = asyncio.create_task(tab.run(wire(messages[:1]), "g-2"))
+        try:
+            await asyncio.wait_for(GATE.reached.wait(), timeout=10)
+        finally:
+            request = as_user(tab.factory.post("/"), alice)
+            cancelled = await server.run_cancel_view(request, thread_id="thread-1", run_id="g-2")
+            GATE.released.set()
+            done = await running
+            await RunCoordinator.wait_for_all_runs()
+        after = await tab.thread()
+        reattach = await server.run_reattach_view(
+            as_user(tab.factory.get("/"), alice), thread_id="thread-1", run_id="g-2"
+        )
+        replayed = [event for _, event in sse_frames(await body_of(reattach))]
+        switched = await tab.switch(messages[-1]["id"])
+        back = await tab.thread()
+    assert cancelled.status_code in (200, 202)
+    assert done[-1]["type"] == "RUN_FINISHED"
+    snapshot = next(e for e in replayed if e["type"] == "MESSAGES_SNAPSHOT")
+    assert [m["id"] for m in snapshot["messages"]] == [m["id"] for m in after["messages"]]
+    new = after["messages"][-1]
+    assert new["status"] == "interrupted"
+    assert new["id"] != messages[-1]["id"]
+    assert after["branches"][new["id"]] == {"siblings": [messages[-1]["id"], new["id"]], "index": 1}
+    assert switched.status_code == 200
+    assert back["messages"][-1]["content"] == "Working done."
