@@ -15,6 +15,7 @@ from django_pydantic_agent.chat_history import (
     MessageUpdate,
     StartsBranches,
 )
+from django_pydantic_agent.chat_history.errors import ChatNotFoundError
 from django_pydantic_agent.chat_history.memory_service import MessageRepository
 from django_pydantic_agent.chat_history.memory_service._branches import (
     fold,
@@ -197,3 +198,37 @@ async def test_a_record_off_the_active_branch_is_still_updated_by_uuid(service: 
     statuses = {m.agui_id: m.status for m, _, _ in await colder.get_chat_tree(chat.chat_uuid)}
     assert statuses["a2"] == "interrupted"
     assert await _ids(colder, chat) == ["u1", "a1", "u2", "b2"]
+
+
+def test_a_marker_the_fold_cannot_act_on_is_skipped() -> None:
+    one, two = Message(role="user", content="1"), Message(role="assistant", content="2")
+    unknown = Message(message_uuid=uuid4(), **marker_fields("cut", uuid4()))
+    garbled = Message(message_uuid=uuid4(), **{**marker_fields("cut", one.message_uuid)})
+    garbled.content = "cut not-a-uuid"
+    off_branch = Message(message_uuid=uuid4(), **marker_fields("cut", two.message_uuid))
+    tree = fold([one, unknown, garbled, two, one, off_branch])
+    assert tree.active == [one.message_uuid]  # the repeated ``one`` is read once
+    tree = fold([one, two, Message(**marker_fields("cut", two.message_uuid)), off_branch])
+    assert tree.active == [one.message_uuid]
+
+
+async def test_an_unknown_or_deleted_chat_has_no_branches(service: Service) -> None:
+    chats, messages, _ = service.repositories()
+    nowhere = uuid4()
+    assert await messages.branch_points(nowhere) is None
+    assert await messages.get_chat_tree(nowhere) == []
+    with pytest.raises(ChatNotFoundError):
+        await messages.start_branch(nowhere, uuid4())
+    with pytest.raises(ChatNotFoundError):
+        await messages.create_tree(nowhere, [None], 0, lambda index: _never())
+    chat, messages = await _branched(service)
+    [u1] = [m for m in await messages.get_chat_messages(chat.chat_uuid) if m.agui_id == "u1"]
+    await chats.delete_chat(chat.chat_uuid)
+    # A repository that still holds the chat's cache learns of the delete when it writes.
+    with pytest.raises(ChatNotFoundError):
+        await messages.start_branch(chat.chat_uuid, u1.message_uuid)
+    assert not await service.repositories()[1].activate(chat.chat_uuid, "a2")
+
+
+async def _never() -> UUID:  # pragma: no cover - create_tree refuses before it creates
+    raise AssertionError("nothing is created in an unknown chat")

@@ -103,17 +103,6 @@ class Tree:
         """The records sharing ``uuid``'s parent, it included, oldest first."""
         return self.children.get(self.parent.get(uuid), [uuid])
 
-    def descendants(self, uuid: UUID) -> set[UUID]:
-        """``uuid`` and every record below it."""
-        found: set[UUID] = set()
-        stack = [uuid]
-        while stack:
-            current = stack.pop()
-            if current not in found:
-                found.add(current)
-                stack.extend(self.children.get(current, ()))
-        return found
-
 
 def fold(events: Iterable[Message]) -> Tree:
     """Replay ``events`` (messages and markers, in sequence order) into a ``Tree``.
