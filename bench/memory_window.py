@@ -5,8 +5,10 @@ turn runs through the real ``AGUIStorageAgent`` (its default ``HistoryWindow``, 
 on the Memory Service repositories, against the emulator served over HTTP. The meter counts
 the requests the emulator received and the ``message`` events its event listings returned.
 
-``python -m bench --suite chat-history`` prints the table after the per-turn one;
-:func:`measure_window` runs it against any emulator endpoint (the tests use ``live_server``).
+The last run of each size regenerates the newest answer (a new branch, one ``cut`` marker
+event in the run's first batch POST). ``python -m bench --suite chat-history`` prints the
+table after the per-turn one; :func:`measure_window` runs it against any emulator endpoint
+(the tests use ``live_server``).
 """
 
 from __future__ import annotations
@@ -110,8 +112,8 @@ async def measure_window(endpoint: str, *, sizes: tuple[int, ...] = (10, 1000)) 
         for size in sizes:
             thread = f"long-{size}-{uuid4().hex[:8]}"
             await _seed(_Worker(space), thread, size)
-            # A retry: the client posts the unanswered newest user message again. (One with an
-            # answer would be a regenerate, which a store without branches refuses.)
+            # A retry: the client posts the unanswered newest user message again (one with an
+            # answer is a regenerate, measured last).
             newest_user = size - 1
             echo: list[Message] = [UserMessage(id=f"s{newest_user}", content=_content(newest_user))]
             reads.start()
@@ -129,4 +131,13 @@ async def measure_window(endpoint: str, *, sizes: tuple[int, ...] = (10, 1000)) 
             reads.start()
             await warm.turn(_input(thread, "newer", newer), plain_answer(thread, "newer", "a2"))
             rows.append(reads.row(size, "warm worker (the same one, next turn)"))
+
+            # A regenerate: the answered newest user message posted again, on a cold worker.
+            # The cut is made against the whole active branch, so the thread is listed.
+            again: list[Message] = [UserMessage(id="u-newer", content="Another question")]
+            reads.start()
+            await _Worker(space).turn(
+                _input(thread, "regen", again), plain_answer(thread, "regen", "a-regen")
+            )
+            rows.append(reads.row(size, "a regenerate of the newest answer (cold worker)"))
         return rows

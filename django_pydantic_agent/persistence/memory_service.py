@@ -21,6 +21,9 @@ fewer than 100 messages and a warm space:
 - ``list``: 1 + N (the owner's chats, then the newest event of each of N chats);
 - ``save``: 3 for a new thread or an append (lookup, create or one page of events, one batch
   POST per 200 messages), 5 for a rewrite (lookup, events, DELETE, create, batch POST);
+- ``branch_points``: none right after ``load`` in the same request, else as ``load``;
+  ``activate``: as ``load``, and one POST (a marker event) when the active branch changes;
+- ``export``: as ``load``; ``import_document``: a create and one batch POST per 200 events;
 - attachment ``save``: 1 + ceil(chunks / 10); ``open``: 1 + ceil(chunks / 100); ``delete``: 2.
 
 Resolving a space given by key adds one request (two when it exists) once per store.
@@ -67,10 +70,12 @@ from django_pydantic_agent.persistence.base import (
     OpenedAttachment,
     check_limit,
 )
+from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.derive import derive_preview, derive_title
 from django_pydantic_agent.persistence.errors import StoreLimitError
 from django_pydantic_agent.persistence.model import _check_allow_anonymous
 from django_pydantic_agent.persistence.owner import aresolve_owner_uuid
+from django_pydantic_agent.persistence.transfer import FORMAT, VERSION, active_wire, records_of
 from django_pydantic_agent.persistence.wire import (
     record_fingerprint,
     records_to_wire,
@@ -97,6 +102,10 @@ __all__ = [
 DEFAULT_MAX_ATTACHMENT_BYTES: Final[int] = 10 * 1024 * 1024
 """The default ``max_bytes`` of ``MemoryServiceAttachmentStore``: 10 MiB."""
 
+_NOT_EXPORTED: Final[frozenset[str]] = frozenset(
+    {"message_uuid", "chat_uuid", "wire", "wire_fingerprint"}
+)
+_SEEN_CHATS: Final[str] = "_dpa_memory_service_chats"
 _CHUNK_BYTES: Final[int] = 72 * 1024  # base64: 98 304 characters, under the 100 000 cap
 _CHUNKS_PER_POST: Final[int] = 10  # about 1 MB per request
 
@@ -316,13 +325,137 @@ class MemoryServiceConversationStore:
         return records_to_wire(messages, originals=originals)
 
     async def load(self, thread_id: str, *, request: HttpRequest) -> Conversation | None:
-        """The owner's thread as wire messages, or ``None`` (missing or another owner's)."""
+        """The owner's thread (its active branch) as wire messages, or ``None`` (missing or
+        another owner's)."""
         user, chats, messages = await self._bound(request)
         chat = await chats.get_chat_by_thread_id(user, thread_id)
         if chat is None:
             return None
+        self._seen(request)[(user, thread_id)] = chat.chat_uuid
         stored = await messages.get_chat_messages(chat.chat_uuid)
         return Conversation(thread_id=thread_id, messages=self._wire(stored))
+
+    def _seen(self, request: HttpRequest) -> dict[tuple[uuid.UUID, str], uuid.UUID]:
+        """The chats this store found for ``request`` (so ``branch_points`` after ``load``
+        looks nothing up again)."""
+        seen: dict[int, dict[tuple[uuid.UUID, str], uuid.UUID]] = request.__dict__.setdefault(
+            _SEEN_CHATS, {}
+        )
+        return seen.setdefault(id(self), {})
+
+    async def _chat(
+        self, thread_id: str, request: HttpRequest, *, seen: bool = False
+    ) -> tuple[MessageRepository, uuid.UUID] | None:
+        """The message repository and the owner's chat ``thread_id`` (``seen``: as ``load``
+        found it for this request, when it did), or ``None``."""
+        user, chats, _ = await self._bound(request)
+        registry = await self._registry_for()
+        messages = MessageRepository(registry.space, registry, message_class=StoredWireMessage)
+        chat_uuid = self._seen(request).get((user, thread_id)) if seen else None
+        if chat_uuid is None:
+            chat = await chats.get_chat_by_thread_id(user, thread_id)
+            if chat is None:
+                return None
+            chat_uuid = chat.chat_uuid
+        return messages, chat_uuid
+
+    async def branch_points(
+        self, thread_id: str, *, request: HttpRequest
+    ) -> dict[str, BranchPoint] | None:
+        """The active messages that have siblings, by AG-UI id (``KeepsBranches``): ``{}`` for
+        a thread that never branched; ``None`` when the owner has no such thread. Right after
+        ``load`` in the same request, no request to the service."""
+        found = await self._chat(thread_id, request, seen=True)
+        if found is None:
+            return None
+        messages, chat_uuid = found
+        points = await messages.branch_points(chat_uuid)
+        if points is None:
+            return None
+        return {
+            key: BranchPoint(siblings=tuple(ids), index=index)
+            for key, (ids, index) in points.items()
+        }
+
+    async def activate(self, thread_id: str, message_id: str, *, request: HttpRequest) -> bool:
+        """Make the branch through the message ``message_id`` (any branch) the active one,
+        continued down the newest branch below it (``KeepsBranches``): one marker event
+        appended, none when it already is active. ``False`` when the owner's thread has no
+        such message (or the owner no such thread)."""
+        found = await self._chat(thread_id, request)
+        if found is None:
+            return False
+        messages, chat_uuid = found
+        return await messages.activate(chat_uuid, message_id)
+
+    async def export(self, thread_id: str, *, request: HttpRequest) -> dict[str, Any] | None:
+        """The owner's thread, every branch and record, as a ``persistence.transfer`` document
+        (``ExportsThreads``; ``runs`` is empty: this store keeps no run records); ``None``
+        when the owner has no such thread."""
+        found = await self._chat(thread_id, request)
+        if found is None:
+            return None
+        messages, chat_uuid = found
+        registry = await self._registry_for()
+        state = await registry.state(chat_uuid)
+        tree = await messages.get_chat_tree(chat_uuid)
+        if state is None:
+            return None
+        index = {record.message_uuid: i for i, (record, _, _) in enumerate(tree)}
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "title": state.chat.name,
+            "messages": [
+                {
+                    "parent": None if parent is None else index[parent],
+                    "active": active,
+                    "record": record.model_dump(mode="json", exclude=set(_NOT_EXPORTED)),
+                    "wire": self._wire([record]),
+                }
+                for record, parent, active in tree
+            ],
+            "runs": [],
+        }
+
+    async def import_document(
+        self, document: dict[str, Any], thread_id: str, *, request: HttpRequest
+    ) -> None:
+        """Create the owner's thread ``thread_id`` from a checked document (``ExportsThreads``):
+        every branch, each record under a new uuid and rendered from its record (the file's
+        wire copies are not trusted), running messages stopped, the document's active branch
+        active. One chat create and one batch POST per 200 events (branch markers included).
+        ``ImportProblem`` for a record that is no message, nothing written."""
+        user, chats, _ = await self._bound(request)
+        records = records_of(document, uuid.UUID(int=0))
+        entries = document["messages"]
+        leaf = max((i for i, entry in enumerate(entries) if entry["active"]), default=None)
+        title = document.get("title") or derive_title(active_wire(document))
+        chat = await chats.create_chat(ChatCreate(name=title, thread_id=thread_id, user_uuid=user))
+        registry = await self._registry_for()
+        messages = MessageRepository(registry.space, registry, message_class=StoredWireMessage)
+
+        async def create(index: int) -> uuid.UUID:
+            record = records[index]
+            stored = await messages.create_message(_created(record, chat_uuid=chat.chat_uuid))
+            await self._nested(messages, record, stored.message_uuid)
+            return stored.message_uuid
+
+        parents = [entry["parent"] for entry in entries]
+        async with messages.transaction():
+            await messages.create_tree(chat.chat_uuid, parents, leaf, create)
+
+    @staticmethod
+    async def _nested(messages: MessageRepositoryLike, record: Message, parent: uuid.UUID) -> None:
+        """Create ``record``'s tool calls and reasoning steps under the message ``parent``."""
+        for call in record.tool_calls:
+            await messages.create_message_tool_call(
+                MessageToolCallCreate(message_uuid=parent, **call.model_dump(exclude={"uuid"}))
+            )
+        for step in record.reasonings:
+            await messages.create_message_reasoning(
+                MessageReasoningCreate(message_uuid=parent, **step.model_dump(exclude={"uuid"}))
+            )
 
     async def save(self, conversation: Conversation, *, request: HttpRequest) -> None:
         """Replace the owner's thread: appended messages are posted, anything else rewritten.
@@ -364,18 +497,7 @@ class MemoryServiceConversationStore:
                     record, chat_uuid=chat.chat_uuid, wire=wire, wire_fingerprint=fingerprint
                 )
                 created = await messages.create_message(data)
-                for call in record.tool_calls:
-                    await messages.create_message_tool_call(
-                        MessageToolCallCreate(
-                            message_uuid=created.message_uuid, **call.model_dump(exclude={"uuid"})
-                        )
-                    )
-                for step in record.reasonings:
-                    await messages.create_message_reasoning(
-                        MessageReasoningCreate(
-                            message_uuid=created.message_uuid, **step.model_dump(exclude={"uuid"})
-                        )
-                    )
+                await self._nested(messages, record, created.message_uuid)
 
     async def delete(self, thread_id: str, *, request: HttpRequest) -> None:
         """Delete the owner's thread (its session and events); no-op when absent."""

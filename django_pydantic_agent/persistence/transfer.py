@@ -24,6 +24,7 @@ re-resolved by the transport against the caller's own uploads.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from django_pydantic_agent.persistence.base import Conversation
@@ -31,6 +32,8 @@ from django_pydantic_agent.persistence.derive import message_text
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
+
+    from django_pydantic_agent.chat_history import Message
 
 __all__ = [
     "FORMAT",
@@ -47,6 +50,7 @@ __all__ = [
     "export_thread",
     "import_thread",
     "markdown",
+    "records_of",
     "render_record",
 ]
 
@@ -59,6 +63,8 @@ MAX_IMPORTED_SUMMARIES = 100
 MAX_SUMMARY_CHARS = 200_000
 _RUNNING = "active"
 _STOPPED = "interrupted"
+_RECORD_KEYS = frozenset({"message_uuid", "chat_uuid"})
+"""The keys of an exported record an import never takes from the file."""
 
 
 #: The ``ImportProblem`` (and the import route's 400) for a document that is not a JSON object.
@@ -176,8 +182,6 @@ def _check_summaries(summaries: Any, count: int) -> None:
 
 def render_record(record: dict[str, Any]) -> list[dict[str, Any]]:
     """The wire messages of an exported record (``ValueError`` when it is not a record)."""
-    import uuid
-
     from django_pydantic_agent.chat_history import Message
     from django_pydantic_agent.chat_history.records import WIRE_CONTEXT
     from django_pydantic_agent.persistence.wire import records_to_wire
@@ -187,6 +191,54 @@ def render_record(record: dict[str, Any]) -> list[dict[str, Any]]:
         {**fields, "chat_uuid": uuid.uuid4()}, context=dict(WIRE_CONTEXT)
     )
     return records_to_wire([message])
+
+
+def records_of(document: dict[str, Any], chat_uuid: uuid.UUID) -> list[Message]:
+    """The chat-history records of a checked document's messages, under new uuids of
+    ``chat_uuid``, a message still running stopped as ``interrupted`` (``ImportProblem`` for
+    a record that is not one)."""
+    from pydantic import ValidationError
+
+    from django_pydantic_agent.chat_history import Message
+    from django_pydantic_agent.chat_history.records import WIRE_CONTEXT
+    from django_pydantic_agent.persistence.wire import wire_to_records
+
+    records = []
+    for index, entry in enumerate(document["messages"]):
+        record = entry.get("record")
+        try:
+            if record is None:
+                read = wire_to_records(entry["wire"], chat_uuid=chat_uuid).messages
+                if len(read) != 1:
+                    raise ImportProblem(
+                        f"messages.{index} has wire messages that are not one message; export "
+                        "records with the thread, or send one message per entry."
+                    )
+                message = read[0]
+            else:
+                fields = {k: v for k, v in record.items() if k not in _RECORD_KEYS}
+                message = Message.model_validate(
+                    {**fields, "chat_uuid": chat_uuid}, context=dict(WIRE_CONTEXT)
+                )
+        except ValidationError as exc:
+            where = ".".join(str(p) for p in exc.errors()[0]["loc"]) or "(record)"
+            raise ImportProblem(
+                f"messages.{index} record is not a message: {where} "
+                f"({exc.errors()[0]['type']}); send the record as export/ wrote it."
+            ) from exc
+        message.message_uuid = uuid.uuid4()
+        for call in message.tool_calls:
+            call.uuid = uuid.uuid4()
+            if call.status == _RUNNING:
+                call.status = _STOPPED
+        for step in message.reasonings:
+            step.uuid = uuid.uuid4()
+            if step.status == _RUNNING:
+                step.status = _STOPPED
+        if message.status == _RUNNING or message.in_progress:
+            message.status, message.in_progress = _STOPPED, False
+        records.append(message)
+    return records
 
 
 def active_wire(document: dict[str, Any], render: Any = render_record) -> list[Any]:

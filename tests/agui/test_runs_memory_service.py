@@ -173,29 +173,3 @@ def test_any_other_memory_service_error_is_a_json_500_logged_once(
     [record] = [r for r in caplog.records if "Memory Service error" in r.message]
     assert record.levelname == "ERROR"
     assert record.exc_info is not None
-
-
-async def test_a_regenerate_on_the_memory_service_is_refused_before_anything_is_stored(
-    server: AGUIServer, alice: Any
-) -> None:
-    # The Memory Service keeps an append-only history, no branches: the history cut at a
-    # stored user message (a regenerate) is refused up front, naming the message and what to
-    # do, and nothing is stored.
-    factory = RequestFactory()
-    first = as_user(factory.post("/", data=run_body(), content_type="application/json"), alice)
-    await body_of(await server.run_view(first))
-    await RunCoordinator.wait_for_all_runs()
-    thread = await server.thread_view(as_user(factory.get("/"), alice), thread_id="thread-1")
-    before = json.loads(thread.content)["messages"]
-    [user] = [m for m in before if m["role"] == "user"]
-    cut = run_body(run_id="run-2")
-    cut["messages"] = [{"id": user["id"], "role": "user", "content": user["content"]}]
-    posted = as_user(factory.post("/", data=cut, content_type="application/json"), alice)
-    events = [event for _, event in sse_frames(await body_of(await server.run_view(posted)))]
-    await RunCoordinator.wait_for_all_runs()
-    after = await server.thread_view(as_user(factory.get("/"), alice), thread_id="thread-1")
-    assert [e["type"] for e in events] == ["RUN_STARTED", "RUN_ERROR"]
-    assert events[-1]["code"] == "INVALID_INPUT"
-    assert f"Message {user['id']!r} (role user) is already answered" in events[-1]["message"]
-    assert "keeps no branches" in events[-1]["message"]
-    assert json.loads(after.content)["messages"] == before

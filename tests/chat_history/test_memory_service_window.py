@@ -45,6 +45,14 @@ async def test_a_run_on_a_long_thread_reads_one_lastn_page_not_the_thread(
     # A new user message on a cold worker may be an older one echoed: the chat is listed.
     assert thousand[1].events_read >= 100 + 1000
     assert by[(10, cold_echo)].events_read <= 11
+    # A regenerate on a cold worker cuts against the whole active branch: it lists the thread
+    # once, and its cut marker rides in the batch POST of the run's first writes.
+    regenerate_1000 = thousand[3]
+    assert regenerate_1000.scenario == "a regenerate of the newest answer (cold worker)"
+    assert (
+        regenerate_1000.by_route[("POST", "event-list")]
+        == thousand[1].by_route[("POST", "event-list")]
+    )
     for row in rows:
         print(row.row())
 

@@ -53,6 +53,11 @@ not idempotent on the service, so after a failure that may have been carried out
 events are checked for the message uuids before posting again: a message is never lost or
 stored twice.
 
+Branches (``StartsBranches``). A chat's tree is a log: each message follows the active branch's
+tip when it was written, and branch marker events (body version 0, which readers of version 1
+skip) cut the active branch at a record or activate the branch through one. Reads fold the
+events into the active branch; a chat without markers is one branch and reads as before.
+
 Size limit. The service refuses event content over 100 000 characters. A longer message keeps
 its first 100 000 characters and is marked ``errored`` with an error saying so (never a
 silent freeze or duplicated text); later deltas to it are dropped.

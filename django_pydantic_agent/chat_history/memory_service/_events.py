@@ -12,6 +12,7 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
+from django_pydantic_agent.chat_history.memory_service._branches import is_marker
 from django_pydantic_agent.chat_history.memory_service.registry import (
     ChatSessionRegistry,
     ChatState,
@@ -130,6 +131,9 @@ class EventStore:
             if len(state.seqs) > 1 and state.seqs[-2] > event.sequence_id:
                 state.seqs.sort()
         state.saw(event)
+        if is_marker(event):
+            state.markers[event.message_uuid] = event
+            return
         if event.v != PAYLOAD_VERSION:
             return
         state.messages[event.message_uuid] = event

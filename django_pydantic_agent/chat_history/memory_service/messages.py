@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -13,6 +13,15 @@ from uuid import UUID
 
 from django_pydantic_agent.chat_history.errors import ChatNotFoundError
 from django_pydantic_agent.chat_history.keys import LocatorKind, emitter_for_role
+from django_pydantic_agent.chat_history.memory_service._branches import (
+    Operation,
+    branch_points,
+    find,
+    fold,
+    is_marker,
+    marker_fields,
+    replay,
+)
 from django_pydantic_agent.chat_history.memory_service._events import (
     MAX_CONTENT_LENGTH,
     PAGE_SIZE,
@@ -158,7 +167,8 @@ class MessageRepository(NestedRecordWrites):
                     chat_uuid, f"Chat {chat_uuid} was deleted; its messages cannot be written."
                 ) from exc
             for message in created:
-                await self._put_locators(state, message)
+                if not is_marker(message):
+                    await self._put_locators(state, message)
         for state, kind, uuid, parent in batch.children:
             await self._put_child_locator(state, kind, uuid, parent)
 
@@ -204,18 +214,43 @@ class MessageRepository(NestedRecordWrites):
         return state
 
     def _view(self, state: ChatState) -> list[Message]:
-        """The chat's messages in order, with this task's pending writes applied."""
-        ordered = state.ordered()
+        """The chat's active branch in order, with this task's pending writes applied."""
         batch = self._batch()
         if batch is None or state.chat.chat_uuid not in batch.chats:
-            return ordered
+            return state.ordered()
         pending = batch.pending(state)
-        view = [pending[m.message_uuid].work if m.message_uuid in pending else m for m in ordered]
-        view.extend(p.work for p in pending.values() if p.base is None)
-        return view
+        created = [p.work for p in pending.values() if p.base is None]
+        if not state.markers and not any(is_marker(m) for m in created):
+            view = [self._current(state, pending, m.message_uuid) for m in state.ordered()]
+            view.extend(created)
+            return view
+        tree = fold([*state.events(), *created])
+        return [self._current(state, pending, uuid) for uuid in tree.active]
+
+    @staticmethod
+    def _current(state: ChatState, pending: dict[UUID, _Pending], uuid: UUID) -> Message:
+        entry = pending.get(uuid)
+        return entry.work if entry is not None else state.messages[uuid]
 
     def _find(self, state: ChatState, predicate: Callable[[Message], bool]) -> Message | None:
         return next((m for m in self._view(state) if predicate(m)), None)
+
+    def _find_any(self, state: ChatState, predicate: Callable[[Message], bool]) -> Message | None:
+        """As ``_find``, on every branch: a record is found by uuid wherever it is (a run
+        finishes its records after a branch took them off the active one)."""
+        found = self._find(state, predicate)
+        if found is not None or not state.markers:
+            return found
+        batch = self._batch()
+        pending = batch.pending(state) if batch is not None else {}
+        return next(
+            (
+                self._current(state, pending, m.message_uuid)
+                for m in state.ordered_all()
+                if predicate(self._current(state, pending, m.message_uuid))
+            ),
+            None,
+        )
 
     async def _locate(
         self, uuid: UUID, kind: LocatorKind, predicate: Callable[[Message], bool]
@@ -227,11 +262,132 @@ class MessageRepository(NestedRecordWrites):
         state = await self._state(chat_uuid, tail=True)
         if state is None:
             return None
-        found = self._find(state, predicate)
+        found = self._find_any(state, predicate)
         if found is None:  # refreshed, or listed whole when only a tail was read
             state = await self._state(chat_uuid, refresh=True)
-            found = self._find(state, predicate) if state is not None else None
+            found = self._find_any(state, predicate) if state is not None else None
         return None if found is None or state is None else (state, found)
+
+    # Branches ------------------------------------------------------------------------------
+
+    def _marker(self, state: ChatState, operation: Operation, target: UUID) -> Message:
+        chat_uuid = state.chat.chat_uuid
+        return self.message_class(
+            **marker_fields(operation, target),
+            message_uuid=mint_child_uuid(chat_uuid),
+            chat_uuid=chat_uuid,
+            emitter_type="agent",
+        )
+
+    async def _append_marker(self, state: ChatState, marker: Message) -> None:
+        """Queue ``marker`` in the open transaction, else post it now (one request)."""
+        batch = self._batch()
+        if batch is not None:
+            batch.pending(state)[marker.message_uuid] = _Pending(base=None, work=marker)
+            return
+        chat_uuid = state.chat.chat_uuid
+        try:
+            async with state.lock:
+                await self._events.post(state, [marker])
+        except DRMemoryNotFoundError:
+            self._registry.unregister(chat_uuid)
+            raise ChatNotFoundError(
+                chat_uuid, f"Chat {chat_uuid} was deleted; its branches cannot be changed."
+            ) from None
+
+    async def start_branch(self, chat_uuid: UUID, at: UUID) -> None:
+        """Start a new branch of the chat at record ``at`` of its active branch: it and the
+        records after it leave the active branch (kept); the messages created next follow the
+        record before it. One ``cut`` marker event, sent with the transaction's new messages
+        (in the same batch POST); outside a transaction, one POST now.
+
+        Raises:
+            ChatNotFoundError: If the chat is unknown or deleted.
+            ValueError: If ``at`` is no record of the chat's active branch.
+        """
+        state = await self._state(chat_uuid)  # the whole chat: a window read may lack ``at``
+        if state is None:
+            raise ChatNotFoundError(chat_uuid, f"Chat {chat_uuid} has no memory session.")
+        if all(m.message_uuid != at for m in self._view(state)):
+            raise ValueError(f"start_branch: {at} is no message of chat {chat_uuid}.")
+        await self._append_marker(state, self._marker(state, "cut", at))
+
+    async def create_tree(
+        self,
+        chat_uuid: UUID,
+        parents: Sequence[int | None],
+        leaf: int | None,
+        create: Callable[[int], Awaitable[UUID]],
+    ) -> None:
+        """Write a tree of records into an empty chat, in order: ``create(i)`` creates record
+        ``i`` (and returns its uuid), which follows record ``parents[i]`` (an earlier index, or
+        ``None``), with the branch markers that takes before it; at the end, the branch ending
+        at record ``leaf`` is made the active one. Call it inside ``transaction()`` to send it
+        all as one batch POST (per 200 events).
+
+        Raises:
+            ChatNotFoundError: If the chat is unknown or deleted.
+        """
+        state = await self._registry.state(chat_uuid)
+        if state is None:
+            raise ChatNotFoundError(chat_uuid, f"Chat {chat_uuid} has no memory session.")
+        created: dict[int, UUID] = {}
+        for kind, index in replay(parents, leaf):
+            if kind == "message":
+                created[index] = await create(index)
+            else:
+                operation: Operation = "cut" if kind == "cut" else "activate"
+                await self._append_marker(state, self._marker(state, operation, created[index]))
+
+    async def _fresh(self, chat_uuid: UUID) -> ChatState | None:
+        """The chat's listed cache, checked for changes unless it was just built."""
+        state = await self._registry.state(chat_uuid)
+        if state is None:
+            return None
+        refresh = state.listed and not state.current
+        return await self._state(chat_uuid, refresh=refresh)
+
+    async def branch_points(self, chat_uuid: UUID) -> dict[str, tuple[list[str], int]] | None:
+        """For each record of the active branch that has siblings, by AG-UI id: the siblings'
+        AG-UI ids (oldest first) and its index among them. ``{}`` for a chat that never
+        branched, ``None`` for an unknown chat. A listed cache answers without a request (a
+        read of the chat's messages just before keeps it current)."""
+        state = await self._state(chat_uuid)
+        if state is None:
+            return None
+        if not state.markers:
+            return {}
+        return branch_points(state.tree(), state.messages)
+
+    async def activate(self, chat_uuid: UUID, agui_id: str) -> bool:
+        """Make the branch through the record read back as ``agui_id`` the active one (on the
+        active branch, else the newest with that id), continued down the newest branch at
+        each branch point below it: one ``activate`` marker event, none when that branch is
+        already active. ``False`` when the chat (or any record of it) has no such id."""
+        state = await self._fresh(chat_uuid)
+        if state is None:
+            return False
+        tree = state.tree()
+        target = find(tree, state.ordered_all(), agui_id)
+        if target is None:
+            return False
+        if tree.path(target) != tree.active:
+            await self._append_marker(state, self._marker(state, "activate", target))
+        return True
+
+    async def get_chat_tree(self, chat_uuid: UUID) -> list[tuple[Message, UUID | None, bool]]:
+        """Every record of a chat, every branch, oldest first, each with the uuid of the record
+        it follows (``None`` for a first record) and whether it is on the active branch
+        (``[]`` for an unknown chat)."""
+        state = await self._fresh(chat_uuid)
+        if state is None:
+            return []
+        tree = state.tree()
+        active = set(tree.active)
+        return [
+            (export(m), tree.parent.get(m.message_uuid), m.message_uuid in active)
+            for m in state.ordered_all()
+        ]
 
     # Writes --------------------------------------------------------------------------------
 
@@ -412,7 +568,8 @@ class MessageRepository(NestedRecordWrites):
         return next((call for call in message.tool_calls if call.agui_id == agui_id), None)
 
     async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[Message]:
-        """Every message of a chat, oldest first by sequence id (``[]`` for an unknown chat).
+        """The messages of a chat's active branch, oldest first by sequence id (``[]`` for an
+        unknown chat).
 
         A cold cache lists the chat once (pages of 100); a warm one checks the newest event
         (``lastN=1``) and reads only what changed.
@@ -477,6 +634,11 @@ class MessageRepository(NestedRecordWrites):
         except DRMemoryNotFoundError:
             self._registry.unregister(chat_uuid)
             return None
+        if any(is_marker(event) for event in tail):
+            # After a branch switch the newest message may be off the active branch.
+            listed = await self._fresh(chat_uuid)
+            view = self._view(listed) if listed is not None else []
+            return view[-1] if view else None
         current = [event for event in tail if event.v == PAYLOAD_VERSION]
         newest = max(current, key=lambda event: event.sequence_id, default=None)
         if newest is not None and state.listed and newest.message_uuid in state.messages:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Generic, TypeVar
 from uuid import UUID
 
 from django_pydantic_agent.chat_history.keys import LocatorKind, locator_key
+from django_pydantic_agent.chat_history.memory_service._branches import Tree, fold
 from django_pydantic_agent.chat_history.memory_service._ids import chat_uuid_of, is_own_chat_uuid
 from django_pydantic_agent.chat_history.memory_service._retry import RetryPolicy
 from django_pydantic_agent.chat_history.records import Chat, Message
@@ -163,11 +164,13 @@ class ChatState:
     ``max_seq`` / ``max_token`` identify the newest one for the ``lastN=1`` freshness check.
     ``tail`` says ``messages`` are only the newest events of the chat (one ``lastN`` read, for
     a context window): ``seqs`` are then not listing offsets, and anything that needs the
-    whole chat, or an event the tail does not hold, lists the chat first.
+    whole chat, or an event the tail does not hold, lists the chat first. ``markers`` are the
+    chat's branch markers by uuid (``_branches``): with none, the chat is one branch.
     """
 
     chat: Chat
     messages: dict[UUID, Message] = field(default_factory=dict)
+    markers: dict[UUID, Message] = field(default_factory=dict)
     listed: bool = False
     tail: bool = False
     seqs: list[int] = field(default_factory=list)
@@ -176,10 +179,29 @@ class ChatState:
     current: bool = False
     """The cache was just built (a listing, or a chat created here): skip one check."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _tree: tuple[tuple[int, int, int], Tree] | None = field(default=None, repr=False)
+
+    def events(self) -> list[Message]:
+        """The committed messages and branch markers in sequence order."""
+        found = [*self.messages.values(), *self.markers.values()]
+        return sorted(found, key=lambda m: m.sequence_id)
+
+    def ordered_all(self) -> list[Message]:
+        """The committed messages of every branch in sequence order."""
+        return sorted(self.messages.values(), key=lambda m: m.sequence_id)
+
+    def tree(self) -> Tree:
+        """The committed events folded into the chat's tree (kept until an event is added)."""
+        key = (len(self.messages), len(self.markers), self.max_seq)
+        if self._tree is None or self._tree[0] != key:
+            self._tree = (key, fold(self.events()))
+        return self._tree[1]
 
     def ordered(self) -> list[Message]:
-        """The committed messages in sequence order."""
-        return sorted(self.messages.values(), key=lambda m: m.sequence_id)
+        """The committed messages of the active branch in sequence order."""
+        if not self.markers:
+            return sorted(self.messages.values(), key=lambda m: m.sequence_id)
+        return [self.messages[uuid] for uuid in self.tree().active]
 
     def saw(self, event: Message) -> None:
         """Track ``event`` as the newest event if it is."""
@@ -189,6 +211,7 @@ class ChatState:
 
     def reset(self) -> None:
         self.messages.clear()
+        self.markers.clear()
         self.listed = False
         self.tail = False
         self.seqs.clear()

@@ -19,14 +19,12 @@ from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
-from pydantic import ValidationError
 
 from django_pydantic_agent.contrib.store import branches, rows
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
 from django_pydantic_agent.contrib.store.quotas import MAX_KEY, lock_owner, refuse_new_thread
 from django_pydantic_agent.persistence import derive_preview
-from django_pydantic_agent.persistence.transfer import FORMAT, VERSION, ImportProblem
-from django_pydantic_agent.persistence.wire import wire_to_records
+from django_pydantic_agent.persistence.transfer import FORMAT, VERSION, records_of
 
 __all__ = ["export", "import_document", "records_of"]
 
@@ -120,50 +118,6 @@ def _when(value: str | None) -> datetime:
     if when is None:
         return timezone.now()
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-
-
-def records_of(document: dict[str, Any], chat_uuid: uuid.UUID) -> list[Any]:
-    """The chat-history records of a checked document's messages, under new uuids of
-    ``chat_uuid`` (``ImportProblem`` for a record that is not one)."""
-    from django_pydantic_agent.chat_history import Message
-    from django_pydantic_agent.chat_history.records import WIRE_CONTEXT
-
-    records = []
-    for index, entry in enumerate(document["messages"]):
-        record = entry.get("record")
-        try:
-            if record is None:
-                read = wire_to_records(entry["wire"], chat_uuid=chat_uuid).messages
-                if len(read) != 1:
-                    raise ImportProblem(
-                        f"messages.{index} has wire messages that are not one message; export "
-                        "records with the thread, or send one message per entry."
-                    )
-                message = read[0]
-            else:
-                fields = {k: v for k, v in record.items() if k not in _KEYS}
-                message = Message.model_validate(
-                    {**fields, "chat_uuid": chat_uuid}, context=dict(WIRE_CONTEXT)
-                )
-        except ValidationError as exc:
-            where = ".".join(str(p) for p in exc.errors()[0]["loc"]) or "(record)"
-            raise ImportProblem(
-                f"messages.{index} record is not a message: {where} "
-                f"({exc.errors()[0]['type']}); send the record as export/ wrote it."
-            ) from exc
-        message.message_uuid = uuid.uuid4()
-        for call in message.tool_calls:
-            call.uuid = uuid.uuid4()
-            if call.status == "active":
-                call.status = "interrupted"
-        for step in message.reasonings:
-            step.uuid = uuid.uuid4()
-            if step.status == "active":
-                step.status = "interrupted"
-        if message.status == "active" or message.in_progress:
-            message.status, message.in_progress = "interrupted", False
-        records.append(message)
-    return records
 
 
 def import_document(

@@ -17,6 +17,8 @@ from pydantic_ai import Agent
 from django_pydantic_agent.agui import AGUIServer
 from django_pydantic_agent.contrib.chat.context import keeps_branches
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
+from django_pydantic_agent.memory_service import DRMemoryServiceClient
+from django_pydantic_agent.persistence.memory_service import MemoryServiceConversationStore
 from django_pydantic_agent.persistence.null import NullConversationStore
 from django_pydantic_agent.persistence.scoped import ScopedConversationStore
 from django_pydantic_agent.persistence.session import DjangoSessionConversationStore
@@ -37,8 +39,24 @@ def _server(store: Any) -> AGUIServer:
         (NullConversationStore(), False, False),
         # The server switches branches through the wrapper, which keeps none of its own.
         (LoggingWrapper(DefaultConversationStore()), False, True),
+        (
+            MemoryServiceConversationStore(
+                DRMemoryServiceClient(endpoint="http://memory.invalid/api/v2", api_token="t"),
+                "chats",
+            ),
+            True,
+            True,
+        ),
     ],
-    ids=["default", "scoped-default", "session", "scoped-session", "null", "own-wrapper"],
+    ids=[
+        "default",
+        "scoped-default",
+        "session",
+        "scoped-session",
+        "null",
+        "own-wrapper",
+        "memory-service",
+    ],
 )
 def test_the_page_offers_what_the_store_can_do(store: Any, branches: bool, forks: bool) -> None:
     server = _server(store)
