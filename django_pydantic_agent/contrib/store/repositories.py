@@ -122,6 +122,30 @@ def _chat(row: StoredConversation) -> Chat:
     return chat
 
 
+def _newest(rows: Any, following: int, limit: int) -> list[Any]:
+    """The newest ``limit`` of ``rows`` (one thread's active rows), oldest first.
+
+    Bounded below by position where the thread's rows since ``following - 2 * limit`` (the
+    newest position known, plus one) hold ``limit`` of them: unbounded, PostgreSQL planned
+    ``ORDER BY position DESC LIMIT`` on a thread its statistics do not know as large (a thread
+    that grew since the table was last analysed) as a bitmap scan of every row of the thread
+    and a sort, 8 to 10 ms at 10,000 messages (docs/benchmarks.md). The bound keeps what it
+    reads near ``2 * limit`` rows whatever the plan. Positions have gaps (rows of other
+    branches keep theirs), so fewer rows than ``limit`` above the bound, with rows below it,
+    take the unbounded query. Rows written since ``following`` was read are above the bound.
+    """
+    floor = following - 2 * limit
+    newest = rows.order_by("-position")
+    if floor > 0:
+        found = list(newest.filter(position__gte=floor)[:limit])
+        if len(found) == limit:
+            found.reverse()
+            return found
+    found = list(newest[:limit])
+    found.reverse()
+    return found
+
+
 # Repositories -------------------------------------------------------------------------------
 
 
@@ -796,8 +820,7 @@ class OrmMessageRepository(NestedRecordWrites):
         # The active branch only (the (conversation, position) index of the active rows).
         rows = StoredMessage.objects.filter(conversation_id=state.pk, active=True)
         if agui_id is None:
-            found = list(rows.order_by("-position")[:limit])
-            found.reverse()
+            found = _newest(rows, state.next_position, limit)
         else:  # the column keeps MAX_KEY characters of an id: the record has it whole
             # Unordered in SQL, so the (conversation, message_id) index answers it: with ORDER
             # BY position, SQLite walked the thread's position index instead (every row of a
