@@ -125,19 +125,24 @@ def _chat(row: StoredConversation) -> Chat:
 def _newest(rows: Any, following: int, limit: int) -> list[Any]:
     """The newest ``limit`` of ``rows`` (one thread's active rows), oldest first.
 
-    Bounded below by position where the thread's rows since ``following - 2 * limit`` (the
-    newest position known, plus one) hold ``limit`` of them: unbounded, PostgreSQL planned
-    ``ORDER BY position DESC LIMIT`` on a thread its statistics do not know as large (a thread
-    that grew since the table was last analysed) as a bitmap scan of every row of the thread
-    and a sort, 8 to 10 ms at 10,000 messages (docs/benchmarks.md). The bound keeps what it
-    reads near ``2 * limit`` rows whatever the plan. Positions have gaps (rows of other
-    branches keep theirs), so fewer rows than ``limit`` above the bound, with rows below it,
-    take the unbounded query. Rows written since ``following`` was read are above the bound.
+    Bounded by position on both sides where the thread's rows from ``following - 2 * limit``
+    (``following``: the newest position known, plus one) hold ``limit`` of them: below by
+    that number, above by the thread's newest position (a subquery, so rows written since
+    ``following`` was read are in). Unbounded, ``ORDER BY position DESC LIMIT`` was planned
+    by PostgreSQL as a scan of every row of the thread and a sort whenever its statistics
+    took the thread for a small one (10,001 rows, 8 to 10 ms at message 10,000;
+    docs/benchmarks.md); bounded below only, as a scan of the thread's rows through the
+    ``conversation`` index when they knew its size (a table-wide histogram makes ``position
+    >= n`` look unselective). A range whose upper end is unknown when planning is estimated
+    narrow, so the ``(conversation, position)`` index answers it, about ``2 * limit`` rows
+    whatever the statistics. Positions have gaps (rows of other branches keep theirs): fewer
+    rows than ``limit`` in the range, with rows below it, take the unbounded query.
     """
     floor = following - 2 * limit
     newest = rows.order_by("-position")
     if floor > 0:
-        found = list(newest.filter(position__gte=floor)[:limit])
+        top = Subquery(newest.values("position")[:1])
+        found = list(newest.filter(position__gte=floor, position__lte=top)[:limit])
         if len(found) == limit:
             found.reverse()
             return found
