@@ -430,8 +430,10 @@ def run_path_suite(report: Report, args: Any) -> None:
         [TOKENS_HEADER, *tokens],
         note=(
             "One run per thread in process, on a cold worker (fresh repositories, so every "
-            "row it needs is read): the message rows it read, and the history the model was "
-            "sent, its tokens by pydantic-ai-harness's estimate_message_tokens."
+            "row it needs is read): the message rows it read, on PostgreSQL the rows the "
+            "database read to answer it (pg_stat_user_tables, every row a plan touched), and "
+            "the history the model was sent, its tokens by pydantic-ai-harness's "
+            "estimate_message_tokens."
         ),
     )
 

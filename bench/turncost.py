@@ -33,8 +33,9 @@ HEADER = (
     "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
 )
 TOKENS_HEADER = (
-    "| messages in the thread | message rows a run reads | messages sent to the model "
-    "| tokens sent to the model |\n| ---: | ---: | ---: | ---: |"
+    "| messages in the thread | message rows a run reads | message rows the database read "
+    "| messages sent to the model | tokens sent to the model |\n"
+    "| ---: | ---: | ---: | ---: | ---: |"
 )
 
 
@@ -143,6 +144,7 @@ async def sent_to_model(owner_id: str, threads: dict[int, str]) -> list[str]:
 
     lines = []
     for size, thread in threads.items():
+        before = await _rows_fetched()
         chats = OrmChatRepository(owner_id=owner_id)
         messages = OrmMessageRepository(chats)
         inner = Recorder()
@@ -152,7 +154,41 @@ async def sent_to_model(owner_id: str, threads: dict[int, str]) -> list[str]:
         async for _ in agent.run(body):
             pass
         read = len(messages._records) - 1  # a cold repository keeps what it read (+ the new one)
+        after = await _rows_fetched()
+        scanned = "n/a" if after is None or before is None else f"{after - before:,}"
         model = RedactingAGUIAdapter.load_messages(inner.seen)
         tokens = sum(estimate_message_tokens(model)) if estimate_message_tokens else 0
-        lines.append(f"| {size:,} | {read:,} | {len(inner.seen):,} | {tokens:,} |")
+        lines.append(f"| {size:,} | {read:,} | {scanned} | {len(inner.seen):,} | {tokens:,} |")
     return lines
+
+
+async def _rows_fetched() -> int | None:
+    """PostgreSQL: the message rows its scans have read so far (``pg_stat_user_tables``), the
+    run's pending statistics flushed first; ``None`` elsewhere. A run's figure is the
+    difference: every row a plan read, where "rows a run reads" counts those it kept."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.db import connection
+
+    def flush() -> bool:
+        if connection.vendor != "postgresql":
+            return False
+        with connection.cursor() as cursor:  # the connection the run's ORM work used
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+        return True
+
+    def fetched() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) "
+                "FROM pg_stat_user_tables WHERE relname = %s",
+                ["django_pydantic_agent_store_storedmessage"],
+            )
+            return int(cursor.fetchone()[0])
+
+    if not await sync_to_async(flush)():
+        return None
+    await asyncio.sleep(1.1)  # the flush happens once the backend is idle
+    return await sync_to_async(fetched)()

@@ -50,6 +50,7 @@ STEPS = (
     "0017_storedagentrun_resumes",
     "0018_lazy_search_index",
     "0019_storedsummary",
+    "0020_storedmessage_no_conversation_index",
 )
 
 

@@ -122,6 +122,35 @@ def _chat(row: StoredConversation) -> Chat:
     return chat
 
 
+def _newest(rows: Any, following: int, limit: int) -> list[Any]:
+    """The newest ``limit`` of ``rows`` (one thread's active rows), oldest first.
+
+    Bounded by position on both sides where the thread's rows from ``following - 2 * limit``
+    (``following``: the newest position known, plus one) hold ``limit`` of them: below by
+    that number, above by the thread's newest position (a subquery, so rows written since
+    ``following`` was read are in). Unbounded, ``ORDER BY position DESC LIMIT`` was planned
+    by PostgreSQL as a scan of every row of the thread and a sort whenever its statistics
+    took the thread for a small one (10,001 rows, 8 to 10 ms at message 10,000;
+    docs/benchmarks.md); bounded below only, as a scan of the thread's rows through the
+    ``conversation`` index when they knew its size (a table-wide histogram makes ``position
+    >= n`` look unselective). A range whose upper end is unknown when planning is estimated
+    narrow, so the ``(conversation, position)`` index answers it, about ``2 * limit`` rows
+    whatever the statistics. Positions have gaps (rows of other branches keep theirs): fewer
+    rows than ``limit`` in the range, with rows below it, take the unbounded query.
+    """
+    floor = following - 2 * limit
+    newest = rows.order_by("-position")
+    if floor > 0:
+        top = Subquery(newest.values("position")[:1])
+        found = list(newest.filter(position__gte=floor, position__lte=top)[:limit])
+        if len(found) == limit:
+            found.reverse()
+            return found
+    found = list(newest[:limit])
+    found.reverse()
+    return found
+
+
 # Repositories -------------------------------------------------------------------------------
 
 
@@ -796,8 +825,7 @@ class OrmMessageRepository(NestedRecordWrites):
         # The active branch only (the (conversation, position) index of the active rows).
         rows = StoredMessage.objects.filter(conversation_id=state.pk, active=True)
         if agui_id is None:
-            found = list(rows.order_by("-position")[:limit])
-            found.reverse()
+            found = _newest(rows, state.next_position, limit)
         else:  # the column keeps MAX_KEY characters of an id: the record has it whole
             # Unordered in SQL, so the (conversation, message_id) index answers it: with ORDER
             # BY position, SQLite walked the thread's position index instead (every row of a

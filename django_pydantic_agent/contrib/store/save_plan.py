@@ -101,7 +101,14 @@ def _items(messages: Sequence[Any]) -> bytes:
 
 
 def _hash(data: bytes) -> Any:
-    return hashlib.blake2b(data, digest_size=16)
+    # SHA-256 where the CPU hashes it in hardware (SHA-NI, ARMv8): 4 to 5x faster than
+    # BLAKE2b over a 1,000-message head (0.23 against 1.1 ms for 350 kB), which every growing
+    # save hashes (docs/benchmarks.md). Cut to 128 bits (``_hex``), as BLAKE2b's were.
+    return hashlib.sha256(data)
+
+
+def _hex(state: Any) -> str:
+    return str(state.hexdigest()[:32])
 
 
 @dataclass
@@ -174,8 +181,8 @@ def _state(head: Any, quotes: bool, last: rows.SavedRecord, position: int) -> tu
     except ValueError:
         return "", True
     quotes = quotes or b"attachments" in tail_bytes
-    tail = _hash(tail_bytes).hexdigest()
-    return f"{last.index}:{position}:{head.hexdigest()}:{tail}:{int(quotes)}", quotes
+    tail = _hex(_hash(tail_bytes))
+    return f"{last.index}:{position}:{_hex(head)}:{tail}:{int(quotes)}", quotes
 
 
 def _fast_plan(row: StoredConversation, messages: list[Any]) -> Plan | None:
@@ -188,7 +195,7 @@ def _fast_plan(row: StoredConversation, messages: list[Any]) -> Plan | None:
     try:
         head_bytes = _items(messages[:first])
         head = _hash(head_bytes)
-        if head.hexdigest() != head_hash:
+        if _hex(head) != head_hash:
             return None
         saved = rows.saved_records(
             messages[first:],
@@ -201,7 +208,7 @@ def _fast_plan(row: StoredConversation, messages: list[Any]) -> Plan | None:
             return None
         plan = Plan()
         first_bytes = _items(saved[0].wire)
-        if _hash(first_bytes).hexdigest() != tail_hash:
+        if _hex(_hash(first_bytes)) != tail_hash:
             plan.updates.append((position, saved[0]))
         plan.inserts = [(position + i, s) for i, s in enumerate(saved[1:], 1)]
         quotes = b"attachments" in head_bytes
@@ -263,12 +270,24 @@ def plan_save(
     plan = None if row is None else _fast_plan(row, messages)
     if plan is None:
         plan = _full_plan(row, messages, chat_uuid, thread_id)
-    indices = [i for s in plan.written() for i in range(s.index, s.index + len(s.wire))]
+    # A plain record's message is three strings (``SavedRecord.plain``): only a NUL can make
+    # it unstorable, so it is checked for one, not encoded (1,000 messages encoded cost about
+    # 1 ms of a first save's 20).
+    indices = [
+        i
+        for s in plan.written()
+        if not s.plain or _has_nul(s.wire[0])
+        for i in range(s.index, s.index + len(s.wire))
+    ]
     if len(indices) > _FEW:  # one encoding of them all proves most lists clean
         _check_messages(messages, indices, _json_or_none([messages[i] for i in indices]))
     else:
         _check_messages(messages, indices, None)
     return plan
+
+
+def _has_nul(message: dict[str, str]) -> bool:
+    return "\x00" in message["id"] or "\x00" in message["content"]
 
 
 def _check_messages(messages: list[Any], positions: list[int], text: str | None) -> None:

@@ -387,6 +387,33 @@ def test_an_unstorable_message_is_refused_before_anything_is_written(
     assert loaded.messages == [user_msg(0, "kept")]
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(user_msg(20, "a\u0000b"), id="nul-in-text"),
+        pytest.param({"id": "m\u000020", "role": "user", "content": "x"}, id="nul-in-id"),
+    ],
+)
+def test_a_nul_in_a_plain_message_of_a_long_list_is_refused(
+    store: DefaultConversationStore, bad: dict[str, Any]
+) -> None:
+    # Plain messages (exactly id, role and text) are checked for a NUL alone, not encoded.
+    from django_pydantic_agent.contrib.store.stores import UnstorableMessageError
+
+    thread = [user_msg(i) if i % 2 == 0 else bot_msg(i) for i in range(40)]
+    save(store, "1", "t", thread[:10])
+    refused = r"^Message 20 of the conversation contains a NUL"
+    for messages in ([*thread[:20], bad, *thread[21:]], [*thread[:10], *thread[10:20], bad]):
+        with pytest.raises(UnstorableMessageError, match=refused):
+            save(store, "1", "t", messages)
+        with pytest.raises(UnstorableMessageError, match=refused):
+            save(store, "1", "fresh", messages)
+    loaded = store._fetch("t", "1")
+    assert loaded is not None
+    assert loaded.messages == thread[:10]
+    assert store._fetch("fresh", "1") is None
+
+
 def test_escaped_nul_text_and_finite_numbers_are_stored(store: DefaultConversationStore) -> None:
     messages = [user_msg(0, "a literal \\u0000 is six characters", n=1.5, m=-0.0)]
     save(store, "1", "t", messages)

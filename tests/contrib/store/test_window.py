@@ -3,6 +3,7 @@ run reads to send it (one bounded query, whatever the thread's length)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -25,6 +26,7 @@ from django_pydantic_agent.chat_history import (
     ChatCreate,
     HistoryWindow,
     Message,
+    MessageCreate,
     ToolCall,
 )
 from django_pydantic_agent.chat_history.storage_agent import AGUIAgent
@@ -172,6 +174,98 @@ async def test_a_message_looked_up_by_its_id_is_found_through_the_id_index() -> 
     assert len(lookups) == 2
     for sql in lookups:
         assert "dpa_store_msg_agui_id" in await sync_to_async(_plan)(sql)
+
+
+def _message_rows_scanned(sql: str) -> int:
+    """The message rows the plan of ``sql`` read (PostgreSQL's ``EXPLAIN ANALYZE``), with the
+    statistics the table has (none analysed since the thread was written)."""
+    from django.db import connection
+
+    def rows(node: dict[str, Any]) -> int:
+        own = 0
+        if node.get("Relation Name") == "django_pydantic_agent_store_storedmessage":
+            own = node["Actual Rows"] * node["Actual Loops"]
+        return own + sum(rows(child) for child in node.get("Plans", []))
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}")
+        [[plan]] = cursor.fetchall()
+    return rows((plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"])
+
+
+async def test_the_window_read_is_bounded_by_position_and_reads_about_the_window() -> None:
+    # Unbounded, ``ORDER BY position DESC LIMIT 100`` on a thread PostgreSQL's statistics did
+    # not know as large was planned as a scan of all 10,000 rows and a sort; bounded below
+    # only, once they knew it, as a scan of all the rows of a 1,000-message thread.
+    from django.db import connection
+
+    _, long = await _thread("w-bound", "bound", 10_000)
+    _, mid = await _thread("w-bound", "mid", 1_000)
+    for chat, analysed in ((long, False), (mid, True)):
+        if analysed:
+            await sync_to_async(_analyse)()
+        async with _Queries() as queries:
+            inner = await _run(
+                "w-bound", chat, _input(chat.thread_id, UserMessage(id="new", content="?"))
+            )
+        window = [q for q in queries.sql if "LIMIT 100" in q and "storedmessage" in q]
+        assert len(window) == 1
+        size = 10_000 if chat is long else 1_000
+        assert f'"position" >= {size - 200}' in window[0]
+        users = [m.id for m in inner.seen[0].messages if m.role == "user"]
+        assert users[0] == f"m{size - 100}"
+        assert users[-2:] == [f"m{size - 2}", "new"]
+        if connection.vendor == "postgresql":
+            # at most the 201 rows from the bound (the new message among them) and the
+            # newest one
+            assert await sync_to_async(_message_rows_scanned)(window[0]) <= 202
+
+
+def _analyse() -> None:
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE django_pydantic_agent_store_storedmessage")
+
+
+async def test_the_window_of_a_thread_with_gaps_in_its_positions_is_its_newest_rows() -> None:
+    # Rows of another branch keep their positions: the active rows may be sparse, and fewer
+    # than the window above the bound; the window is still the newest 100 active rows.
+    _, chat = await _thread("w-gaps", "gaps", 600)
+
+    def thin() -> None:
+        from django_pydantic_agent.contrib.store.models import StoredMessage
+
+        rows = StoredMessage.objects.filter(conversation__chat_uuid=chat.chat_uuid)
+        rows.filter(position__gte=300, position__lt=590).update(active=False, branch=1)
+
+    await sync_to_async(thin)()
+    messages = OrmMessageRepository(OrmChatRepository(owner_id="w-gaps"))
+    async with _Queries() as queries:
+        recent = await messages.get_recent_messages(chat.chat_uuid, 100)
+    assert [m.agui_id for m in recent] == [
+        *(f"m{n}" for n in range(210, 300)),
+        *(f"m{n}" for n in range(590, 600)),
+    ]
+    assert len(queries.sql) == 3  # the thread, the bounded read, the unbounded one
+
+
+async def test_the_window_includes_rows_written_after_the_newest_position_was_read() -> None:
+    writer_chats, chat = await _thread("w-stale", "stale", 500)
+    reader = OrmMessageRepository(OrmChatRepository(owner_id="w-stale"))
+    assert [m.agui_id for m in await reader.get_recent_messages(chat.chat_uuid, 2)] == [
+        "m498",
+        "m499",
+    ]
+    writer = OrmMessageRepository(writer_chats)
+    for n in range(500, 800):  # another worker appends 300 messages
+        async with writer.transaction():
+            await writer.create_message(
+                MessageCreate(chat_uuid=chat.chat_uuid, role="user", content=f"late {n}")
+            )
+    recent = await reader.get_recent_messages(chat.chat_uuid, 100)
+    assert [m.content for m in recent] == [f"late {n}" for n in range(700, 800)]
 
 
 async def test_the_window_keeps_the_newest_messages_that_fit_the_token_budget() -> None:

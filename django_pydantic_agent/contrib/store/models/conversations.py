@@ -202,8 +202,16 @@ class StoredMessage(models.Model):
     them, and a row of another branch keeps the position it had.
     """
 
+    # No index of its own: ``dpa_store_msg_agui_id`` starts with it. One on this column alone
+    # was the cheapest index for PostgreSQL whenever its statistics took a thread for one row
+    # (a thread new since the table was last analysed): it then read every row of the thread
+    # to find its newest (10,001 at message 10,000), where the (conversation, position) index
+    # reads one (migration 0020, docs/benchmarks.md).
     conversation = models.ForeignKey(
-        StoredConversation, on_delete=models.CASCADE, related_name="message_rows"
+        StoredConversation,
+        on_delete=models.CASCADE,
+        related_name="message_rows",
+        db_index=False,
     )
     position = models.PositiveIntegerField()
     message_uuid = models.UUIDField(unique=True, editable=False)
