@@ -61,8 +61,19 @@ from django_pydantic_agent.persistence.base import (
     store_repositories,
 )
 from django_pydantic_agent.persistence.derive import derive_title
+from django_pydantic_agent.persistence.message_tree import (
+    branch_set,
+    mark_main,
+    split_branches,
+    with_sibling,
+)
 from django_pydantic_agent.persistence.owner import aresolve_owner_uuid
-from django_pydantic_agent.persistence.wire import records_to_wire, wire_to_records
+from django_pydantic_agent.persistence.wire import (
+    BRANCHES_KEY,
+    ROOT_BRANCHES_KEY,
+    records_to_wire,
+    wire_to_records,
+)
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -100,6 +111,9 @@ class _Thread:
     originals: dict[uuid.UUID, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
     stored: bool = True
     """Whether the store has held the thread (a save checks it is still there)."""
+    branches: dict[uuid.UUID | None, Any] = field(default_factory=dict)
+    """The other branches after a record (``None``: other first messages), as stored
+    (``persistence.message_tree``)."""
 
     def find(self, message_uuid: uuid.UUID) -> Message | None:
         for message in self.messages:
@@ -156,8 +170,9 @@ class _Conversations:
         if conversation is None:
             return None
         chat = self.chat(thread_id, await self._title(thread_id, conversation.messages))
+        clean, by_position, root = split_branches(conversation.messages)
         read = wire_to_records(
-            conversation.messages,
+            clean,
             chat_uuid=chat.chat_uuid,
             participant=self.participant,
             salt=thread_id,
@@ -165,6 +180,12 @@ class _Conversations:
         thread = _Thread(
             chat=chat, messages=read.messages, extras=read.extras, originals=read.originals
         )
+        for message_uuid, positions in read.indices.items():
+            value = next((by_position[p] for p in positions if p in by_position), None)
+            if branch_set(value) is not None:
+                thread.branches[message_uuid] = value
+        if branch_set(root) is not None:
+            thread.branches[None] = root
         self.threads[chat.chat_uuid] = thread
         return thread
 
@@ -229,7 +250,7 @@ class _Conversations:
                 f"Chat {thread.chat.chat_uuid} (thread {thread_id!r}) was deleted; its messages "
                 "cannot be written.",
             )
-        messages = records_to_wire(thread.messages, thread.extras, thread.originals)
+        messages = self.wire(thread, thread.messages, root=True)
         await self.store.save(
             Conversation(thread_id=thread_id, messages=messages), request=self.request
         )
@@ -237,6 +258,26 @@ class _Conversations:
 
     def forget(self, chat_uuid: uuid.UUID) -> None:
         self.threads.pop(chat_uuid, None)
+
+    @staticmethod
+    def wire(thread: _Thread, records: Sequence[Message], *, root: bool) -> list[dict[str, Any]]:
+        """The wire messages of ``records`` of ``thread``, each carrying its branch data (and
+        with ``root``, the first one the thread's other first messages)."""
+        if not thread.branches:
+            return records_to_wire(records, thread.extras, thread.originals)
+        out: list[dict[str, Any]] = []
+        for position, record in enumerate(records):
+            part = records_to_wire([record], thread.extras, thread.originals)
+            keys: dict[str, Any] = {}
+            if record.message_uuid in thread.branches:
+                keys[BRANCHES_KEY] = thread.branches[record.message_uuid]
+            if root and position == 0 and None in thread.branches:
+                keys[ROOT_BRANCHES_KEY] = thread.branches[None]
+            if keys and not mark_main(part, keys):  # kept verbatim without a main message
+                part = records_to_wire([record], thread.extras)
+                mark_main(part, keys)
+            out.extend(part)
+        return out
 
 
 class ConversationChatRepository:
@@ -341,7 +382,11 @@ class ConversationMessageRepository(NestedRecordWrites):
             return
         async with state.scope.hold():
             snapshot = {
-                key: (list(map(_copy, thread.messages)), copy.deepcopy(thread.extras))
+                key: (
+                    list(map(_copy, thread.messages)),
+                    copy.deepcopy(thread.extras),
+                    copy.deepcopy(thread.branches),
+                )
                 for key, thread in state.threads.items()
             }
             state.dirty = set()
@@ -350,7 +395,7 @@ class ConversationMessageRepository(NestedRecordWrites):
             except BaseException:
                 for key, thread in list(state.threads.items()):
                     if key in snapshot:
-                        thread.messages, thread.extras = snapshot[key]
+                        thread.messages, thread.extras, thread.branches = snapshot[key]
                 raise
             else:
                 dirty, state.dirty = state.dirty, None
@@ -362,12 +407,11 @@ class ConversationMessageRepository(NestedRecordWrites):
                 state.dirty = None
 
     async def start_branch(self, chat_uuid: uuid.UUID, at: uuid.UUID) -> None:
-        """Cut the chat at record ``at`` (it and the records after it go): a regenerate or an
-        edit answers the history up to there (``chat_history.StartsBranches``).
-
-        A store behind this adapter keeps one list per thread, so the records cut are not
-        kept as another branch (``DefaultConversationStore`` keeps them). Saved with the
-        transaction's other writes.
+        """Start a branch at record ``at``: it and the records after it leave the active
+        branch and are kept as a sibling branch inside the record before it (or the first
+        record, for a branch at the first message; ``persistence.message_tree``); a
+        regenerate or an edit answers the history up to there (``chat_history.StartsBranches``).
+        Saved with the transaction's other writes.
 
         Raises:
             ValueError: If ``at`` is no record of the owner's chat ``chat_uuid``.
@@ -378,8 +422,12 @@ class ConversationMessageRepository(NestedRecordWrites):
             index = next((i for i, m in enumerate(thread.messages) if m.message_uuid == at), None)
         if thread is None or index is None:
             raise ValueError(f"start_branch: {at} is no message of chat {chat_uuid}.")
+        parent = thread.messages[index - 1].message_uuid if index else None
+        tail = self._state.wire(thread, thread.messages[index:], root=False)
         for message in thread.messages[index:]:
             thread.extras.pop(message.message_uuid, None)
+            thread.branches.pop(message.message_uuid, None)
+        thread.branches[parent] = with_sibling(thread.branches.get(parent), tail)
         del thread.messages[index:]
         await self._state.changed(thread)
 
