@@ -237,33 +237,39 @@ def activate_in(messages: Sequence[Any], message_id: str) -> tuple[bool, list[An
 
 
 def export_entries(messages: Sequence[Any]) -> list[dict[str, Any]]:
-    """Every message of every branch as document entries (``parent``, ``active``, ``wire``)."""
+    """Every message of every branch as document entries (``parent``, ``active``, ``wire``),
+    siblings in their order (so an import makes the same tree)."""
     entries: list[dict[str, Any]] = []
-    # (messages of a line, the entry its first message follows, whether it is active)
-    pending: list[tuple[Sequence[Any], int | None, bool]] = [(messages, None, True)]
-    while pending:
-        line, parent, active = pending.pop(0)
-        first = _first_main(line)
-        if first is not None:
-            found = branch_set(line[first].get(ROOT_BRANCHES_KEY) if parent is None else None)
-            pending.extend((tail, None, False) for tail in (found[1] if found else []))
+
+    def tails(value: Any, parent: int | None, before: bool) -> None:
+        found = branch_set(value)
+        if found is not None:
+            index, others = found
+            for tail in others[:index] if before else others[index:]:
+                line(tail, parent, False)
+
+    def line(messages: Sequence[Any], parent: int | None, active: bool) -> None:
         starts = {
-            _tail_start(line, i): m[BRANCHES_KEY]
-            for i, m in enumerate(line)
+            _tail_start(messages, i): m[BRANCHES_KEY]
+            for i, m in enumerate(messages)
             if _is_main(m) and BRANCHES_KEY in m
         }
         previous = parent
-        for index, message in enumerate(line):
-            if index in starts:
-                found = branch_set(starts.pop(index))
-                pending.extend((tail, previous, False) for tail in (found[1] if found else []))
-            entries.append(
-                {"parent": previous, "active": active, "wire": strip_branches([message])}
-            )
+        for index, message in enumerate(messages):
+            value, follows = starts.pop(index, None), previous
+            tails(value, follows, before=True)
+            entries.append({"parent": follows, "active": active, "wire": strip_branches([message])})
             previous = len(entries) - 1
+            tails(value, follows, before=False)
         for value in starts.values():  # a branch point with no active child after it
-            found = branch_set(value)
-            pending.extend((tail, previous, False) for tail in (found[1] if found else []))
+            tails(value, previous, before=True)
+            tails(value, previous, before=False)
+
+    first = _first_main(messages)
+    root = None if first is None else messages[first].get(ROOT_BRANCHES_KEY)
+    tails(root, None, before=True)
+    line(messages, None, True)
+    tails(root, None, before=False)
     return entries
 
 
