@@ -16,6 +16,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from django_pydantic_agent.chat_history.records import ChatCreate, MessageCreate
+from django_pydantic_agent.chat_history.repositories import StartsBranches
 from django_pydantic_agent.persistence.base import (
     AttachmentStore,
     Conversation,
@@ -512,12 +513,24 @@ class ConversationStoreContract:
             pytest.skip("This store keeps no branches.")
         return store
 
+    @staticmethod
+    async def _pair(store: ConversationStore, request: Any, *, create: bool = False) -> Any:
+        """``(chat of thread "tree", message repository)`` of a fresh pair, as a run has them."""
+        chats, messages = await repositories_for(store, request=request)
+        user_uuid = repository_user_uuid(chats)
+        assert user_uuid is not None
+        chat = (
+            await chats.create_chat(ChatCreate(thread_id="tree", user_uuid=user_uuid, name="Tree"))
+            if create
+            else await chats.get_chat_by_thread_id(user_uuid, "tree")
+        )
+        assert chat is not None
+        assert isinstance(messages, StartsBranches)
+        return chat, messages
+
     async def _tree(self, store: ConversationStore, actors: StoreActors) -> Any:
         """Thread ``tree``: u1 a1 u2 a2, then a2 regenerated as a2b (active)."""
-        chats, messages = await repositories_for(store, request=actors.request("alice"))
-        chat = await chats.create_chat(
-            ChatCreate(thread_id="tree", user_uuid=repository_user_uuid(chats), name="Tree")
-        )
+        chat, messages = await self._pair(store, actors.request("alice"), create=True)
         made = {}
         for agui_id, role in (("u1", "user"), ("a1", "assistant"), ("u2", "user")):
             made[agui_id] = await self._said(messages, chat.chat_uuid, agui_id, role)
@@ -540,9 +553,7 @@ class ConversationStoreContract:
         self, store: ConversationStore, actors: StoreActors, at: Any, new: list[tuple[str, str]]
     ) -> None:
         """A fresh pair (as the next run) starts a branch at record ``at`` and writes ``new``."""
-        chats, messages = await repositories_for(store, request=actors.request("alice"))
-        chat = await chats.get_chat_by_thread_id(repository_user_uuid(chats), "tree")
-        assert chat is not None
+        chat, messages = await self._pair(store, actors.request("alice"))
         async with messages.transaction():
             await messages.start_branch(chat.chat_uuid, at)
             for agui_id, role in new:
@@ -554,9 +565,7 @@ class ConversationStoreContract:
         assert loaded is not None
         ids = [m["id"] for m in loaded.messages]
         points = await branch_points(store, "tree", request=request)
-        chats, messages = await repositories_for(store, request=request)
-        chat = await chats.get_chat_by_thread_id(repository_user_uuid(chats), "tree")
-        assert chat is not None
+        chat, messages = await self._pair(store, request)
         # What a run reads (and its model is sent): the active branch only.
         read = [m.agui_id for m in await messages.get_chat_messages(chat.chat_uuid)]
         assert read == ids
@@ -605,9 +614,7 @@ class ConversationStoreContract:
         assert await activate_branch(store, "tree", "a2", request=alice)
         # An edit of u2 on the a2 branch: a2b is now a branch inside an inactive branch.
         await self._branch(store, actors, made["u2"].message_uuid, [("u2e", "user")])
-        chats, messages = await repositories_for(store, request=alice)
-        chat = await chats.get_chat_by_thread_id(repository_user_uuid(chats), "tree")
-        assert chat is not None
+        chat, messages = await self._pair(store, alice)
         await self._said(messages, chat.chat_uuid, "a2e", "assistant")
         assert await self._active(store, actors, "alice") == (
             ["u1", "a1", "u2e", "a2e"],
