@@ -20,6 +20,7 @@ from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence.null import NullConversationStore
 from django_pydantic_agent.persistence.scoped import ScopedConversationStore
 from django_pydantic_agent.persistence.session import DjangoSessionConversationStore
+from tests.testapp.stores import ThreadStore
 
 
 def _server(store: Any) -> AGUIServer:
@@ -31,11 +32,12 @@ def _server(store: Any) -> AGUIServer:
     [
         (DefaultConversationStore(), True, True),
         (ScopedConversationStore(DefaultConversationStore(), scope="s"), True, True),
-        (DjangoSessionConversationStore(), False, True),
-        (ScopedConversationStore(DjangoSessionConversationStore(), scope="s"), False, True),
+        (DjangoSessionConversationStore(), True, True),
+        (ScopedConversationStore(DjangoSessionConversationStore(), scope="s"), True, True),
+        (ThreadStore(), True, True),
         (NullConversationStore(), False, False),
     ],
-    ids=["default", "scoped-default", "session", "scoped-session", "null"],
+    ids=["default", "scoped-default", "session", "scoped-session", "model", "null"],
 )
 def test_the_page_offers_what_the_store_can_do(store: Any, branches: bool, forks: bool) -> None:
     server = _server(store)
@@ -51,7 +53,8 @@ def test_the_page_offers_what_the_store_can_do(store: Any, branches: bool, forks
     [
         ("history", {'data-branches="on"', 'data-forks="on"'}),
         ("history-scoped", {'data-branches="on"', 'data-forks="on"'}),
-        ("history-session", {'data-forks="on"'}),
+        ("history-session", {'data-branches="on"', 'data-forks="on"'}),
+        ("history-model", {'data-branches="on"', 'data-forks="on"'}),
     ],
 )
 def test_the_template_marks_the_operations(
