@@ -11,7 +11,10 @@ a project's ``ModelConversationStore``) it returns the generic adapter of this m
   for a write made outside a transaction. A block that raises restores the records and saves
   nothing. Each save asks ``store.exists`` first: a thread deleted meanwhile (by the thread
   route, another tab) raises ``ChatNotFoundError`` and stays deleted;
-- ``update_chat_name`` is ``store.rename`` and ``delete_chat`` is ``store.delete``.
+- ``update_chat_name`` is ``store.rename`` and ``delete_chat`` is ``store.delete``;
+- ``start_branch`` (a regenerate or an edit) keeps the records it takes off the active branch
+  as a sibling branch inside the stored messages (``persistence.message_tree``), so the
+  session store and ``Model*`` stores keep every branch with no change to what they store.
 
 Records are stored as AG-UI wire messages (``persistence.wire``), so the thread drawer, the
 thread route and a client-posted save read and write the same list.
