@@ -13,6 +13,7 @@ from django_pydantic_agent.persistence.message_tree import (
     branch_points_in,
     document_messages,
     export_entries,
+    pruned,
     with_sibling,
 )
 from django_pydantic_agent.persistence.transfer import check_document
@@ -156,3 +157,47 @@ def test_a_client_cannot_post_branch_data_in_a_message() -> None:
     [wire] = records_to_wire([record])
     assert BRANCHES_KEY not in wire
     assert strip_branches([{**said("u1"), ROOT_BRANCHES_KEY: {}}]) == [said("u1")]
+
+
+def test_a_kept_answer_with_no_active_sibling_is_exported_and_imported() -> None:
+    # A regenerate whose new answer was never written: the export still holds the old one,
+    # and the import shows it (the newest child of a message that has no active one).
+    cut = [{**said("u1"), BRANCHES_KEY: with_sibling(None, [said("a1", "assistant")])}]
+    entries = export_entries(cut)
+    assert [(e["parent"], e["active"], e["wire"][0]["id"]) for e in entries] == [
+        (None, True, "u1"),
+        (0, False, "a1"),
+    ]
+    assert ids(document_messages(entries, lambda entry: entry["wire"])) == ["u1", "a1"]
+
+
+def test_pruning_to_no_level_strips_every_branch() -> None:
+    assert pruned(nested(), 0) == strip_branches(nested())
+    assert pruned(nested(), MAX_BRANCH_DEPTH) == nested()
+
+
+def test_a_branch_after_a_tool_call_starts_after_its_results() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    kept = [said("u2-old"), said("a2-old", "assistant")]
+    messages = [
+        said("u1"),
+        {**said("a1", "assistant"), "toolCalls": [call], BRANCHES_KEY: with_sibling(None, kept)},
+        {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "42"},
+        {"id": "r2", "role": "reasoning", "content": "thinking"},
+        said("u2"),
+    ]
+    assert branch_points_in(messages)["u2"].siblings == ("u2-old", "u2")
+    switched = switch(messages, "a2-old")
+    assert ids(switched) == ["u1", "a1", "t1", "u2-old", "a2-old"]
+    assert ids(switch(switched, "u2")) == ["u1", "a1", "t1", "r2", "u2"]
+    entries = export_entries(messages)
+    assert [(e["parent"], e["wire"][0]["id"]) for e in entries] == [
+        (None, "u1"),
+        (0, "a1"),
+        (1, "t1"),
+        (2, "u2-old"),
+        (3, "a2-old"),
+        (2, "r2"),
+        (5, "u2"),
+    ]
+    assert document_messages(entries, lambda entry: entry["wire"]) == messages
