@@ -331,6 +331,46 @@ async def test_a_regenerate_survives_reattach_and_cancel_and_keeps_the_old_answe
     assert switched["messages"][-1]["content"] == "Working done."
 
 
+async def test_a_cancelled_regenerate_on_the_session_store_keeps_the_old_answer(
+    alice: Any,
+) -> None:
+    import asyncio
+
+    from tests.agui.agents import GATE
+
+    async with await logged_in(alice) as http:
+        GATE.reset()
+        GATE.released.set()
+        first = await http.post("/gated-session/", json=run_body(run_id="g-1"))
+        assert first.status_code == 200
+        await RunCoordinator.wait_for_all_runs()
+        messages = (await thread(http, "/gated-session/"))["messages"]
+        GATE.reset()
+        regenerate = body(wire(messages[:1]), "g-2")
+        running = asyncio.create_task(http.post("/gated-session/", json=regenerate))
+        try:
+            await asyncio.wait_for(GATE.reached.wait(), timeout=10)
+        finally:
+            cancelled = await http.post("/gated-session/runs/thread-1/g-2/cancel/")
+            GATE.released.set()
+            done = await running
+            await RunCoordinator.wait_for_all_runs()
+        after = await thread(http, "/gated-session/")
+        old = messages[-1]["id"]
+        switch = {"activeMessageId": old}
+        switched = await http.patch("/gated-session/threads/thread-1/", json=switch)
+        back = await thread(http, "/gated-session/")
+    assert cancelled.status_code in (200, 202)
+    assert sse_events(done.text)[-1]["type"] == "RUN_FINISHED"
+    new = after["messages"][-1]
+    assert new["status"] == "interrupted"
+    assert new["id"] != old
+    assert after["branches"][new["id"]] == {"siblings": [old, new["id"]], "index": 1}
+    assert switched.status_code == 200, switched.text
+    assert back["messages"][-1]["content"] == "Working done."
+    assert back["branches"][old] == {"siblings": [old, new["id"]], "index": 0}
+
+
 async def http_switch(user_: Any, message_id: str) -> Any:
     async with await logged_in(user_) as http:
         response = await http.patch(

@@ -351,6 +351,15 @@ urlpatterns = [
         ).urls,
     ),
     path(
+        "gated-session/",
+        AGUIServer(
+            gated_agent(),
+            conversation_store=DjangoSessionConversationStore(),
+            csrf_exempt=True,
+            namespace="gated-session",
+        ).urls,
+    ),
+    path(
         "history-model/",
         AGUIServer(
             history_agent(),
