@@ -7,9 +7,9 @@ record before a branch point carries ``chatBranches``, ``{"index": k, "others": 
 included), the active child being sibling ``k`` (siblings oldest first). The thread's first
 main message carries ``chatRootBranches`` of the same shape for the other first messages.
 
-``load`` returns the active branch with these keys; ``wire.strip_branches`` removes them wherever
-messages leave the server. ``branch_points_in`` and ``activate_in`` implement
-``KeepsBranches`` over such a list; ``export_document`` and ``document_messages`` turn it into
+``load`` returns the active branch with these keys; ``wire.strip_branches`` removes them
+wherever messages leave the server. ``branch_points_in`` and ``activate_in`` implement
+``KeepsBranches`` over such a list; ``export_entries`` and ``document_messages`` turn it into
 the export format (``persistence.transfer``) and back. Branches nest at most
 ``MAX_BRANCH_DEPTH`` levels inside inactive branches; deeper ones are not kept.
 """
