@@ -183,18 +183,16 @@ def branch_points_in(messages: Sequence[Any]) -> dict[str, BranchPoint]:
     return points
 
 
-def _swap(value: Any, chosen: int, old: list[Any]) -> tuple[dict[str, Any], Tail]:
-    """The branch value once tail ``chosen`` of ``others`` is active (``old``, the active
-    tail, goes back among the siblings), and that tail."""
+def _swap(value: Any, chosen: int, old: list[Any]) -> dict[str, Any]:
+    """The branch value once tail ``chosen`` of its others is active (``old``, the active
+    tail, goes back among the siblings)."""
     index, others = branch_set(value) or (0, [])
     siblings: list[tuple[bool, Tail]] = [(False, t) for t in others]
     if _first_main(old) is not None:
         siblings.insert(index, (False, old))
     picked = chosen if chosen < index or _first_main(old) is None else chosen + 1
-    tail = siblings[picked][1]
-    siblings[picked] = (True, tail)
-    rest = [t for is_chosen, t in siblings if not is_chosen]
-    return _set_json(picked, rest), tail
+    siblings[picked] = (True, siblings[picked][1])
+    return _set_json(picked, [t for is_chosen, t in siblings if not is_chosen])
 
 
 def activate_in(messages: Sequence[Any], message_id: str) -> tuple[bool, list[Any] | None]:
@@ -214,7 +212,7 @@ def activate_in(messages: Sequence[Any], message_id: str) -> tuple[bool, list[An
             if hit:
                 old = list(messages)
                 old[first] = {k: v for k, v in old[first].items() if k != ROOT_BRANCHES_KEY}
-                value, _ = _swap(messages[first][ROOT_BRANCHES_KEY], position, old)
+                value = _swap(messages[first][ROOT_BRANCHES_KEY], position, old)
                 chosen = list(inner if inner is not None else tail)
                 mark_main(chosen, {ROOT_BRANCHES_KEY: value})
                 return True, chosen
@@ -226,7 +224,7 @@ def activate_in(messages: Sequence[Any], message_id: str) -> tuple[bool, list[An
         for position, tail in enumerate(found[1] if found else []):
             hit, inner = activate_in(tail, message_id)
             if hit:
-                value, _ = _swap(message[BRANCHES_KEY], position, list(messages[start:]))
+                value = _swap(message[BRANCHES_KEY], position, list(messages[start:]))
                 head = list(messages[:start])
                 head[index] = {**message, BRANCHES_KEY: value}
                 return True, head + list(inner if inner is not None else tail)
