@@ -16,13 +16,16 @@ the export format (``persistence.transfer``) and back. Branches nest at most
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from django_pydantic_agent.chat_history.records import Message
 from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.wire import (
     BRANCHES_KEY,
     ROOT_BRANCHES_KEY,
+    records_to_wire,
     strip_branches,
 )
 
@@ -31,10 +34,12 @@ __all__ = [
     "activate_in",
     "branch_points_in",
     "branch_set",
+    "branches_by_record",
     "document_messages",
     "export_entries",
     "mark_main",
     "pruned",
+    "records_with_branches",
     "split_branches",
     "with_sibling",
 ]
@@ -101,6 +106,48 @@ def mark_main(part: list[Any], keys: Mapping[str, Any]) -> bool:
         return False
     part[main] = {**part[main], **keys}
     return True
+
+
+def branches_by_record(
+    indices: Mapping[uuid.UUID, Sequence[int]], by_position: Mapping[int, Any], root: Any
+) -> dict[uuid.UUID | None, Any]:
+    """The branch data ``split_branches`` found, by the record read from those positions
+    (``WireRecords.indices``); ``None`` keys the other first messages."""
+    found: dict[uuid.UUID | None, Any] = {}
+    for message_uuid, positions in indices.items():
+        value = next((by_position[p] for p in positions if p in by_position), None)
+        if branch_set(value) is not None:
+            found[message_uuid] = value
+    if branch_set(root) is not None:
+        found[None] = root
+    return found
+
+
+def records_with_branches(
+    records: Sequence[Message],
+    extras: Mapping[uuid.UUID, Mapping[str, Any]],
+    originals: Mapping[uuid.UUID, tuple[str, Sequence[Mapping[str, Any]]]],
+    branches: Mapping[uuid.UUID | None, Any],
+    *,
+    root: bool,
+) -> list[dict[str, Any]]:
+    """``records_to_wire`` of ``records``, each record's main message carrying its branch
+    data from ``branches`` (and with ``root``, the first one the other first messages)."""
+    if not branches:
+        return records_to_wire(records, extras, originals)
+    out: list[dict[str, Any]] = []
+    for position, record in enumerate(records):
+        part = records_to_wire([record], extras, originals)
+        keys: dict[str, Any] = {}
+        if record.message_uuid in branches:
+            keys[BRANCHES_KEY] = branches[record.message_uuid]
+        if root and position == 0 and None in branches:
+            keys[ROOT_BRANCHES_KEY] = branches[None]
+        if keys and not mark_main(part, keys):  # kept verbatim without a main message
+            part = records_to_wire([record], extras)
+            mark_main(part, keys)
+        out.extend(part)
+    return out
 
 
 def _depth(messages: Sequence[Any]) -> int:

@@ -65,18 +65,13 @@ from django_pydantic_agent.persistence.base import (
 )
 from django_pydantic_agent.persistence.derive import derive_title
 from django_pydantic_agent.persistence.message_tree import (
-    branch_set,
-    mark_main,
+    branches_by_record,
+    records_with_branches,
     split_branches,
     with_sibling,
 )
 from django_pydantic_agent.persistence.owner import aresolve_owner_uuid
-from django_pydantic_agent.persistence.wire import (
-    BRANCHES_KEY,
-    ROOT_BRANCHES_KEY,
-    records_to_wire,
-    wire_to_records,
-)
+from django_pydantic_agent.persistence.wire import wire_to_records
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -183,12 +178,7 @@ class _Conversations:
         thread = _Thread(
             chat=chat, messages=read.messages, extras=read.extras, originals=read.originals
         )
-        for message_uuid, positions in read.indices.items():
-            value = next((by_position[p] for p in positions if p in by_position), None)
-            if branch_set(value) is not None:
-                thread.branches[message_uuid] = value
-        if branch_set(root) is not None:
-            thread.branches[None] = root
+        thread.branches = branches_by_record(read.indices, by_position, root)
         self.threads[chat.chat_uuid] = thread
         return thread
 
@@ -264,23 +254,10 @@ class _Conversations:
 
     @staticmethod
     def wire(thread: _Thread, records: Sequence[Message], *, root: bool) -> list[dict[str, Any]]:
-        """The wire messages of ``records`` of ``thread``, each carrying its branch data (and
-        with ``root``, the first one the thread's other first messages)."""
-        if not thread.branches:
-            return records_to_wire(records, thread.extras, thread.originals)
-        out: list[dict[str, Any]] = []
-        for position, record in enumerate(records):
-            part = records_to_wire([record], thread.extras, thread.originals)
-            keys: dict[str, Any] = {}
-            if record.message_uuid in thread.branches:
-                keys[BRANCHES_KEY] = thread.branches[record.message_uuid]
-            if root and position == 0 and None in thread.branches:
-                keys[ROOT_BRANCHES_KEY] = thread.branches[None]
-            if keys and not mark_main(part, keys):  # kept verbatim without a main message
-                part = records_to_wire([record], thread.extras)
-                mark_main(part, keys)
-            out.extend(part)
-        return out
+        """The wire messages of ``records`` of ``thread``, with their branch data."""
+        return records_with_branches(
+            records, thread.extras, thread.originals, thread.branches, root=root
+        )
 
 
 class ConversationChatRepository:
