@@ -34,7 +34,7 @@ from django_pydantic_agent.persistence.listing import (
     archive_thread,
     find_threads,
 )
-from django_pydantic_agent.persistence.wire import BOOKKEEPING_KEY
+from django_pydantic_agent.persistence.wire import BOOKKEEPING_KEY, strip_branches
 
 __all__ = ["CANNOT_ARCHIVE", "MAX_TITLE_LENGTH", "NOT_FOUND", "TITLE_TOO_BIG", "ThreadEndpoints"]
 
@@ -213,7 +213,7 @@ class ThreadEndpoints:
             return store_refusal(exc, store="conversation")
         body: dict[str, Any] = {
             "threadId": thread_id,
-            "messages": [_with_status(message) for message in conversation.messages],
+            "messages": [_with_status(m) for m in strip_branches(conversation.messages)],
             "activeRun": active,
             "branches": branches_json(points),
         }

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from django_pydantic_agent.persistence.base import Conversation
+from django_pydantic_agent.persistence.wire import strip_branches
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -108,7 +109,8 @@ def new_thread_id() -> str:
 
 def fork_messages(messages: list[Any], message_id: str) -> list[Any] | None:
     """The wire messages up to and including the one with id ``message_id`` (and the tool
-    results that answer its calls), or ``None`` when none has that id."""
+    results that answer its calls), without branch data (a fork holds one branch), or
+    ``None`` when none has that id."""
     for index, message in enumerate(messages):
         if isinstance(message, dict) and message.get("id") == message_id:
             end = index + 1
@@ -123,7 +125,7 @@ def fork_messages(messages: list[Any], message_id: str) -> list[Any] | None:
                 and messages[end].get("toolCallId") in calls
             ):
                 end += 1
-            return list(messages[:end])
+            return strip_branches(messages[:end])
     return None
 
 

@@ -13,10 +13,11 @@ that transports answer as the caller's fault. Every other exception passes throu
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import DataError
+from django.db import DataError, transaction
 
 from django_pydantic_agent.persistence.base import (
     AttachmentRef,
@@ -26,6 +27,7 @@ from django_pydantic_agent.persistence.base import (
     StoreDataError,
     check_limit,
 )
+from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.listing import (
     GENERIC_SCAN_LIMIT,
     ArchiveUnsupportedError,
@@ -33,6 +35,7 @@ from django_pydantic_agent.persistence.listing import (
     ThreadQuery,
     filter_threads,
 )
+from django_pydantic_agent.persistence.message_tree import activate_in, branch_points_in
 from django_pydantic_agent.persistence.owner import resolve_owner_id
 
 if TYPE_CHECKING:
@@ -112,6 +115,11 @@ class ModelConversationStore(_OwnerScoped, ABC):
     raise ``AnonymousOperationError`` for an anonymous request; ``True`` keys anonymous visitors
     to ``"anon:<session_key>"`` of a session the view created before responding. The store
     reads no settings. A hook's ``django.db.DataError`` surfaces as ``StoreDataError``.
+
+    Branches (``KeepsBranches``): the chat-history adapter keeps a thread's other branches
+    inside its stored messages (``persistence.message_tree``), so ``_store`` and ``_fetch``
+    round-trip them with no change to the model; ``activate`` is one ``_fetch`` and one
+    ``_store`` in one transaction.
     """
 
     @abstractmethod
@@ -163,6 +171,24 @@ class ModelConversationStore(_OwnerScoped, ABC):
         owner_id = self._owner(request)
         return _hook(f"conversation {thread_id!r}", self._fetch, thread_id, owner_id)
 
+    def _tree_points_sync(
+        self, thread_id: str, request: HttpRequest
+    ) -> dict[str, BranchPoint] | None:
+        conversation = self._load_sync(thread_id, request)
+        return None if conversation is None else branch_points_in(conversation.messages)
+
+    def _tree_activate_sync(self, thread_id: str, message_id: str, request: HttpRequest) -> bool:
+        owner_id = self._owner(request)
+        subject = f"conversation {thread_id!r}"
+        with transaction.atomic():
+            conversation = _hook(subject, self._fetch, thread_id, owner_id)
+            if conversation is None:
+                return False
+            found, switched = activate_in(conversation.messages, message_id)
+            if switched is not None:
+                _hook(subject, self._store, replace(conversation, messages=switched), owner_id)
+            return found
+
     def _save_sync(self, conversation: Conversation, request: HttpRequest) -> None:
         owner_id = self._owner(request)
         subject = f"conversation {conversation.thread_id!r}"
@@ -211,6 +237,19 @@ class ModelConversationStore(_OwnerScoped, ABC):
     async def rename(self, thread_id: str, title: str, *, request: HttpRequest) -> None:
         """Set the display title of the owner's conversation ``thread_id``."""
         await sync_to_async(self._rename_sync)(thread_id, title, request)
+
+    async def branch_points(
+        self, thread_id: str, *, request: HttpRequest
+    ) -> dict[str, BranchPoint] | None:
+        """The active messages that have siblings, by AG-UI id (``KeepsBranches``): read from
+        the stored messages (one ``_fetch``); ``None`` when the owner has no such thread."""
+        return await sync_to_async(self._tree_points_sync)(thread_id, request)
+
+    async def activate(self, thread_id: str, message_id: str, *, request: HttpRequest) -> bool:
+        """Make the branch through ``message_id`` active (``KeepsBranches``): one ``_fetch``
+        and, unless it already is, one ``_store`` in one transaction. ``False`` (nothing
+        written) when the owner's thread has no such message on any branch."""
+        return await sync_to_async(self._tree_activate_sync)(thread_id, message_id, request)
 
     async def find_threads(self, query: ThreadQuery, *, request: HttpRequest) -> ThreadPage:
         """The owner's threads matching ``query`` (``SearchesThreads``), through ``_find``."""

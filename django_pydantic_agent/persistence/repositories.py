@@ -11,7 +11,10 @@ a project's ``ModelConversationStore``) it returns the generic adapter of this m
   for a write made outside a transaction. A block that raises restores the records and saves
   nothing. Each save asks ``store.exists`` first: a thread deleted meanwhile (by the thread
   route, another tab) raises ``ChatNotFoundError`` and stays deleted;
-- ``update_chat_name`` is ``store.rename`` and ``delete_chat`` is ``store.delete``.
+- ``update_chat_name`` is ``store.rename`` and ``delete_chat`` is ``store.delete``;
+- ``start_branch`` (a regenerate or an edit) keeps the records it takes off the active branch
+  as a sibling branch inside the stored messages (``persistence.message_tree``), so the
+  session store and ``Model*`` stores keep every branch with no change to what they store.
 
 Records are stored as AG-UI wire messages (``persistence.wire``), so the thread drawer, the
 thread route and a client-posted save read and write the same list.
@@ -61,8 +64,14 @@ from django_pydantic_agent.persistence.base import (
     store_repositories,
 )
 from django_pydantic_agent.persistence.derive import derive_title
+from django_pydantic_agent.persistence.message_tree import (
+    branches_by_record,
+    records_with_branches,
+    split_branches,
+    with_sibling,
+)
 from django_pydantic_agent.persistence.owner import aresolve_owner_uuid
-from django_pydantic_agent.persistence.wire import records_to_wire, wire_to_records
+from django_pydantic_agent.persistence.wire import wire_to_records
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -100,6 +109,9 @@ class _Thread:
     originals: dict[uuid.UUID, tuple[str, list[dict[str, Any]]]] = field(default_factory=dict)
     stored: bool = True
     """Whether the store has held the thread (a save checks it is still there)."""
+    branches: dict[uuid.UUID | None, Any] = field(default_factory=dict)
+    """The other branches after a record (``None``: other first messages), as stored
+    (``persistence.message_tree``)."""
 
     def find(self, message_uuid: uuid.UUID) -> Message | None:
         for message in self.messages:
@@ -156,8 +168,9 @@ class _Conversations:
         if conversation is None:
             return None
         chat = self.chat(thread_id, await self._title(thread_id, conversation.messages))
+        clean, by_position, root = split_branches(conversation.messages)
         read = wire_to_records(
-            conversation.messages,
+            clean,
             chat_uuid=chat.chat_uuid,
             participant=self.participant,
             salt=thread_id,
@@ -165,6 +178,7 @@ class _Conversations:
         thread = _Thread(
             chat=chat, messages=read.messages, extras=read.extras, originals=read.originals
         )
+        thread.branches = branches_by_record(read.indices, by_position, root)
         self.threads[chat.chat_uuid] = thread
         return thread
 
@@ -229,7 +243,7 @@ class _Conversations:
                 f"Chat {thread.chat.chat_uuid} (thread {thread_id!r}) was deleted; its messages "
                 "cannot be written.",
             )
-        messages = records_to_wire(thread.messages, thread.extras, thread.originals)
+        messages = self.wire(thread, thread.messages, root=True)
         await self.store.save(
             Conversation(thread_id=thread_id, messages=messages), request=self.request
         )
@@ -237,6 +251,13 @@ class _Conversations:
 
     def forget(self, chat_uuid: uuid.UUID) -> None:
         self.threads.pop(chat_uuid, None)
+
+    @staticmethod
+    def wire(thread: _Thread, records: Sequence[Message], *, root: bool) -> list[dict[str, Any]]:
+        """The wire messages of ``records`` of ``thread``, with their branch data."""
+        return records_with_branches(
+            records, thread.extras, thread.originals, thread.branches, root=root
+        )
 
 
 class ConversationChatRepository:
@@ -341,7 +362,11 @@ class ConversationMessageRepository(NestedRecordWrites):
             return
         async with state.scope.hold():
             snapshot = {
-                key: (list(map(_copy, thread.messages)), copy.deepcopy(thread.extras))
+                key: (
+                    list(map(_copy, thread.messages)),
+                    copy.deepcopy(thread.extras),
+                    copy.deepcopy(thread.branches),
+                )
                 for key, thread in state.threads.items()
             }
             state.dirty = set()
@@ -350,7 +375,7 @@ class ConversationMessageRepository(NestedRecordWrites):
             except BaseException:
                 for key, thread in list(state.threads.items()):
                     if key in snapshot:
-                        thread.messages, thread.extras = snapshot[key]
+                        thread.messages, thread.extras, thread.branches = snapshot[key]
                 raise
             else:
                 dirty, state.dirty = state.dirty, None
@@ -362,12 +387,11 @@ class ConversationMessageRepository(NestedRecordWrites):
                 state.dirty = None
 
     async def start_branch(self, chat_uuid: uuid.UUID, at: uuid.UUID) -> None:
-        """Cut the chat at record ``at`` (it and the records after it go): a regenerate or an
-        edit answers the history up to there (``chat_history.StartsBranches``).
-
-        A store behind this adapter keeps one list per thread, so the records cut are not
-        kept as another branch (``DefaultConversationStore`` keeps them). Saved with the
-        transaction's other writes.
+        """Start a branch at record ``at``: it and the records after it leave the active
+        branch and are kept as a sibling branch inside the record before it (or the first
+        record, for a branch at the first message; ``persistence.message_tree``); a
+        regenerate or an edit answers the history up to there (``chat_history.StartsBranches``).
+        Saved with the transaction's other writes.
 
         Raises:
             ValueError: If ``at`` is no record of the owner's chat ``chat_uuid``.
@@ -378,8 +402,12 @@ class ConversationMessageRepository(NestedRecordWrites):
             index = next((i for i, m in enumerate(thread.messages) if m.message_uuid == at), None)
         if thread is None or index is None:
             raise ValueError(f"start_branch: {at} is no message of chat {chat_uuid}.")
+        parent = thread.messages[index - 1].message_uuid if index else None
+        tail = self._state.wire(thread, thread.messages[index:], root=False)
         for message in thread.messages[index:]:
             thread.extras.pop(message.message_uuid, None)
+            thread.branches.pop(message.message_uuid, None)
+        thread.branches[parent] = with_sibling(thread.branches.get(parent), tail)
         del thread.messages[index:]
         await self._state.changed(thread)
 

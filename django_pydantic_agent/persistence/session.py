@@ -21,7 +21,9 @@ from django_pydantic_agent.persistence.base import (
     StoreLimitError,
     check_limit,
 )
+from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.derive import derive_preview, derive_title
+from django_pydantic_agent.persistence.message_tree import activate_in, branch_points_in
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -101,6 +103,10 @@ class DjangoSessionConversationStore:
     never creates a session (its cookie could arrive after the headers): the view creates it
     before responding (``ensure_session_key``), as the AG-UI server does, and a save for a
     request without one raises ``StoreError``.
+
+    Branches (``KeepsBranches``): the chat-history adapter keeps a thread's other branches
+    inside its stored messages (``persistence.message_tree``), counted in ``max_bytes``;
+    ``activate`` rewrites the entry under the same lock as every write.
 
     Limits, per session: ``max_threads`` conversations and ``max_bytes`` of JSON for all of
     them together. A save that would exceed either raises ``StoreLimitError`` and changes
@@ -433,6 +439,36 @@ class DjangoSessionConversationStore:
         self._modify(request, change, required=False)
         return found
 
+    def _branch_points_sync(
+        self, thread_id: str, request: HttpRequest
+    ) -> dict[str, BranchPoint] | None:
+        entry = self._read(request).get(thread_id)
+        if entry is None:
+            return None
+        messages = entry.get("messages")
+        return branch_points_in(messages if isinstance(messages, list) else [])
+
+    def _activate_sync(self, thread_id: str, message_id: str, request: HttpRequest) -> bool:
+        found = False
+
+        def change(threads: _Threads) -> _Threads | None:
+            nonlocal found
+            entry = threads.get(thread_id)
+            if entry is None:
+                return None
+            messages = entry.get("messages")
+            found, switched = activate_in(
+                messages if isinstance(messages, list) else [], message_id
+            )
+            if switched is None:
+                return None
+            updated = {**threads, thread_id: {**entry, "messages": switched}}
+            self._check_size(updated, f"switch branches of conversation {thread_id!r}")
+            return updated
+
+        self._modify(request, change, required=False)
+        return found
+
     # -- the ConversationStore protocol --------------------------------------------------------
 
     async def load(self, thread_id: str, *, request: HttpRequest) -> Conversation | None:
@@ -472,3 +508,15 @@ class DjangoSessionConversationStore:
         entry; ``False`` when absent. Search and pages go through ``persistence.listing``'s
         generic path over ``list()``."""
         return await sync_to_async(self._archive_sync)(thread_id, archived, request)
+
+    async def branch_points(
+        self, thread_id: str, *, request: HttpRequest
+    ) -> dict[str, BranchPoint] | None:
+        """The active messages that have siblings, by AG-UI id (``KeepsBranches``); ``None``
+        when this session has no such thread."""
+        return await sync_to_async(self._branch_points_sync)(thread_id, request)
+
+    async def activate(self, thread_id: str, message_id: str, *, request: HttpRequest) -> bool:
+        """Make the branch through ``message_id`` active (``KeepsBranches``); ``False``
+        (nothing written) when the thread has no such message on any branch."""
+        return await sync_to_async(self._activate_sync)(thread_id, message_id, request)

@@ -11,8 +11,9 @@ of the message it follows, ``null`` for a first message); the ``active`` ones ar
 branch. ``record`` is the chat-history record (role, content, status, run id, tool calls,
 reasoning steps, the wire message's other keys such as attachment references), ``wire`` the
 AG-UI messages ``load`` returns for it. A store that keeps records and branches exports them
-all (``ExportsThreads``); any other store exports its active branch as ``wire`` only
-(``export_thread``).
+all (``ExportsThreads``); any other store exports as ``wire`` only (``export_thread``): every
+branch it keeps in its messages (``persistence.message_tree``: the session store and
+``Model*`` stores), which its import makes again (``import_thread``).
 
 ``check_document`` validates a whole document before anything is written and raises
 ``ImportProblem`` naming the first problem. An import never trusts what the file says about
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from django_pydantic_agent.persistence.base import Conversation
 from django_pydantic_agent.persistence.derive import message_text
+from django_pydantic_agent.persistence.message_tree import document_messages, export_entries
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -257,8 +259,9 @@ def active_wire(document: dict[str, Any], render: Any = render_record) -> list[A
 async def export_thread(
     store: Any, thread_id: str, *, request: HttpRequest
 ) -> dict[str, Any] | None:
-    """The owner's thread as a document: the store's own (``ExportsThreads``), else its
-    active branch as wire messages; ``None`` when the thread is missing."""
+    """The owner's thread as a document: the store's own (``ExportsThreads``), else every
+    branch of its stored messages as wire messages, one entry each (``message_tree``);
+    ``None`` when the thread is missing."""
     if isinstance(store, ExportsThreads):
         return await store.export(thread_id, request=request)
     conversation = await store.load(thread_id, request=request)
@@ -273,10 +276,7 @@ async def export_thread(
         "format": FORMAT,
         "version": VERSION,
         "title": title,
-        "messages": [
-            {"parent": index - 1 if index else None, "active": True, "wire": [message]}
-            for index, message in enumerate(conversation.messages)
-        ],
+        "messages": export_entries(conversation.messages),
         "runs": [],
     }
 
@@ -297,11 +297,17 @@ async def import_thread(
     render: Any = render_record,
 ) -> None:
     """Create the owner's thread ``thread_id`` from a checked ``document``: the store's own
-    import (``ExportsThreads``), else a ``save`` of the active branch and a ``rename``."""
+    import (``ExportsThreads``), else a ``save`` and a ``rename``: the active branch, with
+    the other branches kept inside its messages (``message_tree.document_messages``)."""
     if isinstance(store, ExportsThreads):
         await store.import_document(document, thread_id, request=request)
         return
-    messages = _stopped(active_wire(document, render))
+
+    def wire_of(entry: Any) -> list[Any]:
+        wire = entry.get("wire")
+        return _stopped(list(wire if wire is not None else render(entry["record"])))
+
+    messages = document_messages(document["messages"], wire_of)
     await store.save(Conversation(thread_id=thread_id, messages=messages), request=request)
     if document.get("title"):
         await store.rename(thread_id, document["title"], request=request)

@@ -20,6 +20,9 @@ Bookkeeping travels in extra keys, which AG-UI clients ignore and the thread rou
   an assistant message ``toolCalls``: one object per entry of the AG-UI ``toolCalls``, with
   the call's ``uuid``, ``status``, ``inProgress``, ``createdAt``, ``hasResult`` and when set
   ``runId``, ``error``, ``role``.
+- ``chatBranches`` / ``chatRootBranches``: the other branches a load/save store keeps
+  (``persistence.message_tree``); the adapter reads and writes them, these functions never do
+  (a record's ``wire_extra`` cannot carry them).
 
 Every other key of a message (``attachments``, ``metadata``...) is a record's ``wire_extra``:
 ``wire_to_records`` reads it into the record and ``records_to_wire`` writes it out again.
@@ -57,16 +60,26 @@ from django_pydantic_agent.persistence.derive import message_text
 
 __all__ = [
     "BOOKKEEPING_KEY",
+    "BRANCHES_KEY",
     "MANAGED_KEYS",
+    "ROOT_BRANCHES_KEY",
     "WireRecords",
     "derived_uuid",
     "record_fingerprint",
     "records_to_wire",
+    "strip_branches",
     "wire_to_records",
 ]
 
 BOOKKEEPING_KEY: Final[str] = "chatHistory"
 """The extra key of a stored wire message holding its record bookkeeping."""
+
+BRANCHES_KEY: Final[str] = "chatBranches"
+"""The key of a stored main message holding its children's other branches
+(``persistence.message_tree``)."""
+
+ROOT_BRANCHES_KEY: Final[str] = "chatRootBranches"
+"""The key of a thread's first stored main message holding the other first branches."""
 
 MANAGED_KEYS: Final[frozenset[str]] = frozenset(
     {
@@ -82,9 +95,25 @@ MANAGED_KEYS: Final[frozenset[str]] = frozenset(
         "runId",
         "error",
         BOOKKEEPING_KEY,
+        BRANCHES_KEY,
+        ROOT_BRANCHES_KEY,
     }
 )
 """The keys ``records_to_wire`` writes; any other key of a message is the caller's."""
+
+_BRANCH_KEYS: Final[frozenset[str]] = frozenset({BRANCHES_KEY, ROOT_BRANCHES_KEY})
+
+
+def strip_branches(messages: Sequence[Any]) -> list[Any]:
+    """``messages`` without the branch keys (copies of the messages that had them): what a
+    client, a fork or an export gets of a thread that keeps its branches in its messages."""
+    return [
+        {k: v for k, v in m.items() if k not in _BRANCH_KEYS}
+        if isinstance(m, Mapping) and not _BRANCH_KEYS.isdisjoint(m)
+        else m
+        for m in messages
+    ]
+
 
 _COMPLETE = MessageStatus.COMPLETE.value
 _NO_ID = ""  # a bookkeeping id of "" means the record field is None

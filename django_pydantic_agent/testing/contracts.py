@@ -15,14 +15,18 @@ from typing import Any, ClassVar
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from django_pydantic_agent.chat_history.records import ChatCreate, MessageCreate
+from django_pydantic_agent.chat_history.repositories import StartsBranches
 from django_pydantic_agent.persistence.base import (
     AttachmentStore,
     Conversation,
     ConversationStore,
     is_persistent,
+    repository_user_uuid,
     wrapped_stores,
 )
 from django_pydantic_agent.persistence.branching import (
+    KeepsBranches,
     activate_branch,
     branch_points,
     fork_thread,
@@ -35,7 +39,8 @@ from django_pydantic_agent.persistence.listing import (
     find_threads,
 )
 from django_pydantic_agent.persistence.null import PersistenceDisabledError
-from django_pydantic_agent.persistence.owner import AnonymousOperationError
+from django_pydantic_agent.persistence.owner import AnonymousOperationError, aresolve_owner_uuid
+from django_pydantic_agent.persistence.repositories import repositories_for
 from django_pydantic_agent.persistence.scoped import ScopedConversationStore
 from django_pydantic_agent.persistence.transfer import (
     check_document,
@@ -498,6 +503,168 @@ class ConversationStoreContract:
         if persistent:
             assert loaded is not None
             assert loaded.messages == sample_messages("one branch")
+
+    # Branches driven as a run drives them: through the store's chat-history repositories.
+
+    def _branching_store(self) -> ConversationStore:
+        store = self._store()
+        *_, innermost = wrapped_stores(store)
+        if not is_persistent(store) or not isinstance(innermost, KeepsBranches):
+            pytest.skip("This store keeps no branches.")
+        return store
+
+    @staticmethod
+    async def _pair(store: ConversationStore, request: Any, *, create: bool = False) -> Any:
+        """``(chat of thread "tree", message repository)`` of a fresh pair, as a run has them."""
+        chats, messages = await repositories_for(store, request=request)
+        # The uuid the chat repository names, else the owner's (as the run endpoint does).
+        user_uuid = repository_user_uuid(chats) or await aresolve_owner_uuid(
+            request, allow_anonymous=False
+        )
+        chat = (
+            await chats.create_chat(ChatCreate(thread_id="tree", user_uuid=user_uuid, name="Tree"))
+            if create
+            else await chats.get_chat_by_thread_id(user_uuid, "tree")
+        )
+        assert chat is not None
+        assert isinstance(messages, StartsBranches)
+        return chat, messages
+
+    async def _tree(self, store: ConversationStore, actors: StoreActors) -> Any:
+        """Thread ``tree``: u1 a1 u2 a2, then a2 regenerated as a2b (active)."""
+        chat, messages = await self._pair(store, actors.request("alice"), create=True)
+        made = {}
+        for agui_id, role in (("u1", "user"), ("a1", "assistant"), ("u2", "user")):
+            made[agui_id] = await self._said(messages, chat.chat_uuid, agui_id, role)
+        made["a2"] = await self._said(messages, chat.chat_uuid, "a2", "assistant")
+        await self._branch(store, actors, made["a2"].message_uuid, [("a2b", "assistant")])
+        return made
+
+    async def _said(self, messages: Any, chat_uuid: Any, agui_id: str, role: str) -> Any:
+        data = MessageCreate(
+            chat_uuid=chat_uuid,
+            agui_id=agui_id,
+            role=role,
+            content=f"{agui_id} says",
+            in_progress=False,
+            status="complete",
+        )
+        return await messages.create_message(data)
+
+    async def _branch(
+        self, store: ConversationStore, actors: StoreActors, at: Any, new: list[tuple[str, str]]
+    ) -> None:
+        """A fresh pair (as the next run) starts a branch at record ``at`` and writes ``new``."""
+        chat, messages = await self._pair(store, actors.request("alice"))
+        async with messages.transaction():
+            await messages.start_branch(chat.chat_uuid, at)
+            for agui_id, role in new:
+                await self._said(messages, chat.chat_uuid, agui_id, role)
+
+    async def _active(self, store: ConversationStore, actors: StoreActors, actor: str) -> Any:
+        request = actors.request(actor)
+        loaded = await store.load("tree", request=request)
+        assert loaded is not None
+        ids = [m["id"] for m in loaded.messages]
+        points = await branch_points(store, "tree", request=request)
+        chat, messages = await self._pair(store, request)
+        # What a run reads (and its model is sent): the active branch only.
+        read = [m.agui_id for m in await messages.get_chat_messages(chat.chat_uuid)]
+        assert read == ids
+        return ids, {k: (list(p.siblings), p.index) for k, p in points.items()}
+
+    async def test_a_regenerate_keeps_the_old_answer_and_switches_back_and_forth(
+        self, actors: StoreActors
+    ) -> None:
+        store = self._branching_store()
+        await self._tree(store, actors)
+        alice = actors.request("alice")
+        assert await self._active(store, actors, "alice") == (
+            ["u1", "a1", "u2", "a2b"],
+            {"a2b": (["a2", "a2b"], 1)},
+        )
+        assert await activate_branch(store, "tree", "a2", request=alice)
+        assert await self._active(store, actors, "alice") == (
+            ["u1", "a1", "u2", "a2"],
+            {"a2": (["a2", "a2b"], 0)},
+        )
+        assert await activate_branch(store, "tree", "a2", request=alice)  # already active
+        assert await activate_branch(store, "tree", "a2b", request=alice)
+        assert (await self._active(store, actors, "alice"))[0] == ["u1", "a1", "u2", "a2b"]
+        assert not await activate_branch(store, "tree", "no-such-message", request=alice)
+        assert (await self._active(store, actors, "alice"))[0] == ["u1", "a1", "u2", "a2b"]
+
+    async def test_another_owner_neither_sees_nor_switches_branches(
+        self, actors: StoreActors
+    ) -> None:
+        store = self._branching_store()
+        await self._tree(store, actors)
+        bob = actors.request("bob")
+        assert isinstance(store, KeepsBranches)
+        assert await store.branch_points("tree", request=bob) is None
+        assert await store.branch_points("no-such-thread", request=bob) is None
+        assert not await store.activate("tree", "a2", request=bob)
+        assert not await store.activate("no-such-thread", "a2", request=bob)
+        assert (await self._active(store, actors, "alice"))[0] == ["u1", "a1", "u2", "a2b"]
+
+    async def test_nested_branches_switch_then_export_and_import_every_branch(
+        self, actors: StoreActors
+    ) -> None:
+        store = self._branching_store()
+        made = await self._tree(store, actors)
+        alice = actors.request("alice")
+        assert await activate_branch(store, "tree", "a2", request=alice)
+        # An edit of u2 on the a2 branch: a2b is now a branch inside an inactive branch.
+        await self._branch(store, actors, made["u2"].message_uuid, [("u2e", "user")])
+        chat, messages = await self._pair(store, alice)
+        await self._said(messages, chat.chat_uuid, "a2e", "assistant")
+        assert await self._active(store, actors, "alice") == (
+            ["u1", "a1", "u2e", "a2e"],
+            {"u2e": (["u2", "u2e"], 1)},
+        )
+        assert await activate_branch(store, "tree", "a2b", request=alice)
+        assert await self._active(store, actors, "alice") == (
+            ["u1", "a1", "u2", "a2b"],
+            {"u2": (["u2", "u2e"], 0), "a2b": (["a2", "a2b"], 1)},
+        )
+        # An edit of the first message keeps the whole thread as the other first branch.
+        await self._branch(store, actors, made["u1"].message_uuid, [("u1r", "user")])
+        assert await self._active(store, actors, "alice") == (
+            ["u1r"],
+            {"u1r": (["u1", "u1r"], 1)},
+        )
+        assert await activate_branch(store, "tree", "a2e", request=alice)
+        expected = (
+            ["u1", "a1", "u2e", "a2e"],
+            {"u1": (["u1", "u1r"], 0), "u2e": (["u2", "u2e"], 1)},
+        )
+        assert await self._active(store, actors, "alice") == expected
+        # A fork holds the active branch only.
+        forked = await fork_thread(store, "tree", "a1", request=alice)
+        assert forked is not None
+        copy = await store.load(forked, request=alice)
+        assert copy is not None
+        assert [m["id"] for m in copy.messages] == ["u1", "a1"]
+        assert await branch_points(store, forked, request=alice) == {}
+        # The export holds every message of every branch; the import makes them all again.
+        document = await export_thread(store, "tree", request=alice)
+        assert document is not None
+        check_document(document)
+        texts = sorted(
+            m.get("content")
+            for entry in document["messages"]
+            for m in entry.get("wire") or []
+            if m.get("role") in ("user", "assistant")
+        )
+        assert texts == sorted(
+            f"{i} says" for i in ("u1", "a1", "u2", "a2", "a2b", "u2e", "a2e", "u1r")
+        )
+        assert "chatBranches" not in str(document)
+        await import_thread(store, document, "tree", request=actors.request("bob"))
+        assert await self._active(store, actors, "bob") == expected
+        assert await activate_branch(store, "tree", "a2b", request=actors.request("bob"))
+        assert (await self._active(store, actors, "bob"))[0] == ["u1", "a1", "u2", "a2b"]
+        assert (await self._active(store, actors, "alice")) == expected
 
 
 def _said(text: str) -> dict[str, Any]:

@@ -79,7 +79,7 @@ async def test_import_creates_a_new_thread_with_every_branch(alice: Any) -> None
     assert events[-1]["type"] == "RUN_FINISHED"
 
 
-async def test_import_on_a_store_without_branches_keeps_the_active_one(alice: Any) -> None:
+async def test_the_session_store_imports_a_default_export_with_every_branch(alice: Any) -> None:
     async with await logged_in(alice) as http:
         document, current = await branched_export(http)
         response = await http.post("/history-session/threads/import/", json=document)
@@ -87,8 +87,17 @@ async def test_import_on_a_store_without_branches_keeps_the_active_one(alice: An
         new_id = response.json()["threadId"]
         imported = await thread(http, "/history-session/", new_id)
         exported = await http.get(f"/history-session/threads/{new_id}/export/")
+        [old] = [e["wire"][-1]["id"] for e in document["messages"] if not e["active"]]
+        switch = {"activeMessageId": old}
+        switched = await http.patch(f"/history-session/threads/{new_id}/", json=switch)
+        other = await thread(http, "/history-session/", new_id)
     assert wire(imported["messages"]) == wire(current["messages"])
-    assert len(exported.json()["messages"]) == len(current["messages"])
+    answer = current["messages"][-1]["id"]
+    assert imported["branches"] == {answer: {"siblings": [old, answer], "index": 1}}
+    assert len(exported.json()["messages"]) == len(document["messages"])  # every branch
+    assert switched.status_code == 200, switched.text
+    kept = [m["id"] for m in current["messages"][:3]]
+    assert [m["id"] for m in other["messages"]] == [*kept, old]
 
 
 def _broken(document: dict[str, Any]) -> list[tuple[Any, str]]:

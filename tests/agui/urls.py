@@ -32,6 +32,7 @@ from tests.agui.agents import (
     slow_agent,
     text_agent,
 )
+from tests.testapp.stores import ThreadStore
 
 UPLOAD_CAP = 1024
 
@@ -347,6 +348,33 @@ urlpatterns = [
             conversation_store=DjangoSessionConversationStore(),
             csrf_exempt=True,
             namespace="history-session",
+        ).urls,
+    ),
+    path(
+        "gated-session/",
+        AGUIServer(
+            gated_agent(),
+            conversation_store=DjangoSessionConversationStore(),
+            csrf_exempt=True,
+            namespace="gated-session",
+        ).urls,
+    ),
+    path(
+        "history-model/",
+        AGUIServer(
+            history_agent(),
+            conversation_store=ThreadStore(),
+            csrf_exempt=True,
+            namespace="history-model",
+        ).urls,
+    ),
+    path(
+        "history-scoped-session/",
+        AGUIServer(
+            history_agent(),
+            conversation_store=ScopedConversationStore(DjangoSessionConversationStore(), scope="h"),
+            csrf_exempt=True,
+            namespace="history-scoped-session",
         ).urls,
     ),
     path("hanging-interrupt/", hanging_interrupt.urls),

@@ -77,6 +77,60 @@ async def test_edit_and_regenerate_racing_on_one_thread_keep_one_active_path(
     print(f"FIGURE edit/regenerate races: {ROUNDS} rounds of two runs: {sorted(outcomes)}")
 
 
+@pytest.mark.parametrize("prefix", ["/history-session/", "/history-model/"])
+async def test_edit_and_regenerate_racing_on_a_load_save_store_lose_no_branch(
+    alice: Any, prefix: str
+) -> None:
+    """The session store and a ModelConversationStore keep branches inside their messages:
+    two runs racing on one thread (one is refused while the other streams) leave one active
+    path, and the answer of every finished run is still on some branch (the export). A
+    regenerate that runs after the edit of its round posts the old text: it edits too."""
+    finished = {"run-1", "run-2"}
+    outcomes: list[str] = []
+    async with await logged_in(alice) as http:
+        messages = await two_turns(http, prefix)
+        for n in range(ROUNDS):
+            current = (await thread(http, prefix))["messages"]
+            cut = wire(current[:3])
+            edit = [*cut[:2], user("u2", f"edited {n}")]
+            answers = await asyncio.gather(
+                http.post(prefix, json=body(cut, f"regen-{n}")),
+                http.post(prefix, json=body(edit, f"edit-{n}")),
+            )
+            await RunCoordinator.wait_for_all_runs()
+            for run_id, answer in zip((f"regen-{n}", f"edit-{n}"), answers, strict=True):
+                assert answer.status_code in (200, 409), answer.text
+                last = sse_events(answer.text)[-1] if answer.status_code == 200 else {}
+                outcome = last.get("type", "409")
+                assert outcome in ("RUN_FINISHED", "RUN_ERROR", "409"), last
+                outcomes.append(outcome)
+                if outcome == "RUN_FINISHED":
+                    finished.add(run_id)
+            state = await thread(http, prefix)
+            assert [m["id"] for m in state["messages"]][:3] == ["u1", messages[1]["id"], "u2"]
+            assert len(state["messages"]) == 4
+            assert state["branches"]
+        exported = (await http.get(f"{prefix}threads/thread-1/export/")).json()
+        # Switching to the oldest answer and back loses nothing either.
+        points = (await thread(http, prefix))["branches"]
+        switched = await http.patch(
+            f"{prefix}threads/thread-1/", json={"activeMessageId": messages[3]["id"]}
+        )
+        after = (await http.get(f"{prefix}threads/thread-1/export/")).json()
+    assert "RUN_FINISHED" in outcomes
+    assert points
+    assert switched.status_code == 200, switched.text
+    for document in (exported, after):
+        answers = [
+            m["runId"]
+            for entry in document["messages"]
+            for m in entry["wire"]
+            if m["role"] == "assistant"
+        ]
+        assert sorted(answers) == sorted(finished)  # each kept once, none lost
+    print(f"FIGURE {prefix} edit/regenerate races: {ROUNDS} rounds: {sorted(outcomes)}")
+
+
 async def test_a_fork_taken_while_a_run_streams_copies_it_as_interrupted(alice: Any) -> None:
     async with await logged_in(alice) as http:
         GATE.reset()

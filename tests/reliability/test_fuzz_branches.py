@@ -34,7 +34,14 @@ from tests.reliability.test_fuzz import (  # noqa: F401 - the fixtures
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
 
-EXAMPLES = {"fork": 150, "switch": 150, "export": 100, "import": 200}
+EXAMPLES = {
+    "fork": 150,
+    "switch": 150,
+    "export": 100,
+    "import": 200,
+    "session switch": 100,
+    "session import": 150,
+}
 TALLY: Counter[str] = Counter()
 _SETUP: dict[str, Any] = {}
 
@@ -49,22 +56,23 @@ def _fuzz(route: str) -> Any:
     )
 
 
-async def _thread(http: httpx.AsyncClient) -> dict[str, Any]:
+async def _thread(http: httpx.AsyncClient, store: str) -> dict[str, Any]:
     """A thread with a regenerated answer, and its export (made once per test)."""
-    created = await _post_run(http, "default", _encode(run_body(thread_id="tree")))
+    created = await _post_run(http, store, _encode(run_body(thread_id="tree")))
     assert created.status_code == 200
-    first = (await http.get("/default/threads/tree/")).json()["messages"][0]
+    first = (await http.get(f"/{store}/threads/tree/")).json()["messages"][0]
     again = run_body(thread_id="tree", run_id="again")
     again["messages"] = [{"id": first["id"], "role": "user", "content": first["content"]}]
-    assert (await _post_run(http, "default", _encode(again))).status_code == 200
-    exported = await http.get("/default/threads/tree/export/")
+    assert (await _post_run(http, store, _encode(again))).status_code == 200
+    exported = await http.get(f"/{store}/threads/tree/export/")
     assert exported.status_code == 200
+    assert len(exported.json()["messages"]) == 3  # both answers: the branch was kept
     return {"message": first["id"], "document": exported.json()}
 
 
-async def _setup(http: httpx.AsyncClient, key: str) -> dict[str, Any]:
+async def _setup(http: httpx.AsyncClient, key: str, store: str = "default") -> dict[str, Any]:
     if TALLY[key] == 0:
-        _SETUP[key] = await _thread(http)
+        _SETUP[key] = await _thread(http, store)
     TALLY[key] += 1
     return _SETUP[key]
 
@@ -180,6 +188,57 @@ async def test_import_documents(
         loaded = await http.get(f"/default/threads/{new}/")
         _check("import", loaded, quiet_caplog)
         assert loaded.status_code == 200
+
+
+@_fuzz("session switch")
+@given(payload=st.fixed_dictionaries({"activeMessageId": ids | json_values}) | json_values)
+async def test_session_branch_switch_bodies(
+    http: httpx.AsyncClient, quiet_caplog: pytest.LogCaptureFixture, payload: Any
+) -> None:
+    """The session store keeps branches inside its messages: a switch to anything leaves it
+    readable, with one answer shown."""
+    await _setup(http, "session switch", "session")
+    response = await http.patch(
+        "/session/threads/tree/",
+        content=_encode(payload),
+        headers={"Content-Type": "application/json"},
+    )
+    _check("switch", response, quiet_caplog)
+    state = await http.get("/session/threads/tree/")
+    assert state.status_code == 200
+    assert len(state.json()["messages"]) == 2
+
+
+@_fuzz("session import")
+@example(mutation=(("messages", 0, "wire"), [{"id": "x", "role": "user"}]), anything=None)
+@example(mutation=(("messages", 2, "parent"), 0), anything=None)
+@given(
+    mutation=st.tuples(st.sampled_from(_PATHS), json_values | hostile_text) | st.none(),
+    anything=json_values,
+)
+async def test_session_import_documents(
+    http: httpx.AsyncClient,
+    quiet_caplog: pytest.LogCaptureFixture,
+    mutation: tuple[tuple[Any, ...], Any] | None,
+    anything: Any,
+) -> None:
+    """Imports into the session store, which makes every branch again from the document."""
+    setup = await _setup(http, "session import", "session")
+    payload = anything if mutation is None else _replaced(setup["document"], *mutation)
+    response = await http.post(
+        "/session/threads/import/",
+        content=_encode(payload),
+        headers={"Content-Type": "application/json"},
+    )
+    _check("import", response, quiet_caplog)
+    if response.status_code == 201:
+        TALLY["session import accepted"] += 1
+        new = response.json()["threadId"]
+        loaded = await http.get(f"/session/threads/{new}/")
+        _check("import", loaded, quiet_caplog)
+        assert loaded.status_code == 200
+        # The session holds at most max_threads: make room for the next example.
+        assert (await http.delete(f"/session/threads/{new}/")).status_code == 204
 
 
 def test_figure() -> None:

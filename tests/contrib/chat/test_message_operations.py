@@ -23,6 +23,7 @@ from django_pydantic_agent.persistence.null import NullConversationStore
 from django_pydantic_agent.persistence.scoped import ScopedConversationStore
 from django_pydantic_agent.persistence.session import DjangoSessionConversationStore
 from tests.contrib.chat.test_drawer_features import LoggingWrapper
+from tests.testapp.stores import ThreadStore
 
 
 def _server(store: Any) -> AGUIServer:
@@ -34,8 +35,9 @@ def _server(store: Any) -> AGUIServer:
     [
         (DefaultConversationStore(), True, True),
         (ScopedConversationStore(DefaultConversationStore(), scope="s"), True, True),
-        (DjangoSessionConversationStore(), False, True),
-        (ScopedConversationStore(DjangoSessionConversationStore(), scope="s"), False, True),
+        (DjangoSessionConversationStore(), True, True),
+        (ScopedConversationStore(DjangoSessionConversationStore(), scope="s"), True, True),
+        (ThreadStore(), True, True),
         (NullConversationStore(), False, False),
         # The server switches branches through the wrapper, which keeps none of its own.
         (LoggingWrapper(DefaultConversationStore()), False, True),
@@ -53,6 +55,7 @@ def _server(store: Any) -> AGUIServer:
         "scoped-default",
         "session",
         "scoped-session",
+        "model",
         "null",
         "own-wrapper",
         "memory-service",
@@ -72,7 +75,8 @@ def test_the_page_offers_what_the_store_can_do(store: Any, branches: bool, forks
     [
         ("history", {'data-branches="on"', 'data-forks="on"'}),
         ("history-scoped", {'data-branches="on"', 'data-forks="on"'}),
-        ("history-session", {'data-forks="on"'}),
+        ("history-session", {'data-branches="on"', 'data-forks="on"'}),
+        ("history-model", {'data-branches="on"', 'data-forks="on"'}),
     ],
 )
 def test_the_template_marks_the_operations(
