@@ -145,6 +145,7 @@ _PATHS = [
     ("messages", 1, "record", "status"),
     ("messages", 1, "record", "reasonings"),
     ("runs",),
+    ("summaries",),
     ("version",),
 ]
 
@@ -176,18 +177,27 @@ async def test_import_documents(
 ) -> None:
     setup = await _setup(http, "import")
     payload = anything if mutation is None else _replaced(setup["document"], *mutation)
+    await _import(http, quiet_caplog, "default", payload)
+
+
+async def _import(
+    http: httpx.AsyncClient, quiet_caplog: pytest.LogCaptureFixture, mount: str, payload: Any
+) -> str | None:
+    """POST ``payload`` to the mount's import route; an accepted one must read back (its id)."""
     response = await http.post(
-        "/default/threads/import/",
+        f"/{mount}/threads/import/",
         content=_encode(payload),
         headers={"Content-Type": "application/json"},
     )
     _check("import", response, quiet_caplog)
-    if response.status_code == 201:
-        TALLY["import accepted"] += 1
-        new = response.json()["threadId"]
-        loaded = await http.get(f"/default/threads/{new}/")
-        _check("import", loaded, quiet_caplog)
-        assert loaded.status_code == 200
+    if response.status_code != 201:
+        return None
+    TALLY[f"{mount} import accepted"] += 1
+    new: str = response.json()["threadId"]
+    loaded = await http.get(f"/{mount}/threads/{new}/")
+    _check("import", loaded, quiet_caplog)
+    assert loaded.status_code == 200
+    return new
 
 
 @_fuzz("session switch")
@@ -225,18 +235,8 @@ async def test_session_import_documents(
     """Imports into the session store, which makes every branch again from the document."""
     setup = await _setup(http, "session import", "session")
     payload = anything if mutation is None else _replaced(setup["document"], *mutation)
-    response = await http.post(
-        "/session/threads/import/",
-        content=_encode(payload),
-        headers={"Content-Type": "application/json"},
-    )
-    _check("import", response, quiet_caplog)
-    if response.status_code == 201:
-        TALLY["session import accepted"] += 1
-        new = response.json()["threadId"]
-        loaded = await http.get(f"/session/threads/{new}/")
-        _check("import", loaded, quiet_caplog)
-        assert loaded.status_code == 200
+    new = await _import(http, quiet_caplog, "session", payload)
+    if new is not None:
         # The session holds at most max_threads: make room for the next example.
         assert (await http.delete(f"/session/threads/{new}/")).status_code == 204
 
