@@ -73,7 +73,6 @@ def test_copy_regenerate_branches_edit_fork_and_a_refused_tool_in_chromium(
         PASSWORD,
         str(artifacts),
         f"branches-{store}",
-        "branches",
         artifacts=artifacts,
         name=f"branches-{store}",
         chromium=chromium,

@@ -2,16 +2,14 @@
 // then accepted), ‹ 2/2 › branch navigation (which survives a reload), Edit (offline, then a new
 // branch), Fork, and a refused tool call's card shown as failed, live and after a reload.
 //
-// Usage: node chat_branches.mjs <base-url> <username> <password> <artifacts-dir> <prefix> <mode>
-// <mode> is "branches" (a store that keeps branches: every operation) or "plain" (a store
-// without branches: Copy and Fork only, and the page must not offer the rest).
+// Usage: node chat_branches.mjs <base-url> <username> <password> <artifacts-dir> <prefix>
 // Screenshots go to <artifacts-dir>/<prefix>-<name>.png. Prints one JSON document.
 import { join } from "node:path";
 import { lastTurn, launch, login, urlThread, waitForStatus, watch } from "./chat_page.mjs";
 
-const [baseUrl, username, password, artifacts, prefix, mode] = process.argv.slice(2);
-if (!mode) {
-  console.error("usage: node chat_branches.mjs <base-url> <username> <password> <dir> <prefix> <mode>");
+const [baseUrl, username, password, artifacts, prefix] = process.argv.slice(2);
+if (!prefix) {
+  console.error("usage: node chat_branches.mjs <base-url> <username> <password> <dir> <prefix>");
   process.exit(2);
 }
 
@@ -82,140 +80,138 @@ try {
   const copied = await page.evaluate(() => navigator.clipboard.readText());
   report.steps.push({ step: "sent", turns: first, thread, copied });
 
-  if (mode === "branches") {
-    // A regenerate the server refuses (429) changes nothing, and the page says when to retry.
-    let refusals = 0;
-    const refuse = (route) => {
-      if (route.request().method() !== "POST") return route.fallback();
-      refusals += 1;
-      return route.fulfill({
-        status: 429,
-        headers: { "Retry-After": "30" },
-        contentType: "application/json",
-        body: JSON.stringify({ error: "Too many requests." }),
-      });
-    };
-    await page.route(`${baseUrl}/agent/`, refuse);
-    await click(page, "assistant", "Regenerate answer");
-    await page.waitForFunction(() => document.querySelector("#status").textContent.startsWith("The server refused"), null, {
-      timeout: 20000,
+  // A regenerate the server refuses (429) changes nothing, and the page says when to retry.
+  let refusals = 0;
+  const refuse = (route) => {
+    if (route.request().method() !== "POST") return route.fallback();
+    refusals += 1;
+    return route.fulfill({
+      status: 429,
+      headers: { "Retry-After": "30" },
+      contentType: "application/json",
+      body: JSON.stringify({ error: "Too many requests." }),
     });
-    await waitForButton(page, "assistant", "Regenerate answer");
-    const refusedStatus = await page.locator("#status").textContent();
-    report.steps.push({ step: "regenerate-refused", refusals, status: refusedStatus, turns: await turns(page) });
-    await page.unroute(`${baseUrl}/agent/`, refuse);
+  };
+  await page.route(`${baseUrl}/agent/`, refuse);
+  await click(page, "assistant", "Regenerate answer");
+  await page.waitForFunction(() => document.querySelector("#status").textContent.startsWith("The server refused"), null, {
+    timeout: 20000,
+  });
+  await waitForButton(page, "assistant", "Regenerate answer");
+  const refusedStatus = await page.locator("#status").textContent();
+  report.steps.push({ step: "regenerate-refused", refusals, status: refusedStatus, turns: await turns(page) });
+  await page.unroute(`${baseUrl}/agent/`, refuse);
 
-    // Offline, a regenerate and an edit never reach the server, nor does the reload after them:
-    // the page shows the thread as stored (not the cut or edited one) and says why, then
-    // reloads the thread from the server when the connection is back.
-    const notSent = () => document.querySelector("#status").textContent.startsWith("The message was not sent");
-    await context.setOffline(true);
-    await click(page, "assistant", "Regenerate answer");
-    await page.waitForFunction(notSent, null, { timeout: 20000 });
-    await waitForButton(page, "assistant", "Regenerate answer");
-    const offlineRegenerate = { status: await page.locator("#status").textContent(), turns: await turns(page) };
-    await click(page, "user", "Edit message");
-    await page.fill("#log .edit-box", "What is 9 - 4?");
-    await page.locator("#log .edit-form button[type=submit]").click();
-    await page.waitForFunction(() => !document.querySelector("#log .edit-form"), null, { timeout: 20000 });
-    await page.waitForFunction(notSent, null, { timeout: 20000 });
-    await waitForButton(page, "user", "Edit message");
-    const offlineEdit = { status: await page.locator("#status").textContent(), turns: await turns(page) };
-    await shot(page, "rerun-offline");
-    // The turns shown now are marked: the reload replaces them with new ones.
-    await page.evaluate(() => document.querySelectorAll("#log .turn").forEach((turn) => (turn.dataset.beforeReload = "")));
-    const threadReload = page.waitForResponse(
-      (response) => response.request().method() === "GET" && response.url().endsWith(`/agent/threads/${thread}/`),
-      { timeout: 20000 },
-    );
-    await context.setOffline(false);
-    const reload = await threadReload;
-    await page.waitForFunction(
-      () => {
-        const shown = document.querySelectorAll("#log .turn");
-        const fresh = document.querySelectorAll("#log .turn[data-decorated]:not([data-before-reload])");
-        return shown.length > 0 && fresh.length === shown.length;
-      },
-      null,
-      { timeout: 20000 },
-    );
-    const online = { status: reload.status(), turns: await turns(page) };
-    report.steps.push({ step: "rerun-offline", regenerate: offlineRegenerate, edit: offlineEdit, online });
+  // Offline, a regenerate and an edit never reach the server, nor does the reload after them:
+  // the page shows the thread as stored (not the cut or edited one) and says why, then
+  // reloads the thread from the server when the connection is back.
+  const notSent = () => document.querySelector("#status").textContent.startsWith("The message was not sent");
+  await context.setOffline(true);
+  await click(page, "assistant", "Regenerate answer");
+  await page.waitForFunction(notSent, null, { timeout: 20000 });
+  await waitForButton(page, "assistant", "Regenerate answer");
+  const offlineRegenerate = { status: await page.locator("#status").textContent(), turns: await turns(page) };
+  await click(page, "user", "Edit message");
+  await page.fill("#log .edit-box", "What is 9 - 4?");
+  await page.locator("#log .edit-form button[type=submit]").click();
+  await page.waitForFunction(() => !document.querySelector("#log .edit-form"), null, { timeout: 20000 });
+  await page.waitForFunction(notSent, null, { timeout: 20000 });
+  await waitForButton(page, "user", "Edit message");
+  const offlineEdit = { status: await page.locator("#status").textContent(), turns: await turns(page) };
+  await shot(page, "rerun-offline");
+  // The turns shown now are marked: the reload replaces them with new ones.
+  await page.evaluate(() => document.querySelectorAll("#log .turn").forEach((turn) => (turn.dataset.beforeReload = "")));
+  const threadReload = page.waitForResponse(
+    (response) => response.request().method() === "GET" && response.url().endsWith(`/agent/threads/${thread}/`),
+    { timeout: 20000 },
+  );
+  await context.setOffline(false);
+  const reload = await threadReload;
+  await page.waitForFunction(
+    () => {
+      const shown = document.querySelectorAll("#log .turn");
+      const fresh = document.querySelectorAll("#log .turn[data-decorated]:not([data-before-reload])");
+      return shown.length > 0 && fresh.length === shown.length;
+    },
+    null,
+    { timeout: 20000 },
+  );
+  const online = { status: reload.status(), turns: await turns(page) };
+  report.steps.push({ step: "rerun-offline", regenerate: offlineRegenerate, edit: offlineEdit, online });
 
-    // An edit the server refuses (503) changes nothing either: the stored thread is shown again.
-    const busy = (route) =>
-      route.request().method() === "POST"
-        ? route.fulfill({ status: 503, headers: { "Retry-After": "5" }, contentType: "application/json", body: "{}" })
-        : route.fallback();
-    await page.route(`${baseUrl}/agent/`, busy);
-    await click(page, "user", "Edit message");
-    await page.fill("#log .edit-box", "What is 9 - 4?");
-    await page.locator("#log .edit-form button[type=submit]").click();
-    await page.waitForFunction(() => document.querySelector("#status").textContent.startsWith("The server refused"), null, {
-      timeout: 20000,
-    });
-    await waitForButton(page, "user", "Edit message");
-    report.steps.push({ step: "edit-refused", status: await page.locator("#status").textContent(), turns: await turns(page) });
-    await page.unroute(`${baseUrl}/agent/`, busy);
+  // An edit the server refuses (503) changes nothing either: the stored thread is shown again.
+  const busy = (route) =>
+    route.request().method() === "POST"
+      ? route.fulfill({ status: 503, headers: { "Retry-After": "5" }, contentType: "application/json", body: "{}" })
+      : route.fallback();
+  await page.route(`${baseUrl}/agent/`, busy);
+  await click(page, "user", "Edit message");
+  await page.fill("#log .edit-box", "What is 9 - 4?");
+  await page.locator("#log .edit-form button[type=submit]").click();
+  await page.waitForFunction(() => document.querySelector("#status").textContent.startsWith("The server refused"), null, {
+    timeout: 20000,
+  });
+  await waitForButton(page, "user", "Edit message");
+  report.steps.push({ step: "edit-refused", status: await page.locator("#status").textContent(), turns: await turns(page) });
+  await page.unroute(`${baseUrl}/agent/`, busy);
 
-    // Regenerate: a second answer on a new branch, ‹ 2/2 ›.
-    await click(page, "assistant", "Regenerate answer");
-    await waitForStatus(page, "Done", 30000);
-    await waitForBranch(page, "assistant", "2/2");
-    const regenerated = await turns(page);
-    await shot(page, "regenerated");
-    report.steps.push({ step: "regenerated", turns: regenerated });
+  // Regenerate: a second answer on a new branch, ‹ 2/2 ›.
+  await click(page, "assistant", "Regenerate answer");
+  await waitForStatus(page, "Done", 30000);
+  await waitForBranch(page, "assistant", "2/2");
+  const regenerated = await turns(page);
+  await shot(page, "regenerated");
+  report.steps.push({ step: "regenerated", turns: regenerated });
 
-    // ‹ goes back to the first answer, and the keyboard stays on the arrows.
-    await page.locator("#log .turn.assistant").last().locator("button.previous").focus();
-    await page.keyboard.press("Enter");
-    await waitForBranch(page, "assistant", "1/2");
-    const back = await turns(page);
-    const focused = await page.evaluate(() => document.activeElement?.getAttribute("aria-label"));
-    await page.reload();
-    await waitForBranch(page, "assistant", "1/2");
-    const reloaded = await turns(page);
-    await click(page, "assistant", "Next branch");
-    await waitForBranch(page, "assistant", "2/2");
-    const forth = await turns(page);
-    report.steps.push({ step: "switched", back, focused, reloaded, forth });
+  // ‹ goes back to the first answer, and the keyboard stays on the arrows.
+  await page.locator("#log .turn.assistant").last().locator("button.previous").focus();
+  await page.keyboard.press("Enter");
+  await waitForBranch(page, "assistant", "1/2");
+  const back = await turns(page);
+  const focused = await page.evaluate(() => document.activeElement?.getAttribute("aria-label"));
+  await page.reload();
+  await waitForBranch(page, "assistant", "1/2");
+  const reloaded = await turns(page);
+  await click(page, "assistant", "Next branch");
+  await waitForBranch(page, "assistant", "2/2");
+  const forth = await turns(page);
+  report.steps.push({ step: "switched", back, focused, reloaded, forth });
 
-    // Edit: Escape puts the message back; Save sends the new text as a new branch.
-    await click(page, "user", "Edit message");
-    await page.fill("#log .edit-box", "Never mind");
-    const editing = await page.evaluate(() => ({
-      box: document.activeElement?.classList.contains("edit-box") ?? false,
-      bubbleHidden: document.querySelector("#log .turn.user .bubble").hidden,
-    }));
-    await page.keyboard.press("Escape");
-    const cancelled = await turns(page);
-    const cancelFocus = await page.evaluate(() => document.activeElement?.getAttribute("aria-label"));
-    await click(page, "user", "Edit message");
-    await page.fill("#log .edit-box", "What is 6 * 7?");
-    await shot(page, "editing");
-    await page.locator("#log .edit-form button[type=submit]").click();
-    await waitForStatus(page, "Done", 30000);
-    await waitForBranch(page, "user", "2/2");
-    const edited = await turns(page);
-    await shot(page, "edited");
-    await page.reload();
-    await waitForBranch(page, "user", "2/2");
-    const editedReloaded = await turns(page);
-    report.steps.push({ step: "edited", editing, cancelled, cancelFocus, edited, editedReloaded });
+  // Edit: Escape puts the message back; Save sends the new text as a new branch.
+  await click(page, "user", "Edit message");
+  await page.fill("#log .edit-box", "Never mind");
+  const editing = await page.evaluate(() => ({
+    box: document.activeElement?.classList.contains("edit-box") ?? false,
+    bubbleHidden: document.querySelector("#log .turn.user .bubble").hidden,
+  }));
+  await page.keyboard.press("Escape");
+  const cancelled = await turns(page);
+  const cancelFocus = await page.evaluate(() => document.activeElement?.getAttribute("aria-label"));
+  await click(page, "user", "Edit message");
+  await page.fill("#log .edit-box", "What is 6 * 7?");
+  await shot(page, "editing");
+  await page.locator("#log .edit-form button[type=submit]").click();
+  await waitForStatus(page, "Done", 30000);
+  await waitForBranch(page, "user", "2/2");
+  const edited = await turns(page);
+  await shot(page, "edited");
+  await page.reload();
+  await waitForBranch(page, "user", "2/2");
+  const editedReloaded = await turns(page);
+  report.steps.push({ step: "edited", editing, cancelled, cancelFocus, edited, editedReloaded });
 
-    // At a phone's width and in dark mode the operations fit.
-    await page.emulateMedia({ colorScheme: "dark" });
-    await page.setViewportSize({ width: 360, height: 740 });
-    const narrow = await page.evaluate(() => ({
-      scrollWidth: document.documentElement.scrollWidth,
-      clientWidth: document.documentElement.clientWidth,
-      navVisible: Array.from(document.querySelectorAll(".branch-nav"), (n) => n.getBoundingClientRect().width > 0),
-    }));
-    await shot(page, "branches-360-dark");
-    await page.emulateMedia({ colorScheme: "light" });
-    await page.setViewportSize({ width: 1200, height: 820 });
-    report.steps.push({ step: "narrow", ...narrow });
-  }
+  // At a phone's width and in dark mode the operations fit.
+  await page.emulateMedia({ colorScheme: "dark" });
+  await page.setViewportSize({ width: 360, height: 740 });
+  const narrow = await page.evaluate(() => ({
+    scrollWidth: document.documentElement.scrollWidth,
+    clientWidth: document.documentElement.clientWidth,
+    navVisible: Array.from(document.querySelectorAll(".branch-nav"), (n) => n.getBoundingClientRect().width > 0),
+  }));
+  await shot(page, "branches-360-dark");
+  await page.emulateMedia({ colorScheme: "light" });
+  await page.setViewportSize({ width: 1200, height: 820 });
+  report.steps.push({ step: "narrow", ...narrow });
 
   // Fork from the answer: a new thread holding the conversation up to it opens.
   const before = urlThread(page);
