@@ -22,6 +22,10 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
+from django_pydantic_agent.agui.unstorable import (
+    may_hold_unstorable_values,
+    unstorable_problem,
+)
 from django_pydantic_agent.memory_service import (
     DRMemoryRateLimitError,
     DRMemoryServiceError,
@@ -198,8 +202,9 @@ def read_json_object(
     415 and 413 as ``read_json_body`` (``too_big`` tells the caller what to send instead); 400
     ``NESTED_TOO_DEEPLY`` for a body nested past the parser's recursion limit; 400 ``not_json``
     for a body that is not JSON (``not_object`` when ``not_json`` is ``None``); 400
-    ``not_object`` for JSON that is not an object. Each 400 is logged as one line
-    (``refuse_input``).
+    ``not_object`` for JSON that is not an object; 400 naming the first value no store can
+    keep (NaN, Infinity, NUL, an unpaired surrogate; ``agui.unstorable``). Each 400 is logged
+    as one line (``refuse_input``).
     """
     body = read_json_body(request, limit=limit, too_big=too_big)
     if not isinstance(body, bytes):
@@ -212,6 +217,9 @@ def read_json_object(
         return refuse_input(request, not_object if not_json is None else not_json)
     if not isinstance(payload, dict):
         return refuse_input(request, not_object)
+    unstorable = unstorable_problem(body) if may_hold_unstorable_values(body) else None
+    if unstorable is not None:
+        return refuse_input(request, unstorable)
     return payload
 
 

@@ -32,6 +32,11 @@ from pydantic_ai.ui.ag_ui import AGUIAdapter
 from django_pydantic_agent.agui.errors import store_refusal
 from django_pydantic_agent.agui.http import NESTED_TOO_DEEPLY, read_json_body, refuse_input
 from django_pydantic_agent.agui.ids import ID_RULE, is_valid_id
+from django_pydantic_agent.agui.unstorable import (
+    may_hold_unstorable_values,
+    shown_id,
+    unstorable_problem,
+)
 from django_pydantic_agent.persistence import (
     AttachmentRef,
     AttachmentStore,
@@ -60,101 +65,10 @@ __all__ = [
 RUN_TOO_BIG = "send a shorter history, or raise the limit."
 
 _MAX_REPORTED_PROBLEMS = 5
-_ID_SHOWN_CHARS = 40
 # Roles pydantic-ai keeps out of the model's history: the server owns the system prompt.
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 # A history ending on one of these has nothing for the model to answer.
 _NOT_A_TURN = frozenset({"assistant", "reasoning"})
-# The only ways NaN, Infinity, NUL or an unpaired surrogate can be spelled in valid JSON text
-# (raw control characters and raw surrogates are not valid JSON, so the parser refuses them).
-_SUSPECT_BYTES = (b"NaN", b"Infinity", b"\\u0000", b"\\ud", b"\\uD")
-
-
-class _NonFinite:
-    """Stands for a ``NaN``/``Infinity`` token while the body is walked."""
-
-
-_NON_FINITE = _NonFinite()
-
-
-def _shown_id(value: object) -> str:
-    text = str(value)
-    if len(text) > _ID_SHOWN_CHARS:
-        text = text[:_ID_SHOWN_CHARS] + "..."
-    return repr(text)
-
-
-def _location(payload: Any, path: tuple[str | int, ...]) -> str:
-    """``messages.2 (id 'u3') content.0.text`` for a path into the body."""
-    if len(path) >= 2 and path[0] == "messages" and isinstance(path[1], int):
-        message = payload["messages"][path[1]]
-        named = f"messages.{path[1]}"
-        if isinstance(message, dict) and isinstance(message.get("id"), str):
-            named += f" (id {_shown_id(message['id'])})"
-        rest = ".".join(str(part) for part in path[2:])
-        return f"{named} {rest}".rstrip() if rest else named
-    return ".".join(str(part) for part in path) or "(body)"
-
-
-def may_hold_unstorable_values(body: bytes) -> bool:
-    """Whether ``body`` could hold NaN, Infinity, NUL or an unpaired surrogate (a fast scan).
-
-    ``False`` proves the body clean; ``True`` means it must be walked (``unstorable_problem``).
-    """
-    return any(token in body for token in _SUSPECT_BYTES)
-
-
-def _walk(payload: Any) -> Iterator[tuple[tuple[str | int, ...], Any]]:
-    stack: list[tuple[tuple[str | int, ...], Any]] = [((), payload)]
-    while stack:
-        path, value = stack.pop()
-        yield path, value
-        if isinstance(value, dict):
-            for key, item in reversed(value.items()):
-                yield (*path, "(key)"), key
-                stack.append(((*path, key), item))
-        elif isinstance(value, list):
-            stack.extend(((*path, index), item) for index, item in reversed(list(enumerate(value))))
-
-
-def _string_problem(text: str) -> str | None:
-    if "\x00" in text:
-        return "contains a NUL character, which no store can keep; remove it"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return (
-            "contains an unpaired surrogate (half of a UTF-16 pair), which is not valid "
-            "Unicode; send valid UTF-8 text"
-        )
-    return None
-
-
-def unstorable_problem(body: bytes) -> str | None:
-    """Name the first NaN/Infinity, NUL or unpaired surrogate anywhere in the JSON ``body``.
-
-    Returns ``None`` when there is none, or when ``body`` is not JSON at all (the parser words
-    that refusal). The location is a dotted path, with the message id for a message.
-    """
-
-    def non_finite(token: str) -> _NonFinite:
-        return _NON_FINITE
-
-    try:
-        payload = json.loads(body, parse_constant=non_finite)
-    except (ValueError, RecursionError):  # pragma: no cover - callers pass bodies pydantic or
-        return None  # json.loads already parsed; this only keeps the helper total
-    for path, value in _walk(payload):
-        problem = None
-        if value is _NON_FINITE:
-            problem = "is NaN or Infinity, which JSON cannot carry; send a finite number or null"
-        elif isinstance(value, str):
-            problem = _string_problem(value)
-        if problem is not None:
-            if path and path[-1] == "(key)":
-                return f"A key in {_location(payload, path[:-1])} {problem}."
-            return f"{_location(payload, path)} {problem}."
-    return None
 
 
 def history_problem(run_input: RunAgentInput) -> str | None:
@@ -167,7 +81,7 @@ def history_problem(run_input: RunAgentInput) -> str | None:
     for index, message in enumerate(run_input.messages):
         if message.role == "user" and isinstance(message.content, list) and not message.content:
             return (
-                f"messages.{index} (id {_shown_id(message.id)}) is a user message with an "
+                f"messages.{index} (id {shown_id(message.id)}) is a user message with an "
                 "empty content list; send text or at least one content part."
             )
     turns = [
@@ -183,7 +97,7 @@ def history_problem(run_input: RunAgentInput) -> str | None:
     index, last = turns[-1]
     if last.role in _NOT_A_TURN and not getattr(run_input, "resume", None):
         return (
-            f"messages.{index} (id {_shown_id(last.id)}) is an {last.role} message, and a "
+            f"messages.{index} (id {shown_id(last.id)}) is an {last.role} message, and a "
             "history must end on the user's turn or a tool result; send the user's message last."
         )
     return None
@@ -214,7 +128,7 @@ def clashing_tool_problem(agent: AbstractAgent[Any, Any], run_input: RunAgentInp
     for index, tool in enumerate(run_input.tools or ()):
         if tool.name in server_tools:
             return (
-                f"tools.{index} is named {_shown_id(tool.name)}, like one of the agent's own "
+                f"tools.{index} is named {shown_id(tool.name)}, like one of the agent's own "
                 "tools; rename the client tool."
             )
     return None
@@ -345,7 +259,7 @@ async def server_attachment_refs(
         return run_input
     ids: list[str] = []
     for index, where, _wire, refs in quoted:
-        message_id = _shown_id(run_input.messages[index].id)
+        message_id = shown_id(run_input.messages[index].id)
         if not isinstance(refs, list):
             raise RunInputError(
                 f"messages.{index} (id {message_id}) {where} must be a list of attachment "
@@ -360,8 +274,8 @@ async def server_attachment_refs(
             ids.append(ref["id"])
     if store is None or not is_persistent(store):
         raise RunInputError(
-            f"messages.{quoted[0][0]} (id {_shown_id(run_input.messages[quoted[0][0]].id)}) "
-            f"quotes attachment {_shown_id(ids[0])}, but this endpoint keeps no uploads (its "
+            f"messages.{quoted[0][0]} (id {shown_id(run_input.messages[quoted[0][0]].id)}) "
+            f"quotes attachment {shown_id(ids[0])}, but this endpoint keeps no uploads (its "
             "attachment store is Null); send the file's content instead, or mount an "
             "attachment store."
         )
@@ -370,8 +284,8 @@ async def server_attachment_refs(
         for position, ref in enumerate(refs):
             if ref["id"] not in known:
                 raise RunInputError(
-                    f"messages.{index} (id {_shown_id(run_input.messages[index].id)}) "
-                    f"{where}.{position} names attachment {_shown_id(ref['id'])}, which is not "
+                    f"messages.{index} (id {shown_id(run_input.messages[index].id)}) "
+                    f"{where}.{position} names attachment {shown_id(ref['id'])}, which is not "
                     "an upload of yours; upload the file to attachments/ and quote the id it "
                     "returns."
                 )

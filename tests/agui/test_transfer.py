@@ -221,3 +221,33 @@ async def test_import_refuses_references_it_cannot_resolve(alice: Any) -> None:
     assert "keeps no uploads" in answers["no uploads here"].json()["error"]
     assert nested.status_code in (400, 413)
     assert threads == []
+
+
+@pytest.mark.parametrize("prefix", ["/history/", "/history-session/"])
+async def test_a_value_no_store_can_keep_is_a_400_naming_it_and_writes_nothing(
+    alice: Any, prefix: str
+) -> None:
+    async with await logged_in(alice) as http:
+        document, _ = await branched_export(http)
+        before = (await http.get(f"{prefix}threads/")).json()["threads"]
+        answers = {}
+        for name, where in (
+            ("title", ("title",)),
+            ("content", ("messages", 1, "record", "content")),
+        ):
+            broken = copy.deepcopy(document)
+            holder: Any = broken
+            for part in where[:-1]:
+                holder = holder[part]
+            holder[where[-1]] = "a NUL \x00 here"
+            answers[name] = await http.post(f"{prefix}threads/import/", json=broken)
+        renamed = await http.patch(f"{prefix}threads/thread-1/", json={"title": "bad \x00 title"})
+        after = (await http.get(f"{prefix}threads/")).json()["threads"]
+    for name, where in (("title", "title"), ("content", "messages.1 record.content")):
+        assert answers[name].status_code == 400, answers[name].text
+        assert answers[name].json()["error"] == (
+            f"{where} contains a NUL character, which no store can keep; remove it."
+        )
+    assert renamed.status_code == 400
+    assert "title contains a NUL character" in renamed.json()["error"]
+    assert after == before

@@ -31,6 +31,7 @@ from tests.reliability.test_fuzz import (  # noqa: F401 - the fixtures
     json_values,
     quiet_caplog,
 )
+from tests.reliability.test_owners import _client, alice, stack  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.reliability, pytest.mark.django_db(transaction=True)]
 
@@ -41,6 +42,8 @@ EXAMPLES = {
     "import": 200,
     "session switch": 100,
     "session import": 150,
+    "memory switch": 60,
+    "memory import": 100,
 }
 TALLY: Counter[str] = Counter()
 _SETUP: dict[str, Any] = {}
@@ -239,6 +242,48 @@ async def test_session_import_documents(
     if new is not None:
         # The session holds at most max_threads: make room for the next example.
         assert (await http.delete(f"/session/threads/{new}/")).status_code == 204
+
+
+@_fuzz("memory switch")
+@given(payload=st.fixed_dictionaries({"activeMessageId": ids | json_values}) | json_values)
+async def test_memory_service_branch_switch_bodies(
+    stack: Any, alice: Any, quiet_caplog: pytest.LogCaptureFixture, payload: Any
+) -> None:
+    """The Memory Service keeps branches as marker events: a switch to anything appends none
+    it should not, and the thread reads with one answer shown."""
+    served, _ = stack
+    async with await _client(served, alice) as http:
+        await _setup(http, "memory switch", "memory")
+        response = await http.patch(
+            "/memory/threads/tree/",
+            content=_encode(payload),
+            headers={"Content-Type": "application/json"},
+        )
+        _check("switch", response, quiet_caplog)
+        state = await http.get("/memory/threads/tree/")
+    assert state.status_code == 200
+    assert len(state.json()["messages"]) == 2
+
+
+@_fuzz("memory import")
+@example(mutation=(("messages", 2, "parent"), 0), anything=None)
+@given(
+    mutation=st.tuples(st.sampled_from(_PATHS), json_values | hostile_text) | st.none(),
+    anything=json_values,
+)
+async def test_memory_service_import_documents(
+    stack: Any,
+    alice: Any,
+    quiet_caplog: pytest.LogCaptureFixture,
+    mutation: tuple[tuple[Any, ...], Any] | None,
+    anything: Any,
+) -> None:
+    """Imports into the Memory Service, which replays every branch as events."""
+    served, _ = stack
+    async with await _client(served, alice) as http:
+        setup = await _setup(http, "memory import", "memory")
+        payload = anything if mutation is None else _replaced(setup["document"], *mutation)
+        await _import(http, quiet_caplog, "memory", payload)
 
 
 def test_figure() -> None:
