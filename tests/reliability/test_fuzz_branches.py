@@ -42,6 +42,7 @@ EXAMPLES = {
     "import": 200,
     "session switch": 100,
     "session import": 150,
+    "memory fork": 60,
     "memory switch": 60,
     "memory import": 100,
 }
@@ -242,6 +243,29 @@ async def test_session_import_documents(
     if new is not None:
         # The session holds at most max_threads: make room for the next example.
         assert (await http.delete(f"/session/threads/{new}/")).status_code == 204
+
+
+@_fuzz("memory fork")
+@given(thread=ids, payload=st.fixed_dictionaries({"messageId": ids | json_values}) | json_values)
+@example(thread="tree", payload={"messageId": "user-run-1"})
+async def test_memory_service_fork_bodies(
+    stack: Any, alice: Any, quiet_caplog: pytest.LogCaptureFixture, thread: str, payload: Any
+) -> None:
+    served, _ = stack
+    async with await _client(served, alice) as http:
+        await _setup(http, "memory fork", "memory")
+        response = await http.post(
+            f"/memory/threads/{_segment(thread)}/fork/",
+            content=_encode(payload),
+            headers={"Content-Type": "application/json"},
+        )
+        if response.status_code == 404 and "json" not in response.headers.get("content-type", ""):
+            return  # Django's own 404: the id decodes to a path no route matches
+        _check("fork", response, quiet_caplog)
+        if response.status_code == 201:
+            TALLY["memory fork accepted"] += 1
+            new = response.json()["threadId"]
+            assert (await http.get(f"/memory/threads/{new}/")).status_code == 200
 
 
 @_fuzz("memory switch")
