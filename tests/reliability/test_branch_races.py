@@ -20,6 +20,7 @@ from django_pydantic_agent.contrib.store.models import StoredConversation, Store
 from tests.agui.agents import GATE
 from tests.agui.conftest import logged_in, run_body, sse_events
 from tests.agui.test_branches import body, thread, two_turns, user, wire
+from tests.reliability.test_owners import _client, stack  # noqa: F401 - fixtures
 
 pytestmark = [
     pytest.mark.reliability,
@@ -85,38 +86,55 @@ async def test_edit_and_regenerate_racing_on_a_load_save_store_lose_no_branch(
     two runs racing on one thread (one is refused while the other streams) leave one active
     path, and the answer of every finished run is still on some branch (the export). A
     regenerate that runs after the edit of its round posts the old text: it edits too."""
+    async with await logged_in(alice) as http:
+        await _race_keep_every_answer(http, prefix)
+
+
+async def test_edit_and_regenerate_racing_on_the_memory_service_lose_no_branch(
+    stack: Any,  # noqa: F811 - the fixture imported above
+    alice: Any,
+) -> None:
+    """The same race on the Memory Service, over HTTP to the emulator: its branches are
+    marker events, and a regenerate and an edit of one round append theirs concurrently."""
+    served, _ = stack
+    async with await _client(served, alice) as http:
+        await _race_keep_every_answer(http, "/memory/")
+
+
+async def _race_keep_every_answer(http: httpx.AsyncClient, prefix: str) -> None:
+    """``ROUNDS`` rounds of a regenerate and an edit posted at once on ``prefix``; then a
+    switch to the oldest answer. Every finished run's answer is kept exactly once."""
     finished = {"run-1", "run-2"}
     outcomes: list[str] = []
-    async with await logged_in(alice) as http:
-        messages = await two_turns(http, prefix)
-        for n in range(ROUNDS):
-            current = (await thread(http, prefix))["messages"]
-            cut = wire(current[:3])
-            edit = [*cut[:2], user("u2", f"edited {n}")]
-            answers = await asyncio.gather(
-                http.post(prefix, json=body(cut, f"regen-{n}")),
-                http.post(prefix, json=body(edit, f"edit-{n}")),
-            )
-            await RunCoordinator.wait_for_all_runs()
-            for run_id, answer in zip((f"regen-{n}", f"edit-{n}"), answers, strict=True):
-                assert answer.status_code in (200, 409), answer.text
-                last = sse_events(answer.text)[-1] if answer.status_code == 200 else {}
-                outcome = last.get("type", "409")
-                assert outcome in ("RUN_FINISHED", "RUN_ERROR", "409"), last
-                outcomes.append(outcome)
-                if outcome == "RUN_FINISHED":
-                    finished.add(run_id)
-            state = await thread(http, prefix)
-            assert [m["id"] for m in state["messages"]][:3] == ["u1", messages[1]["id"], "u2"]
-            assert len(state["messages"]) == 4
-            assert state["branches"]
-        exported = (await http.get(f"{prefix}threads/thread-1/export/")).json()
-        # Switching to the oldest answer and back loses nothing either.
-        points = (await thread(http, prefix))["branches"]
-        switched = await http.patch(
-            f"{prefix}threads/thread-1/", json={"activeMessageId": messages[3]["id"]}
+    messages = await two_turns(http, prefix)
+    for n in range(ROUNDS):
+        current = (await thread(http, prefix))["messages"]
+        cut = wire(current[:3])
+        edit = [*cut[:2], user("u2", f"edited {n}")]
+        answers = await asyncio.gather(
+            http.post(prefix, json=body(cut, f"regen-{n}")),
+            http.post(prefix, json=body(edit, f"edit-{n}")),
         )
-        after = (await http.get(f"{prefix}threads/thread-1/export/")).json()
+        await RunCoordinator.wait_for_all_runs()
+        for run_id, answer in zip((f"regen-{n}", f"edit-{n}"), answers, strict=True):
+            assert answer.status_code in (200, 409), answer.text
+            last = sse_events(answer.text)[-1] if answer.status_code == 200 else {}
+            outcome = last.get("type", "409")
+            assert outcome in ("RUN_FINISHED", "RUN_ERROR", "409"), last
+            outcomes.append(outcome)
+            if outcome == "RUN_FINISHED":
+                finished.add(run_id)
+        state = await thread(http, prefix)
+        assert [m["id"] for m in state["messages"]][:3] == ["u1", messages[1]["id"], "u2"]
+        assert len(state["messages"]) == 4
+        assert state["branches"]
+    exported = (await http.get(f"{prefix}threads/thread-1/export/")).json()
+    # Switching to the oldest answer and back loses nothing either.
+    points = (await thread(http, prefix))["branches"]
+    switched = await http.patch(
+        f"{prefix}threads/thread-1/", json={"activeMessageId": messages[3]["id"]}
+    )
+    after = (await http.get(f"{prefix}threads/thread-1/export/")).json()
     assert "RUN_FINISHED" in outcomes
     assert points
     assert switched.status_code == 200, switched.text
