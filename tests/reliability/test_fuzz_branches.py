@@ -88,8 +88,19 @@ async def test_fork_bodies(
     http: httpx.AsyncClient, quiet_caplog: pytest.LogCaptureFixture, thread: str, payload: Any
 ) -> None:
     await _setup(http, "fork")
+    await _fork(http, quiet_caplog, "default", thread, payload)
+
+
+async def _fork(
+    http: httpx.AsyncClient,
+    quiet_caplog: pytest.LogCaptureFixture,
+    mount: str,
+    thread: str,
+    payload: Any,
+) -> None:
+    """POST ``payload`` to the mount's fork route of ``thread``; an accepted fork must read."""
     response = await http.post(
-        f"/default/threads/{_segment(thread)}/fork/",
+        f"/{mount}/threads/{_segment(thread)}/fork/",
         content=_encode(payload),
         headers={"Content-Type": "application/json"},
     )
@@ -97,8 +108,9 @@ async def test_fork_bodies(
         return  # Django's own 404: the id decodes to a path no route matches
     _check("fork", response, quiet_caplog)
     if response.status_code == 201:
+        TALLY[f"{mount} fork accepted"] += 1
         new = response.json()["threadId"]
-        assert (await http.get(f"/default/threads/{new}/")).status_code == 200
+        assert (await http.get(f"/{mount}/threads/{new}/")).status_code == 200
 
 
 @_fuzz("switch")
@@ -107,15 +119,24 @@ async def test_branch_switch_bodies(
     http: httpx.AsyncClient, quiet_caplog: pytest.LogCaptureFixture, payload: Any
 ) -> None:
     await _setup(http, "switch")
+    assert await _switch(http, quiet_caplog, "default", payload)
+
+
+async def _switch(
+    http: httpx.AsyncClient, quiet_caplog: pytest.LogCaptureFixture, mount: str, payload: Any
+) -> list[Any]:
+    """PATCH ``payload`` to the mount's thread ``tree``; the thread must still read (its
+    messages)."""
     response = await http.patch(
-        "/default/threads/tree/",
+        f"/{mount}/threads/tree/",
         content=_encode(payload),
         headers={"Content-Type": "application/json"},
     )
     _check("switch", response, quiet_caplog)
-    state = await http.get("/default/threads/tree/")
+    state = await http.get(f"/{mount}/threads/tree/")
     assert state.status_code == 200
-    assert state.json()["messages"]
+    messages: list[Any] = state.json()["messages"]
+    return messages
 
 
 @_fuzz("export")
@@ -212,15 +233,7 @@ async def test_session_branch_switch_bodies(
     """The session store keeps branches inside its messages: a switch to anything leaves it
     readable, with one answer shown."""
     await _setup(http, "session switch", "session")
-    response = await http.patch(
-        "/session/threads/tree/",
-        content=_encode(payload),
-        headers={"Content-Type": "application/json"},
-    )
-    _check("switch", response, quiet_caplog)
-    state = await http.get("/session/threads/tree/")
-    assert state.status_code == 200
-    assert len(state.json()["messages"]) == 2
+    assert len(await _switch(http, quiet_caplog, "session", payload)) == 2
 
 
 @_fuzz("session import")
@@ -254,18 +267,7 @@ async def test_memory_service_fork_bodies(
     served, _ = stack
     async with await _client(served, alice) as http:
         await _setup(http, "memory fork", "memory")
-        response = await http.post(
-            f"/memory/threads/{_segment(thread)}/fork/",
-            content=_encode(payload),
-            headers={"Content-Type": "application/json"},
-        )
-        if response.status_code == 404 and "json" not in response.headers.get("content-type", ""):
-            return  # Django's own 404: the id decodes to a path no route matches
-        _check("fork", response, quiet_caplog)
-        if response.status_code == 201:
-            TALLY["memory fork accepted"] += 1
-            new = response.json()["threadId"]
-            assert (await http.get(f"/memory/threads/{new}/")).status_code == 200
+        await _fork(http, quiet_caplog, "memory", thread, payload)
 
 
 @_fuzz("memory switch")
@@ -278,15 +280,7 @@ async def test_memory_service_branch_switch_bodies(
     served, _ = stack
     async with await _client(served, alice) as http:
         await _setup(http, "memory switch", "memory")
-        response = await http.patch(
-            "/memory/threads/tree/",
-            content=_encode(payload),
-            headers={"Content-Type": "application/json"},
-        )
-        _check("switch", response, quiet_caplog)
-        state = await http.get("/memory/threads/tree/")
-    assert state.status_code == 200
-    assert len(state.json()["messages"]) == 2
+        assert len(await _switch(http, quiet_caplog, "memory", payload)) == 2
 
 
 @_fuzz("memory import")
