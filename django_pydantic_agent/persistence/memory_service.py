@@ -284,6 +284,10 @@ class MemoryServiceConversationStore:
         Raises ``RuntimeError`` before the space is resolved (``await memory_space()``).
         ``repositories(request=...)`` is the owner-resolving form.
         """
+        return self._pair(user_uuid)
+
+    def _pair(self, user_uuid: uuid.UUID) -> tuple[ChatRepositoryLike, MessageRepository]:
+        """``bind_repositories``, its message repository typed as what it is."""
         registry = self._registry
         if registry is None:
             space = self._space._space
@@ -302,10 +306,10 @@ class MemoryServiceConversationStore:
 
     async def _bound(
         self, request: HttpRequest
-    ) -> tuple[uuid.UUID, ChatRepositoryLike, MessageRepositoryLike]:
+    ) -> tuple[uuid.UUID, ChatRepositoryLike, MessageRepository]:
         user = await aresolve_owner_uuid(request, allow_anonymous=self._allow_anonymous)
         await self._registry_for()
-        chats, messages = self.bind_repositories(user)
+        chats, messages = self._pair(user)
         return user, chats, messages
 
     async def repositories(
@@ -348,9 +352,7 @@ class MemoryServiceConversationStore:
     ) -> tuple[MessageRepository, uuid.UUID] | None:
         """The message repository and the owner's chat ``thread_id`` (``seen``: as ``load``
         found it for this request, when it did), or ``None``."""
-        user, chats, _ = await self._bound(request)
-        registry = await self._registry_for()
-        messages = MessageRepository(registry.space, registry, message_class=StoredWireMessage)
+        user, chats, messages = await self._bound(request)
         chat_uuid = self._seen(request).get((user, thread_id)) if seen else None
         if chat_uuid is None:
             chat = await chats.get_chat_by_thread_id(user, thread_id)
@@ -426,14 +428,12 @@ class MemoryServiceConversationStore:
         wire copies are not trusted), running messages stopped, the document's active branch
         active. One chat create and one batch POST per 200 events (branch markers included).
         ``ImportProblem`` for a record that is no message, nothing written."""
-        user, chats, _ = await self._bound(request)
+        user, chats, messages = await self._bound(request)
         records = records_of(document, uuid.UUID(int=0))
         entries = document["messages"]
         leaf = max((i for i, entry in enumerate(entries) if entry["active"]), default=None)
         title = document.get("title") or derive_title(active_wire(document))
         chat = await chats.create_chat(ChatCreate(name=title, thread_id=thread_id, user_uuid=user))
-        registry = await self._registry_for()
-        messages = MessageRepository(registry.space, registry, message_class=StoredWireMessage)
 
         async def create(index: int) -> uuid.UUID:
             record = records[index]
