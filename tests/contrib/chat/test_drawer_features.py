@@ -9,6 +9,7 @@ import re
 import sys
 import types
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -100,18 +101,38 @@ def test_a_wrapper_without_the_capabilities_answers_for_itself() -> None:
 )
 def minimal_page(request: pytest.FixtureRequest) -> Iterator[None]:
     """The page over a store that searches titles only and cannot archive."""
-    server = AGUIServer(Agent("test"), conversation_store=request.param(), csrf_exempt=False)
+    with _mounted(_urlconf(request.param())):
+        yield
+
+
+def _urlconf(store: ConversationStore) -> types.ModuleType:
+    """A URLconf serving an AGUIServer over ``store`` at ``agent/`` and its page at ``chat/``."""
+    server = AGUIServer(Agent("test"), conversation_store=store, csrf_exempt=False)
     module = types.ModuleType(URLCONF)
     module.urlpatterns = [  # type: ignore[attr-defined]
         path("agent/", server.urls),
         path("chat/", ChatView.as_view(server=server)),
     ]
+    return module
+
+
+@contextmanager
+def _mounted(module: types.ModuleType) -> Iterator[None]:
+    """``module`` as the ROOT_URLCONF for the block."""
     sys.modules[URLCONF] = module
     try:
         with override_settings(ROOT_URLCONF=URLCONF):
             yield
     finally:
         del sys.modules[URLCONF]
+
+
+def _page(module: types.ModuleType, user: Any) -> str:
+    """The chat page ``user`` gets from ``module``'s URLconf."""
+    with _mounted(module):
+        client = Client()
+        client.force_login(user)
+        return client.get("/chat/").content.decode()
 
 
 @pytest.mark.django_db
@@ -134,20 +155,8 @@ def test_the_page_hides_archive_and_says_search_reads_titles(django_user_model: 
 @pytest.mark.django_db
 def test_a_scoped_session_page_says_search_reads_titles(django_user_model: Any) -> None:
     store = ScopedConversationStore(DjangoSessionConversationStore(), scope="support")
-    server = AGUIServer(Agent("test"), conversation_store=store, csrf_exempt=False)
-    module = types.ModuleType(URLCONF)
-    module.urlpatterns = [  # type: ignore[attr-defined]
-        path("agent/", server.urls),
-        path("chat/", ChatView.as_view(server=server)),
-    ]
-    sys.modules[URLCONF] = module
-    try:
-        with override_settings(ROOT_URLCONF=URLCONF):
-            client = Client()
-            client.force_login(django_user_model.objects.create_user("scoped", password="pw"))
-            html = client.get("/chat/").content.decode()
-    finally:
-        del sys.modules[URLCONF]
+    user = django_user_model.objects.create_user("scoped", password="pw")
+    html = _page(_urlconf(store), user)
 
     assert 'data-thread-search="titles"' in html
     assert "This server searches titles only." in html
@@ -160,14 +169,7 @@ def test_the_default_page_offers_archive_and_full_text(django_user_model: Any) -
 
     module = types.ModuleType(URLCONF)
     exec(compile(_blocks("python")[1], str(PAGE), "exec"), module.__dict__)
-    sys.modules[URLCONF] = module
-    try:
-        with override_settings(ROOT_URLCONF=URLCONF):
-            client = Client()
-            client.force_login(django_user_model.objects.create_user("full", password="pw"))
-            html = client.get("/chat/").content.decode()
-    finally:
-        del sys.modules[URLCONF]
+    html = _page(module, django_user_model.objects.create_user("full", password="pw"))
 
     assert 'data-thread-search="text"' in html
     assert 'data-thread-archive="1"' in html
