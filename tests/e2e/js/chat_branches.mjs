@@ -5,7 +5,7 @@
 // Usage: node chat_branches.mjs <base-url> <username> <password> <artifacts-dir> <prefix>
 // Screenshots go to <artifacts-dir>/<prefix>-<name>.png. Prints one JSON document.
 import { join } from "node:path";
-import { lastTurn, launch, login, urlThread, waitForStatus, watch } from "./chat_page.mjs";
+import { lastTurn, launch, login, refuseRuns, urlThread, waitForStatus, watch } from "./chat_page.mjs";
 
 const [baseUrl, username, password, artifacts, prefix] = process.argv.slice(2);
 if (!prefix) {
@@ -81,26 +81,15 @@ try {
   report.steps.push({ step: "sent", turns: first, thread, copied });
 
   // A regenerate the server refuses (429) changes nothing, and the page says when to retry.
-  let refusals = 0;
-  const refuse = (route) => {
-    if (route.request().method() !== "POST") return route.fallback();
-    refusals += 1;
-    return route.fulfill({
-      status: 429,
-      headers: { "Retry-After": "30" },
-      contentType: "application/json",
-      body: JSON.stringify({ error: "Too many requests." }),
-    });
-  };
-  await page.route(`${baseUrl}/agent/`, refuse);
+  const refusing = await refuseRuns(page, baseUrl);
   await click(page, "assistant", "Regenerate answer");
   await page.waitForFunction(() => document.querySelector("#status").textContent.startsWith("The server refused"), null, {
     timeout: 20000,
   });
   await waitForButton(page, "assistant", "Regenerate answer");
   const refusedStatus = await page.locator("#status").textContent();
-  report.steps.push({ step: "regenerate-refused", refusals, status: refusedStatus, turns: await turns(page) });
-  await page.unroute(`${baseUrl}/agent/`, refuse);
+  report.steps.push({ step: "regenerate-refused", refusals: refusing.count(), status: refusedStatus, turns: await turns(page) });
+  await refusing.stop();
 
   // Offline, a regenerate and an edit never reach the server, nor does the reload after them:
   // the page shows the thread as stored (not the cut or edited one) and says why, then

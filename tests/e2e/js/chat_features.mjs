@@ -6,7 +6,7 @@
 // The two threads were stored for <username> beforehand (store_thread.py). Screenshots go to
 // <artifacts-dir>/<prefix>-<name>.png. Prints one JSON document of what the page showed.
 import { join } from "node:path";
-import { launch, login, waitForStatus, watch } from "./chat_page.mjs";
+import { launch, login, refuseRuns, waitForStatus, watch } from "./chat_page.mjs";
 
 const [baseUrl, username, password, artifacts, prefix, hostileThread, longThread] = process.argv.slice(2);
 if (!longThread) {
@@ -132,18 +132,7 @@ try {
 
   // A send the server refuses with 429 keeps the text, says when to try again, and Retry
   // sends it once the server takes it.
-  let refusals = 0;
-  const refuse = (route) => {
-    if (route.request().method() !== "POST") return route.fallback();
-    refusals += 1;
-    return route.fulfill({
-      status: 429,
-      headers: { "Retry-After": "30" },
-      contentType: "application/json",
-      body: JSON.stringify({ error: "Too many requests." }),
-    });
-  };
-  await page.route(`${baseUrl}/agent/`, refuse);
+  const refusing = await refuseRuns(page, baseUrl);
   await page.click("#new-chat");
   await page.fill("#prompt", "What is 6 * 7?");
   await page.keyboard.press("Enter");
@@ -154,7 +143,7 @@ try {
     retryButtons: document.querySelectorAll(".notice.send-failed button.retry").length,
   }));
   await shot(page, "send-refused");
-  await page.unroute(`${baseUrl}/agent/`, refuse);
+  await refusing.stop();
   await page.click(".notice.send-failed button.retry");
   await waitForStatus(page, "Done", 30000);
   const retried = await page.evaluate(() => ({
@@ -168,7 +157,7 @@ try {
   const retriedAfterReload = await page.evaluate(() =>
     Array.from(document.querySelectorAll(".turn.user .bubble"), (n) => n.textContent),
   );
-  report.steps.push({ step: "refused", refusals, ...refused, retried, retriedAfterReload });
+  report.steps.push({ step: "refused", refusals: refusing.count(), ...refused, retried, retriedAfterReload });
 
   // Offline: the message stays in the composer and the page says so.
   await page.click("#new-chat");

@@ -119,3 +119,21 @@ export async function waitForText(page, length, timeout = 20000) {
     { timeout },
   );
 }
+
+// Refuse every run the page posts to `${baseUrl}/agent/` with a 429 (Retry-After: 30 s) until
+// the returned `stop()`; `count()` is how many were refused.
+export async function refuseRuns(page, baseUrl) {
+  let refusals = 0;
+  const refuse = (route) => {
+    if (route.request().method() !== "POST") return route.fallback();
+    refusals += 1;
+    return route.fulfill({
+      status: 429,
+      headers: { "Retry-After": "30" },
+      contentType: "application/json",
+      body: JSON.stringify({ error: "Too many requests." }),
+    });
+  };
+  await page.route(`${baseUrl}/agent/`, refuse);
+  return { count: () => refusals, stop: () => page.unroute(`${baseUrl}/agent/`, refuse) };
+}
