@@ -524,12 +524,12 @@ def test_two_tabs_appending_to_an_existing_thread_serialise() -> None:
     barrier = Barrier(2)
 
     class Tab(DefaultConversationStore):
-        def _diff(self, row: Any, messages: list[Any]) -> Any:
-            diff = super()._diff(row, messages)
+        def _locked_row(self, thread_id: str, owner_id: str) -> Any:
+            row = super()._locked_row(thread_id, owner_id)
             # A broken barrier means the other tab is waiting for the lock: go on.
             with suppress(BrokenBarrierError):
                 barrier.wait(timeout=1)
-            return diff
+            return row
 
     history = [user_msg(0), bot_msg(1)]
     save(DefaultConversationStore(), "1", "t", history)

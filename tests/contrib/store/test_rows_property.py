@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_pydantic_agent.chat_history import Message
+from django_pydantic_agent.contrib.store import save_plan
 from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 from django_pydantic_agent.contrib.store.rows import record_of
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
@@ -155,3 +156,10 @@ def test_the_rows_hold_the_records_the_list_reads_as(messages: list[Any]) -> Non
             [c.model_dump(exclude={"uuid"}) for c in r.tool_calls] for r in read
         ]
     assert len({r.message_uuid for r in stored}) == len(stored)
+
+
+@given(items=st.lists(stored_values, max_size=8))
+def test_the_bytes_a_save_hashes_do_not_depend_on_where_a_message_stands(items: list[Any]) -> None:
+    # A save extends the stored head's hash by each new message's bytes: the bytes of a list
+    # must be its messages' bytes one after the other, for short lists and long ones alike.
+    assert save_plan._items(items) == b"".join(save_plan._items([item]) for item in items)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -107,8 +106,11 @@ def test_a_state_that_does_not_parse_or_a_list_that_is_not_json_falls_back() -> 
         save([*thread, msg(3), {"id": "n", "role": "user", "content": math.nan}])
 
 
-def test_messages_marshal_cannot_encode_are_compared_in_full() -> None:
-    special = OrderedDict(id="m1", role="assistant", content="ordered")  # not a plain dict
+def test_messages_pickle_cannot_encode_are_compared_in_full() -> None:
+    class Local(dict[str, str]):
+        """A dict pickle cannot name (its class is local to this test); JSON can encode it."""
+
+    special = Local(id="m1", role="assistant", content="ordered")
     save([msg(0), msg(1)])
     save([msg(0), special])  # the tail cannot be hashed: compared in full, rewritten
     assert StoredConversation.objects.get().save_state == ""
