@@ -75,7 +75,13 @@ from django_pydantic_agent.persistence.derive import derive_preview, derive_titl
 from django_pydantic_agent.persistence.errors import StoreLimitError
 from django_pydantic_agent.persistence.model import _check_allow_anonymous
 from django_pydantic_agent.persistence.owner import aresolve_owner_uuid
-from django_pydantic_agent.persistence.transfer import FORMAT, VERSION, active_wire, records_of
+from django_pydantic_agent.persistence.transfer import (
+    FORMAT,
+    IDENTITY_KEYS,
+    VERSION,
+    active_wire,
+    records_of,
+)
 from django_pydantic_agent.persistence.wire import (
     record_fingerprint,
     records_to_wire,
@@ -102,9 +108,7 @@ __all__ = [
 DEFAULT_MAX_ATTACHMENT_BYTES: Final[int] = 10 * 1024 * 1024
 """The default ``max_bytes`` of ``MemoryServiceAttachmentStore``: 10 MiB."""
 
-_NOT_EXPORTED: Final[frozenset[str]] = frozenset(
-    {"message_uuid", "chat_uuid", "wire", "wire_fingerprint"}
-)
+_NOT_EXPORTED: Final[frozenset[str]] = IDENTITY_KEYS | {"wire", "wire_fingerprint"}
 _SEEN_CHATS: Final[str] = "_dpa_memory_service_chats"
 _CHUNK_BYTES: Final[int] = 72 * 1024  # base64: 98 304 characters, under the 100 000 cap
 _CHUNKS_PER_POST: Final[int] = 10  # about 1 MB per request

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMAT",
+    "IDENTITY_KEYS",
     "MAX_IMPORTED_MESSAGES",
     "MAX_IMPORTED_SUMMARIES",
     "MAX_SUMMARY_CHARS",
@@ -65,8 +66,9 @@ MAX_IMPORTED_SUMMARIES = 100
 MAX_SUMMARY_CHARS = 200_000
 _RUNNING = "active"
 _STOPPED = "interrupted"
-_RECORD_KEYS = frozenset({"message_uuid", "chat_uuid"})
-"""The keys of an exported record an import never takes from the file."""
+#: The keys a record's identity is in: an export leaves them out, an import never takes them
+#: from the file (it gives each record new ones).
+IDENTITY_KEYS = frozenset({"message_uuid", "chat_uuid"})
 
 
 #: The ``ImportProblem`` (and the import route's 400) for a document that is not a JSON object.
@@ -188,7 +190,7 @@ def render_record(record: dict[str, Any]) -> list[dict[str, Any]]:
     from django_pydantic_agent.chat_history.records import WIRE_CONTEXT
     from django_pydantic_agent.persistence.wire import records_to_wire
 
-    fields = {k: v for k, v in record.items() if k not in ("message_uuid", "chat_uuid")}
+    fields = {k: v for k, v in record.items() if k not in IDENTITY_KEYS}
     message = Message.model_validate(
         {**fields, "chat_uuid": uuid.uuid4()}, context=dict(WIRE_CONTEXT)
     )
@@ -218,7 +220,7 @@ def records_of(document: dict[str, Any], chat_uuid: uuid.UUID) -> list[Message]:
                     )
                 message = read[0]
             else:
-                fields = {k: v for k, v in record.items() if k not in _RECORD_KEYS}
+                fields = {k: v for k, v in record.items() if k not in IDENTITY_KEYS}
                 message = Message.model_validate(
                     {**fields, "chat_uuid": chat_uuid}, context=dict(WIRE_CONTEXT)
                 )

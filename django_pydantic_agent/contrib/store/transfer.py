@@ -24,11 +24,14 @@ from django_pydantic_agent.contrib.store import branches, rows
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
 from django_pydantic_agent.contrib.store.quotas import MAX_KEY, lock_owner, refuse_new_thread
 from django_pydantic_agent.persistence import derive_preview
-from django_pydantic_agent.persistence.transfer import FORMAT, VERSION, records_of
+from django_pydantic_agent.persistence.transfer import (
+    FORMAT,
+    IDENTITY_KEYS,
+    VERSION,
+    records_of,
+)
 
 __all__ = ["export", "import_document", "records_of"]
-
-_KEYS = {"message_uuid", "chat_uuid"}
 
 
 def export(owner_id: str, thread_id: str) -> dict[str, Any] | None:
@@ -70,7 +73,7 @@ def export(owner_id: str, thread_id: str) -> dict[str, Any] | None:
             {
                 "parent": None if parent is None else index[parent],
                 "active": row.active,
-                "record": record.model_dump(mode="json", exclude=_KEYS),
+                "record": record.model_dump(mode="json", exclude=set(IDENTITY_KEYS)),
                 "wire": rows.saved_wire(row) if row.wire is not None else rows.render(record),
             }
         )
