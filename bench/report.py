@@ -402,7 +402,15 @@ def run_path_suite(report: Report, args: Any) -> None:
     from django.conf import settings
 
     from bench.live import served
-    from bench.turncost import HEADER, SIZES, TOKENS_HEADER, measure, seed, sent_to_model
+    from bench.turncost import (
+        HEADER,
+        SAME_WINDOW,
+        SIZES,
+        TOKENS_HEADER,
+        measure,
+        seed,
+        sent_to_model,
+    )
 
     user = _bench_user()
     owner = str(user.pk)
@@ -435,6 +443,30 @@ def run_path_suite(report: Report, args: Any) -> None:
             "the history the model was sent, its tokens by pydantic-ai-harness's "
             "estimate_message_tokens."
         ),
+    )
+    # The same again with a window every size fills (SAME_WINDOW messages): what is left of
+    # the difference above is the thread's length, not the window's size.
+    from django_pydantic_agent.chat_history import HistoryWindow
+
+    threads = {size: [seed(owner, size) for _ in range(samples)] for size in sizes}
+    with served(emulator=False) as [live]:
+        lines, _ = asyncio.run(measure(f"{live.origin}/short10/", threads))
+    report.table(
+        f"The same turn with a window of {SAME_WINDOW} messages at every size ({vendor})",
+        [HEADER, *lines],
+        note=(
+            f"New threads as above, through a mount whose HistoryWindow holds at most "
+            f"{SAME_WINDOW} messages, which a thread of {sizes[0]:,} fills: the model is sent "
+            "as much at every size, so the ratios are the thread's length alone."
+        ),
+    )
+    window = HistoryWindow(max_messages=SAME_WINDOW)
+    firsts = {size: names[0] for size, names in threads.items()}
+    tokens = asyncio.run(sent_to_model(owner, firsts, history=window))
+    report.table(
+        f"What a run reads and what the model is sent, window of {SAME_WINDOW}",
+        [TOKENS_HEADER, *tokens],
+        note="As above, with that window.",
     )
 
 

@@ -18,7 +18,9 @@ from django.urls import path
 from pydantic_ai import Agent
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
 
+from bench.turncost import SAME_WINDOW
 from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.chat_history import HistoryWindow
 from django_pydantic_agent.contrib.memory_service_emulator.urls import memory_service_urls
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
@@ -110,6 +112,12 @@ urlpatterns = [
     mount("ms20", agent, conversation_store=memory_service(0.020)),
     mount("slow", streaming(6000, delay=0.010), conversation_store=DefaultConversationStore()),
     mount("short", streaming(5), conversation_store=DefaultConversationStore()),
+    mount(  # the same window at every thread length (bench.turncost)
+        "short10",
+        streaming(5),
+        conversation_store=DefaultConversationStore(),
+        history=HistoryWindow(max_messages=SAME_WINDOW),
+    ),
     *memory_service_urls("api/v2/memory/"),
     path("lookups/", lookup_times),
 ]

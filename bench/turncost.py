@@ -23,9 +23,12 @@ import httpx
 
 from bench.live import run_body, stream
 
-__all__ = ["HEADER", "SIZES", "TOKENS_HEADER", "measure", "seed", "sent_to_model"]
+__all__ = ["HEADER", "SAME_WINDOW", "SIZES", "TOKENS_HEADER", "measure", "seed", "sent_to_model"]
 
 SIZES = (10, 1_000, 10_000)
+SAME_WINDOW = 10
+"""The window of ``bench.site``'s ``short10`` mount: at most this many messages, which a thread
+of the smallest size fills, so every size sends the model as much."""
 
 HEADER = (
     "| messages in the thread | median ms per run | p95 ms | ratio to 10 "
@@ -115,9 +118,10 @@ async def measure(url: str, threads: dict[int, list[str]]) -> tuple[list[str], d
     return lines, medians
 
 
-async def sent_to_model(owner_id: str, threads: dict[int, str]) -> list[str]:
+async def sent_to_model(owner_id: str, threads: dict[int, str], history: Any = None) -> list[str]:
     """Per size, one run in process on a cold worker: the message rows it read, and the
-    messages and tokens of the history the model was sent (the default ``HistoryWindow``)."""
+    messages and tokens of the history the model was sent (``history``, a ``HistoryWindow``;
+    default the default one)."""
     from ag_ui.core import BaseEvent, RunAgentInput, RunFinishedEvent, RunStartedEvent
 
     from django_pydantic_agent.agui.inner import RedactingAGUIAdapter
@@ -149,7 +153,7 @@ async def sent_to_model(owner_id: str, threads: dict[int, str]) -> list[str]:
         messages = OrmMessageRepository(chats)
         inner = Recorder()
         assert chats.user_uuid is not None
-        agent = AGUIStorageAgent("bench", chats.user_uuid, chats, messages, inner)
+        agent = AGUIStorageAgent("bench", chats.user_uuid, chats, messages, inner, history=history)
         body = RunAgentInput.model_validate(run_body(thread, f"m-{uuid.uuid4().hex[:6]}", "Q"))
         async for _ in agent.run(body):
             pass
