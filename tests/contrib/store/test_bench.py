@@ -193,6 +193,8 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "The durable path's own cost on the event loop",
         "The run path: a turn at message 10",
         "What a run reads and what the model is sent",
+        "The same turn with a window of 10 messages at every size",
+        "What a run reads and what the model is sent, window of 10",
         "The run path's writes alone, at message 10",
         "Reattach latency",
         "Cancel latency",
@@ -200,7 +202,7 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "The sweeper on 20 stale runs",
     ):
         assert f"### {title}" in text
-    assert text.count("Machine: ") == 13
+    assert text.count("Machine: ") == 15
     assert text.count("$ python -m bench --quick --no-predecessors --write") >= 12
     # Each streaming row counts the whole run: RUN_STARTED, 2,000 deltas with their
     # start and end, RUN_FINISHED.
