@@ -514,6 +514,8 @@ class RunHandle:
                         await self._hold(loop, hold, full=seq + max_batch - 1)
                         if seq <= self._last_seq:
                             continue
+                        if self._handed_over:  # during the hold: no event will come
+                            return
                 waiter: asyncio.Future[bool] = loop.create_future()
                 self._waiters.append(waiter)
                 if clock is not None:

@@ -1481,6 +1481,28 @@ async def test_a_batch_holds_what_was_logged_meanwhile_but_never_the_terminal_ev
             await anext(handle.sequenced_batches(coalesce=-1))
 
 
+async def test_a_hand_over_during_a_hold_ends_the_reading_at_once() -> None:
+    """A drain hands a run over while a coalescing reader holds for its next batch: the
+    reading ends there, so its client reattaches elsewhere now. (It used to go on to wait for
+    an event that never came, until its idle mark: a deploy's streams hung for the SSE
+    heartbeat, 15 s, before their clients reattached.)"""
+    gate: asyncio.Queue[None] = asyncio.Queue()
+    async with manager_for(ScriptedAgent(plain_answer(), step_gate=gate)) as manager:
+        handle = await manager.run(make_input())
+        gate.put_nowait(None)
+        await settle()
+        reader = handle.sequenced_batches(coalesce=60.0, idle=600.0)
+        assert [entry.seq for entry in await anext(reader)] == [1]
+        following = asyncio.create_task(anext(reader))
+        await settle()
+        assert not following.done()  # holding for a minute
+        assert handle.hand_over()
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(following, timeout=5)
+        assert handle._waiters == []
+        await handle.wait()
+
+
 async def test_a_full_batch_ends_a_hold() -> None:
     gate: asyncio.Queue[None] = asyncio.Queue()
     async with manager_for(ScriptedAgent(plain_answer(), step_gate=gate)) as manager:
