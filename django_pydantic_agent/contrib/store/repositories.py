@@ -32,13 +32,14 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 from uuid import UUID
 
 from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Subquery, Value
 from django.db.models.functions import Concat, Left
 from django.utils import timezone
+from pydantic import BaseModel
 
 from django_pydantic_agent.chat_history.errors import ChatNotFoundError
 from django_pydantic_agent.chat_history.keys import (
@@ -120,6 +121,28 @@ def _chat(row: StoredConversation) -> Chat:
     chat._id = str(row.pk)
     chat._created_at = row.created_at.isoformat()
     return chat
+
+
+_M = TypeVar("_M", bound=BaseModel)
+_IMMUTABLE: Final = (str, int, float, bytes, UUID, datetime, type(None))
+
+
+def detached(model: _M) -> _M:
+    """``model.model_copy(deep=True)``, without walking the values nothing can change.
+
+    A shallow copy, then a deep copy (one memo, so values shared inside the record stay
+    shared in the copy) of each field, extra and private value that is not immutable: the
+    strings, numbers, uuids and timestamps most of a record holds are kept as they are. The
+    run path copies every record it reads out of the repository's cache (a deep copy cost
+    about a third of a window's read).
+    """
+    clone = model.model_copy()
+    memo: dict[int, Any] = {}
+    for values in (clone.__dict__, clone.__pydantic_extra__, clone.__pydantic_private__):
+        for name, value in (values or {}).items():
+            if not isinstance(value, _IMMUTABLE):
+                values[name] = copy.deepcopy(value, memo)  # type: ignore[index]
+    return clone
 
 
 def _newest(rows: Any, following: int, limit: int) -> list[Any]:
@@ -408,7 +431,7 @@ class OrmMessageRepository(NestedRecordWrites):
 
     @staticmethod
     def _copy(message: Message) -> Message:
-        clone = message.model_copy(deep=True)
+        clone = detached(message)
         clone._sequence_id = message._sequence_id
         clone._created_at = message._created_at
         return clone
@@ -781,7 +804,7 @@ class OrmMessageRepository(NestedRecordWrites):
             pending = self._touch(staged)
             if not pending.created:
                 pending.fields.add(field_name)
-            return child.model_copy(deep=True)
+            return detached(child)
 
     async def _update_child(self, field_name: str, uuid_: UUID, update: Any) -> Any:
         parent = await self._parent_of(uuid_)
@@ -792,7 +815,7 @@ class OrmMessageRepository(NestedRecordWrites):
         if index is None:
             return None
         if not update_fields(update):
-            return children[index].model_copy(deep=True)
+            return detached(children[index])
         async with self._writing():
             staged = self._copy(parent)
             child = getattr(staged, field_name)[index]
@@ -801,7 +824,7 @@ class OrmMessageRepository(NestedRecordWrites):
             pending = self._touch(staged)
             if not pending.created:
                 pending.fields.add(field_name)
-            return child.model_copy(deep=True)
+            return detached(child)
 
     # Reads --------------------------------------------------------------------------------
 

@@ -24,12 +24,15 @@ from django_pydantic_agent.chat_history import (
     MessageRepositoryLike,
     MessageToolCallCreate,
     MessageUpdate,
+    Reasoning,
     StreamPersistenceManager,
+    ToolCall,
 )
 from django_pydantic_agent.contrib.store.models import StoredMessage
 from django_pydantic_agent.contrib.store.repositories import (
     OrmChatRepository,
     OrmMessageRepository,
+    detached,
 )
 from django_pydantic_agent.contrib.store.rows import saved_wire
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
@@ -429,6 +432,67 @@ async def test_a_flush_copies_only_what_it_writes_however_long_the_thread(
     stored = await messages.get_chat_messages(chat.chat_uuid)
     assert [m.content for m in stored[-2:]] == ["grown", "next"]
     assert len(stored) == 201
+
+
+def test_a_detached_record_is_a_deep_copy_sharing_nothing_that_can_change() -> None:
+    """``detached`` stands for ``model_copy(deep=True)`` on every record the repository hands
+    out: equal, and no list or dict (nested ones included) shared with the cached record."""
+    parts = [{"type": "text", "text": "q", "meta": {"k": [1]}}]
+    record = Message(
+        role="assistant",
+        content="a",
+        content_parts=parts,
+        wire_extra={"metadata": {"attachments": [{"id": "x"}]}},
+        run_outcome={"type": "interrupt", "interrupts": [{"toolCallId": "c1"}]},
+        tool_calls=[
+            # an unknown key, kept as an extra (nested records keep them)
+            ToolCall(tool_call_id="c1", name="n", content_parts=[{"type": "t"}], custom=["x"])
+        ],
+        reasonings=[Reasoning(content="t")],
+    )
+    record._sequence_id = 7
+    assert record.wire_extra is not None
+    assert record.content_parts is not None
+    record.wire_extra["again"] = record.content_parts
+    copy = detached(record)
+    assert copy == record.model_copy(deep=True)
+    assert copy.model_dump() == record.model_dump()
+    assert copy._sequence_id == 7
+    assert copy.content_parts is not None
+    assert copy.wire_extra is not None
+    assert copy.content_parts[0]["meta"]["k"] is not record.content_parts[0]["meta"]["k"]
+    assert copy.wire_extra["again"] is copy.content_parts  # shared inside, as deep copies keep
+    assert copy.tool_calls[0] is not record.tool_calls[0]
+    assert copy.tool_calls[0].content_parts is not record.tool_calls[0].content_parts
+    assert copy.reasonings is not record.reasonings
+    call, original = copy.tool_calls[0], record.tool_calls[0]
+    assert call.model_extra == {"custom": ["x"]}
+    assert original.model_extra is not None
+    assert call.model_extra["custom"] is not original.model_extra["custom"]
+
+
+async def test_a_record_read_and_changed_by_a_caller_leaves_the_cache_as_stored() -> None:
+    chats = OrmChatRepository(owner_id="owner-detached")
+    messages = OrmMessageRepository(chats)
+    chat = await chats.create_chat(ChatCreate(thread_id="d", user_uuid=chats.user_uuid))
+    await messages.create_message(
+        MessageCreate(
+            chat_uuid=chat.chat_uuid,
+            content="q",
+            content_parts=[{"type": "text", "text": "q"}],
+            wire_extra={"metadata": {"attachments": [{"id": "x"}]}},
+        )
+    )
+    (read,) = await messages.get_recent_messages(chat.chat_uuid, 10)
+    assert read.content_parts is not None
+    assert read.wire_extra is not None
+    read.content_parts[0]["text"] = "changed"
+    read.wire_extra["metadata"]["attachments"].append({"id": "y"})
+    read.tool_calls.append(ToolCall(name="invented"))
+    (again,) = await messages.get_recent_messages(chat.chat_uuid, 10)
+    assert again.content_parts == [{"type": "text", "text": "q"}]
+    assert again.wire_extra == {"metadata": {"attachments": [{"id": "x"}]}}
+    assert again.tool_calls == []
 
 
 async def test_threads_saved_whole_are_records_and_render_once_a_run_changes_them(
