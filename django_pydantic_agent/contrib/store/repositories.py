@@ -451,10 +451,7 @@ class OrmMessageRepository(NestedRecordWrites):
 
     @staticmethod
     def _copy(message: Message) -> Message:
-        clone = detached(message)
-        clone._sequence_id = message._sequence_id
-        clone._created_at = message._created_at
-        return clone
+        return detached(message)  # its private values (sequence id, created at) included
 
     def _message_rows(self) -> Any:
         from django_pydantic_agent.contrib.store.models import StoredMessage
@@ -471,7 +468,9 @@ class OrmMessageRepository(NestedRecordWrites):
         from django_pydantic_agent.contrib.store.models import StoredMessage
 
         rows = list(
-            StoredMessage.objects.filter(conversation_id=state.pk, active=True).order_by("position")
+            StoredMessage.objects.filter(conversation_id=state.pk, active=True)
+            .order_by("position")
+            .values_list(*rows_.READ_COLUMNS, named=True)
         )
         records = [rows_.record_of(self.message_class, row, chat_uuid) for row in rows]
         for record in records:
@@ -866,7 +865,9 @@ class OrmMessageRepository(NestedRecordWrites):
         from django_pydantic_agent.contrib.store.models import StoredMessage
 
         # The active branch only (the (conversation, position) index of the active rows).
-        rows = StoredMessage.objects.filter(conversation_id=state.pk, active=True)
+        rows = StoredMessage.objects.filter(conversation_id=state.pk, active=True).values_list(
+            *rows_.READ_COLUMNS, named=True
+        )
         if agui_id is None:
             found = _newest(rows, state.next_position, limit)
         else:  # the column keeps MAX_KEY characters of an id: the record has it whole

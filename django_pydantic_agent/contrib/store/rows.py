@@ -52,6 +52,7 @@ from django_pydantic_agent.persistence.wire import (
 
 __all__ = [
     "PLAIN_WIRE",
+    "READ_COLUMNS",
     "RECORD_COLUMNS",
     "SavedRecord",
     "copy_rows",
@@ -83,6 +84,18 @@ RECORD_COLUMNS: Final[tuple[str, ...]] = (
 )
 """The columns ``record_columns`` fills (with ``message_uuid``, ``position`` and ``wire``,
 every column of a row but its thread)."""
+READ_COLUMNS: Final[tuple[str, ...]] = (
+    "position",
+    "message_uuid",
+    "message_id",
+    "content",
+    "record",
+    "tool_calls",
+    "reasonings",
+)
+"""The columns ``record_of`` reads: a read of records fetches only these, as named tuples
+(``values_list(*READ_COLUMNS, named=True)``), and builds no model instance (nor decodes the
+``wire`` of a saved message) for a row it only turns into a record."""
 _UNREADABLE = "unreadable"
 """The ``activity_type`` of the record kept for a saved value that is no message."""
 PLAIN_WIRE: Final = 0
@@ -348,7 +361,8 @@ def copy_rows(
 
 
 def record_of(message_class: type[Message], row: Any, chat_uuid: uuid.UUID) -> Message:
-    """The record ``row`` (a ``StoredMessage``) holds, as ``message_class`` (the caller's)."""
+    """The record ``row`` (a ``StoredMessage``, or a named tuple of its ``READ_COLUMNS``)
+    holds, as ``message_class`` (the caller's)."""
     calls = nested_record_class(message_class, "tool_calls")
     steps = nested_record_class(message_class, "reasonings")
     own = row.record or {}

@@ -495,6 +495,38 @@ async def test_a_record_read_and_changed_by_a_caller_leaves_the_cache_as_stored(
     assert again.tool_calls == []
 
 
+async def test_a_read_of_records_fetches_only_the_columns_a_record_is_made_of(
+    alice: User, request_as: Callable[[Any], HttpRequest]
+) -> None:
+    """The run path reads a window of rows per run: it builds no model instance and decodes no
+    ``wire`` (a saved thread's messages, verbatim) for a row it only turns into a record."""
+    store = DefaultConversationStore()
+    request = request_as(alice)
+    wire = [
+        {"id": "u1", "role": "user", "content": "weather?", "attachments": [{"id": "x"}]},
+        {"id": "a1", "role": "assistant", "content": "It is sunny"},
+    ]
+    await store.save(Conversation(thread_id="cols", messages=wire), request=request)
+    chats, messages = await _pair(store, request)
+    chat = await chats.get_chat_by_thread_id(chats.user_uuid, "cols")
+    assert chat is not None
+    async with _Queries() as reads:
+        recent = await messages.get_recent_messages(chat.chat_uuid, 10)
+        whole = await messages.get_chat_messages(chat.chat_uuid)
+        echo = await messages.get_message_by_agui_id(chat.chat_uuid, "a1")
+    for read in (recent, whole):
+        assert [(m.agui_id, m.content, m.sequence_id) for m in read] == [
+            ("u1", "weather?", 1),
+            ("a1", "It is sunny", 2),
+        ]
+    assert recent[0].wire_extra == {"attachments": [{"id": "x"}]}
+    assert echo is not None
+    assert echo.content == "It is sunny"
+    selects = [q for q in reads.sql if 'FROM "django_pydantic_agent_store_storedmessage"' in q]
+    assert len(selects) >= 3
+    assert all('"wire"' not in q and '"parent_uuid"' not in q for q in selects)
+
+
 async def test_threads_saved_whole_are_records_and_render_once_a_run_changes_them(
     alice: User, request_as: Callable[[Any], HttpRequest]
 ) -> None:
