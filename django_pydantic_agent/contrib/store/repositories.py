@@ -125,6 +125,7 @@ def _chat(row: StoredConversation) -> Chat:
 
 _M = TypeVar("_M", bound=BaseModel)
 _IMMUTABLE: Final = (str, int, float, bytes, UUID, datetime, type(None))
+_IMMUTABLE_TYPES: Final = frozenset((*_IMMUTABLE, bool))
 
 
 def detached(model: _M) -> _M:
@@ -143,7 +144,7 @@ def _detached(model: _M, memo: dict[int, Any]) -> _M:
     clone = model.model_copy()
     for values in (clone.__dict__, clone.__pydantic_extra__, clone.__pydantic_private__):
         for name, value in (values or {}).items():
-            if not isinstance(value, _IMMUTABLE):
+            if value.__class__ not in _IMMUTABLE_TYPES:  # most values: one set lookup
                 values[name] = _detached_value(value, memo)  # type: ignore[index]
     return clone
 
