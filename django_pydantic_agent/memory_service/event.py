@@ -83,7 +83,8 @@ class DREvent(BaseModel):
         # reads it for every message of its window (ordering, replay).
         private = self.__pydantic_private__
         if private is not None and "_sequence_id" in private:
-            return int(private["_sequence_id"])
+            sequence_id: int = private["_sequence_id"]
+            return sequence_id
         return self._sequence_id
 
     @property
