@@ -234,7 +234,12 @@ def translate_messages(messages: Sequence[Message]) -> list[AGUIMessage]:
 
 
 def replayed_ids(messages: Sequence[Message]) -> set[str]:
-    """Every id a client may echo back for ``messages``: stored ids and replayed ones."""
+    """Every id a client may echo back for ``messages``: stored ids and replayed ones.
+
+    Every id ``translate_messages`` gives a message is one of these (``_message_id``,
+    ``_reasoning_id``, ``tool_result_id``), so nothing is translated here: the run path
+    checks the inbound list against the history it read without building it twice.
+    """
     ids: set[str] = set()
     for message in messages:
         ids.update(filter(None, (message.agui_id, str(message.message_uuid))))
@@ -243,5 +248,4 @@ def replayed_ids(messages: Sequence[Message]) -> set[str]:
             ids.add(tool_result_id(call))
         for step in message.reasonings:
             ids.update(filter(None, (step.agui_id, str(step.uuid))))
-    ids.update(m.id for m in translate_messages(messages))
     return ids

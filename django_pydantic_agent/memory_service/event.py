@@ -78,6 +78,13 @@ class DREvent(BaseModel):
     @property
     def sequence_id(self) -> int:
         """Server-assigned position in the session; ``-1`` before the event is posted."""
+        # Read from the private values directly: ``self._sequence_id`` goes through pydantic's
+        # ``__getattr__`` (an AttributeError raised and caught per read), and the run path
+        # reads it for every message of its window (ordering, replay).
+        private = self.__pydantic_private__
+        if private is not None and "_sequence_id" in private:
+            sequence_id: int = private["_sequence_id"]
+            return sequence_id
         return self._sequence_id
 
     @property

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 from ag_ui.core import (
     ActivityMessage,
     AssistantMessage,
@@ -296,3 +297,39 @@ def test_calls_held_by_an_open_interrupt_stay_without_a_result() -> None:
         "tc1",
         str(stored[2].message_uuid),
     ]
+
+
+def test_replayed_ids_hold_every_id_a_replay_shows_without_translating(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client may echo any replayed id back, so the inbound check must know each one; it
+    derives them from the records (the run path no longer translates its history twice)."""
+    from django_pydantic_agent.chat_history import translate as module
+
+    anonymous_call = ToolCall(name="lookup", arguments="{}", content="r", has_result=True)
+    unanswered = ToolCall(tool_call_id="tc9", name="confirm", status="interrupted")
+    histories = [
+        _weather_history(),
+        [
+            _message(1, role="system", content="be brief"),
+            _message(2, role="user", content="q", content_parts=[{"type": "text", "text": "q"}]),
+            _message(
+                3,
+                role="assistant",
+                content="a",
+                reasonings=[Reasoning(content="t"), Reasoning(agui_id="r1", content="u")],
+                tool_calls=[anonymous_call, unanswered],
+            ),
+            _message(4, role="activity", activity_type="progress", activity_content={"p": 1}),
+            _message(5, role="developer", agui_id="d1", content="dev"),
+        ],
+    ]
+    expected = [{m.id for m in translate_messages(history)} for history in histories]
+    translations: list[int] = []
+    real = module.translate_messages
+    monkeypatch.setattr(
+        module, "translate_messages", lambda m: translations.append(len(m)) or real(m)
+    )
+    for history, replayed in zip(histories, expected, strict=True):
+        assert replayed <= replayed_ids(history)
+    assert translations == []

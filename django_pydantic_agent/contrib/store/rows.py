@@ -52,6 +52,7 @@ from django_pydantic_agent.persistence.wire import (
 
 __all__ = [
     "PLAIN_WIRE",
+    "READ_COLUMNS",
     "RECORD_COLUMNS",
     "SavedRecord",
     "copy_rows",
@@ -83,6 +84,18 @@ RECORD_COLUMNS: Final[tuple[str, ...]] = (
 )
 """The columns ``record_columns`` fills (with ``message_uuid``, ``position`` and ``wire``,
 every column of a row but its thread)."""
+READ_COLUMNS: Final[tuple[str, ...]] = (
+    "position",
+    "message_uuid",
+    "message_id",
+    "content",
+    "record",
+    "tool_calls",
+    "reasonings",
+)
+"""The columns ``record_of`` reads: a read of records fetches only these, as named tuples
+(``values_list(*READ_COLUMNS, named=True)``), and builds no model instance (nor decodes the
+``wire`` of a saved message) for a row it only turns into a record."""
 _UNREADABLE = "unreadable"
 """The ``activity_type`` of the record kept for a saved value that is no message."""
 PLAIN_WIRE: Final = 0
@@ -347,10 +360,18 @@ def copy_rows(
     return quoted
 
 
+def _nested(message_class: type[Message], field: str, raw: list[Any] | None) -> list[Any]:
+    """The nested records of a row's ``field`` column (its class looked up only when there
+    is one: most rows hold neither tool calls nor reasoning steps)."""
+    if not raw:
+        return []
+    record_class = nested_record_class(message_class, field)
+    return [record_class.model_validate(item, context=dict(WIRE_CONTEXT)) for item in raw]
+
+
 def record_of(message_class: type[Message], row: Any, chat_uuid: uuid.UUID) -> Message:
-    """The record ``row`` (a ``StoredMessage``) holds, as ``message_class`` (the caller's)."""
-    calls = nested_record_class(message_class, "tool_calls")
-    steps = nested_record_class(message_class, "reasonings")
+    """The record ``row`` (a ``StoredMessage``, or a named tuple of its ``READ_COLUMNS``)
+    holds, as ``message_class`` (the caller's)."""
     own = row.record or {}
     message = message_class.model_validate(
         {
@@ -358,12 +379,8 @@ def record_of(message_class: type[Message], row: Any, chat_uuid: uuid.UUID) -> M
             "message_uuid": row.message_uuid,
             "chat_uuid": chat_uuid,
             "content": row.content,
-            "tool_calls": [
-                calls.model_validate(c, context=dict(WIRE_CONTEXT)) for c in row.tool_calls or []
-            ],
-            "reasonings": [
-                steps.model_validate(r, context=dict(WIRE_CONTEXT)) for r in row.reasonings or []
-            ],
+            "tool_calls": _nested(message_class, "tool_calls", row.tool_calls),
+            "reasonings": _nested(message_class, "reasonings", row.reasonings),
         }
     )
     message._sequence_id = row.position + 1

@@ -24,12 +24,15 @@ from django_pydantic_agent.chat_history import (
     MessageRepositoryLike,
     MessageToolCallCreate,
     MessageUpdate,
+    Reasoning,
     StreamPersistenceManager,
+    ToolCall,
 )
 from django_pydantic_agent.contrib.store.models import StoredMessage
 from django_pydantic_agent.contrib.store.repositories import (
     OrmChatRepository,
     OrmMessageRepository,
+    detached,
 )
 from django_pydantic_agent.contrib.store.rows import saved_wire
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
@@ -429,6 +432,99 @@ async def test_a_flush_copies_only_what_it_writes_however_long_the_thread(
     stored = await messages.get_chat_messages(chat.chat_uuid)
     assert [m.content for m in stored[-2:]] == ["grown", "next"]
     assert len(stored) == 201
+
+
+def test_a_detached_record_is_a_deep_copy_sharing_nothing_that_can_change() -> None:
+    """``detached`` stands for ``model_copy(deep=True)`` on every record the repository hands
+    out: equal, and no list or dict (nested ones included) shared with the cached record."""
+    parts = [{"type": "text", "text": "q", "meta": {"k": [1]}}]
+    record = Message(
+        role="assistant",
+        content="a",
+        content_parts=parts,
+        wire_extra={"metadata": {"attachments": [{"id": "x"}]}},
+        run_outcome={"type": "interrupt", "interrupts": [{"toolCallId": "c1"}]},
+        tool_calls=[
+            # an unknown key, kept as an extra (nested records keep them)
+            ToolCall(tool_call_id="c1", name="n", content_parts=[{"type": "t"}], custom=["x"])
+        ],
+        reasonings=[Reasoning(content="t")],
+    )
+    record._sequence_id = 7
+    assert record.wire_extra is not None
+    assert record.content_parts is not None
+    record.wire_extra["again"] = record.content_parts
+    copy = detached(record)
+    assert copy == record.model_copy(deep=True)
+    assert copy.model_dump() == record.model_dump()
+    assert copy._sequence_id == 7
+    assert copy.content_parts is not None
+    assert copy.wire_extra is not None
+    assert copy.content_parts[0]["meta"]["k"] is not record.content_parts[0]["meta"]["k"]
+    assert copy.wire_extra["again"] is copy.content_parts  # shared inside, as deep copies keep
+    assert copy.tool_calls[0] is not record.tool_calls[0]
+    assert copy.tool_calls[0].content_parts is not record.tool_calls[0].content_parts
+    assert copy.reasonings is not record.reasonings
+    call, original = copy.tool_calls[0], record.tool_calls[0]
+    assert call.model_extra == {"custom": ["x"]}
+    assert original.model_extra is not None
+    assert call.model_extra["custom"] is not original.model_extra["custom"]
+
+
+async def test_a_record_read_and_changed_by_a_caller_leaves_the_cache_as_stored() -> None:
+    chats = OrmChatRepository(owner_id="owner-detached")
+    messages = OrmMessageRepository(chats)
+    chat = await chats.create_chat(ChatCreate(thread_id="d", user_uuid=chats.user_uuid))
+    await messages.create_message(
+        MessageCreate(
+            chat_uuid=chat.chat_uuid,
+            content="q",
+            content_parts=[{"type": "text", "text": "q"}],
+            wire_extra={"metadata": {"attachments": [{"id": "x"}]}},
+        )
+    )
+    (read,) = await messages.get_recent_messages(chat.chat_uuid, 10)
+    assert read.content_parts is not None
+    assert read.wire_extra is not None
+    read.content_parts[0]["text"] = "changed"
+    read.wire_extra["metadata"]["attachments"].append({"id": "y"})
+    read.tool_calls.append(ToolCall(name="invented"))
+    (again,) = await messages.get_recent_messages(chat.chat_uuid, 10)
+    assert again.content_parts == [{"type": "text", "text": "q"}]
+    assert again.wire_extra == {"metadata": {"attachments": [{"id": "x"}]}}
+    assert again.tool_calls == []
+
+
+async def test_a_read_of_records_fetches_only_the_columns_a_record_is_made_of(
+    alice: User, request_as: Callable[[Any], HttpRequest]
+) -> None:
+    """The run path reads a window of rows per run: it builds no model instance and decodes no
+    ``wire`` (a saved thread's messages, verbatim) for a row it only turns into a record."""
+    store = DefaultConversationStore()
+    request = request_as(alice)
+    wire = [
+        {"id": "u1", "role": "user", "content": "weather?", "attachments": [{"id": "x"}]},
+        {"id": "a1", "role": "assistant", "content": "It is sunny"},
+    ]
+    await store.save(Conversation(thread_id="cols", messages=wire), request=request)
+    chats, messages = await _pair(store, request)
+    chat = await chats.get_chat_by_thread_id(chats.user_uuid, "cols")
+    assert chat is not None
+    async with _Queries() as reads:
+        recent = await messages.get_recent_messages(chat.chat_uuid, 10)
+        whole = await messages.get_chat_messages(chat.chat_uuid)
+        echo = await messages.get_message_by_agui_id(chat.chat_uuid, "a1")
+    for read in (recent, whole):
+        assert [(m.agui_id, m.content, m.sequence_id) for m in read] == [
+            ("u1", "weather?", 1),
+            ("a1", "It is sunny", 2),
+        ]
+    assert recent[0].wire_extra == {"attachments": [{"id": "x"}]}
+    assert echo is not None
+    assert echo.content == "It is sunny"
+    selects = [q for q in reads.sql if 'FROM "django_pydantic_agent_store_storedmessage"' in q]
+    assert len(selects) >= 3
+    assert all('"wire"' not in q and '"parent_uuid"' not in q for q in selects)
 
 
 async def test_threads_saved_whole_are_records_and_render_once_a_run_changes_them(
