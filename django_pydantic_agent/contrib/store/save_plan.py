@@ -77,20 +77,19 @@ def _check_message(index: int, message: Any) -> None:
 
 # What changed ---------------------------------------------------------------------------------
 #
-# A save reads the posted list into records (``rows.saved_records``) and writes the rows from
-# the first one that differs from what is stored. ``StoredConversation.save_state`` lets most
-# saves skip reading the rows: after a save it is ``"<k>:<p>:<head>:<tail>:<links>"``, where
-# the last row (at position ``p``) holds messages ``k`` onwards, ``head`` hashes the first
-# ``k`` messages and ``tail`` the last row's, each message as its pickle (``_items``), and
-# ``<links>`` is ``0`` when the save
-# proved the thread quotes no attachment. A later save whose first ``k`` messages hash to
-# ``head`` changed nothing there: only messages ``k`` onwards are read into records, and the
-# last row is rewritten only when its messages changed, so appending or growing a message reads
-# no row. A message's bytes do not depend on the messages before it, so the next head extends
-# the hash state instead of starting over. A list pickle cannot encode, a false mismatch (keys
-# in another order, a dict subclass), or a tail that answers a tool call of an earlier row takes
-# the full comparison. Any other write to a thread's rows (a run, the strip command) clears the
-# state, and the next save compares every row (one read).
+# A save reads the posted list into records (``rows.saved_records``) and writes the rows from the
+# first one that differs from what is stored. ``StoredConversation.save_state`` lets most saves
+# skip reading the rows: after a save it is ``"<k>:<p>:<head>:<tail>:<links>"``, where the last row
+# (at position ``p``) holds messages ``k`` onwards, ``head`` hashes the first ``k`` messages and
+# ``tail`` the last row's, each message as its pickle (``_items``), and ``<links>`` is ``0`` when
+# the save proved the thread quotes no attachment. A later save whose first ``k`` messages hash to
+# ``head`` changed nothing there: only messages ``k`` onwards are read into records, and the last
+# row is rewritten only when its messages changed, so appending or growing a message reads no row.
+# A message's bytes do not depend on the messages before it, so the next head extends the hash
+# state instead of starting over. A list pickle cannot encode, a false mismatch (keys in another
+# order, a dict subclass), or a tail that answers a tool call of an earlier row takes the full
+# comparison. Any other write to a thread's rows (a run, the strip command) clears the state, and
+# the next save compares every row (one read).
 
 _PROTOCOL = 3  # no frames (protocol 4 cuts the bytes into frames by length)
 
@@ -167,7 +166,7 @@ class Plan:
                     if n.active and n.position >= self.delete_from
                 ]
                 gone = tree.descendants(dropped)
-                conversation.message_rows.filter(message_uuid__in=list(gone)).delete()
+                where(message_uuid__in=list(gone)).delete()
             else:
                 where(active=True, position__gte=self.delete_from).delete()
         for position, saved in self.updates:
