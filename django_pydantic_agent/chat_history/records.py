@@ -44,11 +44,12 @@ records) on the ORM path, so repositories pass plain values and never encode the
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any, Final, Self, get_args
+from typing import Annotated, Any, Final, Self, TypeVar, get_args
 from uuid import UUID, uuid4
 
 from pydantic import (
@@ -84,6 +85,7 @@ __all__ = [
     "ToolCall",
     "apply_update",
     "decode_placeholder",
+    "detached",
     "encode_placeholder",
     "nested_record_class",
     "update_fields",
@@ -558,3 +560,47 @@ def apply_update(record: BaseModel, update: BaseModel) -> dict[str, Any]:
     for name, value in applied.items():
         setattr(record, name, value)
     return applied
+
+
+_M = TypeVar("_M", bound=BaseModel)
+_IMMUTABLE: Final = (str, int, float, bytes, UUID, datetime, type(None))
+_IMMUTABLE_TYPES: Final = frozenset((*_IMMUTABLE, bool))
+
+
+def detached(model: _M) -> _M:
+    """``model.model_copy(deep=True)``, without walking the values nothing can change.
+
+    A shallow copy, then a copy of each field, extra and private value that is not immutable
+    (lists and nested models item by item, anything else deep-copied; one memo, so a value
+    shared inside the record stays shared in the copy): the strings, numbers, uuids and
+    timestamps most of a record holds are kept as they are. The repositories copy every record
+    they hand out of their cache, and the run path reads a window of them (a deep copy cost
+    about a third of that read, docs/benchmarks.md).
+    """
+    return _detached(model, {})
+
+
+def _detached(model: _M, memo: dict[int, Any]) -> _M:
+    clone = model.model_copy()
+    for values in (clone.__dict__, clone.__pydantic_extra__, clone.__pydantic_private__):
+        for name, value in (values or {}).items():
+            if value.__class__ not in _IMMUTABLE_TYPES:  # most values: one set lookup
+                values[name] = _detached_value(value, memo)  # type: ignore[index]
+    return clone
+
+
+def _detached_value(value: Any, memo: dict[int, Any]) -> Any:
+    if isinstance(value, _IMMUTABLE):
+        return value
+    known = memo.get(id(value))
+    if known is not None:
+        return known
+    if value.__class__ is list:
+        items: list[Any] = []
+        memo[id(value)] = items
+        items.extend(_detached_value(item, memo) for item in value)
+        return items
+    if isinstance(value, BaseModel):
+        memo[id(value)] = clone = _detached(value, memo)
+        return clone
+    return copy.deepcopy(value, memo)

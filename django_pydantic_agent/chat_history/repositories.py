@@ -42,6 +42,7 @@ from django_pydantic_agent.chat_history.records import (
     Reasoning,
     ToolCall,
     apply_update,
+    detached,
     nested_record_class,
     update_fields,
 )
@@ -382,10 +383,7 @@ class InMemoryMessageRepository(NestedRecordWrites):
 
     @staticmethod
     def _copy(message: Message) -> Message:
-        clone = message.model_copy(deep=True)
-        clone._sequence_id = message._sequence_id
-        clone._created_at = message._created_at
-        return clone
+        return detached(message)  # its private values (sequence id, created at) included
 
     # Writes -------------------------------------------------------------------------------
 

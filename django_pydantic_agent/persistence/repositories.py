@@ -54,6 +54,7 @@ from django_pydantic_agent.chat_history.records import (
     Reasoning,
     ToolCall,
     apply_update,
+    detached,
     update_fields,
 )
 from django_pydantic_agent.chat_history.repositories import NestedRecordWrites, TaskScope
@@ -121,10 +122,7 @@ class _Thread:
 
 
 def _copy(message: Message) -> Message:
-    clone = message.model_copy(deep=True)
-    clone._sequence_id = message._sequence_id
-    clone._created_at = message._created_at
-    return clone
+    return detached(message)  # its private values (sequence id, created at) included
 
 
 class _Conversations:

@@ -32,14 +32,13 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
 from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, Subquery, Value
 from django.db.models.functions import Concat, Left
 from django.utils import timezone
-from pydantic import BaseModel
 
 from django_pydantic_agent.chat_history.errors import ChatNotFoundError
 from django_pydantic_agent.chat_history.keys import (
@@ -55,6 +54,7 @@ from django_pydantic_agent.chat_history.records import (
     MessageUpdate,
     ToolCall,
     apply_update,
+    detached,
     nested_record_class,
     update_fields,
 )
@@ -121,49 +121,6 @@ def _chat(row: StoredConversation) -> Chat:
     chat._id = str(row.pk)
     chat._created_at = row.created_at.isoformat()
     return chat
-
-
-_M = TypeVar("_M", bound=BaseModel)
-_IMMUTABLE: Final = (str, int, float, bytes, UUID, datetime, type(None))
-_IMMUTABLE_TYPES: Final = frozenset((*_IMMUTABLE, bool))
-
-
-def detached(model: _M) -> _M:
-    """``model.model_copy(deep=True)``, without walking the values nothing can change.
-
-    A shallow copy, then a copy of each field, extra and private value that is not immutable
-    (lists and nested models item by item, anything else deep-copied; one memo, so a value
-    shared inside the record stays shared in the copy): the strings, numbers, uuids and
-    timestamps most of a record holds are kept as they are. The run path copies every record
-    it reads out of the repository's cache (a deep copy cost about a third of a window's read).
-    """
-    return _detached(model, {})
-
-
-def _detached(model: _M, memo: dict[int, Any]) -> _M:
-    clone = model.model_copy()
-    for values in (clone.__dict__, clone.__pydantic_extra__, clone.__pydantic_private__):
-        for name, value in (values or {}).items():
-            if value.__class__ not in _IMMUTABLE_TYPES:  # most values: one set lookup
-                values[name] = _detached_value(value, memo)  # type: ignore[index]
-    return clone
-
-
-def _detached_value(value: Any, memo: dict[int, Any]) -> Any:
-    if isinstance(value, _IMMUTABLE):
-        return value
-    known = memo.get(id(value))
-    if known is not None:
-        return known
-    if value.__class__ is list:
-        items: list[Any] = []
-        memo[id(value)] = items
-        items.extend(_detached_value(item, memo) for item in value)
-        return items
-    if isinstance(value, BaseModel):
-        memo[id(value)] = clone = _detached(value, memo)
-        return clone
-    return copy.deepcopy(value, memo)
 
 
 def _newest(rows: Any, following: int, limit: int) -> list[Any]:

@@ -28,11 +28,11 @@ from django_pydantic_agent.chat_history import (
     StreamPersistenceManager,
     ToolCall,
 )
+from django_pydantic_agent.chat_history.records import detached
 from django_pydantic_agent.contrib.store.models import StoredMessage
 from django_pydantic_agent.contrib.store.repositories import (
     OrmChatRepository,
     OrmMessageRepository,
-    detached,
 )
 from django_pydantic_agent.contrib.store.rows import saved_wire
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
