@@ -80,16 +80,31 @@ def seed(owner_id: str, size: int) -> str:
     return thread
 
 
-async def measure(url: str, threads: dict[int, list[str]]) -> tuple[list[str], dict[int, float]]:
-    """One run on each thread through ``url``; the table rows and the median ms per size."""
+async def measure(
+    url: str, threads: dict[int, list[str]], *, transcript: bool = False
+) -> tuple[list[str], dict[int, float]]:
+    """One run on each thread through ``url``; the table rows and the median ms per size.
+
+    ``transcript``: each run posts the thread's messages (``GET threads/<id>/``, read before
+    the clock starts) ahead of its new one, as the chat page and every AG-UI client do.
+    """
     results: dict[int, list[tuple[float, float, float]]] = {size: [] for size in threads}
     async with httpx.AsyncClient(timeout=120.0) as client:
         await stream(client, "POST", url, body=run_body(f"warm-{uuid.uuid4().hex[:8]}", "w"))
+        held: dict[str, list[Any]] = {}
+        if transcript:
+            for names in threads.values():
+                for thread in names:
+                    response = await client.get(f"{url}threads/{thread}/")
+                    response.raise_for_status()
+                    held[thread] = response.json()["messages"]
         for n in range(min(len(names) for names in threads.values())):
             for size, names in threads.items():  # interleaved: the same load on each size
                 thread = names[n]
+                body = run_body(thread, f"r{n}", "Q")
+                body["messages"] = [*held.get(thread, []), *body["messages"]]
                 start = time.perf_counter()
-                result = await stream(client, "POST", url, body=run_body(thread, f"r{n}", "Q"))
+                result = await stream(client, "POST", url, body=body)
                 wall = (time.perf_counter() - start) * 1000
                 if result.terminal_type != "RUN_FINISHED":
                     raise RuntimeError(f"A run on {thread}: {result.status}, {result.outcome!r}.")
@@ -157,7 +172,9 @@ async def sent_to_model(owner_id: str, threads: dict[int, str], history: Any = N
         body = RunAgentInput.model_validate(run_body(thread, f"m-{uuid.uuid4().hex[:6]}", "Q"))
         async for _ in agent.run(body):
             pass
-        read = len(messages._records) - 1  # a cold repository keeps what it read (+ the new one)
+        # A cold repository keeps what it read, as records or as the rows it handed out
+        # (and the new user message).
+        read = len(messages._records.keys() | messages._read.keys()) - 1
         after = await _rows_fetched()
         scanned = "n/a" if after is None or before is None else f"{after - before:,}"
         model = RedactingAGUIAdapter.load_messages(inner.seen)

@@ -393,6 +393,9 @@ class OrmMessageRepository(NestedRecordWrites):
         self.tool_call_class = nested_record_class(message_class, "tool_calls")
         self.reasoning_class = nested_record_class(message_class, "reasonings")
         self._records: dict[UUID, Message] = {}
+        self._read: dict[UUID, tuple[Any, UUID]] = {}
+        """Rows whose records a read handed out without caching them (each with its chat's
+        uuid): built into ``_records`` only when a write or a lookup needs one."""
         self._children: dict[UUID, UUID] = {}
         self._pending: dict[UUID, _Pending] | None = None
         self._cuts: dict[UUID, int] = {}
@@ -402,6 +405,10 @@ class OrmMessageRepository(NestedRecordWrites):
 
     def _keep(self, message: Message) -> None:
         self._records[message.message_uuid] = message
+        self._parent_them(message)
+
+    def _parent_them(self, message: Message) -> None:
+        """Remember ``message`` as the parent of its tool calls and reasoning steps."""
         for call in message.tool_calls:
             self._children[call.uuid] = message.message_uuid
         for step in message.reasonings:
@@ -419,20 +426,26 @@ class OrmMessageRepository(NestedRecordWrites):
             rows = rows.filter(conversation__owner_id=self.chats.owner_id)
         return rows
 
-    def _read_thread_sync(self, chat_uuid: UUID) -> list[Message]:
-        state = self.chats._state_sync(chat_uuid)
-        if state is None:
-            return []
-        from django_pydantic_agent.contrib.store.models import StoredMessage
+    def _handed(self, rows: list[Any], state: _ChatState) -> list[Message]:
+        """The records of ``rows`` (``READ_COLUMNS``, oldest first), to hand out.
 
-        rows = list(
-            StoredMessage.objects.filter(conversation_id=state.pk, active=True)
-            .order_by("position")
-            .values_list(*rows_.READ_COLUMNS, named=True)
-        )
-        records = [rows_.record_of(self.message_class, row, chat_uuid) for row in rows]
-        for record in records:
-            self._keep(record)
+        A read hands out most records once and never looks them up again (a run's window):
+        rather than cache each and hand out a copy (about a third of a read's cost), each is
+        built once and handed out, and its row kept to build the cached record from if a
+        write or a lookup asks for it. A record already cached is refreshed from its row, as
+        every read refreshes it, and handed out as a copy.
+        """
+        chat_uuid = state.chat_uuid
+        records = []
+        for row in rows:
+            record = rows_.record_of(self.message_class, row, chat_uuid)
+            if record.message_uuid in self._records:
+                self._keep(record)
+                record = self._copy(record)
+            else:
+                self._read[record.message_uuid] = (row, chat_uuid)
+                self._parent_them(record)
+            records.append(record)
         if rows:
             state.next_position = max(state.next_position, rows[-1].position + 1)
         return records
@@ -466,7 +479,10 @@ class OrmMessageRepository(NestedRecordWrites):
 
     async def _cached(self, message_uuid: UUID) -> Message | None:
         record = self._records.get(message_uuid)
-        if record is None:
+        if record is None and message_uuid in self._read:
+            record = rows_.record_of(self.message_class, *self._read[message_uuid])
+            self._keep(record)
+        elif record is None:
             record = await unit_of_work(self._lookup_sync)(message_uuid)
         if record is None or record.chat_uuid is None:
             return None
@@ -814,7 +830,15 @@ class OrmMessageRepository(NestedRecordWrites):
         return await unit_of_work(self._get_sync)(message_uuid)
 
     def _thread_sync(self, chat_uuid: UUID) -> list[Message]:
-        return [self._copy(m) for m in self._read_thread_sync(chat_uuid)]
+        state = self.chats._state_sync(chat_uuid)
+        if state is None:
+            return []
+        from django_pydantic_agent.contrib.store.models import StoredMessage
+
+        rows = StoredMessage.objects.filter(conversation_id=state.pk, active=True)
+        return self._handed(
+            list(rows.order_by("position").values_list(*rows_.READ_COLUMNS, named=True)), state
+        )
 
     def _recent_sync(self, chat_uuid: UUID, limit: int, agui_id: str | None) -> list[Message]:
         state = self.chats._state_sync(chat_uuid)
@@ -837,12 +861,7 @@ class OrmMessageRepository(NestedRecordWrites):
                 (r for r in same if (r.record or {}).get("agui_id", r.message_id) == agui_id),
                 key=lambda r: r.position,
             )[:1]
-        records = [rows_.record_of(self.message_class, row, chat_uuid) for row in found]
-        for record in records:
-            self._keep(record)
-        if found:
-            state.next_position = max(state.next_position, found[-1].position + 1)
-        return [self._copy(m) for m in records]
+        return self._handed(found, state)
 
     async def get_recent_messages(self, chat_uuid: UUID, limit: int) -> Sequence[Message]:
         """Return the newest ``limit`` messages of the chat, oldest first, in one query
@@ -941,9 +960,9 @@ class OrmMessageRepository(NestedRecordWrites):
     def _last_sync(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         result: dict[UUID, Message] = {}
         for chat_uuid in chat_uuids:
-            messages = self._read_thread_sync(chat_uuid)
-            if messages:
-                result[chat_uuid] = self._copy(messages[-1])
+            newest = self._recent_sync(chat_uuid, 1, None)
+            if newest:
+                result[chat_uuid] = newest[0]
         return result
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:

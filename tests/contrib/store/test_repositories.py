@@ -23,6 +23,7 @@ from django_pydantic_agent.chat_history import (
     MessageCreate,
     MessageRepositoryLike,
     MessageToolCallCreate,
+    MessageToolCallUpdate,
     MessageUpdate,
     Reasoning,
     StreamPersistenceManager,
@@ -493,6 +494,57 @@ async def test_a_record_read_and_changed_by_a_caller_leaves_the_cache_as_stored(
     assert again.content_parts == [{"type": "text", "text": "q"}]
     assert again.wire_extra == {"metadata": {"attachments": [{"id": "x"}]}}
     assert again.tool_calls == []
+
+
+async def test_a_cold_read_hands_out_records_it_does_not_share_and_writes_them_unqueried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run's repository reads the window on a cold cache and hands its records out without
+    copying them: a caller's change to one stays out of what is written and read next, a
+    write to a window record reads no row again, and a failed write leaves it as stored."""
+    chats = OrmChatRepository(owner_id="owner-cold")
+    writer = OrmMessageRepository(chats)
+    chat = await chats.create_chat(ChatCreate(thread_id="cold", user_uuid=chats.user_uuid))
+    question = await writer.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="q"))
+    answer = await writer.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, role="assistant", content="a")
+    )
+    call = await writer.create_message_tool_call(
+        MessageToolCallCreate(message_uuid=answer.message_uuid, name="lookup", arguments="{}")
+    )
+    copies: list[object] = []
+    real_copy = OrmMessageRepository._copy
+
+    def counting(message: Any) -> Any:
+        copies.append(message)
+        return real_copy(message)
+
+    monkeypatch.setattr(OrmMessageRepository, "_copy", staticmethod(counting))
+    run = OrmMessageRepository(OrmChatRepository(owner_id="owner-cold"))
+    first, second = await run.get_recent_messages(chat.chat_uuid, 10)
+    assert copies == []
+    first.content = "changed by the caller"
+    second.tool_calls[0].content = "invented"
+    async with _Queries() as queries:
+        updated = await run.update_message_tool_call(
+            call.uuid, MessageToolCallUpdate(content="found")
+        )
+    assert updated is not None
+    assert updated.content == "found"
+    assert not [sql for sql in queries.sql if sql.lstrip().upper().startswith("SELECT")]
+
+    async def failing() -> None:
+        async with run.transaction():
+            await run.update_message(question.message_uuid, MessageUpdate(content="lost"))
+            raise RuntimeError("inside")
+
+    with pytest.raises(RuntimeError, match="inside"):
+        await failing()
+    await run.update_message(question.message_uuid, MessageUpdate(status="complete"))
+    stored = await OrmMessageRepository(chats).get_chat_messages(chat.chat_uuid)
+    assert [m.content for m in stored] == ["q", "a"]
+    assert [c.content for c in stored[1].tool_calls] == ["found"]
+    assert stored[0].status == "complete"
 
 
 async def test_a_read_of_records_fetches_only_the_columns_a_record_is_made_of(
