@@ -444,6 +444,20 @@ def run_path_suite(report: Report, args: Any) -> None:
             "estimate_message_tokens."
         ),
     )
+    # The same turn from a client that posts its transcript back, as the chat page does.
+    threads = {size: [seed(owner, size) for _ in range(samples)] for size in sizes}
+    with served(emulator=False) as [live]:
+        lines, _ = asyncio.run(measure(f"{live.origin}/short/", threads, transcript=True))
+    report.table(
+        f"The same turn, the client posting the thread back ({vendor})",
+        [HEADER, *lines],
+        note=(
+            "New threads as above; each run posts the thread's messages as GET threads/<id>/ "
+            "returned them (read before the clock starts), then its new one, as the chat page "
+            "and every AG-UI client do. The run checks what was posted from the first "
+            "message of its window on."
+        ),
+    )
     # The same again with a window every size fills (SAME_WINDOW messages): what is left of
     # the difference above is the thread's length, not the window's size.
     from django_pydantic_agent.chat_history import HistoryWindow

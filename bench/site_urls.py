@@ -111,7 +111,12 @@ urlpatterns = [
     mount("ms", agent, conversation_store=memory_service(0.0)),
     mount("ms20", agent, conversation_store=memory_service(0.020)),
     mount("slow", streaming(6000, delay=0.010), conversation_store=DefaultConversationStore()),
-    mount("short", streaming(5), conversation_store=DefaultConversationStore()),
+    mount(  # a thread of 10,000 messages posted back is about 3.5 MB (bench.turncost)
+        "short",
+        streaming(5),
+        conversation_store=DefaultConversationStore(),
+        max_body_bytes=settings.BENCH_UPLOAD_MAX_BYTES,
+    ),
     mount(  # the same window at every thread length (bench.turncost)
         "short10",
         streaming(5),

@@ -46,6 +46,7 @@ from django_pydantic_agent.chat_history.translate import (
 )
 
 __all__ = [
+    "SYSTEM_ROLES",
     "InboundPlan",
     "ToolAnswer",
     "derive_chat_name",
@@ -219,7 +220,8 @@ def _plan_resume(run_input: RunAgentInput, history: Sequence[Message], plan: Inb
         plan.resume_carrier = carrier
 
 
-_SYSTEM_ROLES = frozenset({"system", "developer"})
+SYSTEM_ROLES = frozenset({"system", "developer"})
+"""The roles of the messages a client posts as instructions rather than as turns."""
 
 
 def _branch_cut(run_input: RunAgentInput, history: Sequence[Message]) -> tuple[int, bool] | None:
@@ -227,7 +229,7 @@ def _branch_cut(run_input: RunAgentInput, history: Sequence[Message]) -> tuple[i
     or ``None`` when the posted messages are neither."""
     if run_input.resume:
         return None
-    turns = [m for m in run_input.messages if m.role not in _SYSTEM_ROLES]
+    turns = [m for m in run_input.messages if m.role not in SYSTEM_ROLES]
     if not turns or not isinstance(turns[-1], UserMessage):
         return None
     last = turns[-1]
@@ -275,7 +277,7 @@ def plan_inbound(
         at, edited = cut
         kept = list(history[:at])
         posted = list(run_input.messages)
-        last = next(m for m in reversed(posted) if m.role not in _SYSTEM_ROLES)
+        last = next(m for m in reversed(posted) if m.role not in SYSTEM_ROLES)
         if edited:
             posted.remove(last)
         plan = plan_inbound(run_input.model_copy(update={"messages": posted}), kept)

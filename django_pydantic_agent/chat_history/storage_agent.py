@@ -569,8 +569,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         loaded = await self.load_history(chat)
         summary = loaded.summary
         branches = isinstance(self.message_repo, StartsBranches)
-        checked = await checked_history(self.message_repo, chat.chat_uuid, input, loaded)
-        plan = plan_inbound(input, checked, branches=branches)
+        checked, posted = await checked_history(self.message_repo, chat.chat_uuid, input, loaded)
+        plan = plan_inbound(posted, checked, branches=branches)
         history = loaded.window
         if plan.branch_at is not None:
             # An edit or a regenerate (rare) is cut against the whole active branch: the cut

@@ -21,6 +21,7 @@ from uuid import UUID
 
 from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
 
+from django_pydantic_agent.chat_history._inbound import SYSTEM_ROLES
 from django_pydantic_agent.chat_history.records import Message, Role
 from django_pydantic_agent.chat_history.summaries import (
     StoredSummary,
@@ -268,37 +269,69 @@ async def _summary(
 
 async def checked_history(
     repo: Any, chat_uuid: UUID, run_input: RunAgentInput, loaded: ReadHistory
-) -> list[Message]:
-    """The stored messages ``run_input`` is checked against (server-authoritative history).
+) -> tuple[list[Message], RunAgentInput]:
+    """The stored messages ``run_input`` is checked against (server-authoritative history),
+    and the input to check against them.
 
-    What was read, when it is the whole thread or the input names nothing older. A posted
-    user message it does not hold is looked up by its id (at most ``_ECHO_LOOKUPS`` of them,
-    one indexed query each: an echo of an older message is known, a new one is not); any
-    other unknown message, or more of them, reads the whole thread, as a client that posts the
-    whole thread back pays for it.
+    What was read, when it is the whole thread or the input names nothing older:
+
+    - A client that posts its transcript back (every AG-UI client does) is checked from the
+      first message it posts that was read. What it posts before that is older than the read
+      and is dropped unread: the server sends the model its own history, never a client's
+      copy, so an older message the client changed or made up reaches neither the model nor
+      the store (system and developer messages are kept, and checked as before).
+    - A posted user message the read does not hold is looked up by its id (at most
+      ``_ECHO_LOOKUPS`` of them, one indexed query each): an echo of an older message is
+      known, a new one is not.
+    - Any other unknown message, or more of them, reads the whole thread, and the whole input
+      is checked against it.
     """
     if loaded.whole:
-        return loaded.read
-    stored_users = {m.agui_id for m in loaded.read if m.role == Role.USER.value}
-    calls = {tool_call_agui_id(call) for m in loaded.read for call in m.tool_calls}
-    known: set[str] | None = None  # every id the replay shows: a translation, made if needed
+        return loaded.read, run_input
+    posted = _from_the_read(run_input, loaded.read)
+    history = await _with_echoes(repo, chat_uuid, posted, loaded.read)
+    if history is None:
+        return list(await repo.get_chat_messages(chat_uuid)), run_input
+    return history, posted
+
+
+def _from_the_read(run_input: RunAgentInput, read: Sequence[Message]) -> RunAgentInput:
+    """``run_input`` from the first message it posts that ``read`` holds (its system and
+    developer messages before that kept), or as it is when it posts none of them."""
+    known = replayed_ids(read)
+    messages = run_input.messages
+    at = next((i for i, m in enumerate(messages) if m.id in known), 0)
+    if at == 0:
+        return run_input
+    kept = [m for m in messages[:at] if m.role in SYSTEM_ROLES]
+    return run_input.model_copy(update={"messages": [*kept, *messages[at:]]})
+
+
+async def _with_echoes(
+    repo: Any, chat_uuid: UUID, posted: RunAgentInput, read: list[Message]
+) -> list[Message] | None:
+    """``read``, after the older user messages ``posted`` echoes (looked up by id), or
+    ``None`` when only the whole thread can check it."""
+    stored_users = {m.agui_id for m in read if m.role == Role.USER.value}
+    calls = {tool_call_agui_id(call) for m in read for call in m.tool_calls}
+    known: set[str] | None = None  # every id the replay shows, gathered if needed
     users: list[str] = []
-    for inbound in run_input.messages:
+    for inbound in posted.messages:
         if isinstance(inbound, UserMessage):
             if inbound.id not in stored_users:
                 users.append(inbound.id)  # new, or older than what was read: looked up
             continue
         if isinstance(inbound, ToolMessage) and inbound.tool_call_id in calls:
             continue
-        known = replayed_ids(loaded.read) if known is None else known
+        known = replayed_ids(read) if known is None else known
         if inbound.id not in known:
-            return list(await repo.get_chat_messages(chat_uuid))
+            return None
     if len(users) > _ECHO_LOOKUPS:
-        return list(await repo.get_chat_messages(chat_uuid))
+        return None
     twins: list[Message] = []
     for agui_id in users:
         twin = await repo.get_message_by_agui_id(chat_uuid, agui_id)
         if twin is not None:
             twins.append(twin)
     # Older than what was read: before it, so the newest run outcome stays last.
-    return twins + loaded.read
+    return twins + read

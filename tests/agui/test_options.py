@@ -149,6 +149,48 @@ async def test_the_adapter_is_built_once_per_run(
     assert len(adapters_built) == 1
 
 
+def _posted(*messages: dict[str, Any]) -> Any:
+    from ag_ui.core import RunAgentInput
+
+    return RunAgentInput.model_validate({**run_body(), "messages": list(messages)})
+
+
+def test_a_durable_run_converts_only_what_it_may_take_of_the_posted_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stored history is what a durable run sends the model, so of a posted transcript only
+    what it may store is converted up front: a client that posts only its newest messages,
+    cut inside a tool exchange, is not refused for a result whose call it left out."""
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
+    echoed = [
+        {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "5"},
+        {"id": "a2", "role": "assistant", "content": "It is 5."},
+        {"id": "u3", "role": "user", "content": "And then?"},
+    ]
+    inner.check_convertible(_posted(*echoed))
+    # What it may take is still converted: a result after the last answer, and a user message
+    # with content parts wherever it is.
+    orphan = {"id": "t2", "role": "tool", "toolCallId": "c9", "content": "?"}
+    with pytest.raises(ValueError, match="c9"):
+        inner.check_convertible(_posted(*echoed[:2], orphan))
+    seen: list[list[str]] = []
+    real = inner.RedactingAGUIAdapter.load_messages.__func__  # type: ignore[attr-defined]
+
+    def spy(cls: Any, messages: Any, **options: Any) -> Any:
+        seen.append([m.id for m in messages])
+        return real(cls, messages, **options)
+
+    monkeypatch.setattr(inner.RedactingAGUIAdapter, "load_messages", classmethod(spy))
+    parts = [{"type": "text", "text": "Look:"}]
+    older = [
+        {"id": "u0", "role": "user", "content": parts},
+        {"id": "u1", "role": "user", "content": "What is 2 + 3?"},
+        {"id": "a1", "role": "assistant", "content": "", "toolCalls": [call]},
+    ]
+    inner.check_convertible(_posted(*older, *echoed))
+    assert seen == [["u0", "a2", "u3"]]
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.urls("tests.agui.urls")
 async def test_a_durable_run_still_refuses_an_unconvertible_history_before_streaming(

@@ -193,6 +193,7 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "The durable path's own cost on the event loop",
         "The run path: a turn at message 10",
         "What a run reads and what the model is sent",
+        "The same turn, the client posting the thread back",
         "The same turn with a window of 10 messages at every size",
         "What a run reads and what the model is sent, window of 10",
         "The run path's writes alone, at message 10",
@@ -202,7 +203,7 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "The sweeper on 20 stale runs",
     ):
         assert f"### {title}" in text
-    assert text.count("Machine: ") == 15
+    assert text.count("Machine: ") == 16
     assert text.count("$ python -m bench --quick --no-predecessors --write") >= 12
     # Each streaming row counts the whole run: RUN_STARTED, 2,000 deltas with their
     # start and end, RUN_FINISHED.
@@ -210,6 +211,10 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
     assert len(streaming) == 3
     assert all("| 2004 |" in line for line in streaming)
     assert "| sqlite | 20 |" in text
+    # The rows a run read: a thread of 40 (and the turn the timed run added) whole in the
+    # default window, the newest 10 in a window of 10.
+    assert "| 40 | 42 | n/a |" in text
+    assert "| 40 | 10 | n/a |" in text
     # Both paths of the overhead table streamed the whole run, and the durable one costs more.
     overhead = [line for line in text.splitlines() if line.startswith(("| stateless", "| durable"))]
     assert len(overhead) == 2
