@@ -9,7 +9,8 @@ example's own stores), uploads a file whose name is one and sends a message that
 and checks nothing ran and no element the payloads named exists. Last, a stored thread of 1,000
 messages: the page paints the newest turns that fill the view first and records how long that
 took (``docs/benchmarks.md``; nothing here is timed), then the oldest message is found in the
-page, copied from the keyboard and present in the accessibility tree. Screenshots and the JSON
+page, copied from the keyboard and present in the accessibility tree, and a turn on the thread
+posts its new message alone and is answered. Screenshots and the JSON
 report go to ``$E2E_ARTIFACTS``.
 """
 
@@ -159,6 +160,11 @@ def test_markdown_hostile_content_and_a_long_thread_in_chromium(
     assert older["copied"] == "Question 0?"
     assert "Question 0?" in older["aria"]
     assert older["shown"] is True
+    # A turn on it posts the new message alone, and the answer comes from the stored thread.
+    continued = long["continued"]
+    assert continued["posted"] == [{"role": "user", "content": "What is 6 * 7?"}]
+    assert continued["turns"] == 1002
+    assert continued["answer"] == "I asked the calculator, and 6 * 7 = 42."
     for path in report["screenshots"]:
         assert Path(path).stat().st_size > 10_000
 

@@ -103,6 +103,7 @@ def chat_context(request: HttpRequest, server: AGUIServer) -> dict[str, Any]:
         "uploads": uploads,
         "branches": server.persists_conversations and keeps_branches(server),
         "forks": server.persists_conversations,
+        "stored_history": server.persists_conversations,
         "csrf_token_value": get_token(request),
         "agent_chat_strings": catalogue(),
         "threads": thread_features(server.conversation_store),

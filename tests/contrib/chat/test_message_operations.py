@@ -25,6 +25,9 @@ from django_pydantic_agent.persistence.session import DjangoSessionConversationS
 from tests.contrib.chat.test_drawer_features import LoggingWrapper
 from tests.testapp.stores import ThreadStore
 
+_STORED = 'data-history="stored"'
+"""The server keeps the thread: the page posts only what is new."""
+
 
 def _server(store: Any) -> AGUIServer:
     return AGUIServer(Agent("test"), conversation_store=store, csrf_exempt=False)
@@ -73,10 +76,12 @@ def test_the_page_offers_what_the_store_can_do(store: Any, branches: bool, forks
 @pytest.mark.parametrize(
     ("namespace", "attributes"),
     [
-        ("history", {'data-branches="on"', 'data-forks="on"'}),
-        ("history-scoped", {'data-branches="on"', 'data-forks="on"'}),
-        ("history-session", {'data-branches="on"', 'data-forks="on"'}),
-        ("history-model", {'data-branches="on"', 'data-forks="on"'}),
+        ("history", {'data-branches="on"', 'data-forks="on"', _STORED}),
+        ("history-scoped", {'data-branches="on"', 'data-forks="on"', _STORED}),
+        ("history-session", {'data-branches="on"', 'data-forks="on"', _STORED}),
+        ("history-model", {'data-branches="on"', 'data-forks="on"', _STORED}),
+        # No store: the page posts the whole transcript, the history the model is sent.
+        ("csrf", set()),
     ],
 )
 def test_the_template_marks_the_operations(
@@ -89,5 +94,5 @@ def test_the_template_marks_the_operations(
         Context({"request": request})
     )
 
-    found = {a for a in ('data-branches="on"', 'data-forks="on"') if a in html}
+    found = {a for a in ('data-branches="on"', 'data-forks="on"', _STORED) if a in html}
     assert found == attributes

@@ -1,5 +1,5 @@
 // contrib.chat's page in Debian's Chromium: markdown answers, Copy, dark mode, a phone's width,
-// stored hostile content and the first paint of a long thread.
+// stored hostile content, and the first paint of a long thread and a turn on it.
 //
 // Usage: node chat_features.mjs <base-url> <username> <password> <artifacts-dir> <prefix>
 //          <hostile-thread-id> <long-thread-id>
@@ -245,7 +245,19 @@ try {
       return box.bottom > view.top && box.top < view.bottom; // scrolled into view by focus
     }),
   };
-  report.steps.push({ step: "long", ...long, older });
+  // A turn on the long thread posts its new message alone (the server keeps the thread and
+  // sends the model its own history), and is answered.
+  const posted = page.waitForRequest((r) => r.method() === "POST" && r.url() === `${baseUrl}/agent/`);
+  await page.fill("#prompt", "What is 6 * 7?");
+  await page.keyboard.press("Enter");
+  const body = JSON.parse((await posted).postData());
+  await waitForStatus(page, "Done", 30000);
+  const continued = {
+    posted: body.messages.map((m) => ({ role: m.role, content: m.content })),
+    turns: await page.locator("#log .turn").count(),
+    answer: await page.locator("#log .turn.assistant").last().locator(".bubble.text").textContent(),
+  };
+  report.steps.push({ step: "long", ...long, older, continued });
 } catch (error) {
   report.error = String(error && error.stack ? error.stack : error);
 } finally {

@@ -2,8 +2,9 @@
 //
 // An ES module, no build step: this file wires the page and owns the run lifecycle; the
 // pieces live beside it in modules/ (transport, state and router, rendering, composer, thread
-// drawer). Each turn is one POST of a RunAgentInput (the whole transcript, as every AG-UI
-// client sends) whose response is a server-sent event stream, rendered as it arrives.
+// drawer). Each turn is one POST of a RunAgentInput (its new message when the server keeps the
+// thread, else the whole transcript) whose response is a server-sent event stream, rendered
+// as it arrives.
 //
 // - Stop asks the server to cancel the run (POST runs/<thread>/<run>/cancel/) and keeps
 //   reading until the stream's terminal event (RUN_FINISHED, outcome cancelled). A server
@@ -305,13 +306,28 @@ async function refusal(response) {
   return errorText(response);
 }
 
-// The RunAgentInput of a run: the whole transcript, as every AG-UI client sends it.
+// A server that keeps the thread sends the model its own history and checks what a client
+// posts against it (server-authoritative), so a run posts only what is new: the transcript
+// from its last user message on (the question sent, or the one a regenerate or an edit cuts
+// at). Posting the rest would cost every turn the thread's length, and past the server's body
+// cap a long conversation could not go on. Without a stored thread the transcript is the
+// history, and a run posts all of it, as every AG-UI client does.
+const storedHistory = app.dataset.history === "stored";
+
+function postedMessages(transcript) {
+  if (!storedHistory) return transcript;
+  let last = transcript.length - 1;
+  while (last > 0 && transcript[last].role !== "user") last -= 1;
+  return transcript.slice(Math.max(last, 0));
+}
+
+// The RunAgentInput of a run.
 function runBody(run) {
   return {
     threadId: run.threadId,
     runId: run.runId,
     state: {},
-    messages: state.transcript,
+    messages: postedMessages(state.transcript),
     tools: [],
     context: [],
     forwardedProps: {},
