@@ -404,6 +404,19 @@ async def test_a_failed_flush_writes_nothing_and_keeps_the_cache_as_before() -> 
     assert fresh.content == "kept"
 
 
+def _count_copies(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The records ``OrmMessageRepository`` copies from now on (to hand out or to snapshot)."""
+    copies: list[object] = []
+    real_copy = OrmMessageRepository._copy
+
+    def counting(message: Any) -> Any:
+        copies.append(message)
+        return real_copy(message)
+
+    monkeypatch.setattr(OrmMessageRepository, "_copy", staticmethod(counting))
+    return copies
+
+
 async def test_a_flush_copies_only_what_it_writes_however_long_the_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -417,14 +430,7 @@ async def test_a_flush_copies_only_what_it_writes_however_long_the_thread(
         for i in range(200):
             await messages.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content=f"m{i}"))
     last = (await messages.get_chat_messages(chat.chat_uuid))[-1]
-    copies: list[object] = []
-    real_copy = OrmMessageRepository._copy
-
-    def counting(message: Any) -> Any:
-        copies.append(message)
-        return real_copy(message)
-
-    monkeypatch.setattr(OrmMessageRepository, "_copy", staticmethod(counting))
+    copies = _count_copies(monkeypatch)
     async with messages.transaction():
         await messages.update_message(last.message_uuid, MessageUpdate(content="grown"))
         await messages.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content="next"))
@@ -512,14 +518,7 @@ async def test_a_cold_read_hands_out_records_it_does_not_share_and_writes_them_u
     call = await writer.create_message_tool_call(
         MessageToolCallCreate(message_uuid=answer.message_uuid, name="lookup", arguments="{}")
     )
-    copies: list[object] = []
-    real_copy = OrmMessageRepository._copy
-
-    def counting(message: Any) -> Any:
-        copies.append(message)
-        return real_copy(message)
-
-    monkeypatch.setattr(OrmMessageRepository, "_copy", staticmethod(counting))
+    copies = _count_copies(monkeypatch)
     run = OrmMessageRepository(OrmChatRepository(owner_id="owner-cold"))
     first, second = await run.get_recent_messages(chat.chat_uuid, 10)
     assert copies == []
