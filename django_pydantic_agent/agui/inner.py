@@ -28,6 +28,7 @@ from ag_ui.core import (
     RunFinishedEvent,
     RunStartedEvent,
     TokenUsage,
+    ToolMessage,
     UserMessage,
 )
 from django.http import HttpRequest
@@ -195,7 +196,8 @@ def check_convertible(run_input: RunAgentInput) -> None:
     tool calls, so only those can fail to convert there:
 
     - every user message but one of plain text, which always converts;
-    - the messages from the last assistant message on (the results after it need its calls).
+    - the messages from the last assistant message on, from the one that made the calls the
+      tool results among them answer if that is older.
 
     What else a client posts back (every AG-UI client posts its whole transcript) is either
     stored already, and ignored, or refused by the storage agent; converting it all cost a
@@ -204,14 +206,22 @@ def check_convertible(run_input: RunAgentInput) -> None:
     Raises ``ValueError`` or ``TypeError`` exactly when ``build_adapter`` would on those.
     """
     messages = run_input.messages
-    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=0)
+    start = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=0)
+    answers = {m.tool_call_id for m in messages[start:] if isinstance(m, ToolMessage)}
+    for index in range(start, -1, -1):
+        if not answers:
+            break
+        made = {call.id for call in getattr(messages[index], "tool_calls", None) or ()}
+        if made & answers:
+            start = index
+            answers -= made
     users = [
         m
-        for m in messages[:last]
+        for m in messages[:start]
         if isinstance(m, UserMessage)
         and (not isinstance(m.content, str) or getattr(m, "encrypted_value", None))
     ]
-    RedactingAGUIAdapter.load_messages([*users, *messages[last:]])
+    RedactingAGUIAdapter.load_messages([*users, *messages[start:]])
 
 
 async def without_reasoning(events: AsyncIterator[BaseEvent]) -> AsyncIterator[BaseEvent]:

@@ -189,6 +189,11 @@ def test_a_durable_run_converts_only_what_it_may_take_of_the_posted_messages(
     ]
     inner.check_convertible(_posted(*older, *echoed))
     assert seen == [["u0", "a2", "u3"]]
+    # A result after the last answer, for a call an older message made, converts with it (the
+    # storage agent then refuses it as a second result, in a RUN_ERROR).
+    again = {"id": "t3", "role": "tool", "toolCallId": "c1", "content": "6"}
+    inner.check_convertible(_posted(*older, *echoed, again))
+    assert seen[-1] == ["u0", "a1", "t1", "a2", "u3", "t3"]
 
 
 @pytest.mark.django_db(transaction=True)
