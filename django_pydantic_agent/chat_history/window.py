@@ -13,6 +13,7 @@ bounded query), any other is read whole and cut in memory.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -288,19 +289,25 @@ async def checked_history(
     """
     if loaded.whole:
         return loaded.read, run_input
-    posted = _from_the_read(run_input, loaded.read)
-    history = await _with_echoes(repo, chat_uuid, posted, loaded.read)
+    # Every id the replay of the read shows (0.2 ms for 100 records): gathered once, and only
+    # when a posted message needs it.
+    known = functools.cache(functools.partial(replayed_ids, loaded.read))
+    posted = _from_the_read(run_input, known)
+    history = await _with_echoes(repo, chat_uuid, posted, loaded.read, known)
     if history is None:
         return list(await repo.get_chat_messages(chat_uuid)), run_input
     return history, posted
 
 
-def _from_the_read(run_input: RunAgentInput, read: Sequence[Message]) -> RunAgentInput:
-    """``run_input`` from the first message it posts that ``read`` holds (its system and
-    developer messages before that kept), or as it is when it posts none of them."""
-    known = replayed_ids(read)
+def _from_the_read(run_input: RunAgentInput, known: Callable[[], set[str]]) -> RunAgentInput:
+    """``run_input`` from the first message it posts that the read holds (``known()``, its
+    ids), its system and developer messages before that kept; as it is when it posts none of
+    them, or a single message (nothing comes before it)."""
     messages = run_input.messages
-    at = next((i for i, m in enumerate(messages) if m.id in known), 0)
+    if len(messages) < 2:
+        return run_input
+    ids = known()
+    at = next((i for i, m in enumerate(messages) if m.id in ids), 0)
     if at == 0:
         return run_input
     kept = [m for m in messages[:at] if m.role in SYSTEM_ROLES]
@@ -308,13 +315,16 @@ def _from_the_read(run_input: RunAgentInput, read: Sequence[Message]) -> RunAgen
 
 
 async def _with_echoes(
-    repo: Any, chat_uuid: UUID, posted: RunAgentInput, read: list[Message]
+    repo: Any,
+    chat_uuid: UUID,
+    posted: RunAgentInput,
+    read: list[Message],
+    known: Callable[[], set[str]],
 ) -> list[Message] | None:
     """``read``, after the older user messages ``posted`` echoes (looked up by id), or
     ``None`` when only the whole thread can check it."""
     stored_users = {m.agui_id for m in read if m.role == Role.USER.value}
     calls = {tool_call_agui_id(call) for m in read for call in m.tool_calls}
-    known: set[str] | None = None  # every id the replay shows, gathered if needed
     users: list[str] = []
     for inbound in posted.messages:
         if isinstance(inbound, UserMessage):
@@ -323,8 +333,7 @@ async def _with_echoes(
             continue
         if isinstance(inbound, ToolMessage) and inbound.tool_call_id in calls:
             continue
-        known = replayed_ids(read) if known is None else known
-        if inbound.id not in known:
+        if inbound.id not in known():
             return None
     if len(users) > _ECHO_LOOKUPS:
         return None

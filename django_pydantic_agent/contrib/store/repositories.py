@@ -829,27 +829,26 @@ class OrmMessageRepository(NestedRecordWrites):
         """Return a message of this owner by uuid, or ``None``."""
         return await unit_of_work(self._get_sync)(message_uuid)
 
+    @staticmethod
+    def _active_rows(state: _ChatState) -> Any:
+        """The thread's active branch as named tuples of ``READ_COLUMNS`` (the (conversation,
+        position) index of the active rows)."""
+        from django_pydantic_agent.contrib.store.models import StoredMessage
+
+        rows = StoredMessage.objects.filter(conversation_id=state.pk, active=True)
+        return rows.values_list(*rows_.READ_COLUMNS, named=True)
+
     def _thread_sync(self, chat_uuid: UUID) -> list[Message]:
         state = self.chats._state_sync(chat_uuid)
         if state is None:
             return []
-        from django_pydantic_agent.contrib.store.models import StoredMessage
-
-        rows = StoredMessage.objects.filter(conversation_id=state.pk, active=True)
-        return self._handed(
-            list(rows.order_by("position").values_list(*rows_.READ_COLUMNS, named=True)), state
-        )
+        return self._handed(list(self._active_rows(state).order_by("position")), state)
 
     def _recent_sync(self, chat_uuid: UUID, limit: int, agui_id: str | None) -> list[Message]:
         state = self.chats._state_sync(chat_uuid)
         if state is None:
             return []
-        from django_pydantic_agent.contrib.store.models import StoredMessage
-
-        # The active branch only (the (conversation, position) index of the active rows).
-        rows = StoredMessage.objects.filter(conversation_id=state.pk, active=True).values_list(
-            *rows_.READ_COLUMNS, named=True
-        )
+        rows = self._active_rows(state)
         if agui_id is None:
             found = _newest(rows, state.next_position, limit)
         else:  # the column keeps MAX_KEY characters of an id: the record has it whole

@@ -318,7 +318,7 @@ function postedMessages(transcript) {
   if (!storedHistory) return transcript;
   let last = transcript.length - 1;
   while (last > 0 && transcript[last].role !== "user") last -= 1;
-  return transcript.slice(Math.max(last, 0));
+  return transcript.slice(last);
 }
 
 // The RunAgentInput of a run.
