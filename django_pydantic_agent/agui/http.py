@@ -47,6 +47,7 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "MEMORY_SERVICE_BUSY",
     "MEMORY_SERVICE_FAILED",
+    "MAX_JSON_DEPTH",
     "NESTED_TOO_DEEPLY",
     "RETRY_AFTER_SECONDS",
     "STORAGE_FULL",
@@ -59,6 +60,7 @@ __all__ = [
     "is_json_request",
     "is_transient_database_error",
     "json_body_limit",
+    "nested_too_deeply",
     "not_json_response",
     "read_json_body",
     "read_json_object",
@@ -70,10 +72,14 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 #: The body cap of the JSON routes when ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is ``None``: Django's
 #: own default for that setting, 2.5 MiB.
 DEFAULT_MAX_BODY_BYTES = 2_621_440
-#: The 400 message for a JSON body nested deeper than the parser's recursion limit.
+#: The deepest nesting of arrays and objects a JSON body may have: the limit of pydantic's JSON
+#: parser, which parses the run endpoint's body, so every route refuses the same bodies on every
+#: Python (3.13's ``json`` parses far deeper than 3.11's).
+MAX_JSON_DEPTH: Final[int] = 200
+#: The 400 message for a JSON body nested deeper than ``MAX_JSON_DEPTH``.
 NESTED_TOO_DEEPLY = (
-    "The request body is nested too deeply to parse; send at most a few hundred levels of "
-    "nested arrays and objects."
+    "The request body is nested too deeply to parse; send at most 200 levels of nested "
+    "arrays and objects."
 )
 #: The ``Retry-After`` of a 503 answered for a locked or timed-out database.
 RETRY_AFTER_SECONDS = 1
@@ -200,7 +206,7 @@ def read_json_object(
     """The body of an ``application/json`` request parsed into a JSON object, or the refusal.
 
     415 and 413 as ``read_json_body`` (``too_big`` tells the caller what to send instead); 400
-    ``NESTED_TOO_DEEPLY`` for a body nested past the parser's recursion limit; 400 ``not_json``
+    ``NESTED_TOO_DEEPLY`` for a body nested past ``MAX_JSON_DEPTH``; 400 ``not_json``
     for a body that is not JSON (``not_object`` when ``not_json`` is ``None``); 400
     ``not_object`` for JSON that is not an object; 400 naming the first value no store can
     keep (NaN, Infinity, NUL, an unpaired surrogate; ``agui.unstorable``). Each 400 is logged
@@ -215,12 +221,29 @@ def read_json_object(
         return refuse_input(request, NESTED_TOO_DEEPLY)
     except (ValueError, UnicodeDecodeError):
         return refuse_input(request, not_object if not_json is None else not_json)
+    if nested_too_deeply(payload):
+        return refuse_input(request, NESTED_TOO_DEEPLY)
     if not isinstance(payload, dict):
         return refuse_input(request, not_object)
     unstorable = unstorable_problem(body) if may_hold_unstorable_values(body) else None
     if unstorable is not None:
         return refuse_input(request, unstorable)
     return payload
+
+
+def nested_too_deeply(payload: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the parsed JSON ``payload`` nests arrays and objects more than ``limit`` deep.
+
+    Walks the containers without recursion and stops at the first one past ``limit``.
+    """
+    stack: list[tuple[Any, int]] = [(payload, 1)] if isinstance(payload, dict | list) else []
+    while stack:
+        value, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def _logged_path(request: HttpRequest) -> str:

@@ -170,6 +170,8 @@ def parse_run_input(body: bytes) -> RunAgentInput:
     try:
         run_input = AGUIAdapter.build_run_input(body)
     except ValidationError as exc:
+        if any("recursion limit" in error["msg"] for error in exc.errors()):
+            raise RunInputError(NESTED_TOO_DEEPLY) from exc  # pydantic's parser's limit
         # The body is parsed a second time only to word the refusal: pydantic rejects every
         # body that json.loads rejects, so the common, valid case is parsed once.
         payload = _load_json(body)
