@@ -62,6 +62,7 @@ from django_pydantic_agent.chat_history.manager import (
     TERMINAL_EVENT_TYPES,
     RunObserver,
 )
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.persistence.outages import OutageLog, is_outage, retry_outage
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
@@ -357,7 +358,7 @@ class RunCoordinator(RunObserver):
     @property
     def resuming(self) -> bool:
         """Whether runs whose worker drained or died are resumed (``on_worker_loss``)."""
-        return self.on_worker_loss == "resume" and isinstance(self.run_store, ResumableRunStore)
+        return self.on_worker_loss == "resume" and implements(self.run_store, ResumableRunStore)
 
     async def take_over(
         self, run: tuple[str, str, str] | None = None
@@ -369,7 +370,7 @@ class RunCoordinator(RunObserver):
         store = self.run_store
         if not self.resuming or self._draining or self.resumer is None:
             return [], []
-        assert isinstance(store, ResumableRunStore)
+        assert implements(store, ResumableRunStore)
         taken, ended = await store.take_over(
             lease=self.lease_seconds, worker_id=WORKER_ID, max_resumes=self.max_resumes, run=run
         )
@@ -627,7 +628,7 @@ class RunCoordinator(RunObserver):
         self._last_cancel_check.pop(handle, None)
         if owner_id is None:
             return
-        if handle.handed_over and isinstance(self.run_store, HandOverRunStore):
+        if handle.handed_over and implements(self.run_store, HandOverRunStore):
             await self.run_store.hand_over(
                 owner_id=owner_id,
                 thread_id=handle.thread_id,

@@ -50,6 +50,7 @@ from django_pydantic_agent.agui.threads import ThreadEndpoints
 from django_pydantic_agent.agui.transfer import TransferEndpoints
 from django_pydantic_agent.agui.usage import UsageEndpoint
 from django_pydantic_agent.agui.views import AGUIView, Route
+from django_pydantic_agent.chat_history.protocols import implements, missing_members
 from django_pydantic_agent.chat_history.window import HistoryWindow
 from django_pydantic_agent.persistence import (
     AttachmentStore,
@@ -90,9 +91,14 @@ def default_run_store(
 
 
 def _checked(name: str, value: Any, contract: type, methods: str) -> Any:
-    """``value``, or a ``TypeError`` naming it when it does not implement ``contract``."""
-    if not isinstance(value, contract):
-        raise TypeError(f"{name}={value!r} does not implement {contract.__name__} ({methods}).")
+    """``value``, or a ``TypeError`` naming it and what it lacks when it does not implement
+    ``contract`` (a wrapper that forwards through ``__getattr__`` implements what it wraps)."""
+    missing = missing_members(value, contract)
+    if missing:
+        raise TypeError(
+            f"{name}={value!r} does not implement {contract.__name__} ({methods}): it has no "
+            f"{', '.join(missing)}."
+        )
     return value
 
 
@@ -230,9 +236,9 @@ class AGUIServer:
         if run_store is None and is_persistent(conversation_store):
             run_store = default_run_store(conversation_store, lease_seconds=run_lease_seconds)
         if on_worker_loss is None:
-            resumable = isinstance(run_store, ResumableRunStore)
+            resumable = implements(run_store, ResumableRunStore)
             on_worker_loss = "resume" if resumable else "error"
-        elif on_worker_loss == "resume" and not isinstance(run_store, ResumableRunStore):
+        elif on_worker_loss == "resume" and not implements(run_store, ResumableRunStore):
             raise ValueError(
                 f"on_worker_loss='resume' needs a run store another worker can take runs over "
                 f"from (a ResumableRunStore, such as DefaultConversationStore's); "
@@ -336,7 +342,7 @@ class AGUIServer:
             )
             table = [*run.routes(), *self._tree_routes(store, uploads)]
             table += [*threads.routes(), *runs.routes()]
-            ledger = self.run_store if isinstance(self.run_store, UsageLedger) else None
+            ledger = self.run_store if implements(self.run_store, UsageLedger) else None
 
             async def owner(request: HttpRequest) -> str | None:
                 if await owns_nothing(request, store):

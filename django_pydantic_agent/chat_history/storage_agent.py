@@ -87,6 +87,7 @@ from django_pydantic_agent.chat_history.errors import (
 )
 from django_pydantic_agent.chat_history.fold import EventFold
 from django_pydantic_agent.chat_history.keys import chat_deduplication_key
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.chat_history.records import (
     Chat,
     ChatCreate,
@@ -464,8 +465,8 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             return
         replay = self.translate(history)
         inner = self.inner
-        summarizes = isinstance(inner, ReplaysSummaries)
-        if isinstance(inner, ReplaysSummaries):
+        summarizes = implements(inner, ReplaysSummaries)
+        if implements(inner, ReplaysSummaries):
             inner.replayed_summary = summary
         if writes is not None:
             replay = [_unsaved(message) for message in replay]
@@ -568,7 +569,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             return (*self._prepare_new(input), False, None)
         loaded = await self.load_history(chat)
         summary = loaded.summary
-        branches = isinstance(self.message_repo, StartsBranches)
+        branches = implements(self.message_repo, StartsBranches)
         checked, posted = await checked_history(self.message_repo, chat.chat_uuid, input, loaded)
         plan = plan_inbound(posted, checked, branches=branches)
         history = loaded.window
@@ -598,7 +599,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         failure is logged: the run and its messages are not affected."""
         written = getattr(self.inner, "written_summary", None)
         repo = self.message_repo
-        if not isinstance(written, WrittenSummary) or not isinstance(repo, SummaryStore):
+        if not isinstance(written, WrittenSummary) or not implements(repo, SummaryStore):
             return
         through = summary_through(history, written, replayed)
         if through is None:
@@ -672,7 +673,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
             return chat, history
         async with self.message_repo.transaction():
             if plan.branch_at is not None:
-                assert isinstance(self.message_repo, StartsBranches)
+                assert implements(self.message_repo, StartsBranches)
                 if plan.renamed is not None:  # renamed first: the cut may take it out of reach
                     stored, new_id = plan.renamed
                     await self.message_repo.update_message(

@@ -23,6 +23,7 @@ from uuid import UUID
 from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
 
 from django_pydantic_agent.chat_history._inbound import SYSTEM_ROLES
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.chat_history.records import Message, Role
 from django_pydantic_agent.chat_history.summaries import (
     StoredSummary,
@@ -221,7 +222,7 @@ async def read_window(repo: Any, chat_uuid: UUID, window: HistoryWindow) -> Read
     One bounded read (``get_recent_messages``) on a repository that declares
     ``RecentMessageReads`` and a window with ``max_messages``; the whole chat otherwise.
     """
-    if window.max_messages is not None and isinstance(repo, RecentMessageReads):
+    if window.max_messages is not None and implements(repo, RecentMessageReads):
         stored = list(await repo.get_recent_messages(chat_uuid, window.max_messages))
         whole = len(stored) < window.max_messages
     else:
@@ -257,7 +258,7 @@ async def _summary(
     """The chat's newest stored summary, when it stands for messages of the active branch
     (an edit before its end started another branch: it then stands for none of them)."""
     lookups: Any = repo
-    if not isinstance(repo, SummaryStore):
+    if not implements(repo, SummaryStore):
         return None
     summary = await repo.get_latest_summary(chat_uuid)
     if summary is None or any(m.message_uuid == summary.through_uuid for m in stored):

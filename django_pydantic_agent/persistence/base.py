@@ -31,6 +31,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkabl
 from asgiref.sync import sync_to_async
 
 # Re-exported from their old home; the tree lives in ``persistence.errors``.
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.persistence.errors import StoreDataError, StoreError, StoreLimitError
 from django_pydantic_agent.persistence.runs import RunStore
 
@@ -342,21 +343,21 @@ def own_run_store(store: object) -> RunStore | None:
     """The ``RunStore`` of the first store along ``wrapped_stores`` that provides one
     (``ProvidesRunStore``), or ``None`` when none does."""
     for layer in wrapped_stores(store):
-        if isinstance(layer, ProvidesRunStore):
+        if implements(layer, ProvidesRunStore):
             found = layer.run_store()
-            if isinstance(found, RunStore):
+            if implements(found, RunStore):
                 return found
     return None
 
 
 def store_checks(store: object, **kwargs: Any) -> list[CheckMessage]:
     """``store.check(**kwargs)`` when the store checks itself (``ChecksItself``), else ``[]``."""
-    return list(store.check(**kwargs)) if isinstance(store, ChecksItself) else []
+    return list(store.check(**kwargs)) if implements(store, ChecksItself) else []
 
 
 def repository_user_uuid(chat_repository: object) -> uuid.UUID | None:
     """The ``user_uuid`` a chat repository names (``NamesItsUser``), or ``None``."""
-    if isinstance(chat_repository, NamesItsUser):
+    if implements(chat_repository, NamesItsUser):
         found = chat_repository.user_uuid
         return found if isinstance(found, uuid.UUID) else None
     return None
@@ -365,7 +366,7 @@ def repository_user_uuid(chat_repository: object) -> uuid.UUID | None:
 async def refuse_over_quota(chat_repository: object, thread_id: str) -> None:
     """Ask a chat repository that can (``RefusesOverQuota``) whether a run on ``thread_id`` is
     over quota: its ``StoreLimitError`` propagates. Nothing happens for any other repository."""
-    if isinstance(chat_repository, RefusesOverQuota):
+    if implements(chat_repository, RefusesOverQuota):
         await chat_repository.refuse_over_quota(thread_id)
 
 
@@ -380,7 +381,7 @@ async def attachment_refs(
     wanted = list(dict.fromkeys(attachment_ids))
     if not wanted:
         return {}
-    if isinstance(store, ResolvesAttachmentRefs):
+    if implements(store, ResolvesAttachmentRefs):
         found = await store.refs(wanted, request=request)
         return {key: found[key] for key in wanted if key in found}
     refs: dict[str, AttachmentRef] = {}
@@ -399,7 +400,7 @@ def is_persistent(store: object) -> bool:
     mounts no thread or attachment routes and uses the client's posted history. A store without
     the attribute is assumed to persist.
     """
-    return bool(store.persistent) if isinstance(store, ReportsPersistence) else True
+    return bool(store.persistent) if implements(store, ReportsPersistence) else True
 
 
 def wrapped_stores(store: object) -> Iterator[object]:
@@ -412,7 +413,7 @@ def wrapped_stores(store: object) -> Iterator[object]:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        current = current.inner if isinstance(current, WrapsStore) else None
+        current = current.inner if implements(current, WrapsStore) else None
 
 
 def serves_anonymous(store: object) -> bool:
@@ -422,7 +423,7 @@ def serves_anonymous(store: object) -> bool:
     that declares none is assumed to serve anonymous callers.
     """
     for layer in wrapped_stores(store):
-        if isinstance(layer, DeclaresAnonymousPolicy) and isinstance(layer.allow_anonymous, bool):
+        if implements(layer, DeclaresAnonymousPolicy) and isinstance(layer.allow_anonymous, bool):
             return layer.allow_anonymous
     return True
 
@@ -435,7 +436,7 @@ async def store_repositories(
     ``None`` means the store offers no ``repositories`` (the transport then falls back to the
     whole-conversation adapter). Whatever ``repositories`` raises propagates.
     """
-    if not isinstance(store, ProvidesRepositories):
+    if not implements(store, ProvidesRepositories):
         return None
     return await store.repositories(request=request)
 

@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.persistence.base import Conversation
 from django_pydantic_agent.persistence.wire import strip_branches
 
@@ -81,7 +82,7 @@ async def branch_points(
     store: object, thread_id: str, *, request: HttpRequest
 ) -> dict[str, BranchPoint]:
     """The branch points of the thread's active branch, ``{}`` for a store that keeps none."""
-    if isinstance(store, KeepsBranches):
+    if implements(store, KeepsBranches):
         return await store.branch_points(thread_id, request=request) or {}
     return {}
 
@@ -91,7 +92,7 @@ async def activate_branch(
 ) -> bool:
     """``store.activate(...)`` when the store keeps branches; otherwise whether
     ``message_id`` already is on the (only) branch ``load`` returns."""
-    if isinstance(store, KeepsBranches):
+    if implements(store, KeepsBranches):
         return await store.activate(thread_id, message_id, request=request)
     load = getattr(store, "load", None)
     if load is None:
@@ -139,7 +140,7 @@ async def fork_thread(
     thread and saves the copy with ``save``.
     """
     new_id = new_thread_id()
-    if isinstance(store, ForksThreads):
+    if implements(store, ForksThreads):
         done = await store.fork(thread_id, message_id, new_id, request=request)
         return new_id if done else None
     conversation = await store.load(thread_id, request=request)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.persistence.base import ConversationMeta, ConversationStore
 
 if TYPE_CHECKING:
@@ -233,7 +234,7 @@ async def find_threads(
     Raises ``CursorError`` for a position the store cannot read; whatever the store raises
     otherwise propagates.
     """
-    if isinstance(store, SearchesThreads):
+    if implements(store, SearchesThreads):
         return await store.find_threads(query, request=request)
     metas = await store.list(request=request, limit=GENERIC_SCAN_LIMIT)
     return filter_threads(metas, query)
@@ -246,7 +247,7 @@ async def archive_thread(
 
     Raises ``ArchiveUnsupportedError`` for a store without ``ArchivesThreads``.
     """
-    if not isinstance(store, ArchivesThreads):
+    if not implements(store, ArchivesThreads):
         raise ArchiveUnsupportedError(
             f"{store!r} keeps no archived flag: implement archive(thread_id, archived, "
             "request=...) (ArchivesThreads) to archive threads."

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.persistence.base import (
     Conversation,
     ConversationMetaList,
@@ -116,7 +117,7 @@ class ScopedConversationStore:
     """
 
     def __init__(self, inner: ConversationStore, *, scope: str) -> None:
-        if not isinstance(inner, ConversationStore):
+        if not implements(inner, ConversationStore):
             raise TypeError(
                 f"inner={inner!r} is not a ConversationStore: pass a store object with async "
                 "load, save, delete, list, exists and rename methods."
@@ -210,7 +211,7 @@ class ScopedConversationStore:
     ) -> dict[str, BranchPoint] | None:
         """The inner store's branch points of this scope's thread (``{}`` when it keeps no
         branches; ``None`` for a missing thread)."""
-        if isinstance(self._inner, KeepsBranches):
+        if implements(self._inner, KeepsBranches):
             return await self._inner.branch_points(self._key(thread_id), request=request)
         return {} if await self.exists(thread_id, request=request) else None
 
@@ -222,7 +223,7 @@ class ScopedConversationStore:
         self, thread_id: str, message_id: str, new_thread_id: str, *, request: HttpRequest
     ) -> bool:
         """Fork this scope's thread into this scope's ``new_thread_id``."""
-        if isinstance(self._inner, ForksThreads):
+        if implements(self._inner, ForksThreads):
             return await self._inner.fork(
                 self._key(thread_id), message_id, self._key(new_thread_id), request=request
             )

@@ -28,6 +28,7 @@ import json
 import uuid
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.persistence.base import Conversation
 from django_pydantic_agent.persistence.derive import message_text
 from django_pydantic_agent.persistence.message_tree import document_messages, export_entries
@@ -264,7 +265,7 @@ async def export_thread(
     """The owner's thread as a document: the store's own (``ExportsThreads``), else every
     branch of its stored messages as wire messages, one entry each (``message_tree``);
     ``None`` when the thread is missing."""
-    if isinstance(store, ExportsThreads):
+    if implements(store, ExportsThreads):
         return await store.export(thread_id, request=request)
     conversation = await store.load(thread_id, request=request)
     if conversation is None:
@@ -301,7 +302,7 @@ async def import_thread(
     """Create the owner's thread ``thread_id`` from a checked ``document``: the store's own
     import (``ExportsThreads``), else a ``save`` and a ``rename``: the active branch, with
     the other branches kept inside its messages (``message_tree.document_messages``)."""
-    if isinstance(store, ExportsThreads):
+    if implements(store, ExportsThreads):
         await store.import_document(document, thread_id, request=request)
         return
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.chat_history.records import ChatCreate, MessageCreate
 from django_pydantic_agent.chat_history.repositories import StartsBranches
 from django_pydantic_agent.persistence.base import (
@@ -130,7 +131,7 @@ class ConversationStoreContract:
 
     def _store(self) -> ConversationStore:
         store = self.make_store()
-        assert isinstance(store, ConversationStore), f"{store!r} is not a ConversationStore"
+        assert implements(store, ConversationStore), f"{store!r} is not a ConversationStore"
         return store
 
     def _owners(self) -> tuple[tuple[str, str], ...]:
@@ -509,7 +510,7 @@ class ConversationStoreContract:
     def _branching_store(self) -> ConversationStore:
         store = self._store()
         *_, innermost = wrapped_stores(store)
-        if not is_persistent(store) or not isinstance(innermost, KeepsBranches):
+        if not is_persistent(store) or not implements(innermost, KeepsBranches):
             pytest.skip("This store keeps no branches.")
         return store
 
@@ -527,7 +528,7 @@ class ConversationStoreContract:
             else await chats.get_chat_by_thread_id(user_uuid, "tree")
         )
         assert chat is not None
-        assert isinstance(messages, StartsBranches)
+        assert implements(messages, StartsBranches)
         return chat, messages
 
     async def _tree(self, store: ConversationStore, actors: StoreActors) -> Any:
@@ -600,7 +601,7 @@ class ConversationStoreContract:
         store = self._branching_store()
         await self._tree(store, actors)
         bob = actors.request("bob")
-        assert isinstance(store, KeepsBranches)
+        assert implements(store, KeepsBranches)
         assert await store.branch_points("tree", request=bob) is None
         assert await store.branch_points("no-such-thread", request=bob) is None
         assert not await store.activate("tree", "a2", request=bob)
@@ -770,7 +771,7 @@ class AttachmentStoreContract:
 
     def _store(self) -> AttachmentStore:
         store = self.make_store()
-        assert isinstance(store, AttachmentStore), f"{store!r} is not an AttachmentStore"
+        assert implements(store, AttachmentStore), f"{store!r} is not an AttachmentStore"
         return store
 
     @staticmethod

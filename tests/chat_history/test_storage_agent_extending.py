@@ -27,6 +27,7 @@ from django_pydantic_agent.chat_history import (
     StorageState,
     ToolCall,
 )
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.chat_history.records import (
     MessageReasoningCreate,
     MessageToolCallCreate,
@@ -270,8 +271,9 @@ class Delegating:
 async def test_any_structural_repository_is_accepted() -> None:
     chats, messages = _repos()
     chat_repo, message_repo = Delegating(chats), Delegating(messages)
-    assert isinstance(chat_repo, ChatRepositoryLike)
-    assert isinstance(message_repo, MessageRepositoryLike)
+    # Python 3.12's isinstance() misses members found through __getattr__; implements() does not.
+    assert implements(chat_repo, ChatRepositoryLike)
+    assert implements(message_repo, MessageRepositoryLike)
     script = [rs(), *text("m1", "hi"), rf()]
     agent = AGUIStorageAgent("assistant", USER, chat_repo, message_repo, ScriptedAgent(script))  # type: ignore[arg-type]
     [e async for e in agent.run(run_input(UserMessage(id="u1", content="Hello")))]

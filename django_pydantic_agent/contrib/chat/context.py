@@ -8,6 +8,7 @@ from django.http import HttpRequest
 from django.middleware.csrf import get_token
 from django.urls import NoReverseMatch, resolve, reverse
 
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.contrib.chat.strings import catalogue
 from django_pydantic_agent.persistence.base import wrapped_stores
 from django_pydantic_agent.persistence.branching import KeepsBranches
@@ -73,12 +74,12 @@ def thread_features(store: object) -> dict[str, Any]:
     (``_answering_store``).
     """
     store = _answering_store(store)
-    archive = isinstance(store, ArchivesThreads)
+    archive = implements(store, ArchivesThreads)
     if isinstance(store, ModelConversationStore):
         archive = type(store)._archive is not ModelConversationStore._archive
         search = "text" if type(store)._find is not ModelConversationStore._find else "titles"
     else:
-        search = "text" if isinstance(store, SearchesThreads) else "titles"
+        search = "text" if implements(store, SearchesThreads) else "titles"
     return {"search": search, "archive": archive}
 
 

@@ -25,6 +25,7 @@ from django_pydantic_agent.chat_history import (
     StreamPersistenceManager,
     ToolCall,
 )
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.testing.agui_script import (
     RF,
     RS,
@@ -155,8 +156,8 @@ class ChatHistoryHarness:
 
     def _pair(self, open_repositories: OpenRepositories) -> RepositoryPair:
         chat_repo, message_repo = open_repositories()
-        assert isinstance(chat_repo, ChatRepositoryLike), f"{chat_repo!r} is no ChatRepositoryLike"
-        assert isinstance(message_repo, MessageRepositoryLike), (
+        assert implements(chat_repo, ChatRepositoryLike), f"{chat_repo!r} is no ChatRepositoryLike"
+        assert implements(message_repo, MessageRepositoryLike), (
             f"{message_repo!r} is no MessageRepositoryLike"
         )
         return chat_repo, message_repo
