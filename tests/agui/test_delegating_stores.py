@@ -102,7 +102,8 @@ async def test_a_logging_proxy_around_every_store_is_mounted_and_used(
 ) -> None:
     server, calls = mounted
     # The proxies are taken for what they forward to: stores that persist and resume runs.
-    assert server.persists_conversations and server.accepts_attachments
+    assert server.persists_conversations
+    assert server.accepts_attachments
     assert server.run_options.on_worker_loss == "resume"
     async with await logged_in(alice) as http:
         streamed = await http.post("/proxied/", json=run_body(text="Hello"))
