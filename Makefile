@@ -10,15 +10,17 @@ DATAROBOT_SDK_PYTHON ?= $(abspath $(SDK_VENV))/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: help demo dev test lint type docs docs-serve test-latest test-harness test-postgres \
-	test-django6 test-e2e test-reliability tox sdk-venv bench clean
+.PHONY: help demo dev test test-quick lint type docs docs-serve test-lowest test-latest \
+	test-newest test-postgres test-e2e test-e2e-newest test-reliability tox sdk-venv bench clean
 
 help:
 	@echo "make demo          - install the example project and serve it at http://$(HOST):$(PORT)/"
-	@echo "make test          - tox: lint, type, docs, the suite without and with the harness"
+	@echo "make test          - tox: lint, type, docs, the suite on the lowest stack, the boundary on the newest pydantic-ai"
+	@echo "make test-quick    - the suite without coverage, stopping at the first failure (TESTS=... for a part)"
+	@echo "make test-newest   - tox: the suite under Python 3.13, the newest Django 6 and pydantic-ai"
 	@echo "make test-postgres - tox: the suite on PostgreSQL (DATABASE_URL, default a local server)"
-	@echo "make test-django6  - tox: the suite under Python 3.13 and Django 6"
 	@echo "make test-e2e      - tox: Chromium, @ag-ui/client, uvicorn and the official SDK"
+	@echo "make test-e2e-newest - tox: the browser and @ag-ui/client flows on the newest stack"
 	@echo "make test-reliability - tox: faults, disconnects, hostile input, two workers, crashes"
 	@echo "make dev           - everything in .venv, for an editor and for running pytest by hand"
 
@@ -56,9 +58,15 @@ demo: $(VENV)/.installed-example
 
 dev: $(VENV)/.installed-test
 
-# tox's default env_list: lint, type, docs, latest, harness.
+# tox's default env_list: lint, type, docs, lowest, latest.
 test: tox
 	$(TOX) run
+
+# The lowest leg's suite without coverage, on both cores, stopping at the first failure; TESTS
+# narrows it (make test-quick TESTS=tests/contrib/store).
+TESTS ?=
+test-quick: tox
+	$(TOX) run -e lowest -- --no-cov -x -q $(TESTS)
 
 lint type docs: tox
 	$(TOX) run -e $@
@@ -67,19 +75,21 @@ docs-serve: tox
 	$(TOX) run -e docs --notest
 	.tox/docs/bin/mkdocs serve
 
+test-lowest: tox
+	$(TOX) run -e lowest
+
 test-latest: tox
 	$(TOX) run -e latest
-
-test-harness: tox
-	$(TOX) run -e harness
 
 test-postgres: tox
 	$(TOX) run -e postgres
 
-# Django 6 needs Python >= 3.12: Debian 12 has 3.11 only, the machine image's pyenv has 3.13.
+# Django 6 needs Python >= 3.12: Debian 12 has 3.11 only, the machine image's pyenv has 3.13
+# (any python3.13 on PATH does too).
 PY313_DIR ?= $(dir $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13)))
-test-django6: tox
-	$(if $(PY313_DIR),PATH="$(PY313_DIR):$$PATH") $(TOX) run -e py313-django6
+WITH_PY313 := $(if $(PY313_DIR),PATH="$(PY313_DIR):$$PATH")
+test-newest: tox
+	$(WITH_PY313) $(TOX) run -e newest
 
 # The npm packages of tests/e2e/js, again whenever its package-lock.json changes.
 tests/e2e/js/node_modules/.package-lock.json: tests/e2e/js/package-lock.json
@@ -88,6 +98,9 @@ tests/e2e/js/node_modules/.package-lock.json: tests/e2e/js/package-lock.json
 # Slow end-to-end tests: Chromium, @ag-ui/client under Node, uvicorn, the official SDK.
 test-e2e: tox $(SDK_VENV)/.installed tests/e2e/js/node_modules/.package-lock.json
 	DATAROBOT_SDK_PYTHON=$(DATAROBOT_SDK_PYTHON) $(TOX) run -e e2e
+
+test-e2e-newest: tox tests/e2e/js/node_modules/.package-lock.json
+	$(WITH_PY313) $(TOX) run -e e2e-newest
 
 # The reliability suite: each test prints its figure (docs/reliability.md explains them).
 test-reliability: tox tests/e2e/js/node_modules/.package-lock.json

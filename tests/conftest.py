@@ -150,7 +150,36 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(" ".join(problems))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+#: The test modules where our code meets pydantic-ai: the run path through its AG-UI adapter, the
+#: storage agent and the manager, the translation of records to and from pydantic-ai messages,
+#: the history window, tools and approvals. They are marked ``boundary``; the ``latest`` leg
+#: runs them on the newest pydantic-ai-slim (CONTRIBUTING.md).
+BOUNDARY_MODULES: frozenset[str] = frozenset(
+    {
+        "tests/agui/test_guarded_storage_agent.py",
+        "tests/agui/test_input.py",
+        "tests/agui/test_run.py",
+        "tests/agui/test_runs.py",
+        "tests/agui/test_runs_approval.py",
+        "tests/agui/test_streaming.py",
+        "tests/agui/test_tools.py",
+        "tests/chat_history/test_manager.py",
+        "tests/chat_history/test_seed_agent.py",
+        "tests/chat_history/test_storage_agent.py",
+        "tests/chat_history/test_storage_agent_targets.py",
+        "tests/chat_history/test_translate.py",
+        "tests/chat_history/test_window.py",
+        "tests/example_project/test_agent.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    boundary = pytest.mark.boundary
+    root = config.rootpath
+    for item in items:
+        if item.path.relative_to(root).as_posix() in BOUNDARY_MODULES:
+            item.add_marker(boundary)
     if _engine() == "postgresql":
         return
     skip = pytest.mark.skip(reason="Needs PostgreSQL (marked postgresql); set DATABASE_URL.")
