@@ -4,8 +4,14 @@
 opened with ``RUN_STARTED`` and every message still streaming re-opened, then the live tail:
 from this worker's handle (``replay``) or, for a run running on another worker, from the log
 it relays through the cache. A finished run, or one whose log the cache does not hold, is
-answered from storage with ``MESSAGES_SNAPSHOT`` and its terminal event; a run whose worker
-drained or died is taken over here first when the mount resumes runs.
+answered from storage with ``MESSAGES_SNAPSHOT`` and its terminal event.
+
+A run whose worker drained or died is taken over here when the mount resumes runs, as a new
+execution (an epoch, ``chat_history.manager.epoch_of``) whose log opens with a
+``MESSAGES_SNAPSHOT`` of what is stored. A reader that names an id of an earlier execution
+gets that execution's successor from its start; one that is ahead of what the cache relayed
+(its worker sent events and died before relaying them) waits, with heartbeats, until the
+relay catches up, the run is resumed, or it ends. Never a 4xx for an id a stream sent.
 ``POST .../cancel/`` records a cancel intent that reaches the worker running the run. Both are
 owner-checked through the run store: a stranger's run is a 404 exactly like a missing one.
 """
@@ -13,7 +19,7 @@ owner-checked through the run store: a stranger's run is a 404 exactly like a mi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 from ag_ui.core import (
@@ -33,7 +39,7 @@ from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.agui.sse import aclose, encode_event, sse_response, with_heartbeat
 from django_pydantic_agent.agui.views import Route
 from django_pydantic_agent.chat_history import RunHandle, translate_messages
-from django_pydantic_agent.chat_history.manager import CATCH_UP_BATCH
+from django_pydantic_agent.chat_history.manager import CATCH_UP_BATCH, epoch_base, epoch_of
 from django_pydantic_agent.persistence import StoreError, resolve_owner_id, serves_anonymous
 from django_pydantic_agent.persistence.runs import RunRecord, RunStatus
 
@@ -41,8 +47,7 @@ __all__ = ["RUN_NOT_FOUND", "RunEndpoints", "parse_after", "replay"]
 
 #: The 404 of the run routes (a stranger's run reads the same).
 RUN_NOT_FOUND: Final[str] = "No such run."
-# How long a reattach waits for another worker's relayed log to appear, or to catch up with
-# the ``after`` its client saw (the relay lags the live stream by up to one interval).
+# How long a reattach waits for another worker's relayed log to appear (a run that just started).
 _RELAY_GRACE_SECONDS = 1.0
 
 
@@ -72,6 +77,7 @@ def replay(
     heartbeat_seconds: float | None = None,
     coalesce_seconds: float = 0.0,
     cancel_on_close: bool = False,
+    started: bool = False,
 ) -> AsyncIterator[str]:
     """SSE frames of ``handle`` for a reader that saw up to ``after``, then the live tail.
 
@@ -91,25 +97,26 @@ def replay(
     A run stopped mid-message (cancelled) gets the missing ``*_END`` events, without ids,
     before its terminal event, so AG-UI clients' verifiers accept the stream. A reader that
     saw the terminal event gets ``RUN_STARTED`` and the terminal event again, without ids.
+    An ``after`` of an earlier execution of a resumed run reads this one from its start (its
+    ``MESSAGES_SNAPSHOT`` stands for what came before). ``started``: the stream sent
+    ``RUN_STARTED`` already (``relay.replay_entries``). The caller checks that the log holds
+    the execution whole (``RunHandle.whole_epoch``) and that ``after`` is not beyond it.
     """
-    seen: int | None = None
-    if handle.resumed_at is not None and after > handle.resumed_at:
-        # The reader saw events its run's first worker took with it: the resumed run
-        # numbered its own from where that worker's log stopped.
-        after, seen = handle.resumed_at, after
+    if epoch_of(after) < handle.epoch:
+        after = handle.epoch_base
     terminal = handle.terminal_event
-    if after and terminal is not None and after == handle.last_seq:
+    if after > handle.epoch_base and terminal is not None and after == handle.last_seq:
         # The reader saw the end: the run's start and its end again, without ids.
-        started = RunStartedEvent(thread_id=handle.thread_id, run_id=handle.run_id)
-        return _frames_of(started, terminal)
+        started_event = RunStartedEvent(thread_id=handle.thread_id, run_id=handle.run_id)
+        return _frames_of(terminal) if started else _frames_of(started_event, terminal)
     batches = handle.sequenced_batches(
-        after=0,
+        after=handle.epoch_base,
         idle=heartbeat_seconds or None,
         # Without coalescing, each event is written on its own, as it was logged.
         max_batch=CATCH_UP_BATCH if coalesce_seconds else 1,
         coalesce=coalesce_seconds,
     )
-    frames = replay_entries(batches, handle.run_id, after, seen=seen)
+    frames = replay_entries(batches, handle.run_id, after, started=started)
     return _cancelling(handle, frames) if cancel_on_close else frames
 
 
@@ -205,22 +212,15 @@ class RunEndpoints:
                 "after (or Last-Event-ID) must be a sequence number of this run, such as "
                 f"?after=12 or Last-Event-ID: {run_id}:12.",
             )
-        coordinator = self._coordinator
-        handle = coordinator.manager.get(thread_id, run_id, owner=owner_id)
-        if handle is None and record.running and coordinator.resuming and record.resume_input:
-            # Its worker drained or died: take it over here now, rather than at the next
-            # sweep (a worker that died is waited for until its lease has passed).
-            handle, record = await self._taken_over(owner_id, record, after)
+        handle = self._coordinator.manager.get(thread_id, run_id, owner=owner_id)
         frames: AsyncIterator[str]
         if handle is not None:
-            resumed_past = handle.resumed_at is not None and after > handle.resumed_at
-            if after > handle.last_seq and not resumed_past:
+            # This worker runs it: its log is the authority on what was sent.
+            if epoch_of(after) > handle.epoch or (
+                epoch_of(after) == handle.epoch and after > handle.last_seq
+            ):
                 return _beyond(run_id, after, handle.last_seq)
-            if handle.first_seq > 1:
-                # The log held here lacks its start (a long run, or one resumed without its
-                # first worker's relayed log): the snapshot stands for it.
-                frames = self._from_storage(request, owner_id, record, after)
-            else:
+            if handle.whole_epoch:
                 return sse_response(
                     replay(
                         handle,
@@ -229,84 +229,113 @@ class RunEndpoints:
                         coalesce_seconds=self._coalesce,
                     )
                 )
+            # The log held here lacks the execution's start (a long run): the snapshot
+            # stands for it.
+            frames = self._from_storage(request, owner_id, record, after)
+        elif epoch_of(after) > record.resumes:
+            return _beyond(run_id, after, record.last_seq)  # an execution that never was
         elif record.running:
-            # Running on another worker: follow its log relayed through the cache, if any.
-            relay = self._coordinator.relay
-            log = await relay.follow(owner_id, thread_id, run_id, grace=_RELAY_GRACE_SECONDS)
-            if log is None:
-                frames = self._from_storage(request, owner_id, record, after)
-            elif not await log.wait_for(after, seconds=_RELAY_GRACE_SECONDS):
-                return _beyond(run_id, after, log.last_seq)
-            else:
-                frames = self._relayed(request, owner_id, record, log, after)
+            log = None
+            if not self._may_take_over(record):
+                # Read before the response starts: a cache outage is a 503, not a broken stream.
+                log = await self._coordinator.relay.follow(
+                    owner_id, thread_id, run_id, epoch=record.resumes, grace=_RELAY_GRACE_SECONDS
+                )
+            frames = self._elsewhere(request, owner_id, record, after, log)
         else:
             frames = self._from_storage(request, owner_id, record, after)
         if self._heartbeat or self._coalesce:
             frames = with_heartbeat(frames, self._heartbeat, coalesce=self._coalesce)
         return sse_response(frames)
 
-    async def _taken_over(
-        self, owner_id: str, record: RunRecord, after: int
-    ) -> tuple[RunHandle | None, RunRecord]:
-        """The run's handle once this worker has taken it over, and its record.
+    async def _record(self, owner_id: str, record: RunRecord) -> RunRecord:
+        """``record`` read again (as it was, if it has gone)."""
+        found = await self._coordinator.run_store.get(
+            owner_id=owner_id, thread_id=record.thread_id, run_id=record.run_id
+        )
+        return found or record
 
-        ``(None, record)`` while its worker is alive, or once another worker resumed or
-        ended it. A run whose relayed log stops short of ``after`` (the reader saw events its
-        worker may have taken with it) is watched: while its worker renews its heartbeat,
-        for at most ``_RELAY_GRACE_SECONDS`` (or two heartbeats, up to 3 s), then the relay
-        path answers; once the heartbeats stop, until its lease has passed and it is taken
-        over here (at most ``lease_seconds`` plus a second).
+    def _may_take_over(self, record: RunRecord) -> bool:
+        """Whether this worker may take the run over now: it resumes runs, and the run's
+        worker handed it over or stopped renewing its heartbeat (``lease_seconds``)."""
+        coordinator = self._coordinator
+        return (
+            coordinator.resuming
+            and bool(record.resume_input)
+            and record.stale(coordinator.lease_seconds)
+        )
+
+    async def _elsewhere(
+        self,
+        request: HttpRequest,
+        owner_id: str,
+        record: RunRecord,
+        after: int,
+        log: RelayedLog | None,
+    ) -> AsyncIterator[str]:
+        """A running run this worker does not hold, for a reader that saw up to ``after``.
+
+        Followed through the log its worker relays. A run whose worker drained or died is
+        taken over here (``_may_take_over``) and read from the new execution's start; a reader
+        ahead of the relayed log waits for it, or for that take-over (here or on another
+        worker). Without a relayed log (a per-process cache, or one lost), storage answers
+        once the run ends; a lost log is not followed again, its open messages closed. ``log``
+        is the relayed log of ``record``'s execution, read already (or ``None``).
         """
         coordinator = self._coordinator
         key = (owner_id, record.thread_id, record.run_id)
-        beat = coordinator.heartbeat_seconds
-        loop = asyncio.get_running_loop()
-        alive_until = loop.time() + max(_RELAY_GRACE_SECONDS, min(2 * beat, 3.0))
-        deadline = loop.time() + coordinator.lease_seconds + 1.0
-        while True:
-            if record.stale(coordinator.lease_seconds):
+        started = False
+        lost = -1  # the last execution whose relayed log was lost while followed
+        while record.running:
+            if epoch_of(after) < record.resumes:
+                after = epoch_base(record.resumes)  # a later execution, from its start
+            if self._may_take_over(record):
                 await coordinator.take_over(run=key)
                 handle = coordinator.manager.get(record.thread_id, record.run_id, owner=owner_id)
-                found = await coordinator.run_store.get(
-                    owner_id=owner_id, thread_id=record.thread_id, run_id=record.run_id
-                )
-                return handle, found or record
-            alive = not record.stale(2 * beat)
-            relayed = await coordinator.relay.last_seq(*key)
-            if relayed is None and alive:
-                return None, record  # no relayed log (a per-process cache): storage answers
-            if relayed is not None and relayed >= after:
-                return None, record
-            now = loop.time()
-            if (alive and now >= alive_until) or now >= deadline:
-                return None, record
-            await asyncio.sleep(min(self._poll, 0.2))
-            found = await coordinator.run_store.get(
-                owner_id=owner_id, thread_id=record.thread_id, run_id=record.run_id
-            )
-            if found is None or not found.running:
-                return None, found or record
-            record = found
+                if handle is not None:
+                    async for frame in replay(handle, after, started=started):
+                        yield frame
+                    return
+                record = await self._record(owner_id, record)  # another worker took it
+                continue
+            epoch = record.resumes
+            if log is not None and (log.epoch != epoch or log.lost):
+                log = None
+            if log is None and epoch > lost:
+                log = await coordinator.relay.follow(*key, epoch=epoch, strict=False)
+            if log is not None and log.last_seq < after:
+                # Ahead of what the cache holds: its worker is behind with its relay, or died
+                # before relaying what it sent. Wait (the heartbeat wrapper keeps the stream
+                # open) for the relay, a take-over, or the end.
+                await log.wait_for(after, seconds=self._poll)
+            if log is None or log.lost or log.last_seq < after:
+                if log is None or log.lost or log.terminal:
+                    await asyncio.sleep(self._poll)  # (wait_for waited otherwise)
+                record = await self._record(owner_id, record)
+                continue
+            batches = log.batches(still_running=self._still(owner_id, record))
+            async for frame in replay_entries(batches, record.run_id, after, started=started):
+                yield frame
+            started = True
+            if not log.lost:
+                return
+            lost, log = epoch, None
+            record = await self._record(owner_id, record)
+        async for frame in self._from_storage(request, owner_id, record, after, started=started):
+            yield frame
 
-    async def _relayed(
-        self, request: HttpRequest, owner_id: str, record: RunRecord, log: RelayedLog, after: int
-    ) -> AsyncIterator[str]:
-        """A run held by another worker, from its relayed log; from storage if the log is lost
-        mid-stream (evicted), after closing what it left open."""
-        run_store = self._coordinator.run_store
+    def _still(self, owner_id: str, record: RunRecord) -> Callable[[], Awaitable[bool]]:
+        """Whether the execution of ``record`` still runs: the run has not ended and no other
+        worker took it over since (a follower then stops waiting on the old execution's log)."""
+        run_store, epoch = self._coordinator.run_store, record.resumes
 
         async def still_running() -> bool:
             found = await run_store.get(
                 owner_id=owner_id, thread_id=record.thread_id, run_id=record.run_id
             )
-            return found is not None and found.running
+            return found is not None and found.running and found.resumes == epoch
 
-        batches = log.batches(still_running=still_running)
-        async for frame in replay_entries(batches, record.run_id, after):
-            yield frame
-        if log.lost:
-            async for frame in self._from_storage(request, owner_id, record, after, started=True):
-                yield frame
+        return still_running
 
     async def _from_storage(
         self,

@@ -11,7 +11,8 @@ worker publishes the run's events in batches, from a small task per run that wak
 ``interval`` seconds (and at once at the terminal event), never from the producer's hot path:
 a run makes one cache write per interval in which it logged events, not one per event. The
 keys derive from a digest of (owner, thread, run), so no id appears in a key and a caller can
-only ever read its own runs. Layout, under ``django_pydantic_agent:relay:<digest>``:
+only ever read its own runs; a resumed run's next execution (``RunHandle.epoch`` ``n``) has a
+log of its own, under ``…:e<n>``. Layout, under ``django_pydantic_agent:relay:<digest>``:
 
 - ``…:head``: ``{"batches": n, "last_seq": s, "terminal": bool}``, rewritten with each batch;
 - ``…:<i>``: batch ``i`` (from 1), a list of ``(seq, event class, field values)``, pickled by
@@ -55,7 +56,11 @@ from asgiref.sync import sync_to_async
 
 from django_pydantic_agent.agui.sse import SSE_HEARTBEAT, encode_event
 from django_pydantic_agent.chat_history import RunHandle
-from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES, RunLogTruncatedError
+from django_pydantic_agent.chat_history.manager import (
+    TERMINAL_EVENT_TYPES,
+    RunLogTruncatedError,
+    epoch_base,
+)
 from django_pydantic_agent.persistence.outages import CacheUnavailableError, is_cache_outage
 
 __all__ = [
@@ -173,24 +178,23 @@ async def replay_entries(
     run_id: str,
     after: int,
     *,
-    seen: int | None = None,
+    started: bool = False,
 ) -> AsyncIterator[str]:
     """SSE frames of a run's ``(seq, event)`` log for a reader that saw up to ``after``.
 
     ``batches`` yields the log in order, a few entries at a time; the frames of one batch go
-    out as one string (one write to the socket). ``after == 0`` replays the whole log with its
-    ids; otherwise see the module docstring. A reader that saw the terminal event gets
-    ``RUN_STARTED`` and the terminal event again, without ids (no sequence number twice). A
-    log that ends without a terminal event (a relayed log lost mid-stream) gets the ``*_END``
-    events of what is still open, so the caller can go on with a snapshot. A ``None`` batch
-    (the log was idle) is a heartbeat.
+    out as one string (one write to the socket). ``after`` at or before the log's first entry
+    replays the whole log with its ids; otherwise see the module docstring. A reader that saw
+    the terminal event gets ``RUN_STARTED`` and the terminal event again, without ids (no
+    sequence number twice). A log that ends without a terminal event (a relayed log lost
+    mid-stream, or an execution of the run that another worker took over) gets the ``*_END``
+    events of what is still open, so the caller can go on with a snapshot or the next
+    execution. A ``None`` batch (the log was idle) is a heartbeat.
 
-    ``seen`` (beyond ``after``) is the last id the reader saw of a run whose events after
-    ``after`` were lost with its first worker and numbered again by the worker that resumed
-    it: those up to ``seen`` go out without ids, so no id reaches the reader twice.
+    ``started``: the stream has sent ``RUN_STARTED`` already (a reader that waited, or one
+    going on with the run's next execution), so no ``RUN_STARTED`` of the log is sent again.
     """
     streams = OpenStreams()
-    quiet = after if seen is None else max(after, seen)
     first: BaseEvent | None = None
     ended = False
     try:
@@ -206,21 +210,23 @@ async def replay_entries(
                     if seq == after and event.type in TERMINAL_EVENT_TYPES:
                         # The reader saw the end: the run's start and its end again, no ids.
                         ended = True
-                        frames.append(encode_event(first))
+                        if not started:
+                            frames.append(encode_event(first))
                         if event is not first:
                             frames.append(encode_event(event))
                     elif seq == after:
-                        frames.extend(
-                            encode_event(opening) for opening in [first, *streams.openings()]
-                        )
+                        openings = streams.openings()
+                        if not started:
+                            openings.insert(0, first)
+                        frames.extend(encode_event(opening) for opening in openings)
                     continue
                 if event.type in TERMINAL_EVENT_TYPES:
                     ended = True
                     frames.extend(encode_event(closing) for closing in streams.closings())
+                elif started and event.type == EventType.RUN_STARTED:
+                    continue
                 streams.fold(event)
-                frames.append(
-                    encode_event(event, event_id=event_id(run_id, seq) if seq > quiet else None)
-                )
+                frames.append(encode_event(event, event_id=event_id(run_id, seq)))
             if frames:
                 yield frames[0] if len(frames) == 1 else "".join(frames)
         if not ended:
@@ -269,17 +275,26 @@ class RelayedLog:
     skips a sequence number (evicted or expired); the caller then answers from storage.
     """
 
-    def __init__(self, relay: RunRelay, key: str, head: dict[str, Any], batches: list[Any]) -> None:
+    def __init__(
+        self,
+        relay: RunRelay,
+        key: str,
+        head: dict[str, Any],
+        batches: list[Any],
+        *,
+        epoch: int = 0,
+    ) -> None:
         self._relay = relay
         self._key = key
         self.head = head
         self._batches = batches
+        self.epoch = epoch
         self.lost = False
 
     @property
     def last_seq(self) -> int:
-        """The sequence number of the newest event published."""
-        return int(self.head["last_seq"])
+        """The sequence number of the newest event published (the epoch's base before any)."""
+        return max(int(self.head["last_seq"]), epoch_base(self.epoch))
 
     @property
     def terminal(self) -> bool:
@@ -288,13 +303,14 @@ class RelayedLog:
 
     async def wait_for(self, seq: int, *, seconds: float) -> bool:
         """Whether the published log reaches ``seq`` within ``seconds`` (the relay lags the
-        live stream by up to one interval)."""
+        live stream by up to one interval); a log that disappears meanwhile is ``lost``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         while self.last_seq < seq and not self.terminal and loop.time() < deadline:
             await asyncio.sleep(self._relay.interval)
             head = await self._relay._get(f"{self._key}:head")
             if not isinstance(head, dict):
+                self.lost = True
                 return False
             self.head = head
         return self.last_seq >= seq
@@ -302,11 +318,11 @@ class RelayedLog:
     async def entries(
         self, *, still_running: Callable[[], Awaitable[bool]] | None = None
     ) -> AsyncIterator[tuple[int, BaseEvent]]:
-        """The run's ``(seq, event)`` from seq 1, then the live tail (see the class).
+        """The execution's ``(seq, event)`` from its first, then the live tail (see the class).
 
         ``still_running()`` is asked every ``ALIVE_CHECK_SECONDS`` while no new batch comes:
-        once it says no, a log that stopped short of its terminal event is lost (its worker
-        died), so a follower never waits on it forever.
+        once it says no (the run ended, or another worker took it over), a log that stopped
+        short of its terminal event is lost, so a follower never waits on it forever.
         """
         batches = self.batches(still_running=still_running)
         try:
@@ -322,7 +338,7 @@ class RelayedLog:
         """`entries`, one list per relayed batch (a reader writes each at once)."""
         relay = self._relay
         read = 0
-        expected = 1
+        expected = epoch_base(self.epoch) + 1
         pending = self._batches
         self._batches = []
         while True:
@@ -353,8 +369,8 @@ class RelayedLog:
                 if idle >= ALIVE_CHECK_SECONDS and still_running is not None:
                     idle = 0.0
                     if not await still_running():
-                        # Ended without relaying its terminal event (its worker died and
-                        # the sweeper ended it): one last look, then storage has the ending.
+                        # Ended without relaying its terminal event (its worker died, and the
+                        # sweeper ended it or another worker runs it on): one last look.
                         head = await relay._get(f"{self._key}:head")
                         if not isinstance(head, dict) or int(head["batches"]) <= read:
                             self.lost = True
@@ -410,22 +426,23 @@ class RunRelay:
 
         return caches[self.cache_alias]
 
-    def _key(self, owner_id: str, thread_id: str, run_id: str) -> str:
-        return f"{_PREFIX}:{run_digest(owner_id, thread_id, run_id)}"
+    def _key(self, owner_id: str, thread_id: str, run_id: str, epoch: int = 0) -> str:
+        """The prefix of an execution's keys: a resumed run's each get their own log."""
+        key = f"{_PREFIX}:{run_digest(owner_id, thread_id, run_id)}"
+        return f"{key}:e{epoch}" if epoch else key
 
     # -- publishing (the worker that holds the run) --------------------------------------------
 
-    def publish(self, handle: RunHandle, owner_id: str, *, seq: int = 0, batches: int = 0) -> None:
+    def publish(self, handle: RunHandle, owner_id: str) -> None:
         """Start relaying ``handle``'s log; ``finish(handle)`` (at the run's end) stops it.
 
-        A run resumed from another worker goes on with that worker's relayed log: ``seq``
-        events in ``batches`` batches are published already (``logged``).
+        A resumed run's execution (``handle.epoch``) is relayed as a log of its own.
         """
         if handle in self._published:
             return
-        publication = _Publication(handle, self._key(owner_id, handle.thread_id, handle.run_id))
-        publication.seq = seq
-        publication.batches = batches
+        key = self._key(owner_id, handle.thread_id, handle.run_id, handle.epoch)
+        publication = _Publication(handle, key)
+        publication.seq = handle.epoch_base
         publication.task = asyncio.create_task(
             self._publish_loop(publication),
             name=f"agent run relay {handle.thread_id}/{handle.run_id}",
@@ -568,51 +585,42 @@ class RunRelay:
                 return [None]
         return [found.get(name) for name in names]
 
-    async def logged(
-        self, owner_id: str, thread_id: str, run_id: str
-    ) -> tuple[int, list[BaseEvent]] | None:
-        """``(batches, events)`` of a run's whole relayed log that has not ended (its worker
-        drained or died), events from seq 1 in order; ``None`` when the cache holds none, or
-        only part of one, or its terminal event."""
-        key = self._key(owner_id, thread_id, run_id)
-        head = await self._get(f"{key}:head")
-        if not isinstance(head, dict) or head.get("terminal"):
-            return None
-        count = int(head["batches"])
-        events: list[BaseEvent] = []
-        for batch in await self._batches(key, 1, count):
-            if not isinstance(batch, list):
-                return None
-            for entry in batch:
-                event = _rebuilt(entry)
-                if event is None or entry[0] != len(events) + 1:
-                    return None
-                events.append(event)
-        return count, events
+    async def last_seq(
+        self, owner_id: str, thread_id: str, run_id: str, *, epoch: int = 0
+    ) -> int | None:
+        """The newest sequence number relayed for the run's execution ``epoch``, or ``None``
+        (no log in the cache)."""
+        head = await self._get(f"{self._key(owner_id, thread_id, run_id, epoch)}:head")
+        return max(int(head["last_seq"]), epoch_base(epoch)) if isinstance(head, dict) else None
 
-    async def last_seq(self, owner_id: str, thread_id: str, run_id: str) -> int | None:
-        """The newest sequence number relayed for the run, or ``None`` (no log in the cache)."""
-        head = await self._get(f"{self._key(owner_id, thread_id, run_id)}:head")
-        return int(head["last_seq"]) if isinstance(head, dict) else None
-
-    async def ended(self, owner_id: str, thread_id: str, run_id: str) -> bool:
-        """Whether the run's relayed log holds its terminal event (it ended for its readers)."""
-        head = await self._get(f"{self._key(owner_id, thread_id, run_id)}:head")
+    async def ended(self, owner_id: str, thread_id: str, run_id: str, *, epoch: int = 0) -> bool:
+        """Whether the relayed log of the run's execution ``epoch`` holds its terminal event
+        (it ended for its readers)."""
+        head = await self._get(f"{self._key(owner_id, thread_id, run_id, epoch)}:head")
         return isinstance(head, dict) and bool(head.get("terminal"))
 
     async def follow(
-        self, owner_id: str, thread_id: str, run_id: str, *, grace: float = 0.0
+        self,
+        owner_id: str,
+        thread_id: str,
+        run_id: str,
+        *,
+        epoch: int = 0,
+        grace: float = 0.0,
+        strict: bool = True,
     ) -> RelayedLog | None:
-        """The run's relayed log, or ``None`` when the cache holds none (or only part of one).
+        """The relayed log of the run's execution ``epoch``, or ``None`` when the cache holds
+        none (or only part of one).
 
-        ``grace`` seconds are allowed for the log to appear (a run that just started). A cache
-        that cannot be reached raises ``CacheUnavailableError`` (routes answer it with a 503):
-        whether the run has a log cannot be told then.
+        ``grace`` seconds are allowed for the log to appear (a run that just started). With
+        ``strict``, a cache that cannot be reached raises ``CacheUnavailableError`` (routes
+        answer it with a 503): whether the run has a log cannot be told then; without, that
+        is ``None`` too.
         """
-        key = self._key(owner_id, thread_id, run_id)
+        key = self._key(owner_id, thread_id, run_id, epoch)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
-        head = await self._get(f"{key}:head", strict=True)
+        head = await self._get(f"{key}:head", strict=strict)
         while not isinstance(head, dict) and loop.time() < deadline:
             await asyncio.sleep(self.interval)
             head = await self._get(f"{key}:head")
@@ -621,4 +629,4 @@ class RunRelay:
         batches = await self._batches(key, 1, int(head["batches"]))
         if any(batch is None for batch in batches):
             return None
-        return RelayedLog(self, key, head, batches)
+        return RelayedLog(self, key, head, batches, epoch=epoch)

@@ -27,6 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunStartedEvent
+from ag_ui.core import Message as AGUIMessage
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponseBase
 from pydantic_ai.agent import AbstractAgent
@@ -487,13 +488,18 @@ class DurableRunEndpoint(_RunEndpoint):
             setattr(response, ABANDONED_HOOK, handle.cancel)
         return response
 
-    async def resume(self, record: RunRecord) -> tuple[RunAgentInput, tuple[Any, ...]]:
-        """``(run input, agent factory arguments)`` to run ``record`` again on this worker
-        (``RunCoordinator.resumer``): its owner's repositories, an inner agent whose deps
-        are built from a request carrying only the owner (``owners.owner_request``), and its
-        stored input with no messages (the stored history has them)."""
+    async def resume(
+        self, record: RunRecord
+    ) -> tuple[RunAgentInput, tuple[Any, ...], list[AGUIMessage]]:
+        """``(run input, agent factory arguments, stored messages)`` to run ``record`` again on
+        this worker (``RunCoordinator.resumer``): its owner's repositories, an inner agent whose
+        deps are built from a request carrying only the owner (``owners.owner_request``), and
+        its stored input with no messages (the stored history has them); the thread as stored
+        now, as AG-UI messages, opens the resumed execution's log (its snapshot)."""
         request = await owner_request(record.owner_id)
         chat_repo, message_repo, user_uuid = await owner_repositories(request, self._store)
+        chat = await chat_repo.get_chat_by_thread_id(user_uuid, record.thread_id)
+        thread = await message_repo.get_chat_messages(chat.chat_uuid) if chat is not None else []
         stored = record.resume_input
         accept = stored.get("accept")
         run_input = RunAgentInput.model_validate(
@@ -511,7 +517,8 @@ class DurableRunEndpoint(_RunEndpoint):
             thread_id=record.thread_id,
             scope=RunScope(owner_id=record.owner_id, thread_id=record.thread_id),
         )
-        return run_input, (chat_repo, message_repo, user_uuid, inner, record.run_id)
+        parts = (chat_repo, message_repo, user_uuid, inner, record.run_id)
+        return run_input, parts, translate_messages(thread)
 
     async def repositories(self, request: HttpRequest) -> tuple[Any, Any, uuid.UUID]:
         """The request owner's ``(chat_repo, message_repo, user_uuid)`` on the store.

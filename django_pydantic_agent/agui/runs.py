@@ -35,7 +35,10 @@ from typing import Any, Final
 
 from ag_ui.core import (
     BaseEvent,
+    Message,
+    MessagesSnapshotEvent,
     RunErrorEvent,
+    RunStartedEvent,
 )
 from asgiref.sync import sync_to_async
 from django.db import connections
@@ -49,7 +52,6 @@ from django_pydantic_agent.agui.options import (
 )
 from django_pydantic_agent.agui.relay import (
     RELAY_INTERVAL_SECONDS,
-    OpenStreams,
     RunRelay,
     event_id,
     run_digest,
@@ -103,8 +105,9 @@ HAND_OVER_WAIT_SECONDS: Final[float] = 10.0
 HANDED_OVER_ERROR: Final[str] = "The run's worker shut down before the run ended."
 #: The error of a run taken over for a resume that could not be started again.
 RESUME_FAILED: Final[str] = "The run's worker stopped, and the run could not be resumed."
-#: A resumer: ``(run input, agent factory arguments)`` to run a taken-over run again with.
-Resumer = Callable[[RunRecord], Awaitable[tuple[Any, tuple[Any, ...]]]]
+#: A resumer: ``(run input, agent factory arguments, the thread's stored messages)`` to run a
+#: taken-over run again with, the messages as AG-UI messages (its snapshot).
+Resumer = Callable[[RunRecord], Awaitable[tuple[Any, tuple[Any, ...], list[Message]]]]
 #: The cache key prefix of the sweep lease (``<prefix>:<run store class>``, value: the worker).
 SWEEP_LEASE_PREFIX: Final[str] = "django_pydantic_agent:sweep"
 #: The refusal of a second run on a busy thread (``concurrent_runs="reject"``).
@@ -137,6 +140,10 @@ def _cancel_elsewhere(task: asyncio.Task[Any]) -> None:
     loop = task.get_loop()
     if not loop.is_closed():
         loop.call_soon_threadsafe(task.cancel)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def _status_of(handle: RunHandle) -> str:
@@ -278,7 +285,8 @@ class RunCoordinator(RunObserver):
             record = await self.run_store.get(owner_id=owner_id, thread_id=thread_id, run_id=run_id)
             if record is None or not record.running:
                 return True
-            if loop.time() >= deadline or not await self.relay.ended(owner_id, thread_id, run_id):
+            ended = await self.relay.ended(owner_id, thread_id, run_id, epoch=record.resumes)
+            if loop.time() >= deadline or not ended:
                 return False
             await asyncio.sleep(0.05)
 
@@ -313,7 +321,9 @@ class RunCoordinator(RunObserver):
         if handle is not None:
             return {"runId": record.run_id, "lastSeq": handle.last_seq}
         # Running on another worker: its relayed log is fresher than the record's heartbeat.
-        relayed = await self.relay.last_seq(owner_id, thread_id, record.run_id)
+        relayed = await self.relay.last_seq(
+            owner_id, thread_id, record.run_id, epoch=record.resumes
+        )
         return {"runId": record.run_id, "lastSeq": max(record.last_seq, relayed or 0)}
 
     async def wait_for_runs(self) -> None:
@@ -390,33 +400,31 @@ class RunCoordinator(RunObserver):
         return handles, ended
 
     async def _resume(self, record: RunRecord) -> RunHandle:
-        """Run a taken-over run again here, its log going on from where its worker stopped:
-        from the relayed log when the cache holds it whole, else from the record's
-        ``last_seq``. Events its worker streamed and did not relay (a kill lands within one
-        relay interval of them) are numbered again; ``replay`` sends a reader that saw them
-        the new ones up to its last id without ids."""
+        """Run a taken-over run again here, as its next execution (``record.resumes``).
+
+        That execution's events are numbered from ``epoch_base(record.resumes) + 1``, and its
+        log opens with ``RUN_STARTED`` and a ``MESSAGES_SNAPSHOT`` of the thread as stored
+        now: a reader that saw anything of an earlier execution (even events its worker sent
+        and never relayed or stored) is brought to exactly what is stored, then streams the
+        rest (``docs/reliability.md``, "A worker that dies")."""
         assert self.resumer is not None
         owner_id, thread_id, run_id = record.owner_id, record.thread_id, record.run_id
-        run_input, parts = await self.resumer(record)
-        relayed = await self.relay.logged(owner_id, thread_id, run_id)
-        batches, logged = (0, []) if relayed is None else relayed
-        streams = OpenStreams()
-        for event in logged:
-            streams.fold(event)
-        base = len(logged) or record.last_seq
-        seed = (base, logged, streams.closings())
-        handle = await self.manager.resume_as(owner_id, run_input, seed, *parts)
+        run_input, parts, stored = await self.resumer(record)
+        openings: list[BaseEvent] = [
+            RunStartedEvent(thread_id=thread_id, run_id=run_id, timestamp=_now_ms()),
+            MessagesSnapshotEvent(messages=stored, timestamp=_now_ms()),
+        ]
+        handle = await self.manager.resume_as(owner_id, run_input, record.resumes, openings, *parts)
         logger.warning(
-            "Run %r of a thread resumed here from event %d (resume %d of at most %d).",
+            "Run %r of a thread resumed here (resume %d of at most %d).",
             run_id,
-            base,
             record.resumes,
             self.max_resumes,
         )
         self._owners[handle] = owner_id
         self._handles.add(handle)
         self._last_cancel_check[handle] = time.monotonic()
-        self.relay.publish(handle, owner_id, seq=base, batches=batches)
+        self.relay.publish(handle, owner_id)
         return handle
 
     async def settle(self, owner_id: str, thread_id: str | None) -> None:

@@ -63,6 +63,23 @@ CancelEvent: TypeAlias = Literal["auto", "run_finished", "run_error"]
 CANCELLED_MESSAGE = "The run was cancelled."
 CANCELLED_CODE = "CANCELLED"
 
+#: Each time a run is resumed on another worker it starts a new epoch, whose events are numbered
+#: from ``epoch * EPOCH_STRIDE + 1`` on: no number a worker sent before the resume names an event
+#: after it, so a reader can tell which execution of the run an id came from (``epoch_of``).
+#: No run logs a billion events in one epoch (a month at 400 events per second).
+EPOCH_STRIDE: Final[int] = 1_000_000_000
+
+
+def epoch_of(seq: int) -> int:
+    """The epoch whose numbering ``seq`` belongs to (``0`` before any resume, and for ``0``)."""
+    return seq // EPOCH_STRIDE
+
+
+def epoch_base(epoch: int) -> int:
+    """The number before the first event of ``epoch`` (``0`` for the first execution)."""
+    return epoch * EPOCH_STRIDE
+
+
 #: The types of the events that end a run (``RUN_FINISHED``, ``RUN_ERROR``).
 TERMINAL_EVENT_TYPES: Final = frozenset({EventType.RUN_FINISHED, EventType.RUN_ERROR})
 # A member read through its class (``EventType.X``) costs a descriptor call: the per-event
@@ -295,8 +312,8 @@ class RunHandle:
         self._started = False
         self._cancelled = False
         self._handed_over = False
-        #: The last sequence number the run had reached on the worker it was resumed from.
-        self.resumed_at: int | None = None
+        #: The execution of the run this log holds: ``0``, or the resumes before it (``_open``).
+        self.epoch = 0
         # The futures of readers waiting for the next event: ``_append`` resolves them with
         # False, a reader's idle clock with True.
         self._waiters: list[asyncio.Future[bool]] = []
@@ -322,6 +339,16 @@ class RunHandle:
     def first_seq(self) -> int:
         """Sequence number of the oldest event still held in memory."""
         return self._last_seq - len(self._log) + 1
+
+    @property
+    def epoch_base(self) -> int:
+        """The number before this execution's first event (``epoch_base(self.epoch)``)."""
+        return epoch_base(self.epoch)
+
+    @property
+    def whole_epoch(self) -> bool:
+        """Whether the log still holds this execution's first event (none dropped)."""
+        return self.first_seq == self.epoch_base + 1
 
     @property
     def terminal_event(self) -> BaseEvent | None:
@@ -623,20 +650,16 @@ class RunHandle:
                     holder.set_result(None)
         return self._last_seq
 
-    def _seed(self, base: int, logged: list[BaseEvent], closings: list[BaseEvent]) -> None:
-        """Start a resumed run's log where it stopped on its first worker: ``logged`` are its
-        events up to ``base`` (all of them, or none when the first worker's log is lost), then
-        ``closings`` end what was open at ``base``; the run goes on from there."""
-        if logged:
-            for event in logged:
-                self._append(event)
-        else:
-            self._last_seq = base
-            self._compacted = base
-            self._started = True
-        self.resumed_at = base
-        for event in closings:
+    def _open(self, epoch: int, openings: list[BaseEvent]) -> None:
+        """Start the log of a resumed run's execution ``epoch``: numbered from
+        ``epoch_base(epoch) + 1``, beginning with ``openings`` (its ``RUN_STARTED`` and the
+        ``MESSAGES_SNAPSHOT`` of what was stored when it resumed); the agent's own
+        ``RUN_STARTED`` is then not logged again."""
+        self.epoch = epoch
+        self._last_seq = self._compacted = epoch_base(epoch)
+        for event in openings:
             self._append(event)
+        self._started = True
 
     def _compact(self) -> None:
         """Compact the deltas logged before the newest ``_HOT_EVENTS`` (see the class)."""
@@ -799,15 +822,18 @@ class StreamPersistenceManager(Generic[_P]):
         self,
         owner: str | None,
         input: RunAgentInput,
-        seed: tuple[int, list[BaseEvent], list[BaseEvent]],
+        epoch: int,
+        openings: list[BaseEvent],
         /,
         *args: _P.args,
         **kwargs: _P.kwargs,
     ) -> RunHandle:
-        """`run_as` for a run taken over from another worker: its log starts from ``seed``,
-        ``(base, logged, closings)`` (see ``RunHandle._seed``), so its sequence numbers go on
-        from ``base`` and the agent's own ``RUN_STARTED`` is not logged again. Raises
-        `RuntimeError` after `aclose`, and `ValueError` if the run is live here already."""
+        """`run_as` for a run taken over from another worker, as its execution ``epoch``
+        (``>= 1``): its log is numbered from ``epoch_base(epoch) + 1`` and begins with
+        ``openings`` (see ``RunHandle._open``). Raises `RuntimeError` after `aclose`, and
+        `ValueError` for an ``epoch`` below 1 or a run that is live here already."""
+        if epoch < 1:
+            raise ValueError(f"epoch={epoch!r}: a resumed run's execution is 1 or later.")
         if self._closed:
             raise RuntimeError("This StreamPersistenceManager is closed; it starts no new runs.")
         self._prune()
@@ -829,7 +855,7 @@ class StreamPersistenceManager(Generic[_P]):
             ),
             max_log_events=self._max_log_events,
         )
-        handle._seed(*seed)
+        handle._open(epoch, openings)
         task = asyncio.create_task(
             self._produce(handle, input, args, kwargs),
             name=f"agent run {input.thread_id}/{input.run_id} (resumed)",

@@ -32,6 +32,7 @@ from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from tests.agui.agents import GATE, HANG_LOG
 from tests.agui.conftest import logged_in, run_body, sse_frames
 from tests.agui.test_runs import active_run, wait_for
+from tests.support.transcript import apply_events, visible
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.agui.urls")]
 
@@ -85,17 +86,27 @@ async def test_another_server_reattaches_from_the_relay_with_no_gap_and_no_dupli
     assert sse_frames(whole_relayed.text) == whole
 
 
-async def test_a_reattach_beyond_the_relayed_log_is_a_400(alice: Any) -> None:
+async def test_a_reattach_ahead_of_the_relayed_log_waits_for_the_run(alice: Any) -> None:
+    # Another worker relays less than the reader says it saw: its relay lags, or it died with
+    # events it never relayed. No 400: the stream stays open until the relay catches up, the
+    # run is taken over or it ends; here it ends, and the reader gets what is stored.
     GATE.reset()
     async with await logged_in(alice) as http, await logged_in(alice) as second:
         first = asyncio.ensure_future(http.post("/gated/", json=run_body()))
         await asyncio.wait_for(GATE.reached.wait(), timeout=10)
         await wait_for(lambda: _at_least(active_run(second, "/gated-2/"), seq=3))
-        beyond = await second.get("/gated-2/runs/thread-1/run-1/?after=999")
+        ahead = asyncio.ensure_future(second.get("/gated-2/runs/thread-1/run-1/?after=999"))
+        await asyncio.sleep(_RELAY_GRACE_SECONDS + 0.3)
+        assert not ahead.done()  # still waiting, not refused
         GATE.released.set()
         await first
-    assert beyond.status_code == 400
-    assert "beyond run 'run-1'" in beyond.json()["error"]
+        answer = await ahead
+        thread = (await second.get("/gated-2/threads/thread-1/")).json()
+    assert answer.status_code == 200
+    events = [event for _, event in sse_frames(answer.text)]
+    assert [e["type"] for e in events] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+    assert visible(apply_events(events)) == visible(thread["messages"])
+    assert_valid_agui(events)
 
 
 async def test_without_a_relayed_log_another_server_answers_from_storage(alice: Any) -> None:

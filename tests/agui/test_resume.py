@@ -1,5 +1,6 @@
-"""A run whose worker drained (or died) is resumed by another worker: the same run id, its
-sequence numbers going on, its partial answer kept ``interrupted`` and the turn answered again.
+"""A run whose worker drained (or died) is resumed by another worker: the same run id, a new
+execution numbered from its own epoch that opens with a snapshot of what is stored, its partial
+answer kept ``interrupted`` and the turn answered again.
 
 Two mounts on the same tables stand for two workers: ``hasty/`` drains and hands its run over,
 ``patient/`` takes it over when the client reattaches there.
@@ -14,12 +15,14 @@ import pytest
 from django.core.cache import cache
 
 from django_pydantic_agent.agui import AGUIServer, DrainReport
+from django_pydantic_agent.chat_history.manager import EPOCH_STRIDE
 from django_pydantic_agent.contrib.store.models import StoredAgentRun
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence.runs import CacheRunStore
 from tests.agui.agents import GATE, text_agent
 from tests.agui.conftest import logged_in, run_body, sse_frames
 from tests.agui.urls_drain import hasty
+from tests.support.transcript import apply_events, visible
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -56,22 +59,31 @@ async def test_a_handed_over_run_goes_on_where_the_client_reattaches(alice: Any)
     assert response.status_code == 200
     tail = sse_frames(response.text)
     types = [event["type"] for _, event in tail]
-    # Opened as any reattach is (without ids), then the run goes on: the old answer closed,
-    # the new one streamed whole, RUN_FINISHED; one RUN_STARTED in all, ids from seen + 1.
-    assert types[:2] == ["RUN_STARTED", "TEXT_MESSAGE_START"]
-    assert [frame_id for frame_id, _ in tail[:2]] == [None, None]
+    # The run's next execution, from its start: RUN_STARTED, the thread as stored when it
+    # resumed (the old answer, interrupted), the new answer, RUN_FINISHED; every frame with an
+    # id of epoch 1, none of which a reader of the first execution could have seen.
+    assert types[:3] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "TEXT_MESSAGE_START"]
     assert types.count("RUN_STARTED") == 1
-    numbered = [frame_id for frame_id, _ in tail if frame_id is not None]
-    assert numbered == [f"r-resume:{seq}" for seq in range(seen + 1, seen + 1 + len(numbered))]
-    assert types[2] == "TEXT_MESSAGE_END"
     assert types[-1] == "RUN_FINISHED"
+    base = EPOCH_STRIDE
+    assert [frame_id for frame_id, _ in tail] == [
+        f"r-resume:{base + n}" for n in range(1, len(tail) + 1)
+    ]
+    snapshot = tail[1][1]["messages"]
+    assert [(m["role"], m.get("content")) for m in snapshot] == [
+        ("user", "What is 2 + 3?"),
+        ("assistant", "Working "),
+    ]
     new_answer = "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert new_answer == "Working done."
     run = await StoredAgentRun.objects.aget(run_id="r-resume")
-    assert (run.status, run.resumes, run.last_seq) == ("complete", 1, seen + len(numbered))
+    assert (run.status, run.resumes, run.last_seq) == ("complete", 1, base + len(tail))
     answers = [(m["content"], m["status"]) for m in thread["messages"] if m["role"] == "assistant"]
     assert answers == [("Working ", "interrupted"), ("Working done.", "complete")]
     assert thread["activeRun"] is None
+    # What the client shows after both streams is exactly what the thread stores.
+    shown = apply_events([event for _, event in first + tail])
+    assert visible(shown) == visible(thread["messages"])
 
 
 async def test_a_run_is_resumed_at_most_max_resumes_times_then_ends_errored(alice: Any) -> None:
