@@ -25,6 +25,7 @@ from django_pydantic_agent.persistence.runs import DEFAULT_LEASE_SECONDS
 __all__ = [
     "DEFAULT_ATTACHMENT_MAX_BYTES",
     "DEFAULT_MAX_RESUMES",
+    "DEFAULT_RUN_HEARTBEAT_SECONDS",
     "DEFAULT_SWEEP_INTERVAL_SECONDS",
     "DEFAULT_THREAD_LIST_LIMIT",
     "AttachmentOptions",
@@ -59,7 +60,10 @@ DEFAULT_ATTACHMENT_MAX_BYTES = 10 * 1024 * 1024
 #: Default and maximum ``?limit=`` of the thread list.
 DEFAULT_THREAD_LIST_LIMIT = 50
 #: Seconds between two sweeps of stale runs, the default ``sweep_interval_seconds``.
-DEFAULT_SWEEP_INTERVAL_SECONDS: Final[float] = 60.0
+DEFAULT_SWEEP_INTERVAL_SECONDS: Final[float] = 5.0
+#: Seconds between two renewals of a worker's runs, the default ``run_heartbeat_seconds``: a
+#: quarter of ``DEFAULT_LEASE_SECONDS``, so a dead worker's run is taken over within 10 s.
+DEFAULT_RUN_HEARTBEAT_SECONDS: Final[float] = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,7 +110,7 @@ class RunOptions:
     #: ``"reject"``: a second run on a busy thread is a 409; ``"interrupt"``: cancel the first.
     concurrent_runs: ConcurrentRuns = "reject"
     #: Seconds between a durable run's heartbeats (its record's lease and cancel check).
-    run_heartbeat_seconds: float = 10.0
+    run_heartbeat_seconds: float = DEFAULT_RUN_HEARTBEAT_SECONDS
     #: Seconds without a heartbeat after which a run's worker counts as dead (swept as errored).
     run_lease_seconds: float = DEFAULT_LEASE_SECONDS
     #: Seconds between two sweeps of stale runs (once across workers); ``0`` turns it off.

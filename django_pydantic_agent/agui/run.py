@@ -86,6 +86,7 @@ from django_pydantic_agent.chat_history import (
     Message,
     translate_messages,
 )
+from django_pydantic_agent.chat_history.errors import RunFencedError
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
 from django_pydantic_agent.chat_history.window import read_window
 from django_pydantic_agent.persistence import (
@@ -97,7 +98,7 @@ from django_pydantic_agent.persistence import (
     resolve_owner_id,
 )
 from django_pydantic_agent.persistence.conversation import RunScope
-from django_pydantic_agent.persistence.runs import RunRecord
+from django_pydantic_agent.persistence.runs import HeldRun, RunRecord
 
 __all__ = [
     "NESTED_TOO_DEEPLY",
@@ -199,6 +200,7 @@ class GuardedStorageAgent:
                 inner,
                 translate=translate,
                 history=history,
+                store_before_end=True,
             )
             return cls(agent, expose_error_messages=expose_error_messages)
 
@@ -220,6 +222,8 @@ class GuardedStorageAgent:
                     echoed = True
                     continue
                 yield last
+        except RunFencedError:
+            raise  # another worker runs it on: this worker's readers get nothing more
         except Exception as exc:
             if last is not None and last.type in TERMINAL_EVENT_TYPES:
                 raise  # it failed after its terminal event: nothing to tell the client
@@ -470,6 +474,9 @@ class DurableRunEndpoint(_RunEndpoint):
                 )
             except ThreadBusy as exc:
                 return error_response(409, str(exc))
+            coordinator.fence(
+                message_repo, HeldRun(owner_id, run_input.thread_id, run_input.run_id, 0)
+            )
             handle = await coordinator.start(
                 owner_id, run_input, chat_repo, message_repo, user_uuid, inner
             )
@@ -498,6 +505,9 @@ class DurableRunEndpoint(_RunEndpoint):
         now, as AG-UI messages, opens the resumed execution's log (its snapshot)."""
         request = await owner_request(record.owner_id)
         chat_repo, message_repo, user_uuid = await owner_repositories(request, self._store)
+        self.coordinator.fence(
+            message_repo, HeldRun(record.owner_id, record.thread_id, record.run_id, record.resumes)
+        )
         chat = await chat_repo.get_chat_by_thread_id(user_uuid, record.thread_id)
         thread = await message_repo.get_chat_messages(chat.chat_uuid) if chat is not None else []
         stored = record.resume_input

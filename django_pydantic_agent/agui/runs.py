@@ -27,6 +27,7 @@ import contextvars
 import logging
 import math
 import os
+import secrets
 import socket
 import time
 import weakref
@@ -46,6 +47,7 @@ from django.db import connections
 from django_pydantic_agent.agui.drain import DrainReport
 from django_pydantic_agent.agui.options import (
     DEFAULT_MAX_RESUMES,
+    DEFAULT_RUN_HEARTBEAT_SECONDS,
     DEFAULT_SWEEP_INTERVAL_SECONDS,
     ConcurrentRuns,
     OnWorkerLoss,
@@ -60,6 +62,7 @@ from django_pydantic_agent.chat_history import (
     RunHandle,
     StreamPersistenceManager,
 )
+from django_pydantic_agent.chat_history.errors import RunFencedError
 from django_pydantic_agent.chat_history.manager import (
     TERMINAL_EVENT_TYPES,
     RunObserver,
@@ -69,10 +72,12 @@ from django_pydantic_agent.persistence.outages import OutageLog, is_outage, retr
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
     HandOverRunStore,
+    HeldRun,
     ResumableRunStore,
     RunRecord,
     RunStatus,
     RunStore,
+    TakesFence,
 )
 
 __all__ = [
@@ -97,8 +102,9 @@ CANCEL_POLL_SECONDS: Final[float] = 0.5
 SETTLE_SECONDS: Final[float] = 5.0
 _CANCEL_PREFIX = "django_pydantic_agent:cancel"
 _CANCEL_TTL = 24 * 3600
-#: This process, as the ``worker`` of the runs it executes.
-WORKER_ID: Final[str] = f"{socket.gethostname()}:{os.getpid()}"
+#: This process, as the ``worker`` of the runs it executes: its host and pid, and a token, since
+#: a restarted container often has the same host name and pid as the process it replaces.
+WORKER_ID: Final[str] = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 #: How long a drain waits for the runs it handed over to store what they streamed.
 HAND_OVER_WAIT_SECONDS: Final[float] = 10.0
 #: The error of a handed-over run whose store cannot leave it to another worker.
@@ -146,6 +152,24 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _status_of_end(event: BaseEvent) -> str:
+    """The run status the agent's terminal ``event`` ends the run with."""
+    if isinstance(event, RunErrorEvent):
+        return RunStatus.ERRORED.value
+    outcome = getattr(event, "outcome", None)
+    kind = getattr(outcome, "type", None)
+    if kind == "cancelled":
+        return RunStatus.INTERRUPTED.value
+    return RunStatus.INTERRUPT.value if kind == "interrupt" else RunStatus.COMPLETE.value
+
+
+def _error_of(event: BaseEvent | None) -> str:
+    """The record's ``error`` for a ``RUN_ERROR`` (``[code] message``), else ``""``."""
+    if not isinstance(event, RunErrorEvent):
+        return ""
+    return f"[{event.code}] {event.message}" if event.code else event.message
+
+
 def _status_of(handle: RunHandle) -> str:
     status = handle.status
     return RunStatus.ERRORED.value if status == "running" else status
@@ -179,7 +203,7 @@ class RunCoordinator(RunObserver):
         agent_factory: Callable[..., Any],
         *,
         run_store: RunStore,
-        heartbeat_seconds: float = 10.0,
+        heartbeat_seconds: float = DEFAULT_RUN_HEARTBEAT_SECONDS,
         cache_alias: str = "default",
         relay_interval: float = RELAY_INTERVAL_SECONDS,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
@@ -217,6 +241,7 @@ class RunCoordinator(RunObserver):
         )
         self._handles: set[RunHandle] = set()
         self._outages = OutageLog(logger)
+        self._last_beat = -math.inf  # when this worker last renewed its runs (monotonic)
         RunCoordinator._instances.add(self)
 
     # -- claiming a thread and starting a run --------------------------------------------
@@ -369,6 +394,13 @@ class RunCoordinator(RunObserver):
     def resuming(self) -> bool:
         """Whether runs whose worker drained or died are resumed (``on_worker_loss``)."""
         return self.on_worker_loss == "resume" and implements(self.run_store, ResumableRunStore)
+
+    def fence(self, repository: object, run: HeldRun) -> None:
+        """Make ``repository`` refuse the writes of ``run`` once another worker took it over
+        (when the run store can resume runs and the repository takes a fence): a worker that
+        stalled past the lease stops without writing over the run's next execution."""
+        if implements(self.run_store, ResumableRunStore) and implements(repository, TakesFence):
+            repository.fence = self.run_store.fence(run)
 
     async def take_over(
         self, run: tuple[str, str, str] | None = None
@@ -585,6 +617,29 @@ class RunCoordinator(RunObserver):
         if event.type in TERMINAL_EVENT_TYPES:
             self.relay.nudge(handle)
 
+    async def before_end(self, handle: RunHandle, event: BaseEvent) -> None:
+        """End the run's record with the agent's terminal event before any reader sees it
+        (the storage agent stored what it ends first): a worker that dies right after it sent
+        ``RUN_FINISHED`` leaves a finished run, never one to resume. A record another worker
+        took over meanwhile is left alone, and the run stops here (``RunFencedError``)."""
+        owner_id = self._owners.get(handle)
+        if owner_id is None or handle.handed_over:
+            return
+        resumable = implements(self.run_store, ResumableRunStore)
+        status = _status_of_end(event)
+        ended = await self.run_store.finish(
+            owner_id=owner_id,
+            thread_id=handle.thread_id,
+            run_id=handle.run_id,
+            status=status,
+            usage=_usage_of(event),
+            last_seq=handle.last_seq + 1,
+            error=_error_of(event),
+            **({"epoch": handle.epoch} if resumable else {}),
+        )
+        if resumable and (ended is None or ended.resumes != handle.epoch or ended.status != status):
+            raise RunFencedError(handle.run_id, handle.epoch)
+
     async def cancel_requested(self, handle: RunHandle) -> bool:
         owner_id = self._owners.get(handle)
         if owner_id is None:
@@ -605,22 +660,51 @@ class RunCoordinator(RunObserver):
         return bool(requested)
 
     async def on_heartbeat(self, handle: RunHandle) -> None:
+        """Renew the run's lease: every run of this worker at once (``beat``) where the run
+        store can, else this run's record."""
         owner_id = self._owners.get(handle)
-        if owner_id is not None and not handle.finalizing:
-            try:
-                await self.run_store.heartbeat(
+        if owner_id is None or handle.finalizing:
+            return
+        store = self.run_store
+        try:
+            if implements(store, ResumableRunStore):
+                now = time.monotonic()
+                if now - self._last_beat < self.heartbeat_seconds / 2:
+                    return  # another run's heartbeat renewed them all just now
+                self._last_beat = now
+                await self._beat(store)
+            else:
+                await store.heartbeat(
                     owner_id=owner_id,
                     thread_id=handle.thread_id,
                     run_id=handle.run_id,
                     last_seq=handle.last_seq,
                 )
-            except Exception as exc:
-                if not is_outage(exc):
-                    raise
-                # The next heartbeat renews the lease; one line per outage, not per beat.
-                self._outages.failed("Renewing run heartbeats", exc)
-            else:
-                self._outages.recovered("Renewing run heartbeats")
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            # The next heartbeat renews the lease; one line per outage, not per beat.
+            self._outages.failed("Renewing run heartbeats", exc)
+        else:
+            self._outages.recovered("Renewing run heartbeats")
+
+    async def _beat(self, store: ResumableRunStore) -> None:
+        """Renew the lease of every run this worker executes in one write, and stop those
+        another worker took over meanwhile (this worker stalled past their lease)."""
+        held = {
+            HeldRun(owner_id, handle.thread_id, handle.run_id, handle.epoch): handle
+            for handle, owner_id in list(self._owners.items())
+            if not handle.done() and not handle.handed_over
+        }
+        if not held:
+            return
+        for run in await store.beat(worker_id=WORKER_ID, runs=list(held)):
+            if held[run].fence():
+                logger.warning(
+                    "Run %r was taken over by another worker (this worker stalled past its "
+                    "lease); stopped here without writing.",
+                    run.run_id,
+                )
 
     async def on_done(self, handle: RunHandle) -> None:
         try:
@@ -631,23 +715,26 @@ class RunCoordinator(RunObserver):
             self._handles.discard(handle)
 
     async def _finish(self, handle: RunHandle) -> None:
-        await self.relay.finish(handle, retire=not handle.handed_over)
+        await self.relay.finish(handle, retire=not handle.handed_over or handle.fenced)
         owner_id = self._owners.pop(handle, None)
         self._last_cancel_check.pop(handle, None)
-        if owner_id is None:
-            return
+        if owner_id is None or handle.fenced:
+            return  # a fenced run's record belongs to the worker that took it over
+        # A store that resumes runs changes the record only while it is in this execution.
+        fenced: dict[str, int] = {}
+        if implements(self.run_store, ResumableRunStore):
+            fenced = {"epoch": handle.epoch}
         if handle.handed_over and implements(self.run_store, HandOverRunStore):
             await self.run_store.hand_over(
                 owner_id=owner_id,
                 thread_id=handle.thread_id,
                 run_id=handle.run_id,
                 last_seq=handle.last_seq,
+                **fenced,
             )
             return
         terminal = handle.terminal_event
-        error = HANDED_OVER_ERROR if handle.handed_over else ""
-        if isinstance(terminal, RunErrorEvent):
-            error = f"[{terminal.code}] {terminal.message}" if terminal.code else terminal.message
+        error = HANDED_OVER_ERROR if handle.handed_over else _error_of(terminal)
         # Retried (bounded) while the run store is out: a run whose record stayed running
         # would be swept as errored, its stored answer complete.
         await retry_outage(
@@ -659,6 +746,7 @@ class RunCoordinator(RunObserver):
                 usage=_usage_of(terminal),
                 last_seq=handle.last_seq,
                 error=error,
+                **fenced,
             ),
             what=f"Ending run {handle.run_id!r}",
             log=logger,

@@ -24,6 +24,7 @@ from django_pydantic_agent.agui.inner import AgentDeps, build_deps
 from django_pydantic_agent.agui.options import (
     DEFAULT_ATTACHMENT_MAX_BYTES,
     DEFAULT_MAX_RESUMES,
+    DEFAULT_RUN_HEARTBEAT_SECONDS,
     DEFAULT_SWEEP_INTERVAL_SECONDS,
     DEFAULT_THREAD_LIST_LIMIT,
     AttachmentOptions,
@@ -201,7 +202,7 @@ class AGUIServer:
         on_disconnect: OnDisconnect = "continue",
         concurrent_runs: ConcurrentRuns = "reject",
         run_store: RunStore | None = None,
-        run_heartbeat_seconds: float = 10.0,
+        run_heartbeat_seconds: float = DEFAULT_RUN_HEARTBEAT_SECONDS,
         run_lease_seconds: float = DEFAULT_LEASE_SECONDS,
         sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
         spend_limits: Any = None,

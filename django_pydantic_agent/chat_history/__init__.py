@@ -15,6 +15,7 @@ from django_pydantic_agent.chat_history.errors import (
     ErrorCodes,
     InvalidInputError,
     PersistenceBacklogError,
+    RunFencedError,
     StaleDeltaError,
 )
 from django_pydantic_agent.chat_history.keys import (
@@ -126,6 +127,7 @@ __all__ = [
     "ReplaysSummaries",
     "RetryPolicy",
     "Role",
+    "RunFencedError",
     "RunHandle",
     "RunLogTruncatedError",
     "RunObserver",

@@ -17,7 +17,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
-from django_pydantic_agent.chat_history.errors import ChatNotFoundError, StaleDeltaError
+from django_pydantic_agent.chat_history.errors import (
+    ChatNotFoundError,
+    RunFencedError,
+    StaleDeltaError,
+)
 from django_pydantic_agent.chat_history.records import (
     MessageReasoningUpdate,
     MessageToolCallUpdate,
@@ -128,6 +132,8 @@ class Flusher:
                     await self._write_tool_call(call, call.message_uuid, commits)
         except ChatNotFoundError:
             return thread_gone(state)
+        except RunFencedError:
+            raise  # another worker runs it on: stop, retry nothing
         except Exception as exc:
             expected = is_transient(exc)
             self.transient_failure = expected

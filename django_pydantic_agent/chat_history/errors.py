@@ -4,7 +4,8 @@
 
     ChatHistoryError
     ├── InvalidInputError        an inbound message list the server refuses (INVALID_INPUT)
-    └── PersistenceBacklogError  the persistence queue overflowed; records may be incomplete
+    ├── PersistenceBacklogError  the persistence queue overflowed; records may be incomplete
+    └── RunFencedError           a write of a run another worker took over: refused, the run stops
 
     ChatNotFoundError (also a ValueError)  a write to a chat that does not exist (deleted)
     StaleDeltaError (a ValueError)  an append whose offset is past the stored value's end
@@ -29,6 +30,7 @@ __all__ = [
     "ErrorCodes",
     "InvalidInputError",
     "PersistenceBacklogError",
+    "RunFencedError",
     "StaleDeltaError",
 ]
 
@@ -75,6 +77,25 @@ class ChatNotFoundError(ChatHistoryError, ValueError):
 
 class PersistenceBacklogError(ChatHistoryError):
     """The persistence queue overflowed, so some events of the run were not stored."""
+
+
+class RunFencedError(ChatHistoryError):
+    """A write of a run whose execution is no longer current: another worker took the run over
+    (this one stalled past the run's lease) and runs its next execution. The store refused the
+    write; the run stops on this worker without writing anything more.
+
+    Attributes:
+        run_id: The run.
+        epoch: The execution this worker ran (the run record's ``resumes`` when it started).
+    """
+
+    def __init__(self, run_id: str, epoch: int) -> None:
+        super().__init__(
+            f"Run {run_id!r} was taken over by another worker: its execution {epoch} is no "
+            "longer current, so this worker stops it without writing."
+        )
+        self.run_id = run_id
+        self.epoch = epoch
 
 
 class StaleDeltaError(ValueError):

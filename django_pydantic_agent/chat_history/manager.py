@@ -49,7 +49,7 @@ from ag_ui.core import (
     ToolCallArgsEvent,
 )
 
-from django_pydantic_agent.chat_history.errors import ChatHistoryError, ErrorCodes
+from django_pydantic_agent.chat_history.errors import ChatHistoryError, ErrorCodes, RunFencedError
 from django_pydantic_agent.chat_history.storage_agent import CRASH_TEXT, INCOMPLETE_STREAM_TEXT
 
 logger = logging.getLogger(__name__)
@@ -249,6 +249,12 @@ class RunObserver:
     async def on_event(self, handle: RunHandle, seq: int, event: BaseEvent) -> None:
         """Called after each event is logged (readers already see it), in order."""
 
+    async def before_end(self, handle: RunHandle, event: BaseEvent) -> None:
+        """Called with the agent's terminal event before it is logged (no reader has it yet),
+        e.g. to end the run's record first, so a reader that saw the end never finds the run
+        running. Raising ``RunFencedError`` stops the run here without logging it (another
+        worker runs it on); any other failure is logged and the event is logged anyway."""
+
     async def cancel_requested(self, handle: RunHandle) -> bool:
         """Return True to cancel the run. Asked after events (see ``cancel_poll_seconds``)
         and on every heartbeat until the run's terminal event (e.g. check a cancel intent in
@@ -312,6 +318,7 @@ class RunHandle:
         self._started = False
         self._cancelled = False
         self._handed_over = False
+        self._fenced = False
         #: The execution of the run this log holds: ``0``, or the resumes before it (``_open``).
         self.epoch = 0
         # The futures of readers waiting for the next event: ``_append`` resolves them with
@@ -373,8 +380,13 @@ class RunHandle:
 
     @property
     def handed_over(self) -> bool:
-        """True once `hand_over` stopped the run here for another worker to go on with."""
+        """True once `hand_over` (or `fence`) stopped the run here for another worker."""
         return self._handed_over
+
+    @property
+    def fenced(self) -> bool:
+        """True once `fence` stopped the run here: another worker runs it on already."""
+        return self._fenced
 
     @property
     def finalizing(self) -> bool:
@@ -414,6 +426,31 @@ class RunHandle:
         if self._terminal_seq is not None or self._handed_over or self._task.done():
             return False
         self._handed_over = True
+        self._wake_for_good()
+        self._task.cancel()
+        return True
+
+    def fence(self) -> bool:
+        """Stop this run here because another worker took it over (this worker stalled past
+        its lease): as `hand_over`, but the store refuses whatever the agent would still write
+        (``RunFencedError``), and the run's record is not touched. Returns True if this call
+        stopped the run."""
+        if self._fenced:
+            return False
+        self._fenced = True
+        if self._terminal_seq is not None or self._handed_over or self._task.done():
+            return False
+        self._stop_fenced()
+        self._task.cancel()
+        return True
+
+    def _stop_fenced(self) -> None:
+        """End the readers' streams of a fenced run (from inside its producer, or `fence`)."""
+        self._fenced = self._handed_over = True
+        self._wake_for_good()
+
+    def _wake_for_good(self) -> None:
+        """Wake every reader: no event will be logged any more."""
         if self._waiters:
             waiters, self._waiters = self._waiters, []
             for waiter in waiters:
@@ -422,8 +459,6 @@ class RunHandle:
         for _full, holder in self._holders:
             if not holder.done():
                 holder.set_result(None)
-        self._task.cancel()
-        return True
 
     async def wait(self) -> None:
         """Return when the producer is done, persistence and finalization included.
@@ -942,6 +977,7 @@ class StreamPersistenceManager(Generic[_P]):
                 self._heartbeat(handle, self._observer),
                 name=f"agent run heartbeat {handle.thread_id}/{handle.run_id}",
             )
+        stream: AsyncIterator[BaseEvent] | None = None
         try:
             agent = self._factory(*args, **kwargs)
             stream = agent.run(input)
@@ -962,6 +998,10 @@ class StreamPersistenceManager(Generic[_P]):
                         event = await anext(stream)
                     except StopAsyncIteration:
                         break
+                    if event.type in TERMINAL_EVENT_TYPES and handle._terminal_seq is None:
+                        await self._call_hook(
+                            handle, "before_end", observer.before_end(handle, event)
+                        )
                     seq = handle._append(event)
                     if seq is None:
                         continue
@@ -977,6 +1017,14 @@ class StreamPersistenceManager(Generic[_P]):
         except asyncio.CancelledError:
             # Ours to absorb: the run's readers get a terminal event, and wait() never raises.
             handle._close_cancelled()
+        except RunFencedError as exc:
+            # Another worker runs it on: readers' streams end here, with no terminal event
+            # (they reattach and find that execution), and nothing more is written.
+            logger.warning("%s", exc)
+            handle._stop_fenced()
+            if isinstance(stream, AsyncGenerator):
+                with suppress(Exception):  # what it still writes, the store refuses
+                    await stream.aclose()
         except Exception:
             if handle._handed_over:
                 logger.warning(
@@ -1056,6 +1104,8 @@ class StreamPersistenceManager(Generic[_P]):
     async def _call_hook(handle: RunHandle, name: str, call: Any) -> Any:
         try:
             return await call
+        except RunFencedError:
+            raise  # the run stops here (``_drive``)
         except Exception:
             logger.exception(
                 "RunObserver.%s failed for run %r on thread %r; the run goes on.",

@@ -84,6 +84,7 @@ from django_pydantic_agent.chat_history.errors import (
     ChatNotFoundError,
     ErrorCodes,
     InvalidInputError,
+    RunFencedError,
 )
 from django_pydantic_agent.chat_history.fold import EventFold
 from django_pydantic_agent.chat_history.keys import chat_deduplication_key
@@ -240,6 +241,11 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         history: What the inner agent is sent of the stored thread (default
             ``HistoryWindow()``: the newest messages that fit its token budget, read with one
             bounded query where the repository can; ``HistoryWindow.whole()`` sends all).
+        store_before_end: Whether the terminal event waits until what it ends is flushed
+            (one flush; a failed one is retried after it) before it is forwarded. Off by
+            default: a reader's stream ends at once and storing completes behind it. A server
+            that resumes runs on another worker turns it on, so a reader that saw the end never
+            meets a run whose end is not stored.
     """
 
     def __init__(
@@ -256,6 +262,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         finalize_timeout: float = 30.0,
         translate: Callable[[Sequence[Message]], list[AGUIMessage]] = translate_messages,
         history: HistoryWindow | None = None,
+        store_before_end: bool = False,
     ) -> None:
         if isinstance(inner, AGUIStorageAgent):
             raise ValueError(
@@ -279,6 +286,7 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
         self.finalize_timeout = finalize_timeout
         self._translate = translate
         self.history = history if history is not None else HistoryWindow()
+        self.store_before_end = store_before_end
         self._handlers = self.event_handlers()
         self._resolved: dict[type[BaseEvent], Callable[..., Any]] = {}
         self._warned_seconds = False
@@ -505,6 +513,12 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                         writes = None
                     if not folding.add_nowait(event):
                         await folding.add(event)
+                    if self.store_before_end and isinstance(event, _RUN_ENDS):
+                        # What the terminal event ends is stored before any reader sees it
+                        # (a failed flush is retried after it; a fenced one raises below).
+                        await folding.flush_now()
+                    if state.fenced is not None:
+                        raise state.fenced
                     # Events wait while a flush is in flight; an inner agent that never awaits
                     # would keep that flush from ending and overflow the backlog: past a
                     # quarter of it, give the flush a few loop turns (a store that is slow
@@ -759,14 +773,15 @@ class AGUIStorageAgent(EventFold, AGUIAgent):
                 await asyncio.wait({finish}, timeout=max(remaining, 0.01))
             except asyncio.CancelledError:
                 cancelled_again = True
-        if not finish.cancelled() and finish.exception() is not None:
-            logger.error("Finalizing run %r failed.", state.run_id, exc_info=finish.exception())
+        failure = None if finish.cancelled() else finish.exception()
+        if failure is not None and not isinstance(failure, RunFencedError):
+            logger.error("Finalizing run %r failed.", state.run_id, exc_info=failure)
         if cancelled_again and cause != "cancelled":
             raise asyncio.CancelledError
 
     async def _finish(self, folding: _Folding, state: StorageState, cause: str | None) -> None:
         await folding.settle()
-        if state.unstored or state.gone:
+        if state.unstored or state.gone or state.fenced is not None:
             return
         if cause in ("cancelled", "abandoned"):
             self._terminate(state, INTERRUPTED, None, None)
@@ -892,8 +907,8 @@ class _Folding:
         which fold it exactly as the handler would. A text delta is most of a run's events.
         """
         state = self.state
-        if state.unstored or state.gone:
-            return True  # the new thread's writes failed (run() raises) or it was deleted
+        if state.unstored or state.gone or state.fenced is not None:
+            return True  # the new thread's writes failed or were fenced (run() raises them)
         if self._busy is not None:
             self._keep(event)
             return True
@@ -932,6 +947,22 @@ class _Folding:
             state.dropped = True
             return
         self.pending.append(event)
+
+    async def flush_now(self) -> None:
+        """Wait for the task in flight, fold what waits and flush once (a failure is kept for
+        the final flush; a write refused as fenced sets ``state.fenced``)."""
+        busy = self._busy
+        if busy is not None:
+            await asyncio.wait({busy})
+        state = self.state
+        if state.unstored or state.gone or state.fenced is not None:
+            return
+        self._busy = asyncio.current_task()  # events folded meanwhile wait, as for a flush
+        try:
+            await self._catch_up()
+            await self._flush_fenced(state)
+        finally:
+            self._busy = None
 
     async def settle(self) -> None:
         """Wait for the task in flight, fold what waits, and stop scheduling flushes."""
@@ -991,6 +1022,15 @@ class _Folding:
             state.flush_due = self._loop.time() + self.agent.flush_interval
             self._arm(state.flush_due)
 
+    async def _flush_fenced(self, state: StorageState) -> None:
+        """Flush; a write refused because another worker took the run over stops the storing
+        (``run()`` raises it at the next event)."""
+        try:
+            await self.agent._flush(state)
+        except RunFencedError as exc:
+            state.fenced = exc
+            self.pending.clear()
+
     def _arm(self, when: float) -> None:
         if self._timer is not None:
             if self._timer.when() <= when:
@@ -1013,7 +1053,7 @@ class _Folding:
         state = self.state
         try:
             if writes is None:
-                await self.agent._flush(state)
+                await self._flush_fenced(state)
             else:
                 try:
                     state.chat, state.history = await writes
@@ -1030,7 +1070,7 @@ class _Folding:
                     state.flush_due = self._loop.time() + self.agent.flush_interval
                 if not self._due():
                     break
-                await self.agent._flush(state)
+                await self._flush_fenced(state)
         finally:
             self._busy = None
         if state.flush_due is not None and not self._settled:

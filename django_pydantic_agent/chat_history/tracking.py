@@ -19,6 +19,7 @@ from uuid import UUID
 from ag_ui.core import BaseEvent
 from pydantic import BaseModel
 
+from django_pydantic_agent.chat_history.errors import RunFencedError
 from django_pydantic_agent.chat_history.records import (
     Chat,
     Message,
@@ -213,6 +214,8 @@ class StorageState:
             the run is written then; the run fails).
         gone: Whether the thread was deleted while the run wrote to it (nothing more of the
             run is written; the run goes on to its end).
+        fenced: The refusal of a write because another worker took the run over (nothing
+            more of the run is written; the run stops), or ``None``.
     """
 
     run_id: str
@@ -238,6 +241,7 @@ class StorageState:
     dropped: bool = False
     unstored: bool = False
     gone: bool = False
+    fenced: RunFencedError | None = None
     flush_due: float | None = None
     flush_now: bool = False
     needs_recovery: bool = False

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final, NamedTuple, Protocol, runtime_checkable
 
 from django.utils import timezone
 
@@ -35,16 +36,19 @@ __all__ = [
     "TERMINAL_RUN_STATUSES",
     "CacheRunStore",
     "HandOverRunStore",
+    "HeldRun",
     "ResumableRunStore",
     "RunRecord",
     "RunStatus",
     "RunStore",
     "SyncRunStore",
+    "TakesFence",
     "check_terminal",
 ]
 
-DEFAULT_LEASE_SECONDS: Final[float] = 60.0
-"""How long a run may go without a heartbeat before the sweeper calls its worker dead."""
+DEFAULT_LEASE_SECONDS: Final[float] = 8.0
+"""How long a run may go without a heartbeat before its worker is taken for dead (four of the
+default two-second heartbeats): a dead worker's run is back on another worker within 10 s."""
 
 
 HANDED_OVER_HEARTBEAT: Final[datetime] = datetime(2000, 1, 1, tzinfo=UTC)
@@ -164,13 +168,45 @@ class HandOverRunStore(Protocol):
         ...
 
 
+class HeldRun(NamedTuple):
+    """A run a worker executes: its owner, thread and id, and which execution it is (the
+    record's ``resumes`` when this worker started or took it over)."""
+
+    owner_id: str
+    thread_id: str
+    run_id: str
+    epoch: int
+
+
+@runtime_checkable
+class TakesFence(Protocol):
+    """A repository whose write transactions call ``fence()`` first (``None``: no check), so a
+    run store can refuse a stale worker's writes (``ResumableRunStore.fence``)."""
+
+    fence: Callable[[], None] | None
+
+
 @runtime_checkable
 class ResumableRunStore(HandOverRunStore, Protocol):
     """A run store whose stale runs another worker can take over and run on (a resume).
 
     Its ``start`` also takes ``resume_input=`` (a JSON object): what a worker taking the run
-    over runs it with (``RunRecord.resume_input``).
+    over runs it with (``RunRecord.resume_input``). Its ``finish`` and ``hand_over`` take
+    ``epoch=`` too, and then change only a run still in that execution: a worker that stalled
+    past the lease while another took its run over cannot end or hand over the new execution.
     """
+
+    async def beat(self, *, worker_id: str, runs: Sequence[HeldRun]) -> set[HeldRun]:
+        """Renew, in one write, the heartbeat of every running run ``worker_id`` holds, and
+        return those of ``runs`` it no longer holds in their execution (another worker took
+        them over, or they ended): the worker stops them without writing."""
+        ...
+
+    def fence(self, run: HeldRun) -> Callable[[], None]:
+        """A check for the run's repositories to call first in each write transaction (a
+        ``TakesFence``): it raises ``chat_history.RunFencedError`` unless the run still runs in
+        execution ``run.epoch``, so a stale worker's writes are refused by the store itself."""
+        ...
 
     async def take_over(
         self,
@@ -219,6 +255,7 @@ class SyncRunStore(ABC):
         usage: dict[str, Any] | None,
         last_seq: int | None,
         error: str,
+        epoch: int | None,
     ) -> RunRecord | None: ...
 
     @abstractmethod
@@ -226,7 +263,7 @@ class SyncRunStore(ABC):
 
     @abstractmethod
     def _hand_over_sync(
-        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
+        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None, epoch: int | None
     ) -> bool: ...
 
     @abstractmethod
@@ -268,11 +305,13 @@ class SyncRunStore(ABC):
         usage: dict[str, Any] | None = None,
         last_seq: int | None = None,
         error: str = "",
+        epoch: int | None = None,
     ) -> RunRecord | None:
         """End a running run (``ValueError`` for a status that is not final); an ended run is
-        returned unchanged, an unknown one as ``None``."""
+        returned unchanged, an unknown one as ``None``. With ``epoch``, only a run still in
+        that execution is ended."""
         return await unit_of_work(self._finish_sync)(
-            owner_id, thread_id, run_id, status, usage, last_seq, error
+            owner_id, thread_id, run_id, status, usage, last_seq, error, epoch
         )
 
     async def get(self, *, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
@@ -280,10 +319,19 @@ class SyncRunStore(ABC):
         return await unit_of_work(self._get_sync)(owner_id, thread_id, run_id)
 
     async def hand_over(
-        self, *, owner_id: str, thread_id: str, run_id: str, last_seq: int | None = None
+        self,
+        *,
+        owner_id: str,
+        thread_id: str,
+        run_id: str,
+        last_seq: int | None = None,
+        epoch: int | None = None,
     ) -> bool:
-        """Leave a running run to the next sweep (see ``HandOverRunStore.hand_over``)."""
-        return await unit_of_work(self._hand_over_sync)(owner_id, thread_id, run_id, last_seq)
+        """Leave a running run to the next sweep (see ``HandOverRunStore.hand_over``); with
+        ``epoch``, only a run still in that execution."""
+        return await unit_of_work(self._hand_over_sync)(
+            owner_id, thread_id, run_id, last_seq, epoch
+        )
 
     async def active_run_for_thread(self, *, owner_id: str, thread_id: str) -> RunRecord | None:
         """Return the thread's running run, or ``None``."""
@@ -395,10 +443,10 @@ class CacheRunStore(SyncRunStore):
         return True
 
     def _hand_over_sync(
-        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
+        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None, epoch: int | None
     ) -> bool:
         record = self._read(owner_id, thread_id, run_id)
-        if record is None or not record.running:
+        if record is None or not record.running or epoch not in (None, record.resumes):
             return False
         changes: dict[str, Any] = {"heartbeat_at": HANDED_OVER_HEARTBEAT, "worker_id": ""}
         if last_seq is not None:
@@ -415,10 +463,11 @@ class CacheRunStore(SyncRunStore):
         usage: dict[str, Any] | None,
         last_seq: int | None,
         error: str,
+        epoch: int | None,
     ) -> RunRecord | None:
         check_terminal(status)
         record = self._read(owner_id, thread_id, run_id)
-        if record is None or not record.running:
+        if record is None or not record.running or epoch not in (None, record.resumes):
             return record
         changes: dict[str, Any] = {"error": error}
         if usage is not None:

@@ -34,7 +34,7 @@ from tests.agui.conftest import event_types, logged_in, run_body
         (lambda: RunOptions(deps_factory="app.deps"), TypeError, "deps_factory='app.deps'"),
         (lambda: RunOptions(on_disconnect="stop"), ValueError, "on_disconnect='stop'"),
         (lambda: RunOptions(concurrent_runs="queue"), ValueError, "concurrent_runs='queue'"),
-        (lambda: RunOptions(run_lease_seconds=5.0), ValueError, "run_lease_seconds=5.0 must"),
+        (lambda: RunOptions(run_lease_seconds=1.5), ValueError, "run_lease_seconds=1.5 must"),
         (lambda: RunOptions(interrupt_wait_seconds=0), ValueError, "interrupt_wait_seconds=0"),
         (
             lambda: RunOptions(allowed_file_url_schemes="https"),  # type: ignore[arg-type]

@@ -1,5 +1,6 @@
-"""A thread whose run has ended on the wire but is still persisting is not busy for long: the
-next run waits for the record instead of answering 409."""
+"""A run's ``RUN_FINISHED`` goes out only once its record has ended (and what it ends is
+stored), so a client that sends its next turn the moment it reads it never finds the thread
+busy."""
 
 from __future__ import annotations
 
@@ -17,19 +18,20 @@ pytestmark = [
 ]
 
 
-async def test_the_next_run_waits_for_the_last_runs_record_instead_of_a_409(alice: Any) -> None:
+async def test_run_finished_waits_for_the_record_so_the_next_turn_is_never_busy(
+    alice: Any,
+) -> None:
     held_runs.release = asyncio.Event()
     held_runs.held = asyncio.Event()
     async with await logged_in(alice) as http:
-        first = await http.post("/slow-finish/", json=run_body(run_id="r1"))
-        assert sse_events(first.text)[-1]["type"] == "RUN_FINISHED"
-        # The client has read RUN_FINISHED; the run's record is not finished yet.
+        first = asyncio.ensure_future(http.post("/slow-finish/", json=run_body(run_id="r1")))
         await asyncio.wait_for(held_runs.held.wait(), timeout=10)
-        second = asyncio.ensure_future(http.post("/slow-finish/", json=run_body(run_id="r2")))
         await asyncio.sleep(0.2)
-        assert not second.done()  # waiting for r1's record, not refused
+        assert not first.done()  # the record is being ended: RUN_FINISHED waits for it
         held_runs.release.set()
-        response = await asyncio.wait_for(second, timeout=20)
+        answer = await asyncio.wait_for(first, timeout=20)
+        assert sse_events(answer.text)[-1]["type"] == "RUN_FINISHED"
+        response = await http.post("/slow-finish/", json=run_body(run_id="r2"))  # at once
     assert response.status_code == 200, response.text
     assert sse_events(response.text)[-1]["type"] == "RUN_FINISHED"
     r1 = await held_runs.get(owner_id=str(alice.pk), thread_id="thread-1", run_id="r1")

@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -385,9 +385,12 @@ class OrmMessageRepository(NestedRecordWrites):
 
     Attributes:
         queries_applied: How many scopes were applied to the database (for tests).
+        fence: Called first in every write transaction (``persistence.runs.TakesFence``): the
+            run store's check that the run writing here was not taken over by another worker.
     """
 
     def __init__(self, chats: OrmChatRepository, *, message_class: type[Message] = Message) -> None:
+        self.fence: Callable[[], None] | None = None
         self.chats = chats
         self.message_class = message_class
         self.tool_call_class = nested_record_class(message_class, "tool_calls")
@@ -579,6 +582,8 @@ class OrmMessageRepository(NestedRecordWrites):
                 values["preview"] = preview
             touches[state.chat_uuid] = values
         with transaction.atomic():
+            if self.fence is not None:
+                self.fence()
             self._cut_sync(states)
             if inserting:
                 last = StoredMessage.objects.filter(
@@ -931,13 +936,16 @@ class OrmMessageRepository(NestedRecordWrites):
         ).first()
         if through is None:
             return None
-        row = Row.objects.create(
-            conversation_id=state.pk,
-            through=through,
-            text=text,
-            run_id=run_id[:255],
-            created_at=created_at,
-        )
+        with transaction.atomic():
+            if self.fence is not None:
+                self.fence()
+            row = Row.objects.create(
+                conversation_id=state.pk,
+                through=through,
+                text=text,
+                run_id=run_id[:255],
+                created_at=created_at,
+            )
         return StoredSummary(
             summary_id=row.summary_uuid,
             text=text,

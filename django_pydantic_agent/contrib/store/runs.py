@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -31,10 +31,12 @@ from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
+from django_pydantic_agent.chat_history.errors import RunFencedError
 from django_pydantic_agent.persistence.outages import unit_of_work
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
     HANDED_OVER_HEARTBEAT,
+    HeldRun,
     RunRecord,
     RunStatus,
     SyncRunStore,
@@ -159,17 +161,27 @@ def _ledger_rows(
     return rows
 
 
-def _update_running(
-    owner_id: str, thread_id: str, run_id: str, values: dict[str, Any], last_seq: int | None
-) -> bool:
-    """Set ``values`` (and ``last_seq`` when given) on the run if it is still ``running``;
-    whether it was."""
-    if last_seq is not None:
-        values = {**values, "last_seq": last_seq}
-    running = _rows().filter(
+def _running(owner_id: str, thread_id: str, run_id: str, epoch: int | None = None) -> Any:
+    """The run's row while it is ``running`` (in execution ``epoch``, when given)."""
+    rows = _rows().filter(
         owner_id=owner_id, thread_id=thread_id, run_id=run_id, status=RunStatus.RUNNING
     )
-    return bool(running.update(**values))
+    return rows if epoch is None else rows.filter(resumes=epoch)
+
+
+def _update_running(
+    owner_id: str,
+    thread_id: str,
+    run_id: str,
+    values: dict[str, Any],
+    last_seq: int | None,
+    epoch: int | None = None,
+) -> bool:
+    """Set ``values`` (and ``last_seq`` when given) on the run if it is still ``running`` (in
+    execution ``epoch``, when given); whether it was."""
+    if last_seq is not None:
+        values = {**values, "last_seq": last_seq}
+    return bool(_running(owner_id, thread_id, run_id, epoch).update(**values))
 
 
 class DefaultRunStore(SyncRunStore):
@@ -235,6 +247,32 @@ class DefaultRunStore(SyncRunStore):
         values: dict[str, Any] = {"heartbeat_at": timezone.now()}
         return _update_running(owner_id, thread_id, run_id, values, last_seq)
 
+    async def beat(self, *, worker_id: str, runs: Sequence[HeldRun]) -> set[HeldRun]:
+        """Renew every running run of ``worker_id`` (one ``UPDATE``), then read which it holds
+        (one ``SELECT``): those of ``runs`` it no longer holds. Two queries a beat, whatever
+        the number of runs."""
+        return await unit_of_work(self._beat_sync)(worker_id, list(runs))
+
+    def _beat_sync(self, worker_id: str, runs: list[HeldRun]) -> set[HeldRun]:
+        held = _rows().filter(worker_id=worker_id, status=RunStatus.RUNNING)
+        held.update(heartbeat_at=timezone.now())
+        kept = set(held.values_list("owner_id", "thread_id", "run_id", "resumes"))
+        return {run for run in runs if tuple(run) not in kept}
+
+    def fence(self, run: HeldRun) -> Callable[[], None]:
+        """A check for the run's write transactions: ``RunFencedError`` unless the run still
+        runs in execution ``run.epoch``. It locks the run's row (``SELECT ... FOR UPDATE`` where
+        the database has it), so a take-over waits for a write in flight and every later write
+        of the old execution is refused."""
+        owner_id, thread_id, run_id, epoch = run
+
+        def check() -> None:
+            rows = _running(owner_id, thread_id, run_id, epoch).select_for_update()
+            if not list(rows.values_list("pk", flat=True)[:1]):
+                raise RunFencedError(run_id, epoch)
+
+        return check
+
     def _finish_sync(
         self,
         owner_id: str,
@@ -244,6 +282,7 @@ class DefaultRunStore(SyncRunStore):
         usage: dict[str, Any] | None,
         last_seq: int | None,
         error: str,
+        epoch: int | None,
     ) -> RunRecord | None:
         check_terminal(status)
         values: dict[str, Any] = {"status": status, "finished_at": timezone.now(), "error": error}
@@ -253,17 +292,17 @@ class DefaultRunStore(SyncRunStore):
             values["last_seq"] = last_seq
         rows = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id)
         with transaction.atomic():
-            ended = rows.filter(status=RunStatus.RUNNING).update(**values)
+            ended = _running(owner_id, thread_id, run_id, epoch).update(**values)
             row = rows.first()
             if ended and row is not None and usage is not None:
                 _record_usage(row)
         return None if row is None else _record(row)
 
     def _hand_over_sync(
-        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None
+        self, owner_id: str, thread_id: str, run_id: str, last_seq: int | None, epoch: int | None
     ) -> bool:
         values: dict[str, Any] = {"heartbeat_at": HANDED_OVER_HEARTBEAT, "worker_id": ""}
-        return _update_running(owner_id, thread_id, run_id, values, last_seq)
+        return _update_running(owner_id, thread_id, run_id, values, last_seq, epoch)
 
     def _get_sync(self, owner_id: str, thread_id: str, run_id: str) -> RunRecord | None:
         row = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id).first()

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django_pydantic_agent.chat_history import RunFencedError
 from django_pydantic_agent.contrib.store.models import StoredAgentRun, StoredMessage
 from django_pydantic_agent.contrib.store.runs import (
     SWEPT_ERROR,
@@ -27,7 +29,7 @@ from django_pydantic_agent.contrib.store.runs import (
     run_sweeper,
     sweep_runs,
 )
-from django_pydantic_agent.persistence.runs import RunStore
+from django_pydantic_agent.persistence.runs import HeldRun, RunStore
 from django_pydantic_agent.persistence.usage import UsageTotals
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -264,3 +266,89 @@ def test_the_ledger_sums_every_field_of_the_totals() -> None:
     # usage_totals reads each field of UsageTotals from its sum_<field>: a field without a sum
     # would always read 0.
     assert set(USAGE_SUMS) == {f"sum_{name}" for name in UsageTotals.__dataclass_fields__}
+
+
+# One worker's beat, and the fence against a worker that stalled past its lease.
+
+
+async def _stale(run_id: str) -> None:
+    """The run's heartbeat as a worker that stopped beating a minute ago left it."""
+    old = timezone.now() - timedelta(seconds=60)
+    await StoredAgentRun.objects.filter(run_id=run_id).aupdate(heartbeat_at=old)
+
+
+async def test_one_beat_renews_every_run_of_its_worker_in_two_queries() -> None:
+    store = DefaultRunStore()
+    runs = []
+    for n in range(3):
+        await store.start(owner_id="o", thread_id=f"t{n}", run_id=f"r{n}", worker_id="w1")
+        runs.append(HeldRun("o", f"t{n}", f"r{n}", 0))
+    await store.start(owner_id="o", thread_id="other", run_id="x", worker_id="w2")
+    for run_id in ("r0", "r1", "r2", "x"):
+        await _stale(run_id)
+
+    def beat() -> set[HeldRun]:
+        with CaptureQueriesContext(connection) as queries:
+            lost = async_to_sync(store.beat)(worker_id="w1", runs=runs)
+        assert len(queries) == 2, [q["sql"] for q in queries]
+        return lost
+
+    assert await sync_to_async(beat)() == set()
+    fresh = timezone.now() - timedelta(seconds=5)
+    rows = {row.run_id: row async for row in StoredAgentRun.objects.all()}
+    assert all(rows[f"r{n}"].heartbeat_at > fresh for n in range(3))
+    assert rows["x"].heartbeat_at < fresh  # another worker's run is not this worker's to renew
+
+
+async def test_the_beat_names_the_runs_another_worker_took_over_or_that_ended() -> None:
+    store = DefaultRunStore()
+    runs = [HeldRun("o", f"t{n}", f"r{n}", 0) for n in range(3)]
+    for run in runs:
+        await store.start(
+            owner_id="o",
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            worker_id="w1",
+            resume_input={"input": {}},
+        )
+    await _stale("r0")
+    taken, _ = await store.take_over(lease=8, worker_id="w2", max_resumes=2)
+    assert [record.run_id for record in taken] == ["r0"]
+    await store.finish(owner_id="o", thread_id="t1", run_id="r1", status="complete")
+    assert await store.beat(worker_id="w1", runs=runs) == {runs[0], runs[1]}
+
+
+async def test_an_old_execution_can_neither_end_nor_hand_over_the_new_one() -> None:
+    store = DefaultRunStore()
+    await store.start(
+        owner_id="o", thread_id="t", run_id="r", worker_id="w1", resume_input={"input": {}}
+    )
+    await _stale("r")
+    [taken], _ = await store.take_over(lease=8, worker_id="w2", max_resumes=2)
+    assert taken.resumes == 1
+    # The stalled worker comes back and ends what it thinks is its run: refused.
+    assert not await store.hand_over(owner_id="o", thread_id="t", run_id="r", epoch=0)
+    ended = await store.finish(owner_id="o", thread_id="t", run_id="r", status="errored", epoch=0)
+    assert ended is not None
+    assert (ended.status, ended.worker_id) == ("running", "w2")
+    done = await store.finish(owner_id="o", thread_id="t", run_id="r", status="complete", epoch=1)
+    assert done is not None
+    assert done.status == "complete"
+
+
+async def test_the_fence_refuses_every_write_of_an_old_execution() -> None:
+    store = DefaultRunStore()
+    await store.start(
+        owner_id="o", thread_id="t", run_id="r", worker_id="w1", resume_input={"input": {}}
+    )
+
+    def write(epoch: int) -> None:
+        with transaction.atomic():
+            store.fence(HeldRun("o", "t", "r", epoch))()
+
+    await sync_to_async(write)(0)  # the current execution writes
+    await _stale("r")
+    await store.take_over(lease=8, worker_id="w2", max_resumes=2)
+    with pytest.raises(RunFencedError, match=r"Run 'r' was taken over by another worker"):
+        await sync_to_async(write)(0)
+    await sync_to_async(write)(1)  # the new execution writes on
