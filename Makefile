@@ -115,3 +115,9 @@ bench: $(VENV)/.installed-test
 
 clean:
 	rm -rf $(VENV) $(SDK_VENV) .tox .coverage htmlcov .pytest_cache .mypy_cache .ruff_cache
+
+# The wheel as a user gets it: built, twine-checked, installed into a fresh virtualenv, and
+# Getting started and the chat page run from it (tests/e2e/test_wheel.py; Node and Chromium).
+.PHONY: test-wheel
+test-wheel: tox tests/e2e/js/node_modules/.package-lock.json
+	$(TOX) run -e wheel

@@ -138,8 +138,8 @@ def pytest_configure(config: pytest.Config) -> None:
     wanted = os.environ.get("REQUIRE_HARNESS")
     if wanted == "1" and not installed:
         problems.append(
-            "REQUIRE_HARNESS=1 but pydantic-ai-harness is not installed: pip install "
-            '"django-pydantic-agent[harness]".'
+            "REQUIRE_HARNESS=1 but pydantic-ai-harness is not installed: "
+            'pip install -e ".[harness]" in the repository.'
         )
     if wanted == "0" and installed:
         problems.append(

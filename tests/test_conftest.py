@@ -37,7 +37,7 @@ def test_marked():
 
 
 def test_needs_the_extra():
-    pytest.skip('needs the harness extra: pip install "django-pydantic-agent[harness]"')
+    pytest.skip('needs the harness extra: pip install -e ".[harness]"')
 
 
 def test_other_reason():

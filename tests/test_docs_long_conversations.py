@@ -38,7 +38,7 @@ def _run(section: str) -> list[dict[str, Any]]:
 
 needs_harness = pytest.mark.skipif(
     importlib.util.find_spec("pydantic_ai_harness") is None,
-    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+    reason='needs the harness extra: pip install -e ".[harness]"',
 )
 
 

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip(
     "pydantic_ai_harness",
-    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+    reason='needs the harness extra: pip install -e ".[harness]"',
 )
 
 from django.contrib.auth import get_user_model

@@ -199,7 +199,8 @@ def check_convertible(run_input: RunAgentInput) -> None:
     - the messages from the last assistant message on, from the one that made the calls the
       tool results among them answer if that is older.
 
-    What else a client posts back (every AG-UI client posts its whole transcript) is either
+    What else a client posts back (one that keeps a transcript, as ``@ag-ui/client`` does,
+    posts all of it) is either
     stored already, and ignored, or refused by the storage agent; converting it all cost a
     turn on a thread of 10,000 messages about 0.4 s (docs/benchmarks.md).
 

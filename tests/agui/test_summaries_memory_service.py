@@ -12,7 +12,7 @@ from django.test import RequestFactory
 
 pytest.importorskip(
     "pydantic_ai_harness",
-    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+    reason='needs the harness extra: pip install -e ".[harness]"',
 )
 
 from django_pydantic_agent.agui import AGUIServer

@@ -31,7 +31,7 @@ def validate_store_path(path: str) -> None:
     """The harness's own path validator: the namespaces must satisfy the real thing."""
     store = pytest.importorskip(
         "pydantic_ai_harness.memory._store",
-        reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+        reason='needs the harness extra: pip install -e ".[harness]"',
     )
     store.validate_store_path(path)
 

@@ -26,7 +26,7 @@ import pytest
 
 pytest.importorskip(
     "pydantic_ai_harness",
-    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+    reason='needs the harness extra: pip install -e ".[harness]"',
 )
 
 from tests.reliability.project.prices import SPEND_BUDGET, SPEND_PRICE

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-__all__ = ["HARNESS_INSTALL", "harness_missing"]
+__all__ = ["HARNESS_INSTALL", "HARNESS_INSTALL_FROM_CLONE", "harness_missing"]
 
-#: The command that installs the extra, quoted for a shell.
-HARNESS_INSTALL = 'pip install "django-pydantic-agent[harness]"'
+#: The command that installs the extra from this project's repository, quoted for a shell.
+#: Never the bare PyPI name: PyPI's django-pydantic-agent is the predecessor, 0.28.3.
+HARNESS_INSTALL = (
+    'pip install "django-pydantic-agent[harness] @ '
+    'git+https://github.com/django-pydantic-agent/django-pydantic-agent"'
+)
+#: The same from a clone (the README's install), run in the folder that holds the clone.
+HARNESS_INSTALL_FROM_CLONE = 'pip install -e "./django-pydantic-agent[harness]"'
 
 
 def harness_missing(exc: ModuleNotFoundError, feature: str) -> Exception:
@@ -18,5 +24,7 @@ def harness_missing(exc: ModuleNotFoundError, feature: str) -> Exception:
         return exc
     return ImproperlyConfigured(
         f"{feature} needs the optional pydantic-ai-harness package, which is not installed. "
-        f"Install the extra: {HARNESS_INSTALL}"
+        "Install the harness extra from this project's repository, not from PyPI (whose "
+        f"django-pydantic-agent is the predecessor, 0.28.3): {HARNESS_INSTALL}, or from a "
+        f"clone: {HARNESS_INSTALL_FROM_CLONE}"
     )

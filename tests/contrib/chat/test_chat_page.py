@@ -63,6 +63,44 @@ def test_an_anonymous_visitor_is_sent_to_log_in(docs_urls: types.ModuleType) -> 
 
 
 @pytest.mark.django_db
+def test_the_login_route_of_the_page_logs_a_user_in_and_sends_them_back(
+    docs_urls: types.ModuleType, django_user_model: Any
+) -> None:
+    """The page's URLconf serves ``LOGIN_URL`` (a ``startproject`` project serves nothing
+    there) with Django's ``LoginView`` and contrib.chat's template; staff or not."""
+    django_user_model.objects.create_user("reader", password="pw")
+    client = Client(enforce_csrf_checks=True)
+
+    sent = client.get("/chat/")
+    form = client.get(sent["Location"])
+    token = form.cookies["csrftoken"].value
+    wrong = client.post(
+        sent["Location"],
+        {"csrfmiddlewaretoken": token, "username": "reader", "password": "no", "next": "/chat/"},
+    )
+    logged_in = client.post(
+        sent["Location"],
+        {"csrfmiddlewaretoken": token, "username": "reader", "password": "pw", "next": "/chat/"},
+    )
+    page = client.get("/chat/")
+
+    assert sent["Location"] == "/accounts/login/?next=/chat/"
+    assert form.status_code == 200
+    assert [t.name for t in form.templates][:2] == ["agent_chat/login.html", "agent_chat/page.html"]
+    html = form.content.decode()
+    assert 'href="/static/agent_chat/chat.css"' in html
+    assert '<input type="hidden" name="next" value="/chat/">' in html
+    assert 'name="username"' in html
+    assert 'name="password"' in html
+    assert "<script" not in html, "the login page runs no chat script"
+    assert wrong.status_code == 200
+    assert 'class="form-error" role="alert"' in wrong.content.decode()
+    assert logged_in.status_code == 302
+    assert logged_in["Location"] == "/chat/"
+    assert page.status_code == 200
+
+
+@pytest.mark.django_db
 def test_the_mounted_page_talks_to_its_server(
     docs_urls: types.ModuleType, django_user_model: Any
 ) -> None:

@@ -219,7 +219,7 @@ def test_harness_stores_without_the_app_refuse_at_construction() -> None:
     failed at import with Django's generic RuntimeError, or at the first query."""
     pytest.importorskip(
         "pydantic_ai_harness",
-        reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+        reason='needs the harness extra: pip install -e ".[harness]"',
     )
     import subprocess
     from pathlib import Path

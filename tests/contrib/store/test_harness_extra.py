@@ -19,7 +19,13 @@ from django.core.management.base import CommandError
 
 from django_pydantic_agent.contrib.store._harness_extra import harness_missing
 
-INSTALL = 'pip install "django-pydantic-agent[harness]"'
+INSTALL = (
+    "Install the harness extra from this project's repository, not from PyPI (whose "
+    "django-pydantic-agent is the predecessor, 0.28.3): "
+    'pip install "django-pydantic-agent[harness] @ '
+    'git+https://github.com/django-pydantic-agent/django-pydantic-agent", or from a clone: '
+    'pip install -e "./django-pydantic-agent[harness]"'
+)
 ROOT = Path(__file__).resolve().parents[3]
 
 # Importing these again must fail the way a project without the extra sees it.
@@ -57,7 +63,7 @@ def test_importing_a_harness_store_names_the_extra(module: str, feature: str) ->
 
     assert str(raised.value) == (
         f"{feature} needs the optional pydantic-ai-harness package, which is not installed. "
-        f"Install the extra: {INSTALL}"
+        f"{INSTALL}"
     )
     # No ModuleNotFoundError chained under it: the message is the whole story.
     assert raised.value.__cause__ is None
@@ -108,6 +114,6 @@ def test_the_purge_command_without_the_extra_is_a_command_error_not_a_traceback(
     assert result.returncode == 1, result.stderr
     assert result.stderr == (
         "CommandError: DefaultMemoryStore needs the optional pydantic-ai-harness package, "
-        f"which is not installed. Install the extra: {INSTALL}\n"
+        f"which is not installed. {INSTALL}\n"
     )
     assert result.stdout == ""

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 
 pytest.importorskip(
     "pydantic_ai_harness",
-    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+    reason='needs the harness extra: pip install -e ".[harness]"',
 )
 
 from django_pydantic_agent.contrib.store.history_source import StoredHistorySource

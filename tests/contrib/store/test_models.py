@@ -64,7 +64,7 @@ def test_storage_proxy_opens_through_the_resolved_storage() -> None:
 def test_package_import_loads_no_models_and_stores_export_lazily() -> None:
     pytest.importorskip(
         "pydantic_ai_harness",
-        reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+        reason='needs the harness extra: pip install -e ".[harness]"',
     )
     assert not hasattr(store_package, "StoredConversation")
     from django_pydantic_agent.contrib.store import harness

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip(
     "pydantic_ai_harness",
-    reason='needs the harness extra: pip install "django-pydantic-agent[harness]"',
+    reason='needs the harness extra: pip install -e ".[harness]"',
 )
 
 from asgiref.sync import sync_to_async

@@ -311,7 +311,7 @@ async function refusal(response) {
 // from its last user message on (the question sent, or the one a regenerate or an edit cuts
 // at). Posting the rest would cost every turn the thread's length, and past the server's body
 // cap a long conversation could not go on. Without a stored thread the transcript is the
-// history, and a run posts all of it, as every AG-UI client does.
+// history, and a run posts all of it.
 const storedHistory = app.dataset.history === "stored";
 
 function postedMessages(transcript) {
