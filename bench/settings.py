@@ -1,6 +1,9 @@
 """Settings for ``python -m bench``: a throwaway SQLite file (or ``DATABASE_URL``) and a
 throwaway filesystem directory for attachment blobs, both under ``BENCH_DIR``.
 
+``BENCH_SQLITE_DEFAULTS`` drops the SQLite ``OPTIONS`` (Django's defaults); ``BENCH_SQLITE_WAL``
+adds WAL to them.
+
 ``BENCH_DIR`` is created when missing and kept; without it a temporary directory is used and
 removed when the process exits.
 """
@@ -48,7 +51,11 @@ else:
             "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
         }
     }
-    if os.environ.get("BENCH_SQLITE_WAL"):
+    if os.environ.get("BENCH_SQLITE_DEFAULTS"):
+        # Django's defaults, as ``startproject`` writes them (``bench.sqlite_defaults``): no
+        # OPTIONS, so deferred transactions, sqlite3's 5 s timeout and a rollback journal.
+        del DATABASES["default"]["OPTIONS"]
+    elif os.environ.get("BENCH_SQLITE_WAL"):
         # The served sites (``bench.live.served``) run as the example project does (``make
         # demo``), with WAL as well: a commit appends to the log instead of writing, syncing
         # and deleting a rollback journal. WAL belongs to the file, so the in-process suites

@@ -14,6 +14,9 @@ Stable ids:
 - ``django_pydantic_agent.E004``: with ``DEBUG`` off, an ``AGUIServer`` with durable runs uses
   ``DummyCache``, which keeps nothing: cancel intents, the live tail shared between workers,
   the sweep lease and (for stores without run tables) the run records themselves are lost.
+- ``django_pydantic_agent.W002``: a database ``contrib.store`` writes to is SQLite without
+  ``"transaction_mode": "IMMEDIATE"`` and a ``"timeout"`` in its ``OPTIONS`` (registered by
+  ``contrib.store``, ``contrib/store/checks.py``).
 
 Both cache checks are silenced for a single-process deployment with
 ``SILENCED_SYSTEM_CHECKS = ["django_pydantic_agent.W001"]`` (or ``E004``).
@@ -43,6 +46,7 @@ __all__ = [
     "E003",
     "E004",
     "W001",
+    "W002",
     "check_attachment_storage",
     "check_mounted_stores",
     "check_run_cache",
@@ -55,6 +59,7 @@ E002 = "django_pydantic_agent.E002"
 E003 = SESSION_MIDDLEWARE_CHECK_ID
 E004 = "django_pydantic_agent.E004"
 W001 = "django_pydantic_agent.W001"
+W002 = "django_pydantic_agent.W002"
 
 _ATTACHMENT_ALIAS = "django_pydantic_agent_attachments"
 

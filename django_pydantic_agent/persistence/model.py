@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import DataError, transaction
+from django.db import DataError
 
 from django_pydantic_agent.persistence.base import (
     AttachmentRef,
@@ -37,6 +37,7 @@ from django_pydantic_agent.persistence.listing import (
 )
 from django_pydantic_agent.persistence.message_tree import activate_in, branch_points_in
 from django_pydantic_agent.persistence.owner import resolve_owner_id
+from django_pydantic_agent.persistence.transactions import write_transaction
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -180,7 +181,7 @@ class ModelConversationStore(_OwnerScoped, ABC):
     def _tree_activate_sync(self, thread_id: str, message_id: str, request: HttpRequest) -> bool:
         owner_id = self._owner(request)
         subject = f"conversation {thread_id!r}"
-        with transaction.atomic():
+        with write_transaction():
             conversation = _hook(subject, self._fetch, thread_id, owner_id)
             if conversation is None:
                 return False

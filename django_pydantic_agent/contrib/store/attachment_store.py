@@ -12,7 +12,6 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
 from django.db.models import Max
 
 from django_pydantic_agent.contrib.store.checks import store_app_installed
@@ -25,6 +24,7 @@ from django_pydantic_agent.persistence import (
     StoreLimitError,
 )
 from django_pydantic_agent.persistence.outages import StorageUnavailableError
+from django_pydantic_agent.persistence.transactions import write_transaction
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
@@ -174,7 +174,7 @@ class DefaultAttachmentStore(ModelAttachmentStore):
             size=size,
             sha256=sha256,
         )
-        with transaction.atomic():
+        with write_transaction():
             if self._has_quota:
                 lock_owner("attachments", owner_id)
             blob = self._reusable_blob(owner_id, sha256, storage)
@@ -190,7 +190,7 @@ class DefaultAttachmentStore(ModelAttachmentStore):
         self._write_blob(row, upload, storage)
         blob_name = str(row.file.name)
         try:
-            with transaction.atomic():
+            with write_transaction():
                 if self._has_quota:
                     lock_owner("attachments", owner_id)
                     self._refuse_over_quota(owner_id, size)

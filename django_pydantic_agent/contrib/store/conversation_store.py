@@ -13,7 +13,7 @@ import functools
 import uuid
 from typing import TYPE_CHECKING, Any, cast
 
-from django.db import IntegrityError, connections, router, transaction
+from django.db import IntegrityError, connections, router
 from django.utils import timezone
 
 from django_pydantic_agent.contrib.store import branches, forks, rows, save_plan, transfer
@@ -46,6 +46,7 @@ from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.derive import normalize_title
 from django_pydantic_agent.persistence.listing import ThreadPage, ThreadQuery
 from django_pydantic_agent.persistence.outages import unit_of_work
+from django_pydantic_agent.persistence.transactions import write_transaction
 
 if TYPE_CHECKING:
     from django.core.checks import CheckMessage
@@ -190,7 +191,7 @@ class DefaultConversationStore(ModelConversationStore):
 
     def _activate_sync(self, thread_id: str, message_id: str, request: HttpRequest) -> bool:
         owner_id = self._owner(request)
-        with transaction.atomic():
+        with write_transaction():
             row = self._thread_row(thread_id, owner_id, lock=True)
             return row is not None and branches.activate(row, message_id)
 
@@ -265,7 +266,7 @@ class DefaultConversationStore(ModelConversationStore):
         from django_pydantic_agent.contrib.store.models import StoredConversation
 
         try:
-            with transaction.atomic():
+            with write_transaction():
                 row = StoredConversation.objects.create(
                     owner_id=owner_id,
                     thread_id=thread_id,
@@ -295,7 +296,7 @@ class DefaultConversationStore(ModelConversationStore):
         thread_id = conversation.thread_id
         check_key("thread_id", thread_id)
         messages = list(conversation.messages)
-        with transaction.atomic():
+        with write_transaction():
             row = self._locked_row(thread_id, owner_id)
             limit = self.max_threads_per_owner
             if row is None and limit is not None:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from django_pydantic_agent.contrib.store.models import StoredAttachment, StoredConversation
 
 from django_pydantic_agent.contrib.store.links import BATCH
+from django_pydantic_agent.persistence.transactions import write_transaction
 
 __all__ = [
     "AttachmentDeletion",
@@ -127,7 +128,7 @@ def _pass(
         for _, name, size in selected:
             sizes.setdefault(name, size)
         if apply:
-            with transaction.atomic():
+            with write_transaction():
                 deleted = rows.filter(pk__in=pks).delete()[0]
                 gone = sorted(set(sizes) - _surviving_names(names, []))
                 if gone:
@@ -284,7 +285,7 @@ def _conversation_batch(
             snapshots=harness.get("snapshots", 0),
             tool_effects=harness.get("tool_effects", 0),
         )
-    with transaction.atomic():
+    with write_transaction():
         harness = {name: qs.delete()[0] for name, qs in _harness_rows(pks).items()}
         deleted = StoredConversation.objects.filter(pk__in=pks).delete()[1]
         attachments = delete_attachments(

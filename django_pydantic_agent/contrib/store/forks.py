@@ -17,13 +17,14 @@ import json
 import uuid
 from typing import Any
 
-from django.db import router, transaction
+from django.db import router
 from django.utils import timezone
 
 from django_pydantic_agent.contrib.store import rows
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
 from django_pydantic_agent.contrib.store.quotas import MAX_KEY, lock_owner, refuse_new_thread
 from django_pydantic_agent.persistence import derive_preview
+from django_pydantic_agent.persistence.transactions import write_transaction
 
 __all__ = ["fork"]
 
@@ -87,7 +88,7 @@ def fork(
 
     if len(thread_id) > MAX_KEY or len(new_thread_id) > MAX_KEY:
         return False
-    with transaction.atomic():
+    with write_transaction():
         source = (
             StoredConversation.objects.select_for_update()
             .filter(owner_id=owner_id, thread_id=thread_id)

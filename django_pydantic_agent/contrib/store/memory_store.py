@@ -19,13 +19,14 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, cast
 
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import Length, Substr
 from django.utils import timezone
 from pydantic_ai import ModelRetry
 
 from django_pydantic_agent.contrib.store._harness_extra import harness_missing
+from django_pydantic_agent.persistence.transactions import write_transaction
 
 try:
     from pydantic_ai_harness.memory import (
@@ -294,7 +295,7 @@ class DefaultMemoryStore(OwnerScoped):
             operation_id = None if operation is None else operation.id
             if current is None:
                 try:
-                    with transaction.atomic():
+                    with write_transaction():
                         StoredMemoryFile.objects.create(
                             owner_id=owner,
                             path=path,
@@ -409,7 +410,7 @@ class DefaultMemoryStore(OwnerScoped):
             raise ValueError(
                 f"purge() needs the non-empty owner id whose memory to delete, got {owner_id!r}."
             )
-        with transaction.atomic():
+        with write_transaction():
             StoredMemoryOperation.objects.filter(owner_id=owner_id).delete()
             _, per_model = StoredMemoryFile.objects.filter(owner_id=owner_id).delete()
         return per_model.get(StoredMemoryFile._meta.label, 0)
@@ -433,7 +434,7 @@ def _compare_and_set(
     One transaction: the receipt check, the version check (``MemoryConflictError`` naming the
     ``verb``), ``apply`` and the new receipt.
     """
-    with transaction.atomic():
+    with write_transaction():
         if operation is not None and (receipt := _receipt(owner, operation)) is not None:
             return receipt
         current = _current_version(owner, path)

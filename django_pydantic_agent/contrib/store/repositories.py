@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import OuterRef, Subquery, Value
 from django.db.models.functions import Concat, Left
 from django.utils import timezone
@@ -71,6 +71,7 @@ from django_pydantic_agent.persistence import derive_preview
 from django_pydantic_agent.persistence.derive import normalize_title
 from django_pydantic_agent.persistence.outages import unit_of_work
 from django_pydantic_agent.persistence.owner import owner_user_uuid
+from django_pydantic_agent.persistence.transactions import write_transaction
 
 if TYPE_CHECKING:
     from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
@@ -280,7 +281,7 @@ class OrmChatRepository:
         if found is not None:
             return self._remember(found, found.top)
         title = normalize_title(chat_data.name, MAX_KEY)
-        with transaction.atomic():
+        with write_transaction():
             limit = self.max_threads_per_owner
             if limit is not None:
                 lock_owner("threads", owner)
@@ -291,7 +292,7 @@ class OrmChatRepository:
                     return self._remember(existing, None)
                 refuse_new_thread(owner, limit)
             try:
-                with transaction.atomic():
+                with write_transaction():
                     row = StoredConversation.objects.create(
                         owner_id=owner, thread_id=thread_id, title=title
                     )
@@ -581,7 +582,7 @@ class OrmMessageRepository(NestedRecordWrites):
             if preview:
                 values["preview"] = preview
             touches[state.chat_uuid] = values
-        with transaction.atomic():
+        with write_transaction():
             if self.fence is not None:
                 self.fence()
             self._cut_sync(states)
@@ -936,7 +937,7 @@ class OrmMessageRepository(NestedRecordWrites):
         ).first()
         if through is None:
             return None
-        with transaction.atomic():
+        with write_transaction():
             if self.fence is not None:
                 self.fence()
             row = Row.objects.create(

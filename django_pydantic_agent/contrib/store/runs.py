@@ -26,7 +26,7 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import Count, Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
@@ -42,6 +42,7 @@ from django_pydantic_agent.persistence.runs import (
     SyncRunStore,
     check_terminal,
 )
+from django_pydantic_agent.persistence.transactions import write_transaction
 from django_pydantic_agent.persistence.usage import UsageTotals, run_usage
 
 if TYPE_CHECKING:
@@ -215,7 +216,7 @@ class DefaultRunStore(SyncRunStore):
             return _record(known), known.status == RunStatus.RUNNING
         for attempt in range(_START_ATTEMPTS):
             try:
-                with transaction.atomic():
+                with write_transaction():
                     row = _rows().create(
                         owner_id=owner_id,
                         thread_id=thread_id,
@@ -291,7 +292,7 @@ class DefaultRunStore(SyncRunStore):
         if last_seq is not None:
             values["last_seq"] = last_seq
         rows = _rows().filter(owner_id=owner_id, thread_id=thread_id, run_id=run_id)
-        with transaction.atomic():
+        with write_transaction():
             ended = _running(owner_id, thread_id, run_id, epoch).update(**values)
             row = rows.first()
             if ended and row is not None and usage is not None:
@@ -427,7 +428,7 @@ def _settle_each(
     sweeper settled, is skipped); yields each run and what ``settle`` returned, once committed.
     """
     for pk in list(stale.values_list("pk", flat=True)):
-        with transaction.atomic():
+        with write_transaction():
             row = _stale(cutoff).select_for_update().filter(pk=pk).first()
             if row is None:
                 continue

@@ -23,7 +23,9 @@ holds locked. The figures are in docs/benchmarks.md ("The lazy index").
 
 from __future__ import annotations
 
-from django.db import connections, transaction
+from django.db import connections
+
+from django_pydantic_agent.persistence.transactions import write_transaction
 
 __all__ = [
     "FTS_TABLE",
@@ -217,7 +219,7 @@ def catch_up(using: str) -> int:
         cursor.execute(f"SELECT 1 FROM {table} WHERE id > {_MARK} LIMIT 1")
         if cursor.fetchone() is None:
             return 0
-    with transaction.atomic(using=using), connection.cursor() as cursor:
+    with write_transaction(using=using), connection.cursor() as cursor:
         # The INSERT is the transaction's first statement: it takes SQLite's write lock
         # before it reads the mark, so a concurrent search waits and then sees the new mark.
         cursor.execute(

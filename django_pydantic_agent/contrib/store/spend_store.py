@@ -16,10 +16,11 @@ from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import F, Q
 
 from django_pydantic_agent.contrib.store._harness_extra import harness_missing
+from django_pydantic_agent.persistence.transactions import write_transaction
 
 try:
     from pydantic_ai_harness.spend import SpendEntry, Spent
@@ -124,7 +125,7 @@ class DefaultSpendStore:
 
     def _add_sync(self, entries: list[SpendEntry]) -> dict[str, Spent]:
         now = self._clock()
-        with transaction.atomic(using=self._using):
+        with write_transaction(using=self._using):
             for entry in entries:
                 self._apply(entry, now)
             names = {entry.key: stored_spend_key(entry.key) for entry in entries}
@@ -162,7 +163,7 @@ class DefaultSpendStore:
             if rows.filter(expires_at__lte=now).update(**start):
                 return
             try:
-                with transaction.atomic(using=self._using):
+                with write_transaction(using=self._using):
                     self._rows().create(key=name, **start)
             except IntegrityError:
                 continue  # another worker created it first: add to theirs

@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, cast
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 from django_pydantic_agent.contrib.store._harness_extra import harness_missing
+from django_pydantic_agent.persistence.transactions import write_transaction
 
 try:
     from pydantic_ai_harness.step_persistence import (
@@ -104,7 +105,7 @@ class DefaultStepStore(OwnerScoped):
 
         def op(owner: str) -> None:
             try:
-                with transaction.atomic():
+                with write_transaction():
                     StoredRun.objects.create(
                         owner_id=owner,
                         run_id=record.run_id,
@@ -158,7 +159,7 @@ class DefaultStepStore(OwnerScoped):
 
         def op(owner: str) -> None:
             try:
-                with transaction.atomic():
+                with write_transaction():
                     StoredStepEvent.objects.create(
                         owner_id=owner,
                         run_id=event.run_id,
@@ -199,10 +200,10 @@ class DefaultStepStore(OwnerScoped):
         messages = ModelMessagesTypeAdapter.dump_python(snapshot.messages, mode="json")
 
         def op(owner: str) -> None:
-            with transaction.atomic():
+            with write_transaction():
                 if snapshot.idempotency_key is not None:
                     try:
-                        with transaction.atomic():
+                        with write_transaction():
                             StoredSnapshotKey.objects.create(
                                 owner_id=owner,
                                 run_id=snapshot.run_id,
@@ -274,19 +275,21 @@ class DefaultStepStore(OwnerScoped):
         """Insert or wholly replace the effect of ``(run_id, tool_call_id)``; newest wins."""
 
         def op(owner: str) -> None:
-            StoredToolEffect.objects.update_or_create(
-                owner_id=owner,
-                run_id=record.run_id,
-                tool_call_id=record.tool_call_id,
-                defaults={
-                    "tool_name": record.tool_name,
-                    "status": record.status,
-                    "started_at": record.started_at,
-                    "ended_at": record.ended_at,
-                    "idempotency_key": record.idempotency_key,
-                    "effect_summary": record.effect_summary,
-                },
-            )
+            # update_or_create's own transaction reads first: begin it as a write.
+            with write_transaction():
+                StoredToolEffect.objects.update_or_create(
+                    owner_id=owner,
+                    run_id=record.run_id,
+                    tool_call_id=record.tool_call_id,
+                    defaults={
+                        "tool_name": record.tool_name,
+                        "status": record.status,
+                        "started_at": record.started_at,
+                        "ended_at": record.ended_at,
+                        "idempotency_key": record.idempotency_key,
+                        "effect_summary": record.effect_summary,
+                    },
+                )
 
         await self._call(op, None)
 

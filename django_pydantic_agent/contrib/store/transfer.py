@@ -17,13 +17,13 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from django_pydantic_agent.contrib.store import branches, rows
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
 from django_pydantic_agent.contrib.store.quotas import MAX_KEY, lock_owner, refuse_new_thread
 from django_pydantic_agent.persistence import derive_preview
+from django_pydantic_agent.persistence.transactions import write_transaction
 from django_pydantic_agent.persistence.transfer import (
     FORMAT,
     IDENTITY_KEYS,
@@ -160,7 +160,7 @@ def import_document(
             highest += 1
             branch_of.append(highest)
     active = [i for i, entry in enumerate(entries) if entry["active"]]
-    with transaction.atomic():
+    with write_transaction():
         if max_threads is not None:
             lock_owner("threads", owner_id)
             refuse_new_thread(owner_id, max_threads)

@@ -1,4 +1,5 @@
-"""System checks E001-E003: found by walking the URLconf for mounted AG-UI servers."""
+"""System checks E001-E003, found by walking the URLconf for mounted AG-UI servers, and W002
+(the SQLite options of the database ``contrib.store`` writes to)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,12 @@ from django_pydantic_agent.checks import (
     E001,
     E002,
     E003,
+    W002,
     check_attachment_storage,
     check_mounted_stores,
     mounted_stores,
 )
+from django_pydantic_agent.contrib.store.checks import STORE_APP, check_sqlite_options
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
     DefaultConversationStore,
@@ -252,3 +255,94 @@ def test_harness_stores_without_the_app_refuse_at_construction() -> None:
             with pytest.raises(ImproperlyConfigured, match="run migrate"):
                 store(HttpRequest())
     assert DefaultMemoryStore(HttpRequest()) is not None  # installed again: fine
+
+
+# -- W002: the SQLite options of contrib.store's database ------------------------------------
+
+
+class StoreElsewhere:
+    """Sends ``contrib.store``'s rows to the alias ``store``."""
+
+    def db_for_write(self, model: Any, **hints: Any) -> str | None:
+        return "store" if model._meta.app_label == "django_pydantic_agent_store" else None
+
+
+@pytest.fixture
+def sqlite_default() -> dict[str, Any]:
+    if "sqlite" not in django_settings.DATABASES["default"]["ENGINE"]:
+        pytest.skip("W002 concerns SQLite; this database is not.")
+    return django_settings.DATABASES["default"]
+
+
+@pytest.mark.django_db
+def test_w002_djangos_default_sqlite_options_warn_through_manage_py_check(
+    sqlite_default: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert W002 not in ids(checks.run_checks())  # the suite's settings: IMMEDIATE, 20 s
+    monkeypatch.setitem(sqlite_default, "OPTIONS", {})  # as startproject writes it
+
+    [warning] = [m for m in checks.run_checks() if m.id == W002]
+
+    assert warning.level == checks.WARNING
+    assert warning.msg.startswith("DATABASES['default'] is SQLite without")
+    assert '"transaction_mode": "IMMEDIATE"' in warning.msg
+    assert '"timeout": 20' in warning.msg
+    assert "Concurrent runs write to it" in warning.msg
+    assert '"database is locked"' in warning.msg
+    assert """DATABASES['default']["OPTIONS"]""" in (warning.hint or "")
+    out, err = io.StringIO(), io.StringIO()
+    call_command("check", stdout=out, stderr=err)
+    assert f"({W002})" in err.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("options", "warns"),
+    [
+        ({"transaction_mode": "IMMEDIATE", "timeout": 20}, False),
+        ({"transaction_mode": "immediate", "timeout": 5, "init_command": "PRAGMA x;"}, False),
+        ({"transaction_mode": "IMMEDIATE"}, True),
+        ({"timeout": 20}, True),
+        ({"transaction_mode": "EXCLUSIVE", "timeout": 20}, True),
+        ({"transaction_mode": None, "timeout": 20}, True),
+    ],
+)
+def test_w002_needs_both_options(
+    sqlite_default: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    options: dict[str, Any],
+    warns: bool,
+) -> None:
+    monkeypatch.setitem(sqlite_default, "OPTIONS", options)
+    assert ids(check_sqlite_options()) == ([W002] if warns else [])
+
+
+def test_w002_looks_at_the_database_the_routers_send_the_rows_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not at ``default``'s, which may be PostgreSQL (a second leg of the suite) or anything."""
+    monkeypatch.setitem(
+        django_settings.DATABASES,
+        "store",
+        {"ENGINE": "django.db.backends.sqlite3", "NAME": "store.sqlite3", "OPTIONS": {}},
+    )
+    router = f"{__name__}.StoreElsewhere"
+    with override_settings(DATABASE_ROUTERS=[router]):
+        [warning] = check_sqlite_options()
+        assert warning.msg.startswith("DATABASES['store'] is SQLite")
+        monkeypatch.setitem(
+            django_settings.DATABASES["store"], "ENGINE", "django.db.backends.postgresql"
+        )
+        assert check_sqlite_options() == []
+        monkeypatch.setitem(django_settings.DATABASES["store"], "ENGINE", "")
+        assert check_sqlite_options() == []
+        monkeypatch.delitem(django_settings.DATABASES, "store")  # Django reports that one
+        assert check_sqlite_options() == []
+
+
+def test_w002_is_contrib_stores_only(
+    sqlite_default: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sqlite_default, "OPTIONS", {})
+    installed = [app.name for app in apps.get_app_configs() if app.name != STORE_APP]
+    with override_settings(INSTALLED_APPS=installed):
+        assert check_sqlite_options() == []

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db import transaction
-
 from django_pydantic_agent.contrib.store.links import strip_inline_binary_parts
 from django_pydantic_agent.contrib.store.management.commands._common import StoreCommand
 from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
+from django_pydantic_agent.persistence.transactions import write_transaction
 
 _BATCH = 500
 _COLUMNS = ("wire", "record", "tool_calls")
@@ -76,7 +75,7 @@ class Command(StoreCommand):
                         StoredMessage(pk=pk, **dict(zip(_COLUMNS, stripped, strict=True)))
                     )
             if changed and not dry_run:
-                with transaction.atomic():
+                with write_transaction():
                     StoredMessage.objects.bulk_update(changed, list(_COLUMNS))
                     # Rows changed behind save()'s back: its next call compares every row.
                     StoredConversation.objects.filter(
