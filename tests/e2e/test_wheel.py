@@ -58,7 +58,7 @@ from tests.e2e.docs_project import (
 from tests.e2e.nodejs import run_page_script
 from tests.e2e.test_browser import artifacts  # noqa: F401  (fixture)
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "django_pydantic_agent"
