@@ -3,10 +3,11 @@ shape) is SIGKILLed, or SIGTERMed with a drain shorter than the answer, mid-answ
 reattaches on worker 2 with the last id it saw and gets the whole answer.
 
 The run keeps its id; worker 2 takes it over (at once after a drain, once the lease has passed
-after a kill), its log goes on from worker 1's relayed log, and the client's stream opens as any
-reattach does, then goes on with ids after the last it saw: no second ``RUN_STARTED``, no gap,
-no duplicate, ``RUN_FINISHED`` at the end. What worker 1 streamed stays in the thread,
-``interrupted``; the answer given again follows it, whole.
+after a kill) as its next execution, numbered from ``EPOCH_STRIDE + 1`` and opening with a
+``MESSAGES_SNAPSHOT`` of the stored thread. The client's stream has one ``RUN_STARTED``, ids
+increasing, and ``RUN_FINISHED`` at the end, and what the client shows after both streams
+(``tests/support/transcript.py``) is exactly the stored thread. What worker 1 streamed stays
+in the thread, ``interrupted``; the answer given again follows it, whole.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
+from django_pydantic_agent.chat_history.manager import EPOCH_STRIDE
 from tests.e2e.test_workers import (
     LONG_PROMPT,
     Stream,
@@ -36,6 +38,7 @@ from tests.e2e.test_workers import (
     wait_until_ended,
 )
 from tests.example_project.support import RunningServer, run_input, serve_example_workers
+from tests.support.transcript import apply_events, visible
 
 pytestmark = pytest.mark.e2e
 
@@ -126,7 +129,7 @@ def test_the_client_on_worker_2_gets_the_whole_answer(
                 with suppress(httpx.HTTPError):
                     stream.read()
         seen = list(stream.frames)
-        last = max(int(frame_id.rpartition(":")[2]) for frame_id, _ in seen if frame_id)
+        last = max(_seq(frame_id) for frame_id, _ in seen if frame_id)
         assert not [e for _, e in seen if e["type"] in ("RUN_FINISHED", "RUN_ERROR")]
         tail = read_all(two, f"/agent/runs/{thread_id}/{run_id}/?after={last}")
         whole_tail_after = time.monotonic() - stopped
@@ -136,8 +139,18 @@ def test_the_client_on_worker_2_gets_the_whole_answer(
     assert types[0] == "RUN_STARTED"
     assert types.count("RUN_STARTED") == 1
     assert types[-1] == "RUN_FINISHED"
-    numbered = [int(frame_id.rpartition(":")[2]) for frame_id, _ in tail if frame_id]
-    assert numbered == list(range(last + 1, last + 1 + len(numbered)))  # no gap, no duplicate
+    numbered = [_seq(frame_id) for frame_id, _ in tail if frame_id]
+    assert numbered == sorted(set(numbered))  # increasing, none twice
+    resumed = [seq for seq in numbered if seq > EPOCH_STRIDE]
+    # The resumed execution from its start, every event once: its RUN_STARTED (EPOCH_STRIDE +
+    # 1) unless the stream had sent one already, id-less, following worker 1's relayed log.
+    opened = tail[0][0] is None
+    start = EPOCH_STRIDE + (2 if opened else 1)
+    assert resumed == list(range(start, start + len(resumed)))
+    assert [seq for seq in numbered if seq <= EPOCH_STRIDE] == list(
+        range(last + 1, last + 1 + len(numbered) - len(resumed))
+    )  # what worker 1 relayed after the client's last id, if anything
+    assert "MESSAGES_SNAPSHOT" in types
     assert list(_texts(events).values())[-1] == whole  # the whole answer, once
     answers = [m for m in stored["messages"] if m["role"] == "assistant" and m.get("content")]
     assert [m["status"] for m in answers] == ["interrupted", "complete"]
@@ -147,9 +160,17 @@ def test_the_client_on_worker_2_gets_the_whole_answer(
     assert [m["role"] for m in stored["messages"]].count("tool") == 1
     assert _clockless(answers[-1]["content"]) == whole
     assert whole.startswith(_clockless(answers[0]["content"]))
+    # The client shows what it posted and what both streams built: exactly the stored thread.
+    shown = apply_events([event for _, event in seen + tail], body["messages"])
+    assert visible(shown) == visible(stored["messages"])
     verify_with_agui_client(node_scripts, tmp_path, events)
     print(f"FIGURE resume-e2e signal={stop.name} whole_answer_read_after_s={whole_tail_after:.2f}")
     assert "Traceback" not in second.log.read_text()
+
+
+def _seq(frame_id: str) -> int:
+    """The sequence number of an SSE id (``<run_id>:<seq>``)."""
+    return int(frame_id.rpartition(":")[2])
 
 
 def _events(body: str) -> list[dict[str, Any]]:
