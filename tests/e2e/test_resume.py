@@ -1,6 +1,8 @@
 """Resume on another worker: worker 1 of two (PostgreSQL + Redis, the deployment guide's
 shape) is SIGKILLed, or SIGTERMed with a drain shorter than the answer, mid-answer; the client
-reattaches on worker 2 with the last id it saw and gets the whole answer.
+reattaches on worker 2 with the last id it saw and gets the whole answer. With the real
+``@ag-ui/client`` (``js/agui_reload.mjs``), a page reloaded on worker 2 during the death ends
+with exactly the stored thread.
 
 The run keeps its id; worker 2 takes it over (at once after a drain, once the lease has passed
 after a kill) as its next execution, numbered from ``EPOCH_STRIDE + 1`` and opening with a
@@ -12,8 +14,10 @@ in the thread, ``interrupted``; the answer given again follows it, whole.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
 import signal
 import subprocess
 import time
@@ -37,7 +41,12 @@ from tests.e2e.test_workers import (
     verify_with_agui_client,
     wait_until_ended,
 )
-from tests.example_project.support import RunningServer, run_input, serve_example_workers
+from tests.example_project.support import (
+    RunningServer,
+    cookie_header,
+    run_input,
+    serve_example_workers,
+)
 from tests.support.transcript import apply_events, visible
 
 pytestmark = pytest.mark.e2e
@@ -177,3 +186,88 @@ def _events(body: str) -> list[dict[str, Any]]:
     from tests.example_project.support import parse_sse
 
     return parse_sse(body)
+
+
+def _line(process: subprocess.Popen[str], seconds: float) -> str:
+    """The next line ``process`` prints, within ``seconds``."""
+    ready, _, _ = select.select([process.stdout], [], [], seconds)
+    assert ready, f"node printed nothing within {seconds} s"
+    assert process.stdout is not None
+    return process.stdout.readline()
+
+
+@pytest.mark.timeout(300)
+def test_a_page_reloaded_while_its_worker_dies_ends_with_the_stored_thread(
+    workers: tuple[list[RunningServer], list[int]],
+    node_scripts: Path,
+) -> None:
+    # The real @ag-ui/client (js/agui_reload.mjs): a page streams a run from worker 1, which
+    # is killed mid-answer; the page reloads on worker 2 at once (the thread, then a reattach
+    # with the last id it saw) and the package's own client applies what it gets. So does the
+    # first page's client, reconnecting with what it showed.
+    (first, second), (pid_one, _) = workers
+    thread_id, run_id = f"t-{uuid.uuid4().hex[:8]}", "run-reload"
+    with client_of(first) as (http, token):
+        cookie = cookie_header(http)
+    node = subprocess.Popen(
+        [
+            "node",
+            "agui_reload.mjs",
+            f"{first.url}/agent/",
+            f"{second.url}/agent/",
+            thread_id,
+            run_id,
+            LONG_PROMPT,
+        ],
+        cwd=node_scripts,
+        env={**os.environ, "AGUI_COOKIE": cookie, "AGUI_CSRF": token},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _line(node, 60) == "READY\n"
+        os.kill(pid_one, signal.SIGKILL)
+        assert node.stdin is not None
+        node.stdin.write("killed\n")
+        node.stdin.flush()
+        out, err = node.communicate(timeout=120)
+    finally:
+        if node.poll() is None:
+            node.kill()
+    assert node.returncode == 0, err
+    report = json.loads(out.splitlines()[-1])
+    # Only the first page's connection broke (the client library leaves that one unhandled).
+    assert set(report["unhandled"]) <= {"terminated"}, report["unhandled"]
+    seen = report["first"]
+    assert seen["types"][-1] not in ("RUN_FINISHED", "RUN_ERROR")  # cut mid-answer
+    # The reloaded page found the run still running (worker 2 lists it), and was never refused.
+    assert report["reloadedThread"] == {
+        "status": 200,
+        "activeRun": {"runId": run_id, "lastSeq": report["reloadedThread"]["activeRun"]["lastSeq"]},
+    }
+    stored = report["stored"]
+    assert stored["activeRun"] is None
+    for name in ("reload", "reconnect"):
+        client = report[name]
+        assert client["statuses"] == [200], (name, client)
+        assert client["error"] is None, (name, client["error"])
+        assert client["types"].count("RUN_STARTED") == 1, (name, client["types"])
+        assert client["types"][-1] == "RUN_FINISHED", (name, client["types"])
+        assert "MESSAGES_SNAPSHOT" in client["types"], (name, client["types"])
+        ids = [_seq(frame["id"]) for frame in client["frames"] if frame["id"]]
+        assert ids == sorted(set(ids)), (name, ids)
+        assert min(ids) > seen["seen"], (name, ids)
+        # What @ag-ui/client shows is exactly what the thread stores.
+        assert visible(client["messages"]) == visible(stored["messages"]), name
+    answers = [m for m in stored["messages"] if m["role"] == "assistant" and m.get("content")]
+    assert [m["status"] for m in answers] == ["interrupted", "complete"]
+    assert "Since you asked for a long answer" in answers[-1]["content"]
+    assert "Traceback" not in second.log.read_text()
+    print(
+        f"FIGURE reload-e2e seen={seen['seen']} "
+        f"relayed_at_reload={report['reloadedThread']['activeRun']['lastSeq']} "
+        f"reload_events={len(report['reload']['types'])} "
+        f"reconnect_events={len(report['reconnect']['types'])} unhandled={report['unhandled']}"
+    )
