@@ -1,18 +1,23 @@
 """Resume on another worker: worker 1 of two (PostgreSQL + Redis, the deployment guide's
 shape) is SIGKILLed, or SIGTERMed with a drain shorter than the answer, mid-answer; the client
-reattaches on worker 2 with the last id it saw and gets the whole answer.
+reattaches on worker 2 with the last id it saw and gets the whole answer. With the real
+``@ag-ui/client`` (``js/agui_reload.mjs``), a page reloaded on worker 2 during the death ends
+with exactly the stored thread.
 
 The run keeps its id; worker 2 takes it over (at once after a drain, once the lease has passed
-after a kill), its log goes on from worker 1's relayed log, and the client's stream opens as any
-reattach does, then goes on with ids after the last it saw: no second ``RUN_STARTED``, no gap,
-no duplicate, ``RUN_FINISHED`` at the end. What worker 1 streamed stays in the thread,
-``interrupted``; the answer given again follows it, whole.
+after a kill) as its next execution, numbered from ``EPOCH_STRIDE + 1`` and opening with a
+``MESSAGES_SNAPSHOT`` of the stored thread. The client's stream has one ``RUN_STARTED``, ids
+increasing, and ``RUN_FINISHED`` at the end, and what the client shows after both streams
+(``tests/support/transcript.py``) is exactly the stored thread. What worker 1 streamed stays
+in the thread, ``interrupted``; the answer given again follows it, whole.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
 import signal
 import subprocess
 import time
@@ -25,6 +30,7 @@ from typing import Any
 import httpx
 import pytest
 
+from django_pydantic_agent.chat_history.manager import EPOCH_STRIDE
 from tests.e2e.test_workers import (
     LONG_PROMPT,
     Stream,
@@ -35,7 +41,13 @@ from tests.e2e.test_workers import (
     verify_with_agui_client,
     wait_until_ended,
 )
-from tests.example_project.support import RunningServer, run_input, serve_example_workers
+from tests.example_project.support import (
+    RunningServer,
+    cookie_header,
+    run_input,
+    serve_example_workers,
+)
+from tests.support.transcript import apply_events, visible
 
 pytestmark = pytest.mark.e2e
 
@@ -126,7 +138,7 @@ def test_the_client_on_worker_2_gets_the_whole_answer(
                 with suppress(httpx.HTTPError):
                     stream.read()
         seen = list(stream.frames)
-        last = max(int(frame_id.rpartition(":")[2]) for frame_id, _ in seen if frame_id)
+        last = max(_seq(frame_id) for frame_id, _ in seen if frame_id)
         assert not [e for _, e in seen if e["type"] in ("RUN_FINISHED", "RUN_ERROR")]
         tail = read_all(two, f"/agent/runs/{thread_id}/{run_id}/?after={last}")
         whole_tail_after = time.monotonic() - stopped
@@ -136,8 +148,18 @@ def test_the_client_on_worker_2_gets_the_whole_answer(
     assert types[0] == "RUN_STARTED"
     assert types.count("RUN_STARTED") == 1
     assert types[-1] == "RUN_FINISHED"
-    numbered = [int(frame_id.rpartition(":")[2]) for frame_id, _ in tail if frame_id]
-    assert numbered == list(range(last + 1, last + 1 + len(numbered)))  # no gap, no duplicate
+    numbered = [_seq(frame_id) for frame_id, _ in tail if frame_id]
+    assert numbered == sorted(set(numbered))  # increasing, none twice
+    resumed = [seq for seq in numbered if seq > EPOCH_STRIDE]
+    # The resumed execution from its start, every event once: its RUN_STARTED (EPOCH_STRIDE +
+    # 1) unless the stream had sent one already, id-less, following worker 1's relayed log.
+    opened = tail[0][0] is None
+    start = EPOCH_STRIDE + (2 if opened else 1)
+    assert resumed == list(range(start, start + len(resumed)))
+    assert [seq for seq in numbered if seq <= EPOCH_STRIDE] == list(
+        range(last + 1, last + 1 + len(numbered) - len(resumed))
+    )  # what worker 1 relayed after the client's last id, if anything
+    assert "MESSAGES_SNAPSHOT" in types
     assert list(_texts(events).values())[-1] == whole  # the whole answer, once
     answers = [m for m in stored["messages"] if m["role"] == "assistant" and m.get("content")]
     assert [m["status"] for m in answers] == ["interrupted", "complete"]
@@ -147,12 +169,105 @@ def test_the_client_on_worker_2_gets_the_whole_answer(
     assert [m["role"] for m in stored["messages"]].count("tool") == 1
     assert _clockless(answers[-1]["content"]) == whole
     assert whole.startswith(_clockless(answers[0]["content"]))
+    # The client shows what it posted and what both streams built: exactly the stored thread.
+    shown = apply_events([event for _, event in seen + tail], body["messages"])
+    assert visible(shown) == visible(stored["messages"])
     verify_with_agui_client(node_scripts, tmp_path, events)
     print(f"FIGURE resume-e2e signal={stop.name} whole_answer_read_after_s={whole_tail_after:.2f}")
     assert "Traceback" not in second.log.read_text()
+
+
+def _seq(frame_id: str) -> int:
+    """The sequence number of an SSE id (``<run_id>:<seq>``)."""
+    return int(frame_id.rpartition(":")[2])
 
 
 def _events(body: str) -> list[dict[str, Any]]:
     from tests.example_project.support import parse_sse
 
     return parse_sse(body)
+
+
+def _line(process: subprocess.Popen[str], seconds: float) -> str:
+    """The next line ``process`` prints, within ``seconds``."""
+    ready, _, _ = select.select([process.stdout], [], [], seconds)
+    assert ready, f"node printed nothing within {seconds} s"
+    assert process.stdout is not None
+    return process.stdout.readline()
+
+
+@pytest.mark.timeout(300)
+def test_a_page_reloaded_while_its_worker_dies_ends_with_the_stored_thread(
+    workers: tuple[list[RunningServer], list[int]],
+    node_scripts: Path,
+) -> None:
+    # The real @ag-ui/client (js/agui_reload.mjs): a page streams a run from worker 1, which
+    # is killed mid-answer; the page reloads on worker 2 at once (the thread, then a reattach
+    # with the last id it saw) and the package's own client applies what it gets. So does the
+    # first page's client, reconnecting with what it showed.
+    (first, second), (pid_one, _) = workers
+    thread_id, run_id = f"t-{uuid.uuid4().hex[:8]}", "run-reload"
+    with client_of(first) as (http, token):
+        cookie = cookie_header(http)
+    node = subprocess.Popen(
+        [
+            "node",
+            "agui_reload.mjs",
+            f"{first.url}/agent/",
+            f"{second.url}/agent/",
+            thread_id,
+            run_id,
+            LONG_PROMPT,
+        ],
+        cwd=node_scripts,
+        env={**os.environ, "AGUI_COOKIE": cookie, "AGUI_CSRF": token},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert _line(node, 60) == "READY\n"
+        os.kill(pid_one, signal.SIGKILL)
+        assert node.stdin is not None
+        node.stdin.write("killed\n")
+        node.stdin.flush()
+        out, err = node.communicate(timeout=120)
+    finally:
+        if node.poll() is None:
+            node.kill()
+    assert node.returncode == 0, err
+    report = json.loads(out.splitlines()[-1])
+    # Only the first page's connection broke (the client library leaves that one unhandled).
+    assert set(report["unhandled"]) <= {"terminated"}, report["unhandled"]
+    seen = report["first"]
+    assert seen["types"][-1] not in ("RUN_FINISHED", "RUN_ERROR")  # cut mid-answer
+    # The reloaded page found the run still running (worker 2 lists it), and was never refused.
+    assert report["reloadedThread"] == {
+        "status": 200,
+        "activeRun": {"runId": run_id, "lastSeq": report["reloadedThread"]["activeRun"]["lastSeq"]},
+    }
+    stored = report["stored"]
+    assert stored["activeRun"] is None
+    for name in ("reload", "reconnect"):
+        client = report[name]
+        assert client["statuses"] == [200], (name, client)
+        assert client["error"] is None, (name, client["error"])
+        assert client["types"].count("RUN_STARTED") == 1, (name, client["types"])
+        assert client["types"][-1] == "RUN_FINISHED", (name, client["types"])
+        assert "MESSAGES_SNAPSHOT" in client["types"], (name, client["types"])
+        ids = [_seq(frame["id"]) for frame in client["frames"] if frame["id"]]
+        assert ids == sorted(set(ids)), (name, ids)
+        assert min(ids) > seen["seen"], (name, ids)
+        # What @ag-ui/client shows is exactly what the thread stores.
+        assert visible(client["messages"]) == visible(stored["messages"]), name
+    answers = [m for m in stored["messages"] if m["role"] == "assistant" and m.get("content")]
+    assert [m["status"] for m in answers] == ["interrupted", "complete"]
+    assert "Since you asked for a long answer" in answers[-1]["content"]
+    assert "Traceback" not in second.log.read_text()
+    print(
+        f"FIGURE reload-e2e seen={seen['seen']} "
+        f"relayed_at_reload={report['reloadedThread']['activeRun']['lastSeq']} "
+        f"reload_events={len(report['reload']['types'])} "
+        f"reconnect_events={len(report['reconnect']['types'])} unhandled={report['unhandled']}"
+    )

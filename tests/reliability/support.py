@@ -160,13 +160,15 @@ def _wait_until_up(worker: Worker) -> None:
     raise AssertionError(f"uvicorn did not answer within 30 s:\n{worker.log.read_text()}")
 
 
-def run_body(thread_id: str, run_id: str, marker: str) -> dict[str, Any]:
-    """A ``RunAgentInput`` posting one new user message, ``"ask <marker>"``."""
+def run_body(thread_id: str, run_id: str, marker: str, *, asks: str = "") -> dict[str, Any]:
+    """A ``RunAgentInput`` posting one new user message, ``"<asks> ask <marker>"`` (words
+    the scripted model reads, ``agent.py``)."""
+    content = f"{asks} ask {marker}".lstrip()
     return {
         "threadId": thread_id,
         "runId": run_id,
         "state": {},
-        "messages": [{"id": f"{run_id}-user", "role": "user", "content": f"ask {marker}"}],
+        "messages": [{"id": f"{run_id}-user", "role": "user", "content": content}],
         "tools": [],
         "context": [],
         "forwardedProps": {},

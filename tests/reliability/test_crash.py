@@ -3,11 +3,12 @@
 Worker 1 streams a long answer; once the client has read some of it, the worker gets SIGKILL:
 no shutdown, no finalisation, the run record stays ``running`` with its last heartbeat. Worker
 2 starts on the same database. The client reattaches there with the last sequence number it
-saw; the stream opens with ``RUN_STARTED`` and waits while the record says ``running``. Once
-the lease has passed, ``manage.py agent_store_sweep_runs --lease 1`` finalises the run as
-``errored``, and with it every record the run left in progress. Then the reattached stream
-ends with the stored messages and ``RUN_ERROR``, nothing is ``running`` or in progress any
-more, and the thread takes a new run. On SQLite and on PostgreSQL.
+saw; the stream stays open while the record says ``running`` (no relayed log to follow: the
+site's cache is per process). Once the lease has passed, ``manage.py agent_store_sweep_runs
+--lease 1`` finalises the run as ``errored``, and with it every record the run left in
+progress. Then the reattached stream opens with ``RUN_STARTED`` and ends with the stored
+messages and ``RUN_ERROR``, nothing is ``running`` or in progress any more, and the thread
+takes a new run. On SQLite and on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -96,14 +97,15 @@ async def test_a_killed_workers_run_is_swept_and_its_reattach_ends_with_run_erro
         path = f"/agent/runs/crash-thread/crash-run/?after={after}"
         reattach = await SSEConnection.open(second, "GET", path, user="alice")
         assert await reattach.read_head() == 200
+        # Attached: the stream waits while the record says running. Which execution it will
+        # read (this one's end, or a resumed one's start) is not known yet, so nothing is sent.
+        await asyncio.sleep(LEASE)  # the killed worker's last heartbeat is now stale
+        swept = await asyncio.to_thread(sweep, database, LEASE)
         async with aclosing(reattach.frames()) as frames:
-            opening = await anext(frames)  # attached: waiting while the record says running
-            assert opening.type == "RUN_STARTED"
-            await asyncio.sleep(LEASE)  # the killed worker's last heartbeat is now stale
-            swept = await asyncio.to_thread(sweep, database, LEASE)
-            tail = [frame async for frame in frames]
+            opened = [frame async for frame in frames]
         await reattach.close()
-        assert [f.type for f in tail] == ["MESSAGES_SNAPSHOT", "RUN_ERROR"]
+        assert [f.type for f in opened] == ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_ERROR"]
+        tail = opened[1:]
         assert tail[-1].event["message"] == SWEPT_ERROR
         assert all(f.seq is None or f.seq > after for f in tail)  # no event id seen twice
         snapshot = tail[0].event["messages"]

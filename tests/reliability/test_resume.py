@@ -7,25 +7,33 @@ Two workers of the reliability site on PostgreSQL, with Redis as the cache. Each
   there, the rest are handed over;
 - ``SIGKILL`` (a crash): nothing is finalised; the runs are taken over once their lease passed.
 
-Every client whose stream broke off reattaches on worker B with the last id it saw. Its two
-streams together must hold every event id from 1 to the run's last exactly once, end with
-``RUN_FINISHED``, and carry the whole answer. A new worker A serves the next round. Printed:
-runs drained (finished on A) and resumed per deploy, the time from A's death to a resumed run's
-first new event, and the events lost and duplicated (both 0).
+Every client whose stream broke off reattaches on worker B with the last id it saw. A resumed
+run is its next execution, numbered from ``EPOCH_STRIDE + 1``: the ids of the client's two
+streams together must be unique and increasing, and contiguous within each execution (an
+execution read from storage, its ``MESSAGES_SNAPSHOT`` standing for what the client missed,
+excepted); the stream must end with ``RUN_FINISHED``; and what the client shows after both
+streams (``tests/support/transcript.py``) must be the thread as worker B stores it, with the
+whole answer. A new worker A serves the next round. Printed: runs drained (finished on A) and
+resumed per deploy, the time from A's death to the first event of the resumed execution at
+its client, and the events lost and duplicated (both 0).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import statistics
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import aclosing, contextmanager
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
+from django_pydantic_agent.chat_history.manager import epoch_base, epoch_of
 from tests.reliability.project.agent import answer_words
 from tests.reliability.support import (
     Frame,
@@ -36,6 +44,7 @@ from tests.reliability.support import (
     run_body,
     serve_site,
 )
+from tests.support.transcript import apply_events, visible
 
 pytestmark = pytest.mark.reliability
 
@@ -69,17 +78,6 @@ def _worker(database: str, log: Path, env: dict[str, str]) -> Iterator[Worker]:
         yield worker
 
 
-def _answer_text(frames: list[Frame]) -> str:
-    """The text of the last text message the frames started (the answer)."""
-    text: dict[str, str] = {}
-    for frame in frames:
-        if frame.type == "TEXT_MESSAGE_START":
-            text[frame.event["messageId"]] = ""
-        elif frame.type == "TEXT_MESSAGE_CONTENT":
-            text[frame.event["messageId"]] += frame.event["delta"]
-    return list(text.values())[-1] if text else ""
-
-
 async def _until_stopped(connection: SSEConnection, stop: asyncio.Event) -> list[Frame]:
     """Frames until the stream ends or breaks; ``stop`` is set once the answer is under way."""
     frames: list[Frame] = []
@@ -102,19 +100,33 @@ async def _until_stopped(connection: SSEConnection, stop: asyncio.Event) -> list
     return frames
 
 
+async def _stored(b: Worker, run: str, user: str) -> dict[str, Any]:
+    """The run's thread as worker ``b`` reads it once the run has ended."""
+    async with httpx.AsyncClient(base_url=b.url, headers={"X-User": user}, timeout=30) as http:
+        deadline = time.monotonic() + 30
+        while True:
+            answer = await http.get(f"/agent/threads/t-{run}/")
+            assert answer.status_code == 200, answer.text
+            thread: dict[str, Any] = answer.json()
+            if thread["activeRun"] is None:
+                return thread
+            assert time.monotonic() < deadline, thread
+            await asyncio.sleep(0.1)
+
+
 async def _follow(
     b: Worker,
     run: str,
     user: str,
     first: asyncio.Future[list[Frame]],
     since: list[float],
-) -> tuple[str, list[Frame], float | None]:
+) -> tuple[str, list[Frame], float | None, dict[str, Any]]:
     """A client's whole run: its stream on ``a`` and, once that broke off, its reattach on
     ``b`` with the last id it saw; ``(how it ended, every frame, seconds from a's death to
-    the first new event)``."""
+    the first event of the resumed execution, the thread as b stores it)``."""
     frames = await first
     if frames and frames[-1].type == "RUN_FINISHED":
-        return "drained", frames, None
+        return "drained", frames, None, await _stored(b, run, user)
     after = max(f.seq for f in frames if f.seq is not None)
     path = f"/agent/runs/t-{run}/{run}/?after={after}"
     connection = await SSEConnection.open(b, "GET", path, user=user)
@@ -123,35 +135,50 @@ async def _follow(
     tail: list[Frame] = []
     async with aclosing(connection.frames()) as stream:
         async for frame in stream:
-            if frame.seq is not None and delay is None:
+            resumed = frame.seq is not None and epoch_of(frame.seq) > 0
+            if delay is None and (resumed or frame.type == "MESSAGES_SNAPSHOT"):
                 delay = time.monotonic() - since[0]
             tail.append(frame)
     await connection.close()
     types = [f.type for f in tail]
     assert types[-1] == "RUN_FINISHED", types
     assert types.count("RUN_STARTED") == 1, types
-    how = "snapshot" if "MESSAGES_SNAPSHOT" in types else "resumed"
-    return how, frames + tail, delay
+    # The resumed execution's own snapshot carries an id; storage's (the run ended before the
+    # reattach) does not.
+    from_storage = any(f.type == "MESSAGES_SNAPSHOT" and f.seq is None for f in tail)
+    how = "snapshot" if from_storage else "resumed"
+    return how, frames + tail, delay, await _stored(b, run, user)
 
 
 def _expected(run: str) -> str:
     return "".join(answer_words(f"m{run}"))
 
 
-def _tally(run: str, how: str, frames: list[Frame]) -> tuple[int, int]:
-    """``(lost, duplicated)`` event ids of a run's frames; checks its answer is whole."""
+def _tally(run: str, frames: list[Frame], stored: dict[str, Any]) -> tuple[int, int]:
+    """``(lost, duplicated)`` event ids of a run's frames; checks that the ids increase and
+    that the client shows exactly the stored thread, with the whole answer."""
     ids = [f.seq for f in frames if f.seq is not None]
-    snapshot = [f for f in frames if f.type == "MESSAGES_SNAPSHOT"]
-    if snapshot:
-        # The run ended before the reattach: the snapshot stands for the events it missed.
-        messages = snapshot[-1].event["messages"]
-        assert messages[-1]["content"] == _expected(run), messages[-1]
-        seen = {f.seq for f in frames[: frames.index(snapshot[-1])] if f.seq is not None}
-        covered = set(range(max(seen) + 1, max(ids)))
-        lost = len(set(range(1, max(ids) + 1)) - set(ids) - covered)
-    else:
-        assert _answer_text(frames) == _expected(run), run
-        lost = len(set(range(1, max(ids) + 1)) - set(ids))
+    assert ids == sorted(ids), ids  # increasing (an id twice counts as duplicated)
+    numbered = ids
+    snapshots = [f for f in frames if f.type == "MESSAGES_SNAPSHOT" and f.seq is None]
+    if snapshots:
+        # Read from storage: the snapshot stands for the events between the last id the
+        # client saw and the run's terminal event.
+        cut = frames.index(snapshots[-1])
+        numbered = [f.seq for f in frames[:cut] if f.seq is not None]
+    lost = 0
+    for epoch, group in itertools.groupby(numbered, key=epoch_of):
+        seqs = set(group)
+        # A stream that goes on into the run's next execution skips that execution's own
+        # RUN_STARTED (one per stream): its numbering then starts one later.
+        first = epoch_base(epoch) + (2 if epoch and min(seqs) == epoch_base(epoch) + 2 else 1)
+        lost += len(set(range(first, max(seqs) + 1)) - seqs)
+    # The client shows the message it posted, then what the events build.
+    posted = run_body(f"t-{run}", run, f"m{run}")["messages"]
+    shown = visible(apply_events([f.event for f in frames], posted))
+    assert shown == visible(stored["messages"]), (run, shown, visible(stored["messages"]))
+    answers = [m for m in stored["messages"] if m["role"] == "assistant"]
+    assert answers[-1]["content"] == _expected(run), answers[-1]
     return lost, len(ids) - len(set(ids))
 
 
@@ -179,11 +206,11 @@ async def _one_round(
         a.terminate()
     ended = await asyncio.wait_for(asyncio.gather(*follows), timeout=120)
     counts = {"drained": 0, "resumed": 0, "snapshot": 0}
-    delays = [delay for _, _, delay in ended if delay is not None]
+    delays = [delay for _, _, delay, _ in ended if delay is not None]
     lost = duplicated = 0
-    for run, (how, frames, _) in zip(runs, ended, strict=True):
+    for run, (how, frames, _, stored) in zip(runs, ended, strict=True):
         counts[how] += 1
-        gone, twice = _tally(run, how, frames)
+        gone, twice = _tally(run, frames, stored)
         lost += gone
         duplicated += twice
     return counts, delays, lost, duplicated

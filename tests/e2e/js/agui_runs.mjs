@@ -11,9 +11,10 @@
 //
 // Every HTTP answer is read twice: by the client (HttpAgent's own pipeline, which runs the
 // package's event verifier) and by a tee that records each SSE frame's `id:` and event type,
-// since the client ignores ids. Prints one JSON document.
-import { HttpAgent, runHttpRequest, transformHttpEventStream } from "@ag-ui/client";
+// since the client ignores ids (reattach.mjs). Prints one JSON document.
+import { HttpAgent } from "@ag-ui/client";
 import { randomUUID } from "node:crypto";
+import { ReattachingAgent, recordingFetch } from "./reattach.mjs";
 
 const [flow, mountUrl, prompt = "Tell me a long story about streaming."] = process.argv.slice(2);
 if (!flow || !mountUrl) {
@@ -26,73 +27,7 @@ const headers = {};
 if (process.env.AGUI_COOKIE) headers.Cookie = process.env.AGUI_COOKIE;
 if (process.env.AGUI_CSRF) headers["X-CSRFToken"] = process.env.AGUI_CSRF;
 
-// -- SSE frames as sent (ids included) ---------------------------------------------------------
-
-function parseFrame(frame) {
-  let id = null;
-  const data = [];
-  for (const line of frame.split("\n")) {
-    if (line.startsWith("id:")) id = line.slice(3).trim();
-    else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
-  }
-  if (data.length === 0) return null; // a ": ping" heartbeat
-  return { id, type: JSON.parse(data.join("\n")).type };
-}
-
-async function collect(body, frames) {
-  const reader = body.getReader();
-  const decoder = new TextDecoder();
-  let buffer = "";
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, { stream: true });
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const frame = parseFrame(buffer.slice(0, cut));
-        buffer = buffer.slice(cut + 2);
-        if (frame) frames.push(frame);
-      }
-    }
-  } catch {
-    // The client aborted the request: the frames read so far are what it got.
-  }
-}
-
-// A fetch for HttpAgent that records the frames of every streamed answer in `frames`;
-// `frames.done` resolves once the last one is read to its end (or aborted).
-function recordingFetch(frames) {
-  const reading = [];
-  frames.done = () => Promise.all(reading);
-  return async (url, init) => {
-    const response = await fetch(url, init);
-    if (!response.ok || !response.body) return response;
-    const [mine, theirs] = response.body.tee();
-    reading.push(collect(mine, frames));
-    return new Response(theirs, { status: response.status, statusText: response.statusText, headers: response.headers });
-  };
-}
-
 // -- the clients ---------------------------------------------------------------------------------
-
-// HttpAgent whose `connect` (what connectAgent() runs through the client's verifier and message
-// reducer) reattaches to a run: GET runs/<thread>/<run>/ with ?after=<seq> or Last-Event-ID.
-class ReattachingAgent extends HttpAgent {
-  constructor(config, target) {
-    super(config);
-    this.target = target;
-  }
-
-  connect(input) {
-    const { runId, after, lastEventId } = this.target;
-    const url = new URL(`runs/${encodeURIComponent(input.threadId)}/${encodeURIComponent(runId)}/`, mountUrl);
-    if (after !== undefined) url.searchParams.set("after", String(after));
-    const requestHeaders = { ...this.headers, Accept: "text/event-stream" };
-    if (lastEventId !== undefined) requestHeaders["Last-Event-ID"] = lastEventId;
-    return transformHttpEventStream(runHttpRequest(() => this.fetch(url.href, { method: "GET", headers: requestHeaders })));
-  }
-}
 
 function agent({ threadId = randomUUID(), messages = [], frames = [] } = {}) {
   return new HttpAgent({ url: mountUrl, headers, threadId, initialMessages: messages, fetch: recordingFetch(frames) });

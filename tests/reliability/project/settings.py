@@ -8,8 +8,12 @@
     Seconds the scripted model pauses after each streamed delta (default ``0.005``).
 ``RELIABILITY_REDIS_URL`` (and ``RELIABILITY_CACHE_PREFIX``)
     Redis as the cache, shared by the site's workers; unset, a per-process ``LocMemCache``.
-``RELIABILITY_RUN_HEARTBEAT``, ``RELIABILITY_RUN_LEASE``, ``RELIABILITY_DRAIN_SECONDS``
-    The mounts' ``run_heartbeat_seconds``, ``run_lease_seconds`` and ``drain_seconds``.
+``RELIABILITY_RUN_HEARTBEAT``, ``RELIABILITY_RUN_LEASE``, ``RELIABILITY_SWEEP_SECONDS``,
+``RELIABILITY_DRAIN_SECONDS``
+    The mounts' ``run_heartbeat_seconds``, ``run_lease_seconds``, ``sweep_interval_seconds``
+    and ``drain_seconds``; unset, ``AGUIServer``'s defaults.
+``RELIABILITY_PARK_DIR``
+    A folder: runs park where their message says, and say so there (``agent.py``).
 """
 
 from __future__ import annotations
@@ -74,11 +78,21 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 RELIABILITY_DELTA_DELAY = float(os.environ.get("RELIABILITY_DELTA_DELAY") or 0.005)
-#: Durable runs of the mounts: heartbeat, lease and drain seconds (the server's defaults).
-RELIABILITY_RUN_HEARTBEAT = float(os.environ.get("RELIABILITY_RUN_HEARTBEAT") or 10)
-RELIABILITY_RUN_LEASE = float(os.environ.get("RELIABILITY_RUN_LEASE") or 60)
-RELIABILITY_DRAIN_SECONDS = float(os.environ.get("RELIABILITY_DRAIN_SECONDS") or 25)
-RELIABILITY_SWEEP_SECONDS = float(os.environ.get("RELIABILITY_SWEEP_SECONDS") or 60)
+
+
+def _seconds(name: str) -> float | None:
+    value = os.environ.get(name)
+    return float(value) if value else None
+
+
+#: Durable runs of the mounts: heartbeat, lease, sweep and drain seconds; ``None`` (unset)
+#: leaves ``AGUIServer``'s default, whatever it is.
+RELIABILITY_RUN_HEARTBEAT = _seconds("RELIABILITY_RUN_HEARTBEAT")
+RELIABILITY_RUN_LEASE = _seconds("RELIABILITY_RUN_LEASE")
+RELIABILITY_SWEEP_SECONDS = _seconds("RELIABILITY_SWEEP_SECONDS")
+RELIABILITY_DRAIN_SECONDS = _seconds("RELIABILITY_DRAIN_SECONDS")
+#: A folder: the scripted model parks runs at the point their message names (``agent.py``).
+RELIABILITY_PARK_DIR = os.environ.get("RELIABILITY_PARK_DIR", "")
 
 # Warnings and errors (with their tracebacks) go to stderr, which the tests read.
 LOGGING = {

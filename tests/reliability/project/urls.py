@@ -30,6 +30,17 @@ def header_user(request: HttpRequest) -> Any:
     return get_user_model().objects.filter(username=name).first() if name else None
 
 
+def _run_timing() -> dict[str, float]:
+    """The durable-run seconds the environment sets; the others keep the server's defaults."""
+    timing = {
+        "run_heartbeat_seconds": settings.RELIABILITY_RUN_HEARTBEAT,
+        "run_lease_seconds": settings.RELIABILITY_RUN_LEASE,
+        "sweep_interval_seconds": settings.RELIABILITY_SWEEP_SECONDS,
+        "drain_seconds": settings.RELIABILITY_DRAIN_SECONDS,
+    }
+    return {name: value for name, value in timing.items() if value is not None}
+
+
 def _server(namespace: str, **options: Any) -> AGUIServer:
     return AGUIServer(
         build_agent(),
@@ -37,10 +48,7 @@ def _server(namespace: str, **options: Any) -> AGUIServer:
         get_user=header_user,
         csrf_exempt=True,
         namespace=namespace,
-        run_heartbeat_seconds=settings.RELIABILITY_RUN_HEARTBEAT,
-        run_lease_seconds=settings.RELIABILITY_RUN_LEASE,
-        sweep_interval_seconds=settings.RELIABILITY_SWEEP_SECONDS,
-        drain_seconds=settings.RELIABILITY_DRAIN_SECONDS,
+        **_run_timing(),
         **options,
     )
 
