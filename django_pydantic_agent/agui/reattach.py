@@ -37,8 +37,9 @@ from django_pydantic_agent.agui.http import error_response
 from django_pydantic_agent.agui.relay import RelayedLog, event_id, replay_entries
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.agui.sse import aclose, encode_event, sse_response, with_heartbeat
+from django_pydantic_agent.agui.threads import stored_thread
 from django_pydantic_agent.agui.views import Route
-from django_pydantic_agent.chat_history import RunHandle, translate_messages
+from django_pydantic_agent.chat_history import RunHandle
 from django_pydantic_agent.chat_history.manager import CATCH_UP_BATCH, epoch_base, epoch_of
 from django_pydantic_agent.persistence import StoreError, resolve_owner_id, serves_anonymous
 from django_pydantic_agent.persistence.runs import RunRecord, RunStatus
@@ -147,8 +148,7 @@ def _beyond(run_id: str, after: int, last_seq: int) -> HttpResponseBase:
 class RunEndpoints:
     """The ``runs/<thread_id>/<run_id>/`` routes: reattach (``GET``) and cancel (``POST``).
 
-    ``repositories(request)`` returns the request owner's ``(chat_repo, message_repo,
-    user_uuid)``, for answering a finished run from storage.
+    A run this worker cannot follow is answered from ``store`` (``threads.stored_thread``).
     """
 
     def __init__(
@@ -156,14 +156,12 @@ class RunEndpoints:
         coordinator: RunCoordinator,
         store: object,
         *,
-        repositories: Callable[[HttpRequest], Any],
         heartbeat_seconds: float,
         coalesce_seconds: float = 0.0,
         poll_seconds: float = 0.5,
     ) -> None:
         self._coordinator = coordinator
         self._store = store
-        self._repositories = repositories
         self._heartbeat = heartbeat_seconds
         self._coalesce = coalesce_seconds
         self._poll = poll_seconds
@@ -325,15 +323,21 @@ class RunEndpoints:
             yield frame
 
     def _still(self, owner_id: str, record: RunRecord) -> Callable[[], Awaitable[bool]]:
-        """Whether the execution of ``record`` still runs: the run has not ended and no other
-        worker took it over since (a follower then stops waiting on the old execution's log)."""
+        """Whether the execution of ``record`` still runs: the run has not ended, no other
+        worker took it over since, and its worker has not stopped renewing its lease (a
+        follower then stops waiting on the old execution's log, and takes the run over)."""
         run_store, epoch = self._coordinator.run_store, record.resumes
 
         async def still_running() -> bool:
             found = await run_store.get(
                 owner_id=owner_id, thread_id=record.thread_id, run_id=record.run_id
             )
-            return found is not None and found.running and found.resumes == epoch
+            return (
+                found is not None
+                and found.running
+                and found.resumes == epoch
+                and not self._may_take_over(found)
+            )
 
         return still_running
 
@@ -363,10 +367,8 @@ class RunEndpoints:
             if found is None:
                 break
             record = found
-        chat_repo, message_repo, user_uuid = await self._repositories(request)
-        chat = await chat_repo.get_chat_by_thread_id(user_uuid, thread_id)
-        stored = await message_repo.get_chat_messages(chat.chat_uuid) if chat is not None else []
-        yield encode_event(MessagesSnapshotEvent(messages=translate_messages(stored)))
+        stored = await stored_thread(self._store, thread_id, request=request)
+        yield encode_event(MessagesSnapshotEvent(messages=stored or []))
         terminal: BaseEvent
         if record.status == RunStatus.ERRORED:
             terminal = RunErrorEvent(message=record.error or "The run failed.")

@@ -14,7 +14,8 @@ keys derive from a digest of (owner, thread, run), so no id appears in a key and
 only ever read its own runs; a resumed run's next execution (``RunHandle.epoch`` ``n``) has a
 log of its own, under ``…:e<n>``. Layout, under ``django_pydantic_agent:relay:<digest>``:
 
-- ``…:head``: ``{"batches": n, "last_seq": s, "terminal": bool}``, rewritten with each batch;
+- ``…:head``: ``{"batches": n, "last_seq": s, "terminal": bool, "stopped": bool}``, rewritten
+  with each batch (``stopped``: the execution was handed over and logs nothing more);
 - ``…:<i>``: batch ``i`` (from 1), a list of ``(seq, event class, field values)``, pickled by
   the cache as any value is, in the cache call's worker thread. Plain field values pickle
   about six times faster than the pydantic events themselves (and many times faster than
@@ -363,8 +364,10 @@ class RelayedLog:
                     return
             idle = 0.0
             while int(self.head["batches"]) <= read:
-                if self.terminal:
-                    self.lost = True  # a terminal head whose batches did not hold it
+                if self.terminal or self.head.get("stopped"):
+                    # A terminal head whose batches did not hold it, or an execution its
+                    # worker stopped (handed over): the rest comes from another worker.
+                    self.lost = True
                     return
                 if idle >= ALIVE_CHECK_SECONDS and still_running is not None:
                     idle = 0.0
@@ -533,6 +536,8 @@ class RunRelay:
             "batches": batches,
             "last_seq": entries[-1][0] if entries else publication.seq,
             "terminal": terminal,
+            # Handed over (a drain) or fenced: this execution logs nothing more.
+            "stopped": handle.handed_over,
         }
         try:
             await sync_to_async(self._cache.set_many)(data, self.ttl)

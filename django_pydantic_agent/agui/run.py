@@ -27,7 +27,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any
 
 from ag_ui.core import BaseEvent, EventType, RunAgentInput, RunStartedEvent
-from ag_ui.core import Message as AGUIMessage
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponseBase
 from pydantic_ai.agent import AbstractAgent
@@ -79,6 +78,7 @@ from django_pydantic_agent.agui.sse import (
     warn_if_wsgi,
     with_heartbeat,
 )
+from django_pydantic_agent.agui.threads import stored_thread
 from django_pydantic_agent.agui.views import ABANDONED_HOOK, Route
 from django_pydantic_agent.chat_history import (
     AGUIStorageAgent,
@@ -495,21 +495,18 @@ class DurableRunEndpoint(_RunEndpoint):
             setattr(response, ABANDONED_HOOK, handle.cancel)
         return response
 
-    async def resume(
-        self, record: RunRecord
-    ) -> tuple[RunAgentInput, tuple[Any, ...], list[AGUIMessage]]:
+    async def resume(self, record: RunRecord) -> tuple[RunAgentInput, tuple[Any, ...], list[Any]]:
         """``(run input, agent factory arguments, stored messages)`` to run ``record`` again on
         this worker (``RunCoordinator.resumer``): its owner's repositories, an inner agent whose
         deps are built from a request carrying only the owner (``owners.owner_request``), and
-        its stored input with no messages (the stored history has them); the thread as stored
-        now, as AG-UI messages, opens the resumed execution's log (its snapshot)."""
+        its stored input with no messages (the stored history has them); the thread as
+        ``GET threads/<id>/`` shows it now opens the resumed execution's log (its snapshot)."""
         request = await owner_request(record.owner_id)
         chat_repo, message_repo, user_uuid = await owner_repositories(request, self._store)
         self.coordinator.fence(
             message_repo, HeldRun(record.owner_id, record.thread_id, record.run_id, record.resumes)
         )
-        chat = await chat_repo.get_chat_by_thread_id(user_uuid, record.thread_id)
-        thread = await message_repo.get_chat_messages(chat.chat_uuid) if chat is not None else []
+        thread = await stored_thread(self._store, record.thread_id, request=request) or []
         stored = record.resume_input
         accept = stored.get("accept")
         run_input = RunAgentInput.model_validate(
@@ -528,14 +525,7 @@ class DurableRunEndpoint(_RunEndpoint):
             scope=RunScope(owner_id=record.owner_id, thread_id=record.thread_id),
         )
         parts = (chat_repo, message_repo, user_uuid, inner, record.run_id)
-        return run_input, parts, translate_messages(thread)
-
-    async def repositories(self, request: HttpRequest) -> tuple[Any, Any, uuid.UUID]:
-        """The request owner's ``(chat_repo, message_repo, user_uuid)`` on the store.
-
-        Raises the store's ``StoreError`` (an anonymous caller it refuses, for example).
-        """
-        return await owner_repositories(request, self._store)
+        return run_input, parts, thread
 
     async def model_view(self, request: HttpRequest, thread_id: str) -> dict[str, Any] | None:
         """Where the model's view of the caller's thread begins (``{"startsAt", "messages",

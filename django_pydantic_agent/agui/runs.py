@@ -36,7 +36,6 @@ from typing import Any, Final
 
 from ag_ui.core import (
     BaseEvent,
-    Message,
     MessagesSnapshotEvent,
     RunErrorEvent,
     RunStartedEvent,
@@ -112,8 +111,8 @@ HANDED_OVER_ERROR: Final[str] = "The run's worker shut down before the run ended
 #: The error of a run taken over for a resume that could not be started again.
 RESUME_FAILED: Final[str] = "The run's worker stopped, and the run could not be resumed."
 #: A resumer: ``(run input, agent factory arguments, the thread's stored messages)`` to run a
-#: taken-over run again with, the messages as AG-UI messages (its snapshot).
-Resumer = Callable[[RunRecord], Awaitable[tuple[Any, tuple[Any, ...], list[Message]]]]
+#: taken-over run again with, the messages as ``GET threads/<id>/`` shows them (its snapshot).
+Resumer = Callable[[RunRecord], Awaitable[tuple[Any, tuple[Any, ...], list[Any]]]]
 #: The cache key prefix of the sweep lease (``<prefix>:<run store class>``, value: the worker).
 SWEEP_LEASE_PREFIX: Final[str] = "django_pydantic_agent:sweep"
 #: The refusal of a second run on a busy thread (``concurrent_runs="reject"``).

@@ -337,7 +337,6 @@ class AGUIServer:
             runs = RunEndpoints(
                 self.coordinator,
                 store,
-                repositories=run.repositories,
                 heartbeat_seconds=options.heartbeat_seconds,
                 coalesce_seconds=options.stream_coalesce_seconds,
             )

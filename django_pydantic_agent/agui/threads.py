@@ -36,7 +36,14 @@ from django_pydantic_agent.persistence.listing import (
 )
 from django_pydantic_agent.persistence.wire import BOOKKEEPING_KEY, strip_branches
 
-__all__ = ["CANNOT_ARCHIVE", "MAX_TITLE_LENGTH", "NOT_FOUND", "TITLE_TOO_BIG", "ThreadEndpoints"]
+__all__ = [
+    "CANNOT_ARCHIVE",
+    "MAX_TITLE_LENGTH",
+    "NOT_FOUND",
+    "TITLE_TOO_BIG",
+    "ThreadEndpoints",
+    "stored_thread",
+]
 
 #: The longest title ``PATCH threads/<id>/`` accepts, in characters.
 MAX_TITLE_LENGTH = 200
@@ -68,6 +75,19 @@ def _with_status(message: Any) -> Any:
     if status == "complete" and isinstance(outcome, dict) and outcome.get("type") == "error":
         status = "errored"
     return message if message.get("status") == status else {**message, "status": status}
+
+
+async def stored_thread(store: Any, thread_id: str, *, request: HttpRequest) -> list[Any] | None:
+    """The owner's thread as ``GET threads/<id>/`` answers its ``messages``: the active branch
+    as stored, each with its ``status``; ``None`` for a thread the owner does not have.
+
+    A reattach's ``MESSAGES_SNAPSHOT`` is built from it too, so a client that applies the
+    snapshot shows exactly what a reload shows. Whatever the store raises propagates.
+    """
+    conversation = await store.load(thread_id, request=request)
+    if conversation is None:
+        return None
+    return [_with_status(m) for m in strip_branches(conversation.messages)]
 
 
 def _meta_json(meta: ConversationMeta) -> dict[str, Any]:
@@ -201,10 +221,10 @@ class ThreadEndpoints:
         if self._settle is not None:
             await self._settle(request, thread_id)
         try:
-            conversation = await self._store.load(thread_id, request=request)
+            messages = await stored_thread(self._store, thread_id, request=request)
         except StoreError as exc:
             return store_refusal(exc, store="conversation")
-        if conversation is None:
+        if messages is None:
             return error_response(404, NOT_FOUND)
         active = None if self._active_run is None else await self._active_run(request, thread_id)
         try:
@@ -213,7 +233,7 @@ class ThreadEndpoints:
             return store_refusal(exc, store="conversation")
         body: dict[str, Any] = {
             "threadId": thread_id,
-            "messages": [_with_status(m) for m in strip_branches(conversation.messages)],
+            "messages": messages,
             "activeRun": active,
             "branches": branches_json(points),
         }

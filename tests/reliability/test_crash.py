@@ -1,4 +1,6 @@
-"""A worker killed mid-run (SIGKILL): swept as ``errored``, reattached to ``RUN_ERROR``.
+"""A worker killed mid-run (SIGKILL) on a site that does not resume runs
+(``on_worker_loss="error"``): swept as ``errored``, reattached to ``RUN_ERROR``. (Runs that
+resume are ``test_worker_death.py``'s.)
 
 Worker 1 streams a long answer; once the client has read some of it, the worker gets SIGKILL:
 no shutdown, no finalisation, the run record stays ``running`` with its last heartbeat. Worker
@@ -36,6 +38,8 @@ from tests.reliability.support import (
 pytestmark = pytest.mark.reliability
 
 LEASE = 1.0
+#: Both workers end a dead worker's runs instead of resuming them.
+NO_RESUME = {"RELIABILITY_ON_WORKER_LOSS": "error"}
 #: Answer deltas the client reads before the worker is killed.
 READ_BEFORE_KILL = 8
 
@@ -75,7 +79,7 @@ async def test_a_killed_workers_run_is_swept_and_its_reattach_ends_with_run_erro
     backend = "postgresql" if "://" in database else "sqlite"
     prepare_site(database)
     body = run_body("crash-thread", "crash-run", "slow")
-    with serve_site(database, tmp_path / "worker-1.log") as first:
+    with serve_site(database, tmp_path / "worker-1.log", **NO_RESUME) as first:
         stream = await SSEConnection.open(first, "POST", "/agent/", user="alice", body=body)
         assert await stream.read_head() == 200
         seen: list[Frame] = []
@@ -93,7 +97,7 @@ async def test_a_killed_workers_run_is_swept_and_its_reattach_ends_with_run_erro
     dead = [run for run in stored_state(database)["runs"] if run["run_id"] == "crash-run"]
     assert [run["status"] for run in dead] == ["running"]  # nobody finalised it
 
-    with serve_site(database, tmp_path / "worker-2.log") as second:
+    with serve_site(database, tmp_path / "worker-2.log", **NO_RESUME) as second:
         path = f"/agent/runs/crash-thread/crash-run/?after={after}"
         reattach = await SSEConnection.open(second, "GET", path, user="alice")
         assert await reattach.read_head() == 200

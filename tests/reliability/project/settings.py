@@ -9,7 +9,7 @@
 ``RELIABILITY_REDIS_URL`` (and ``RELIABILITY_CACHE_PREFIX``)
     Redis as the cache, shared by the site's workers; unset, a per-process ``LocMemCache``.
 ``RELIABILITY_RUN_HEARTBEAT``, ``RELIABILITY_RUN_LEASE``, ``RELIABILITY_SWEEP_SECONDS``,
-``RELIABILITY_DRAIN_SECONDS``
+``RELIABILITY_DRAIN_SECONDS``, ``RELIABILITY_ON_WORKER_LOSS``
     The mounts' ``run_heartbeat_seconds``, ``run_lease_seconds``, ``sweep_interval_seconds``
     and ``drain_seconds``; unset, ``AGUIServer``'s defaults.
 ``RELIABILITY_PARK_DIR``
@@ -91,6 +91,8 @@ RELIABILITY_RUN_HEARTBEAT = _seconds("RELIABILITY_RUN_HEARTBEAT")
 RELIABILITY_RUN_LEASE = _seconds("RELIABILITY_RUN_LEASE")
 RELIABILITY_SWEEP_SECONDS = _seconds("RELIABILITY_SWEEP_SECONDS")
 RELIABILITY_DRAIN_SECONDS = _seconds("RELIABILITY_DRAIN_SECONDS")
+#: ``on_worker_loss`` of every mount ("resume" or "error"); unset, the server's default.
+RELIABILITY_ON_WORKER_LOSS = os.environ.get("RELIABILITY_ON_WORKER_LOSS") or None
 #: A folder: the scripted model parks runs at the point their message names (``agent.py``).
 RELIABILITY_PARK_DIR = os.environ.get("RELIABILITY_PARK_DIR", "")
 

@@ -30,13 +30,16 @@ def header_user(request: HttpRequest) -> Any:
     return get_user_model().objects.filter(username=name).first() if name else None
 
 
-def _run_timing() -> dict[str, float]:
-    """The durable-run seconds the environment sets; the others keep the server's defaults."""
+def _run_timing() -> dict[str, Any]:
+    """The durable-run options the environment sets; the others keep the server's defaults."""
     timing = {
         "run_heartbeat_seconds": settings.RELIABILITY_RUN_HEARTBEAT,
         "run_lease_seconds": settings.RELIABILITY_RUN_LEASE,
         "sweep_interval_seconds": settings.RELIABILITY_SWEEP_SECONDS,
         "drain_seconds": settings.RELIABILITY_DRAIN_SECONDS,
+        # One value for every mount: they share the run table, and a sweep takes every
+        # mount's stale runs.
+        "on_worker_loss": settings.RELIABILITY_ON_WORKER_LOSS,
     }
     return {name: value for name, value in timing.items() if value is not None}
 
