@@ -491,7 +491,8 @@ class DurableRunEndpoint(_RunEndpoint):
             )
         )
         if cancel:
-            # The client left before the response started: no reader will ever close it.
+            # Once the request is over: a client that left before the response was sent never
+            # had a reader to close, and the run of one that was served has ended (a no-op).
             setattr(response, ABANDONED_HOOK, handle.cancel)
         return response
 

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 from ag_ui.core import BaseEvent
 from ag_ui.encoder import EventEncoder
@@ -157,13 +157,39 @@ async def with_heartbeat(
             await task
 
 
+class _SSEResponse(StreamingHttpResponse):
+    """A ``StreamingHttpResponse`` that closes its frames when the server stops reading them.
+
+    Django's ASGI handler closes what ``aiter(response)`` returns, a generator of Django's that
+    wraps another around the frames; closing it closes neither. When a disconnect's cancel
+    lands in the server's ``send`` (its socket buffer full) rather than in the frames, they
+    would be left suspended, with the run or the pump task they drive going on until the
+    garbage collector closed them.
+    """
+
+    def __init__(self, frames: AsyncIterator[str], **kwargs: Any) -> None:
+        super().__init__(frames, **kwargs)
+        self._frames = frames
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        content = cast(AsyncIterator[bytes], self.streaming_content)
+        try:
+            async for part in content:
+                yield part
+        finally:
+            await aclose(content)
+            await aclose(self._frames)
+
+
 def sse_response(frames: AsyncIterator[str]) -> StreamingHttpResponse:
     """A ``text/event-stream`` response streaming ``frames``, uncached and unbuffered.
 
     ``X-Accel-Buffering: no`` stops nginx from buffering it, and ``Content-Encoding: identity``
     makes ``GZipMiddleware`` leave it alone (gzip would hold frames back until a block fills).
+    The response owns ``frames``: however the server stops reading it (the end, a disconnect,
+    a cancel inside ``send``), they are closed before the handler returns.
     """
-    response = StreamingHttpResponse(frames, content_type=SSE_CONTENT_TYPE)
+    response = _SSEResponse(frames, content_type=SSE_CONTENT_TYPE)
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     response["Content-Encoding"] = "identity"

@@ -38,8 +38,10 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 #: A route handler: ``await handler(request, **url_kwargs)`` returns the response.
 Handler: TypeAlias = Callable[..., Awaitable[HttpResponseBase]]
 
-#: The attribute of a response naming what to call when its client left before it was sent
-#: (the run endpoint sets it under ``on_disconnect="cancel"``: cancel the run).
+#: The attribute of a response naming what to call once its request is over, whether the
+#: response was sent or not (the run endpoint sets it under ``on_disconnect="cancel"``: cancel
+#: the run, a no-op once it has ended). A client that leaves before the response is sent makes
+#: Django drop it unread: in the view, in a middleware, or while its headers go out.
 ABANDONED_HOOK = "agui_abandoned"
 
 
@@ -72,6 +74,19 @@ class Route:
     def attribute(self) -> str:
         """The server attribute holding this route's view: ``<name>_view``."""
         return f"{self.name.replace('-', '_')}_view"
+
+
+def _when_over(response: HttpResponseBase) -> None:
+    """Run ``response``'s hook (if any) when the task serving the request ends.
+
+    That task (the server's, or Django 5.2's own) ends once the response was sent, or once
+    Django dropped it because the client left: in a middleware after the view returned, or
+    while its headers went out. Its frames were then never read, so nothing else would.
+    """
+    hook = getattr(response, ABANDONED_HOOK, None)
+    task = asyncio.current_task()
+    if callable(hook) and task is not None:
+        task.add_done_callback(lambda _task: hook())
 
 
 def _abandoned(task: asyncio.Task[HttpResponseBase]) -> None:
@@ -197,9 +212,13 @@ class AGUIView:
         """
         if self._on_request is not None:
             self._on_request()
-        if request.method in UNSAFE_METHODS:
-            return await _carried_out(self._respond(request, **kwargs))
-        return await self._respond(request, **kwargs)
+        if request.method not in UNSAFE_METHODS:
+            return await self._respond(request, **kwargs)
+        response = await _carried_out(self._respond(request, **kwargs))
+        # Under WSGI, the task ends as the view returns, before the response is read.
+        if getattr(request, "scope", None) is not None:
+            _when_over(response)
+        return response
 
     async def _respond(self, request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
         try:

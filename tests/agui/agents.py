@@ -113,6 +113,61 @@ def hanging_agent() -> Agent[None, str]:
     return Agent(FunctionModel(stream_function=_hanging))
 
 
+class Departure:
+    """What ``departing_agent``'s model shares with a disconnect test. ``reset()`` before each
+    run (``gone`` binds to the loop that first waits on it: the test's, or uvicorn's).
+
+    ``gone`` is set by the test's ASGI app once the server told it the client left
+    (``http.disconnect``); ``flood_bytes`` is how much the model streams after its first word
+    (in ``FLOOD_DELTA`` pieces, until the client has gone) so that a server's writes back up;
+    ``log`` is what the model went through, as ``HANG_LOG``.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self, *, flood_bytes: int = 0) -> None:
+        self.gone = asyncio.Event()
+        self.flood_bytes = flood_bytes
+        self.log: list[str] = []
+
+
+DEPARTURE = Departure()
+#: One delta of a flood: 64 KiB, a server's whole write buffer.
+FLOOD_DELTA = "x" * 65536
+
+
+def departing_agent(ending: Literal["hang", "finish"]) -> Agent[None, str]:
+    """Streams ``"Working "`` (then ``DEPARTURE.flood_bytes`` of ``FLOOD_DELTA``), then, with
+    ``ending="hang"``, waits until the run is cancelled; with ``"finish"``, waits until the
+    client has gone (at most 10 s) and ends with ``"done."``: a run that outlives its client."""
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        log = DEPARTURE.log
+        log.append("started")
+        try:
+            yield "Working "
+            flooded = 0
+            while flooded < DEPARTURE.flood_bytes and not DEPARTURE.gone.is_set():
+                yield FLOOD_DELTA
+                flooded += len(FLOOD_DELTA)
+            try:
+                if ending == "finish":
+                    await asyncio.wait_for(DEPARTURE.gone.wait(), timeout=10)
+                else:
+                    await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                log.append("cancelled")
+                raise
+            log.append("went on")
+            if ending == "finish":
+                yield "done."
+        finally:
+            log.append("stopped")
+
+    return Agent(FunctionModel(stream_function=stream))
+
+
 async def _failing(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
     yield "Partial "
     raise RuntimeError(SECRET_ERROR)

@@ -113,15 +113,34 @@ async def logged_in(user: Any) -> httpx.AsyncClient:
 CSRF_SECRET = "abcdefghijklmnopqrstuvwxyzABCDEF"
 
 
+#: How long ``drive_until_disconnect`` lets the app serve before it calls it a hang.
+SERVE_TIMEOUT = 10.0
+
+
 async def drive_until_disconnect(
-    path: str, body: dict[str, Any], *, until: bytes = b"TEXT_MESSAGE_CONTENT"
+    path: str,
+    body: dict[str, Any],
+    *,
+    until: bytes | None = b"TEXT_MESSAGE_CONTENT",
+    stall: bool = False,
+    app: Any = None,
 ) -> list[dict[str, Any]]:
-    """Serve one POST through the real ASGI app; disconnect once a body chunk contains ``until``.
+    """Serve one POST through the real ASGI app; disconnect once a body chunk contains ``until``
+    (``None``: as the response starts, with its headers).
 
     Returns the ASGI messages the application sent until then: what the client received
-    (a server drops what is sent after the socket closed, as uvicorn does).
+    (a server drops what is sent after the socket closed, as uvicorn does). With ``stall``,
+    the write that carried ``until`` never completes, as a server's ``send`` waits while the
+    socket's buffer is full: Django's cancel then lands inside ``send``, not in the stream.
+    ``app`` wraps the ASGI app (default: Django's).
+
+    The app runs in a task of its own: one still serving ``SERVE_TIMEOUT`` seconds after the
+    request fails the test (where it waited in the message), and it is cancelled with every
+    task the request started (Django 5.2's handler, cancelled, leaves its own two running), so
+    a hang is never mistaken for a response and leaves nothing running. An error it raises
+    is raised.
     """
-    app = asgi_app()
+    application = app or asgi_app()
     payload = json.dumps(body).encode()
     inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     inbox.put_nowait({"type": "http.request", "body": payload, "more_body": False})
@@ -137,9 +156,15 @@ async def drive_until_disconnect(
         if gone:
             return
         sent.append(message)
-        if message["type"] == "http.response.body" and until in message.get("body", b""):
+        if (
+            message["type"] == "http.response.start"
+            if until is None
+            else message["type"] == "http.response.body" and until in message.get("body", b"")
+        ):
             gone = True
             inbox.put_nowait({"type": "http.disconnect"})
+            if stall:
+                await asyncio.Event().wait()  # the socket never drains: only a cancel ends it
 
     scope = {
         "type": "http",
@@ -159,8 +184,35 @@ async def drive_until_disconnect(
         "client": ("127.0.0.1", 50000),
         "server": ("testserver", 80),
     }
-    await asyncio.wait_for(app(scope, receive, send), timeout=10)
+    before = asyncio.all_tasks()
+    serving = asyncio.ensure_future(application(scope, receive, send))
+    await asyncio.wait({serving}, timeout=SERVE_TIMEOUT)
+    if not serving.done():
+        stack = awaiting(serving)
+        started = asyncio.all_tasks() - before
+        for task in started:
+            task.cancel()
+        _done, stuck = await asyncio.wait(started, timeout=SERVE_TIMEOUT)
+        ignored = f" {len(stuck)} task(s) ignored their cancel too." if stuck else ""
+        pytest.fail(
+            f"The app was still serving {path} {SERVE_TIMEOUT} s after the request "
+            f"(disconnected: {gone}).{ignored} Where it waited:\n{stack}"
+        )
+    serving.result()
     return sent
+
+
+def awaiting(task: asyncio.Task[Any]) -> str:
+    """Where ``task`` waits: each coroutine it awaits, down to the first async generator."""
+    lines = []
+    awaited: Any = task.get_coro()
+    while awaited is not None:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
+        if frame is not None:
+            code = frame.f_code
+            lines.append(f"  {code.co_filename}:{frame.f_lineno} in {code.co_name}")
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
+    return "\n".join(lines)
 
 
 def streamed_events(sent: list[dict[str, Any]]) -> list[dict[str, Any]]:

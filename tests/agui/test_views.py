@@ -1,4 +1,5 @@
-"""``AGUIView``: a write whose client leaves before the answer is still carried out."""
+"""``AGUIView``: a write whose client leaves before the answer is still carried out, and a
+response's hook is run once its request is over, sent or not."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
-from django.test import RequestFactory
+from django.test import AsyncRequestFactory, RequestFactory
 
 from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.views import ABANDONED_HOOK, AGUIView
@@ -108,3 +109,49 @@ async def test_a_write_cancelled_itself_after_its_client_left_tells_nobody() -> 
     await asyncio.wait({handler.task})
     await asyncio.sleep(0)
     assert handler.log == ["cancelled"]
+
+
+async def _serve(
+    request: HttpRequest, method: str, handler: Handler, written: asyncio.Event | None = None
+) -> None:
+    """The task serving ``request``, as a server's: the view answers, then the response goes
+    out (until ``written`` is set) and the task ends."""
+    view = AGUIView(policy=OPEN, handlers={method: handler})
+    await view(request)
+    handler.log.append("answered")
+    if written is not None:
+        await written.wait()
+
+
+async def test_a_response_is_told_once_the_task_serving_its_request_has_ended() -> None:
+    # Django drops a response whose client left in a middleware or while its headers went out:
+    # nobody reads it, so the hook runs at the end of the request's task, sent or not.
+    handler = Handler()
+    handler.gate.set()
+    written = asyncio.Event()
+    request = AsyncRequestFactory().post("/", data=b"{}", content_type="application/json")
+    serving = asyncio.ensure_future(_serve(request, "POST", handler, written))
+    await asyncio.sleep(0.01)
+    assert handler.log == ["finished", "answered"]  # still being written: not told yet
+    written.set()
+    await asyncio.wait({serving})
+    await asyncio.sleep(0)  # the done-callback runs on the next loop turn
+    assert handler.log == ["finished", "answered", "told"]
+
+
+async def test_under_wsgi_a_response_is_not_told_when_the_view_returns() -> None:
+    # WSGI runs the view in a task that ends as it returns, before the response is read.
+    handler = Handler()
+    handler.gate.set()
+    request = RequestFactory().post("/", data=b"{}", content_type="application/json")
+    await asyncio.ensure_future(_serve(request, "POST", handler))
+    await asyncio.sleep(0)
+    assert handler.log == ["finished", "answered"]
+
+
+async def test_a_read_response_is_never_told() -> None:
+    handler = Handler()
+    handler.gate.set()
+    await asyncio.ensure_future(_serve(AsyncRequestFactory().get("/"), "GET", handler))
+    await asyncio.sleep(0)
+    assert handler.log == ["finished", "answered"]

@@ -21,6 +21,7 @@ from django_pydantic_agent.persistence import (
 from tests.agui.agents import (
     approval_agent,
     burst_agent,
+    departing_agent,
     failing_agent,
     gated_agent,
     hanging_agent,
@@ -203,6 +204,30 @@ hanging_persisting = AGUIServer(
     on_disconnect="cancel",
 )
 
+# A client that leaves mid-run, on each kind of mount (tests/agui/test_disconnect.py): the run
+# ends with the request (a Null store), is cancelled (on_disconnect="cancel"), or goes on.
+departing_stateless = AGUIServer(
+    departing_agent("hang"),
+    require_authenticated=False,
+    csrf_exempt=True,
+    namespace="departing-stateless",
+)
+departing_cancel = AGUIServer(
+    departing_agent("hang"),
+    conversation_store=DefaultConversationStore(allow_anonymous=True),
+    require_authenticated=False,
+    csrf_exempt=True,
+    on_disconnect="cancel",
+    namespace="departing-cancel",
+)
+departing_durable = AGUIServer(
+    departing_agent("finish"),
+    conversation_store=DefaultConversationStore(allow_anonymous=True),
+    require_authenticated=False,
+    csrf_exempt=True,
+    namespace="departing-durable",
+)
+
 # One thread per session: the second thread's save is refused with StoreLimitError.
 one_thread = AGUIServer(
     scripted_agent(),
@@ -323,6 +348,9 @@ urlpatterns = [
     path("no-heartbeat/", no_heartbeat.urls),
     path("quiet-stored/", quiet_stored.urls),
     path("hanging-stored/", hanging_persisting.urls),
+    path("departing-stateless/", departing_stateless.urls),
+    path("departing-cancel/", departing_cancel.urls),
+    path("departing-durable/", departing_durable.urls),
     path("one-thread/", one_thread.urls),
     path("urls-default/", urls_default.urls),
     path("urls-allowed/", urls_allowed.urls),
