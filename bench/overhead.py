@@ -89,10 +89,10 @@ async def _stateless() -> int:
 
 
 def _durable_path() -> Callable[[], Coroutine[Any, Any, int]]:
-    from django_pydantic_agent.agui.reattach import replay
+    from django_pydantic_agent.agui.engine import replay
     from django_pydantic_agent.agui.run import GuardedStorageAgent
     from django_pydantic_agent.agui.runs import RunCoordinator
-    from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
+    from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS, run_frames
     from django_pydantic_agent.chat_history import AGUIStorageAgent
     from django_pydantic_agent.chat_history.repositories import (
         InMemoryChatRepository,
@@ -114,8 +114,9 @@ def _durable_path() -> Callable[[], Coroutine[Any, Any, int]]:
             "bench", _input(), chats, InMemoryMessageRepository(chats), _Scripted()
         )
         coordinator.track(handle, "bench")
-        frames = replay(
-            handle, 0, heartbeat_seconds=15.0, coalesce_seconds=DEFAULT_STREAM_COALESCE_SECONDS
+        frames = run_frames(
+            replay(handle, 0, heartbeat=15.0, coalesce=DEFAULT_STREAM_COALESCE_SECONDS),
+            handle.run_id,
         )
         events = sum([chunk.count("\n\n") async for chunk in frames])
         await handle.wait()

@@ -11,8 +11,9 @@ exposes error messages, else a generic sentence (the real exception is logged by
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from ag_ui.core import RunErrorEvent
 from django.http import JsonResponse
@@ -26,6 +27,7 @@ __all__ = [
     "STORE_FAILED_CODE",
     "STORE_LIMIT_CODE",
     "STORE_REFUSED_CODE",
+    "Refusal",
     "StoreRefusal",
     "describe_store_refusal",
     "redact_run_error",
@@ -57,6 +59,56 @@ class StoreRefusal:
 
     status: int
     message: str
+
+
+class Refusal(Exception):
+    """A request refused before anything streams: its HTTP ``status``, the sentence the
+    caller reads (``message``), the answer's headers and extra JSON ``fields``. A transport
+    renders it; AG-UI's routes answer ``response()``, ``{"error": message, **fields}``.
+
+    ``logged``: the refusal was logged already (one line), so Django's request logger must not
+    log the answer again.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        headers: dict[str, str] | None = None,
+        fields: dict[str, Any] | None = None,
+        logged: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = dict(headers or {})
+        self.fields = dict(fields or {})
+        self.logged = logged
+
+    @classmethod
+    def of(cls, response: JsonResponse) -> Refusal:
+        """The refusal a JSON error answer (``{"error", ...}``) stands for."""
+        body = json.loads(response.content)
+        message = str(body.pop("error", ""))
+        headers = {name: response[name] for name in ("Retry-After",) if response.has_header(name)}
+        logged = bool(getattr(response, "_has_been_logged", False))
+        return cls(response.status_code, message, headers=headers, fields=body, logged=logged)
+
+    @classmethod
+    def of_store(cls, exc: StoreError, *, store: StoreKind) -> Refusal:
+        """The refusal of a store's ``StoreError`` (see ``describe_store_refusal``)."""
+        refusal = describe_store_refusal(exc, store=store)
+        return cls(refusal.status, refusal.message)
+
+    def response(self) -> JsonResponse:
+        """The JSON answer: ``{"error": message, **fields}`` with the status and headers."""
+        response = JsonResponse({"error": self.message, **self.fields}, status=self.status)
+        for name, value in self.headers.items():
+            response[name] = value
+        if self.logged:
+            response._has_been_logged = True  # type: ignore[attr-defined]
+        return response
 
 
 def describe_store_refusal(exc: StoreError, *, store: StoreKind) -> StoreRefusal:

@@ -55,6 +55,9 @@ if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
     from pydantic_ai.ui import UIEventStream
 
+    from django_pydantic_agent.agui.options import RunOptions
+    from django_pydantic_agent.agui.spend import SpendGate
+
 __all__ = [
     "AgentDeps",
     "PydanticAIAgent",
@@ -63,6 +66,7 @@ __all__ = [
     "build_deps",
     "check_convertible",
     "log_run_failure",
+    "run_agent",
     "without_reasoning",
 ]
 
@@ -101,6 +105,35 @@ async def build_deps(
     if deps_factory is None:
         return AgentDeps(user=request.user, request=request, attachment_store=attachment_store)
     return await call_hook(deps_factory, request)
+
+
+async def run_agent(
+    agent: AbstractAgent[Any, Any],
+    options: RunOptions,
+    request: HttpRequest,
+    accept: str | None,
+    *,
+    owner_id: str,
+    thread_id: str,
+    attachment_store: Any = None,
+    spend: SpendGate | None = None,
+    scope: RunScope | None = None,
+) -> PydanticAIAgent:
+    """The inner agent of one run, with its deps (``deps_factory``, else ``AgentDeps``); with
+    spend limits, the capability and the run's owner and thread for its scopes; on a stored
+    thread, the run's owner and thread (``scope``) for its history."""
+    deps = await build_deps(options.deps_factory, request, attachment_store=attachment_store)
+    return PydanticAIAgent(
+        agent,
+        deps=deps,
+        accept=accept,
+        instructions=options.instructions,
+        allowed_file_url_schemes=options.allowed_file_url_schemes,
+        expose_error_messages=options.expose_error_messages,
+        forward_reasoning=options.forward_reasoning,
+        run_options=None if spend is None else spend.run_options(owner_id, thread_id),
+        scope=scope,
+    )
 
 
 def log_run_failure(run_input: RunAgentInput | None, error: BaseException) -> None:

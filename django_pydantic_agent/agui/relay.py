@@ -1,6 +1,6 @@
 """A run's event log, replayed to a reader and relayed to other workers through Django's cache.
 
-``replay_entries`` holds the replay rules every reattach follows, wherever the log comes from:
+``replay_batches`` holds the replay rules every reattach follows, wherever the log comes from:
 for a reader that saw up to ``after``, the run's ``RUN_STARTED`` and the ``*_START`` of every
 message, tool call and reasoning step still open at ``after`` (without ids: they were seen),
 then each event after ``after`` with its id ``<run_id>:<seq>``, and the missing ``*_END``
@@ -55,7 +55,6 @@ from ag_ui.core import (
 )
 from asgiref.sync import sync_to_async
 
-from django_pydantic_agent.agui.sse import SSE_HEARTBEAT, encode_event
 from django_pydantic_agent.chat_history import RunHandle
 from django_pydantic_agent.chat_history.manager import (
     TERMINAL_EVENT_TYPES,
@@ -73,8 +72,7 @@ __all__ = [
     "OpenStreams",
     "RelayedLog",
     "RunRelay",
-    "event_id",
-    "replay_entries",
+    "replay_batches",
     "run_digest",
 ]
 
@@ -115,11 +113,6 @@ _FETCH_CHUNK = 200
 def _bug(exc: BaseException) -> bool:
     """Whether a cache failure deserves its traceback in the log (an outage does not)."""
     return not is_cache_outage(exc)
-
-
-def event_id(run_id: str, seq: int) -> str:
-    """The SSE ``id:`` of event ``seq`` of run ``run_id``: ``<run_id>:<seq>``."""
-    return f"{run_id}:{seq}"
 
 
 def run_digest(owner_id: str, thread_id: str, run_id: str) -> str:
@@ -174,23 +167,22 @@ class OpenStreams:
         return ends
 
 
-async def replay_entries(
+async def replay_batches(
     batches: AsyncIterator[Sequence[tuple[int, BaseEvent]] | None],
-    run_id: str,
     after: int,
     *,
     started: bool = False,
-) -> AsyncIterator[str]:
-    """SSE frames of a run's ``(seq, event)`` log for a reader that saw up to ``after``.
+) -> AsyncIterator[list[tuple[int | None, BaseEvent]] | None]:
+    """A run's ``(seq, event)`` log as a reader that saw up to ``after`` reads it.
 
-    ``batches`` yields the log in order, a few entries at a time; the frames of one batch go
-    out as one string (one write to the socket). ``after`` at or before the log's first entry
-    replays the whole log with its ids; otherwise see the module docstring. A reader that saw
-    the terminal event gets ``RUN_STARTED`` and the terminal event again, without ids (no
-    sequence number twice). A log that ends without a terminal event (a relayed log lost
-    mid-stream, or an execution of the run that another worker took over) gets the ``*_END``
-    events of what is still open, so the caller can go on with a snapshot or the next
-    execution. A ``None`` batch (the log was idle) is a heartbeat.
+    ``batches`` yields the log in order, a few entries at a time, and each yields one batch.
+    ``after`` at or before the log's first entry replays the whole log with its numbers;
+    otherwise see the module docstring (events sent again have ``None`` for their number). A
+    reader that saw the terminal event gets ``RUN_STARTED`` and the terminal event again,
+    without numbers. A log that ends without a terminal event (a relayed log lost mid-stream,
+    or an execution of the run that another worker took over) gets the ``*_END`` events of
+    what is still open, so the caller can go on with a snapshot or the next execution. A
+    ``None`` batch (the log was idle) is passed on.
 
     ``started``: the stream has sent ``RUN_STARTED`` already (a reader that waited, or one
     going on with the run's next execution), so no ``RUN_STARTED`` of the log is sent again.
@@ -201,9 +193,9 @@ async def replay_entries(
     try:
         async for batch in batches:
             if batch is None:
-                yield SSE_HEARTBEAT
+                yield None
                 continue
-            frames: list[str] = []
+            out: list[tuple[int | None, BaseEvent]] = []
             for seq, event in batch:
                 if seq <= after:
                     first = first or event
@@ -212,28 +204,30 @@ async def replay_entries(
                         # The reader saw the end: the run's start and its end again, no ids.
                         ended = True
                         if not started:
-                            frames.append(encode_event(first))
+                            out.append((None, first))
                         if event is not first:
-                            frames.append(encode_event(event))
+                            out.append((None, event))
                     elif seq == after:
                         openings = streams.openings()
                         if not started:
                             openings.insert(0, first)
-                        frames.extend(encode_event(opening) for opening in openings)
+                        out.extend((None, opening) for opening in openings)
                     continue
                 if event.type in TERMINAL_EVENT_TYPES:
                     ended = True
-                    frames.extend(encode_event(closing) for closing in streams.closings())
+                    out.extend((None, closing) for closing in streams.closings())
                 elif started and event.type == EventType.RUN_STARTED:
                     continue
                 streams.fold(event)
-                frames.append(encode_event(event, event_id=event_id(run_id, seq)))
-            if frames:
-                yield frames[0] if len(frames) == 1 else "".join(frames)
+                out.append((seq, event))
+            if out:
+                yield out
         if not ended:
-            closings = [encode_event(closing) for closing in streams.closings()]
+            closings: list[tuple[int | None, BaseEvent]] = [
+                (None, closing) for closing in streams.closings()
+            ]
             if closings:
-                yield "".join(closings)
+                yield closings
     finally:
         close = getattr(batches, "aclose", None)
         if close is not None:

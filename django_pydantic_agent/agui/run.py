@@ -33,24 +33,24 @@ from pydantic_ai.agent import AbstractAgent
 
 from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.drain import Drain
+from django_pydantic_agent.agui.engine import RunEngine
 from django_pydantic_agent.agui.errors import (
     REDACTED_RUN_ERROR,
     REDACTED_SAVE_ERROR,
     STORE_FAILED_CODE,
     STORE_LIMIT_CODE,
     STORE_REFUSED_CODE,
+    Refusal,
     run_error,
-    store_refusal,
     store_refusal_event,
 )
-from django_pydantic_agent.agui.http import error_response
 from django_pydantic_agent.agui.inner import (
     PydanticAIAgent,
     RedactingAGUIAdapter,
     build_adapter,
-    build_deps,
     check_convertible,
     log_run_failure,
+    run_agent,
     without_reasoning,
 )
 from django_pydantic_agent.agui.input import (
@@ -61,24 +61,17 @@ from django_pydantic_agent.agui.input import (
     parse_run_input,
 )
 from django_pydantic_agent.agui.options import RunOptions
-from django_pydantic_agent.agui.owners import (
-    ensure_anonymous_session,
-    owner_repositories,
-    owner_request,
-    request_owner,
-)
-from django_pydantic_agent.agui.reattach import replay
-from django_pydantic_agent.agui.runs import RunCoordinator, ThreadBusy, event_id
 from django_pydantic_agent.agui.spend import SpendGate
 from django_pydantic_agent.agui.sse import (
     SSE_HEARTBEAT,
     aclose,
     encode_event,
+    event_id,
+    run_response,
     sse_response,
     warn_if_wsgi,
     with_heartbeat,
 )
-from django_pydantic_agent.agui.threads import stored_thread
 from django_pydantic_agent.agui.views import ABANDONED_HOOK, Route
 from django_pydantic_agent.chat_history import (
     AGUIStorageAgent,
@@ -88,17 +81,12 @@ from django_pydantic_agent.chat_history import (
 )
 from django_pydantic_agent.chat_history.errors import RunFencedError
 from django_pydantic_agent.chat_history.manager import TERMINAL_EVENT_TYPES
-from django_pydantic_agent.chat_history.window import read_window
 from django_pydantic_agent.persistence import (
     AnonymousOperationError,
     AttachmentStore,
-    ConversationStore,
     StoreError,
-    refuse_over_quota,
     resolve_owner_id,
 )
-from django_pydantic_agent.persistence.conversation import RunScope
-from django_pydantic_agent.persistence.runs import HeldRun, RunRecord
 
 __all__ = [
     "NESTED_TOO_DEEPLY",
@@ -307,50 +295,6 @@ class _RunEndpoint:
     async def _stream(self, request: HttpRequest, accepted: AcceptedRun[Any]) -> HttpResponseBase:
         raise NotImplementedError
 
-    async def _inner(
-        self,
-        request: HttpRequest,
-        accept: str | None,
-        *,
-        owner_id: str,
-        thread_id: str,
-        scope: RunScope | None = None,
-    ) -> PydanticAIAgent:
-        """The inner agent of one run, with its deps (``deps_factory``, else ``AgentDeps``);
-        with spend limits, the capability and the run's owner and thread for its scopes; on a
-        stored thread, the run's owner and thread (``scope``) for its history."""
-        options = self._options
-        deps = await build_deps(
-            options.deps_factory, request, attachment_store=self._attachment_store
-        )
-        spend = self._spend
-        return PydanticAIAgent(
-            self._agent,
-            deps=deps,
-            accept=accept,
-            instructions=options.instructions,
-            allowed_file_url_schemes=options.allowed_file_url_schemes,
-            expose_error_messages=options.expose_error_messages,
-            forward_reasoning=options.forward_reasoning,
-            run_options=None if spend is None else spend.run_options(owner_id, thread_id),
-            scope=scope,
-        )
-
-    async def _over_budget(
-        self, inner: PydanticAIAgent, owner_id: str, run_input: RunAgentInput
-    ) -> HttpResponseBase | None:
-        """The JSON 429 of a run a spent budget would stop, or ``None`` (no limits, or room)."""
-        spend = self._spend
-        if spend is None:
-            return None
-        refusal = await spend.refusal(
-            deps=inner.deps,
-            owner_id=owner_id,
-            thread_id=run_input.thread_id,
-            run_id=run_input.run_id,
-        )
-        return None if refusal is None else refusal.response(spend.now())
-
 
 class StatelessRunEndpoint(_RunEndpoint):
     """The ``POST <mount>/`` handler of a Null store: the agent runs on the posted history
@@ -371,12 +315,26 @@ class StatelessRunEndpoint(_RunEndpoint):
     ) -> HttpResponseBase:
         run_input = accepted.run_input
         owner_id = await self.spend_owner(request)
-        inner = await self._inner(
-            request, accepted.accept, owner_id=owner_id, thread_id=run_input.thread_id
+        inner = await run_agent(
+            self._agent,
+            self._options,
+            request,
+            accepted.accept,
+            owner_id=owner_id,
+            thread_id=run_input.thread_id,
+            attachment_store=self._attachment_store,
+            spend=self._spend,
         )
-        refusal = await self._over_budget(inner, owner_id, run_input)
-        if refusal is not None:
-            return refusal
+        if self._spend is not None:
+            try:
+                await self._spend.refuse(
+                    deps=inner.deps,
+                    owner_id=owner_id,
+                    thread_id=run_input.thread_id,
+                    run_id=run_input.run_id,
+                )
+            except Refusal as refusal:
+                return refusal.response()
         events = inner.run(run_input, adapter=accepted.converted)
         return sse_response(
             stateless_frames(
@@ -399,40 +357,28 @@ class StatelessRunEndpoint(_RunEndpoint):
 
 
 class DurableRunEndpoint(_RunEndpoint):
-    """The ``POST <mount>/`` handler of a persisting ``store``: each run is claimed and started
-    by ``coordinator``, the mount's run manager, and the response reads its log.
-
-    Its own refusals, before streaming: 403 or 413 (the store refuses this caller, or the run
-    would create a thread over quota), 429 (a spent budget) and 409 (``runs.ThreadBusy``: the
-    thread runs another run under ``concurrent_runs="reject"``, or the run already ran).
-    ``active_run``, ``settle`` and ``repositories`` answer the thread and run routes for the
-    same owners.
-    """
+    """The ``POST <mount>/`` handler of a persisting store: the mount's ``engine`` starts the
+    run (``engine.RunEngine.start``: its refusals, 403, 413, 429 and 409, come before any
+    stream), and the response reads its log as SSE."""
 
     def __init__(
         self,
-        agent: AbstractAgent[Any, Any],
-        store: ConversationStore,
+        engine: RunEngine,
         *,
-        coordinator: RunCoordinator,
         access: AccessPolicy,
         body_limit: Callable[[], int],
-        options: RunOptions,
-        attachment_store: AttachmentStore | None = None,
-        spend: SpendGate | None = None,
         drain: Drain | None = None,
     ) -> None:
         super().__init__(
-            agent,
+            engine.agent,
             access=access,
             body_limit=body_limit,
-            options=options,
-            attachment_store=attachment_store,
-            spend=spend,
+            options=engine.options,
+            attachment_store=engine.attachment_store,
+            spend=engine.spend,
             drain=drain,
         )
-        self._store = store
-        self.coordinator = coordinator
+        self.engine = engine
 
     def _convert(self, run_input: RunAgentInput, accept: str | None) -> None:
         # The run's adapter is built from the stored history; the posted one is only checked.
@@ -440,133 +386,20 @@ class DurableRunEndpoint(_RunEndpoint):
 
     async def _stream(self, request: HttpRequest, accepted: AcceptedRun[None]) -> HttpResponseBase:
         run_input = accepted.run_input
-        # The session cookie must go out with the response headers, so an anonymous caller's
-        # session is created now, never after streaming started.
-        await ensure_anonymous_session(request, self._store)
         try:
-            owner_id = await request_owner(request, self._store)
-            chat_repo, message_repo, user_uuid = await owner_repositories(request, self._store)
-            # A repository that can tell a run would create a thread over quota says so now,
-            # as a 413, rather than in a RUN_ERROR once streaming started.
-            await refuse_over_quota(chat_repo, run_input.thread_id)
-        except StoreError as exc:
-            return store_refusal(exc, store="conversation")
-        coordinator = self.coordinator
-        handle = coordinator.manager.get(run_input.thread_id, run_input.run_id, owner=owner_id)
-        if handle is None:
-            inner = await self._inner(
-                request,
-                accepted.accept,
-                owner_id=owner_id,
-                thread_id=run_input.thread_id,
-                scope=RunScope(owner_id=owner_id, thread_id=run_input.thread_id),
-            )
-            refusal = await self._over_budget(inner, owner_id, run_input)
-            if refusal is not None:
-                return refusal
-            resume_input = {
-                "input": run_input.model_dump(mode="json", by_alias=True, exclude={"messages"}),
-                "accept": accepted.accept,
-            }
-            try:
-                await coordinator.claim(
-                    owner_id, run_input.thread_id, run_input.run_id, resume_input=resume_input
-                )
-            except ThreadBusy as exc:
-                return error_response(409, str(exc))
-            coordinator.fence(
-                message_repo, HeldRun(owner_id, run_input.thread_id, run_input.run_id, 0)
-            )
-            handle = await coordinator.start(
-                owner_id, run_input, chat_repo, message_repo, user_uuid, inner
-            )
-        cancel = self._options.on_disconnect == "cancel"
-        response = sse_response(
-            replay(
-                handle,
-                0,
-                heartbeat_seconds=self._options.heartbeat_seconds,
-                coalesce_seconds=self._options.stream_coalesce_seconds,
-                cancel_on_close=cancel,
-            )
+            handle = await self.engine.start(request, run_input, accepted.accept)
+        except Refusal as refusal:
+            return refusal.response()
+        options = self._options
+        cancel = options.on_disconnect == "cancel"
+        response = run_response(
+            self.engine.follow(handle, cancel_on_close=cancel),
+            run_input.run_id,
+            heartbeat_seconds=options.heartbeat_seconds,
+            coalesce_seconds=options.stream_coalesce_seconds,
         )
         if cancel:
             # Once the request is over: a client that left before the response was sent never
             # had a reader to close, and the run of one that was served has ended (a no-op).
             setattr(response, ABANDONED_HOOK, handle.cancel)
         return response
-
-    async def resume(self, record: RunRecord) -> tuple[RunAgentInput, tuple[Any, ...], list[Any]]:
-        """``(run input, agent factory arguments, stored messages)`` to run ``record`` again on
-        this worker (``RunCoordinator.resumer``): its owner's repositories, an inner agent whose
-        deps are built from a request carrying only the owner (``owners.owner_request``), and
-        its stored input with no messages (the stored history has them); the thread as
-        ``GET threads/<id>/`` shows it now opens the resumed execution's log (its snapshot)."""
-        request = await owner_request(record.owner_id)
-        chat_repo, message_repo, user_uuid = await owner_repositories(request, self._store)
-        self.coordinator.fence(
-            message_repo, HeldRun(record.owner_id, record.thread_id, record.run_id, record.resumes)
-        )
-        thread = await stored_thread(self._store, record.thread_id, request=request) or []
-        stored = record.resume_input
-        accept = stored.get("accept")
-        run_input = RunAgentInput.model_validate(
-            {
-                **stored.get("input", {}),
-                "threadId": record.thread_id,
-                "runId": record.run_id,
-                "messages": [],
-            }
-        )
-        inner = await self._inner(
-            request,
-            accept if isinstance(accept, str) else None,
-            owner_id=record.owner_id,
-            thread_id=record.thread_id,
-            scope=RunScope(owner_id=record.owner_id, thread_id=record.thread_id),
-        )
-        parts = (chat_repo, message_repo, user_uuid, inner, record.run_id)
-        return run_input, parts, thread
-
-    async def model_view(self, request: HttpRequest, thread_id: str) -> dict[str, Any] | None:
-        """Where the model's view of the caller's thread begins (``{"startsAt", "messages",
-        "summary"}``: ``startsAt`` ``None`` when the window holds the whole thread, ``summary``
-        the stored compaction summary sent ahead of it, standing for the messages up to its
-        ``through``), or ``None`` for a thread the caller does not have."""
-        try:
-            chat_repo, message_repo, user_uuid = await owner_repositories(request, self._store)
-        except StoreError:
-            return None
-        chat = await chat_repo.get_chat_by_thread_id(user_uuid, thread_id)
-        if chat is None:
-            return None
-        loaded = await read_window(message_repo, chat.chat_uuid, self._options.history)
-        summary = loaded.summary
-        whole = loaded.whole and len(loaded.window) == len(loaded.read) and summary is None
-        starts = None if whole or not loaded.window else loaded.window[0].agui_id
-        return {
-            "startsAt": starts,
-            "messages": len(loaded.window),
-            "summary": None if summary is None else summary.as_json(),
-        }
-
-    async def active_run(self, request: HttpRequest, thread_id: str) -> dict[str, Any] | None:
-        """``{"runId", "lastSeq"}`` of the caller's running run on ``thread_id``, or ``None``."""
-        try:
-            owner_id = await request_owner(request, self._store)
-        except StoreError:
-            return None
-        return await self.coordinator.active_run(owner_id, thread_id)
-
-    async def settle(self, request: HttpRequest, thread_id: str | None) -> None:
-        """Return once this worker's finished runs of the caller on ``thread_id`` are stored.
-
-        A stream ends at its terminal event while the run's last writes go on behind it; a
-        thread read waits for them (bounded by ``SETTLE_SECONDS``), so it sees what the stream
-        showed. ``thread_id`` ``None`` waits for the caller's runs on every thread.
-        """
-        try:
-            owner_id = await request_owner(request, self._store)
-        except StoreError:
-            return
-        await self.coordinator.settle(owner_id, thread_id)

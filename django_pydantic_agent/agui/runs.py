@@ -54,7 +54,6 @@ from django_pydantic_agent.agui.options import (
 from django_pydantic_agent.agui.relay import (
     RELAY_INTERVAL_SECONDS,
     RunRelay,
-    event_id,
     run_digest,
 )
 from django_pydantic_agent.chat_history import (
@@ -89,7 +88,6 @@ __all__ = [
     "THREAD_BUSY",
     "RunCoordinator",
     "ThreadBusy",
-    "event_id",
 ]
 
 logger = logging.getLogger("django_pydantic_agent.agui")

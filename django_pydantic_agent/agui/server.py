@@ -20,6 +20,7 @@ from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
 from django_pydantic_agent.agui.branches import BranchEndpoints
 from django_pydantic_agent.agui.drain import DEFAULT_DRAIN_SECONDS, Drain, DrainReport
+from django_pydantic_agent.agui.engine import RunEngine
 from django_pydantic_agent.agui.inner import AgentDeps, build_deps
 from django_pydantic_agent.agui.options import (
     DEFAULT_ATTACHMENT_MAX_BYTES,
@@ -281,6 +282,8 @@ class AGUIServer:
         #: The mount's budget gate over ``spend_limits`` (``None`` without them).
         self.spend: SpendGate | None = None if spend_limits is None else SpendGate(spend_limits)
         self.coordinator: RunCoordinator | None = None
+        #: The durable run engine (``None`` on a stateless mount): what a transport streams.
+        self.engine: RunEngine | None = None
         self.drain_state: Drain
         self._routes = self._compose()
         for route, view in self._routes:
@@ -314,32 +317,27 @@ class AGUIServer:
                 close=self.coordinator.aclose,
                 undo=self.coordinator.end_drain,
             )
-            run = DurableRunEndpoint(
+            self.engine = RunEngine(
                 self.agent,
                 store,
                 coordinator=self.coordinator,
-                access=self.access,
-                body_limit=self.body_limit,
                 options=options,
                 attachment_store=uploads,
                 spend=self.spend,
-                drain=self.drain_state,
             )
-            self.coordinator.resumer = run.resume
+            run = DurableRunEndpoint(
+                self.engine, access=self.access, body_limit=self.body_limit, drain=self.drain_state
+            )
+            self.coordinator.resumer = self.engine.resume
             threads = ThreadEndpoints(
                 store,
                 list_limit=self.thread_list_limit,
                 body_limit=self.body_limit,
-                active_run=run.active_run,
-                settle=run.settle,
-                model_view=run.model_view,
+                active_run=self.engine.active_run,
+                settle=self.engine.settle,
+                model_view=self.engine.model_view,
             )
-            runs = RunEndpoints(
-                self.coordinator,
-                store,
-                heartbeat_seconds=options.heartbeat_seconds,
-                coalesce_seconds=options.stream_coalesce_seconds,
-            )
+            runs = RunEndpoints(self.engine)
             table = [*run.routes(), *self._tree_routes(store, uploads)]
             table += [*threads.routes(), *runs.routes()]
             ledger = self.run_store if implements(self.run_store, UsageLedger) else None

@@ -21,6 +21,8 @@ from typing import Any, Final
 from ag_ui.core import RunErrorEvent
 from django.http import JsonResponse
 
+from django_pydantic_agent.agui.errors import Refusal
+
 __all__ = [
     "BUDGET_EXCEEDED_CODE",
     "METADATA_KEY",
@@ -206,6 +208,12 @@ class SpendGate:
             conversation_id=thread_id,
             metadata=spend_metadata(owner_id, thread_id),
         )
+
+    async def refuse(self, *, deps: Any, owner_id: str, thread_id: str, run_id: str) -> None:
+        """Raise the 429 ``Refusal`` of a run a spent budget would stop (see ``refusal``)."""
+        found = await self.refusal(deps=deps, owner_id=owner_id, thread_id=thread_id, run_id=run_id)
+        if found is not None:
+            raise Refusal.of(found.response(self.now()))
 
     async def refusal(
         self, *, deps: Any, owner_id: str, thread_id: str, run_id: str

@@ -15,17 +15,22 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ag_ui.core import BaseEvent
 from ag_ui.encoder import EventEncoder
 from django.http import HttpRequest, StreamingHttpResponse
+
+if TYPE_CHECKING:
+    from django_pydantic_agent.agui.engine import EventStream, RunStream
 
 __all__ = [
     "SSE_CONTENT_TYPE",
     "SSE_HEARTBEAT",
     "aclose",
     "encode_event",
+    "event_id",
+    "run_response",
     "sse_response",
     "warn_if_wsgi",
     "with_heartbeat",
@@ -65,6 +70,41 @@ def encode_event(event: BaseEvent, *, event_id: str | None = None) -> str:
             "an id; pass an id without them."
         )
     return f"id: {event_id}\n{frame}"
+
+
+def event_id(run_id: str, seq: int) -> str:
+    """The SSE ``id:`` of event ``seq`` of run ``run_id``: ``<run_id>:<seq>``."""
+    return f"{run_id}:{seq}"
+
+
+async def run_frames(batches: EventStream, run_id: str) -> AsyncIterator[str]:
+    """A run's event batches as SSE frames (a batch as one string: one write to the socket),
+    each numbered event with its ``id: <run_id>:<seq>``, an idle mark as ``SSE_HEARTBEAT``."""
+    try:
+        async for batch in batches:
+            if batch is None:
+                yield SSE_HEARTBEAT
+            elif len(batch) == 1:
+                seq, event = batch[0]
+                yield encode_event(event, event_id=None if seq is None else f"{run_id}:{seq}")
+            else:
+                yield "".join(
+                    encode_event(event, event_id=None if seq is None else f"{run_id}:{seq}")
+                    for seq, event in batch
+                )
+    finally:
+        await aclose(batches)
+
+
+def run_response(
+    stream: RunStream, run_id: str, *, heartbeat_seconds: float | None, coalesce_seconds: float
+) -> StreamingHttpResponse:
+    """A run's events as an AG-UI SSE response; a stream that does not mark idle time itself
+    is kept alive with heartbeats (and coalesced) by ``with_heartbeat``."""
+    frames = run_frames(stream.batches, run_id)
+    if not stream.paced and (heartbeat_seconds or coalesce_seconds):
+        frames = with_heartbeat(frames, heartbeat_seconds, coalesce=coalesce_seconds)
+    return sse_response(frames)
 
 
 async def aclose(iterator: AsyncIterator[Any]) -> None:

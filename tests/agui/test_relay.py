@@ -24,7 +24,7 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from django_pydantic_agent.agui import AGUIServer
-from django_pydantic_agent.agui.reattach import _RELAY_GRACE_SECONDS
+from django_pydantic_agent.agui.engine import _RELAY_GRACE_SECONDS
 from django_pydantic_agent.agui.relay import RELAY_INTERVAL_SECONDS, RunRelay, run_digest
 from django_pydantic_agent.agui.runs import CANCEL_POLL_SECONDS, RunCoordinator
 from django_pydantic_agent.agui.sse import encode_event
@@ -44,7 +44,7 @@ def relay_key(user: Any, thread_id: str = "thread-1", run_id: str = "run-1") -> 
 
 
 def coordinator_of(server: AGUIServer) -> RunCoordinator:
-    coordinator = server.run_endpoint.coordinator
+    coordinator = server.coordinator
     assert coordinator is not None
     return coordinator
 

@@ -245,7 +245,7 @@ async def test_a_cancel_intent_in_the_cache_reaches_a_run_this_process_did_not_c
     # Another worker only writes the intent: the owner sees it on its next event or heartbeat.
     from tests.agui.urls import hanging_durable
 
-    coordinator = hanging_durable.run_endpoint.coordinator
+    coordinator = hanging_durable.coordinator
     assert coordinator is not None
     async with await logged_in(alice) as http, await logged_in(alice) as other_tab:
         streaming = asyncio.ensure_future(http.post("/hanging-durable/", json=run_body()))
@@ -479,7 +479,7 @@ async def test_a_run_on_another_worker_is_followed_until_it_ends(alice: Any) -> 
     # end, then answers from storage.
     from tests.agui.urls import persisting
 
-    coordinator = persisting.run_endpoint.coordinator
+    coordinator = persisting.coordinator
     assert coordinator is not None
     store = coordinator.run_store
     owner = str(alice.pk)
@@ -520,7 +520,8 @@ async def test_a_finished_run_reattached_after_its_last_event_repeats_the_end_wi
 async def test_a_replay_after_the_terminal_event_is_the_start_and_the_end_again() -> None:
     from ag_ui.core import RunFinishedEvent, RunStartedEvent
 
-    from django_pydantic_agent.agui.reattach import replay
+    from django_pydantic_agent.agui.engine import replay
+    from django_pydantic_agent.agui.sse import run_frames
     from django_pydantic_agent.chat_history.manager import StreamPersistenceManager
 
     class TwoEvents:
@@ -534,7 +535,9 @@ async def test_a_replay_after_the_terminal_event_is_the_start_and_the_end_again(
     async with StreamPersistenceManager(TwoEvents) as manager:
         handle = await manager.run(body)
         await handle.wait()
-        frames = sse_frames("".join([frame async for frame in replay(handle, 2)]))
+        frames = sse_frames(
+            "".join([frame async for frame in run_frames(replay(handle, 2), handle.run_id)])
+        )
     assert [(frame_id, e["type"]) for frame_id, e in frames] == [
         (None, "RUN_STARTED"),
         (None, "RUN_FINISHED"),
@@ -542,7 +545,7 @@ async def test_a_replay_after_the_terminal_event_is_the_start_and_the_end_again(
 
 
 async def test_a_relayed_replay_after_the_terminal_event_repeats_the_end_without_ids() -> None:
-    """The cross-worker path (``relay.replay_entries``) follows the same rule as ``replay``."""
+    """The cross-worker path (``relay.replay_batches``) follows the same rule as ``replay``."""
     from ag_ui.core import (
         RunFinishedEvent,
         RunStartedEvent,
@@ -551,7 +554,8 @@ async def test_a_relayed_replay_after_the_terminal_event_repeats_the_end_without
         TextMessageStartEvent,
     )
 
-    from django_pydantic_agent.agui.relay import replay_entries
+    from django_pydantic_agent.agui.relay import replay_batches
+    from django_pydantic_agent.agui.sse import run_frames
 
     log = [
         RunStartedEvent(thread_id="t", run_id="r"),
@@ -566,12 +570,16 @@ async def test_a_relayed_replay_after_the_terminal_event_repeats_the_end_without
         yield numbered[:2]
         yield numbered[2:]
 
-    frames = sse_frames("".join([frame async for frame in replay_entries(entries(), "r", 5)]))
+    async def read(after: int) -> list[Any]:
+        frames = run_frames(replay_batches(entries(), after), "r")
+        return sse_frames("".join([frame async for frame in frames]))
+
+    frames = await read(5)
     assert [(frame_id, e["type"]) for frame_id, e in frames] == [
         (None, "RUN_STARTED"),
         (None, "RUN_FINISHED"),
     ]
-    middle = sse_frames("".join([frame async for frame in replay_entries(entries(), "r", 3)]))
+    middle = await read(3)
     assert [(frame_id, e["type"]) for frame_id, e in middle] == [
         (None, "RUN_STARTED"),
         (None, "TEXT_MESSAGE_START"),
