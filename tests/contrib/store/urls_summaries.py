@@ -74,4 +74,25 @@ tiered = AGUIServer(
     namespace="tiered",
 )
 
-urlpatterns = [path("summarising/", summarising.urls), path("tiered/", tiered.urls)]
+keeping = AGUIServer(
+    Agent(
+        FunctionModel(stream_function=_answer),
+        capabilities=[
+            SummarizingCompaction(
+                model=FunctionModel(function=_summarise),
+                max_messages=6,
+                keep_messages=2,
+                keep_user_messages=True,
+            )
+        ],
+    ),
+    conversation_store=DefaultConversationStore(),
+    csrf_exempt=True,
+    namespace="keeping",
+)
+
+urlpatterns = [
+    path("summarising/", summarising.urls),
+    path("tiered/", tiered.urls),
+    path("keeping/", keeping.urls),
+]
