@@ -7,6 +7,8 @@ The ledger snippet prints an owner's week from rows in the database.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import json
 import re
 import sys
@@ -26,8 +28,8 @@ pytest.importorskip(
 
 from django.contrib.auth import get_user_model
 from django.test import override_settings
-from pydantic_ai_harness.spend import SpendEntry
 
+from django_pydantic_agent._harness_spend import SpendEntry
 from django_pydantic_agent.contrib.store.models import StoredRunUsage
 from django_pydantic_agent.contrib.store.spend_store import DefaultSpendStore
 from tests.agui.conftest import CSRF_SECRET, logged_in, run_body
@@ -42,8 +44,12 @@ def _blocks(language: str) -> list[str]:
 
 
 @pytest.fixture
-def docs_urls() -> Iterator[types.ModuleType]:
+def docs_urls(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
     (code, _) = _blocks("python")
+    if importlib.util.find_spec("pydantic_ai_harness.spend_limits") is None:
+        # The page imports the module by its current name; 0.62 has it under its old one.
+        old = importlib.import_module("pydantic_ai_harness.spend")
+        monkeypatch.setitem(sys.modules, "pydantic_ai_harness.spend_limits", old)
     module = types.ModuleType("docs_usage_urls")
     exec(compile(code, "docs/usage.md", "exec"), module.__dict__)
     sys.modules[module.__name__] = module
