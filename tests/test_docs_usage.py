@@ -7,8 +7,6 @@ The ledger snippet prints an owner's week from rows in the database.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import re
 import sys
@@ -44,12 +42,8 @@ def _blocks(language: str) -> list[str]:
 
 
 @pytest.fixture
-def docs_urls(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
+def docs_urls(harness_names_as_documented: None) -> Iterator[types.ModuleType]:
     (code, _) = _blocks("python")
-    if importlib.util.find_spec("pydantic_ai_harness.spend_limits") is None:
-        # The page imports the module by its current name; 0.62 has it under its old one.
-        old = importlib.import_module("pydantic_ai_harness.spend")
-        monkeypatch.setitem(sys.modules, "pydantic_ai_harness.spend_limits", old)
     module = types.ModuleType("docs_usage_urls")
     exec(compile(code, "docs/usage.md", "exec"), module.__dict__)
     sys.modules[module.__name__] = module
