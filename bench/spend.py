@@ -47,8 +47,8 @@ async def measure(samples: int) -> tuple[float, float, float, float]:
     limits on ``DefaultSpendStore``, and of the gate alone."""
     from pydantic_ai import Agent
     from pydantic_ai.models.test import TestModel
-    from pydantic_ai_harness.spend import Budget, InMemorySpendStore, SpendLimits
 
+    from django_pydantic_agent._harness_spend import Budget, InMemorySpendStore, SpendLimits
     from django_pydantic_agent.agui.spend import SpendGate, per_thread, per_user, spend_metadata
     from django_pydantic_agent.contrib.store.spend_store import DefaultSpendStore
 

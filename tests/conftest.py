@@ -13,6 +13,7 @@ tox legs, turn a skip that would hollow out a leg into a failure:
 from __future__ import annotations
 
 import asyncio
+import importlib
 import importlib.metadata
 import importlib.util
 import inspect
@@ -100,6 +101,18 @@ def _live_server_nodelay() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(basehttp.WSGIRequestHandler, "setup", setup)
         yield
+
+
+@pytest.fixture
+def harness_names_as_documented(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Let a docs snippet import the harness's spend budgets as the docs print them,
+    ``pydantic_ai_harness.spend_limits``, on a release that has them only under their old
+    name, ``spend`` (0.62, the extra's floor)."""
+    if importlib.util.find_spec("pydantic_ai_harness") is None:
+        return
+    if importlib.util.find_spec("pydantic_ai_harness.spend_limits") is None:
+        old = importlib.import_module("pydantic_ai_harness.spend")
+        monkeypatch.setitem(sys.modules, "pydantic_ai_harness.spend_limits", old)
 
 
 # -- what a leg requires ----------------------------------------------------------------------

@@ -43,6 +43,7 @@ def test_the_pages_that_build_an_agent_are_all_found() -> None:
 
 @pytest.mark.django_db
 @pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.usefixtures("harness_names_as_documented")
 @pytest.mark.parametrize(("name", "code"), SNIPPETS, ids=[name for name, _ in SNIPPETS])
 def test_the_snippet_builds_its_agent_without_a_provider_package(
     name: str, code: str, monkeypatch: pytest.MonkeyPatch

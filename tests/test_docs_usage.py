@@ -26,8 +26,8 @@ pytest.importorskip(
 
 from django.contrib.auth import get_user_model
 from django.test import override_settings
-from pydantic_ai_harness.spend import SpendEntry
 
+from django_pydantic_agent._harness_spend import SpendEntry
 from django_pydantic_agent.contrib.store.models import StoredRunUsage
 from django_pydantic_agent.contrib.store.spend_store import DefaultSpendStore
 from tests.agui.conftest import CSRF_SECRET, logged_in, run_body
@@ -42,7 +42,7 @@ def _blocks(language: str) -> list[str]:
 
 
 @pytest.fixture
-def docs_urls() -> Iterator[types.ModuleType]:
+def docs_urls(harness_names_as_documented: None) -> Iterator[types.ModuleType]:
     (code, _) = _blocks("python")
     module = types.ModuleType("docs_usage_urls")
     exec(compile(code, "docs/usage.md", "exec"), module.__dict__)

@@ -134,7 +134,7 @@ class BudgetRefusal:
 
 def _exceeded_type() -> type[BaseException] | None:
     try:
-        from pydantic_ai_harness.spend import SpendLimitExceeded
+        from django_pydantic_agent._harness_spend import SpendLimitExceeded
     except ModuleNotFoundError:
         return None
     return SpendLimitExceeded
@@ -160,7 +160,7 @@ def budget_refusal(error: BaseException, *, now: datetime | None = None) -> Budg
 
 def _is_spend_limits(value: object) -> bool:
     try:
-        from pydantic_ai_harness.spend import SpendLimits
+        from django_pydantic_agent._harness_spend import SpendLimits
     except ModuleNotFoundError:  # a SpendLimits cannot exist without the harness
         return False
     return isinstance(value, SpendLimits)

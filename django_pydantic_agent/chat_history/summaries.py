@@ -119,9 +119,23 @@ def _is_summary_part(part: Any, compaction_part: type[Any]) -> bool:
     )
 
 
+def _is_kept_marker(metadata: Any) -> bool:
+    return metadata == _KEPT_USER_MARKER or (
+        isinstance(metadata, dict) and metadata.get(_KEPT_USER_MARKER) is True
+    )
+
+
 def _is_kept_copy(message: Any) -> bool:
-    metadata = getattr(message, "metadata", None)
-    return isinstance(metadata, dict) and metadata.get(_KEPT_USER_MARKER) is True
+    """Whether ``message`` is a user turn ``keep_user_messages`` copied after the summary, as
+    harness 0.62 marks it; 0.75 marks only the copy's text items (``_is_kept_part``)."""
+    return _is_kept_marker(getattr(message, "metadata", None))
+
+
+def _is_kept_part(part: Any) -> bool:
+    content = getattr(part, "content", None)
+    return isinstance(content, list) and any(
+        _is_kept_marker(getattr(item, "metadata", None)) for item in content
+    )
 
 
 def summary_request(summary: StoredSummary) -> Any:
@@ -173,7 +187,7 @@ def written_summary(
             continue
         if not isinstance(message, ModelRequest) or _is_kept_copy(message):
             continue
-        users = sum(isinstance(p, UserPromptPart) for p in message.parts)
+        users = sum(isinstance(p, UserPromptPart) and not _is_kept_part(p) for p in message.parts)
         if users:
             mid_turn = False if mid_turn is None else mid_turn
             kept += users

@@ -19,8 +19,8 @@ pytest.importorskip(
 
 from pydantic_ai import Agent
 from pydantic_ai.models.test import TestModel
-from pydantic_ai_harness.spend import Budget, SpendLimits
 
+from django_pydantic_agent._harness_spend import Budget, SpendLimits
 from django_pydantic_agent.agui import AGUIServer
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.agui.spend import (

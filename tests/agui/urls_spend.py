@@ -15,8 +15,8 @@ from django.urls import path
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
-from pydantic_ai_harness.spend import Budget, SpendLimits
 
+from django_pydantic_agent._harness_spend import Budget, SpendLimits
 from django_pydantic_agent.agui import AGUIServer
 from django_pydantic_agent.agui.spend import per_thread, per_user
 from django_pydantic_agent.contrib.store.spend_store import DefaultSpendStore

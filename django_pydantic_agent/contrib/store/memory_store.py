@@ -110,10 +110,11 @@ def neutralize_memory_tags(text: str) -> str:
     """Return ``text`` with every ``<memory>``/``</memory>`` tag made inert.
 
     The ``<`` that opens such a tag (any letter case, any whitespace before or after the
-    ``/``, any attributes or spacing before the ``>``) becomes ``&lt;``, exactly the character
-    the harness escapes when it renders the fence, so stored text can neither close the
-    ``<memory>`` block it is injected into nor open a forged one. The word "memory" and every
-    other ``<`` are left alone. Idempotent: the result contains no tag to escape again.
+    ``/``, any attributes or spacing before the ``>``) becomes ``&lt;``, so stored text can
+    neither close the ``<memory>`` block it is injected into nor open a forged one. Harness
+    0.62 escapes the same character when it renders the block; 0.75 renders it as stored (with
+    a note), so there this is the fence's only escape. The word "memory" and every other ``<``
+    are left alone. Idempotent: the result contains no tag to escape again.
     """
     return _MEMORY_TAG_RE.sub("&lt;", text)
 

@@ -23,7 +23,7 @@ from django_pydantic_agent.contrib.store._harness_extra import harness_missing
 from django_pydantic_agent.persistence.transactions import write_transaction
 
 try:
-    from pydantic_ai_harness.spend import SpendEntry, Spent
+    from django_pydantic_agent._harness_spend import SpendEntry, Spent
 except ModuleNotFoundError as exc:
     raise harness_missing(exc, "DefaultSpendStore") from None
 

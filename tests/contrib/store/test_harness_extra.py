@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 # Importing these again must fail the way a project without the extra sees it.
 _OURS = [
+    "django_pydantic_agent._harness_spend",
     "django_pydantic_agent.contrib.store.harness",
     "django_pydantic_agent.contrib.store.memory_store",
     "django_pydantic_agent.contrib.store.spend_store",

@@ -22,7 +22,8 @@ pytest.importorskip(
 
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
-from pydantic_ai_harness.spend import (
+
+from django_pydantic_agent._harness_spend import (
     BatchSpendStore,
     Budget,
     InMemorySpendStore,
@@ -31,7 +32,6 @@ from pydantic_ai_harness.spend import (
     SpendLimits,
     Spent,
 )
-
 from django_pydantic_agent.contrib.store.models import StoredSpendCounter
 from django_pydantic_agent.contrib.store.spend_store import DefaultSpendStore, stored_spend_key
 

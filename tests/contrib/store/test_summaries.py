@@ -178,6 +178,24 @@ async def test_a_tiered_compactions_summary_is_stored_and_replayed(alice: Any) -
     assert not any("Turn 0" in text for text in _texts(SENT[0]))
 
 
+async def test_user_turns_the_compaction_keeps_do_not_move_the_summarys_end(alice: Any) -> None:
+    """Regression: from harness 0.75 on, ``keep_user_messages`` marks its copies of user turns
+    on their text only, and they were counted as kept turns, so the stored summary stood for
+    two turns too few and every later run summarised again."""
+    for n in range(4):
+        await _say(alice, "kept-turns", f"Turn {n}", mount="keeping")
+    assert len(SUMMARISED) == 1
+    thread = await _thread(alice, "kept-turns", mount="keeping")
+    ids = [m["id"] for m in thread["messages"]]
+    # The copies stand for turns the summary covers too: it ends before the one turn kept whole.
+    assert thread["modelView"]["summary"]["through"] == ids[5]
+    assert thread["modelView"]["startsAt"] == ids[6]
+    SENT.clear()
+    await _say(alice, "kept-turns", "Turn 4", mount="keeping")
+    assert len(SUMMARISED) == 1
+    assert _texts(SENT[0]) == ["[summary] Summary #1 of the early turns.", "Turn 3", "Turn 4"]
+
+
 async def test_a_fork_keeps_the_summary_of_what_it_copies(alice: Any) -> None:
     for n in range(4):
         await _say(alice, "source", f"Turn {n}")

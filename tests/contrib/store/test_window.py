@@ -281,12 +281,15 @@ async def test_the_window_keeps_the_newest_messages_that_fit_the_token_budget() 
     assert sent[0].role == "user"
     assert sent[-1].id == "q"
     assert [m.id for m in records][-3:] == ["m398", "m399", "q"]
-    # Exactly the newest that fit: one more (the one before the first) would not.
+    # Exactly the newest turns that fit: one more turn (the question and answer before the
+    # first) would not. The window starts on a question, so an answer before it that would
+    # fit on its own is left out too.
     stored = [_record(int(m.id[1:]), 400) for m in records[:-1]]
-    earlier = _record(int(records[0].id[1:]) - 1, 400)
+    first = int(records[0].id[1:])
+    earlier_turn = [_record(first - 2, 400), _record(first - 1, 400)]
     question = Message(role="user", content="And now?")
     fits = sum(estimate_record_tokens([*stored, question]))
-    assert fits <= 10_000 < fits + sum(estimate_record_tokens([earlier]))
+    assert fits <= 10_000 < fits + sum(estimate_record_tokens(earlier_turn))
     assert 10 <= len(records) < 40
 
 

@@ -19,11 +19,14 @@ from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 SENT: list[list[ModelMessage]] = []
 #: The prompt of each summariser call, in order.
 SUMMARISED: list[str] = []
+#: The main model's every answer: longer than a summary of two turns, so a compaction makes
+#: the request smaller: harness 0.75 discards a compaction that does not.
+REPLY = "Noted. I will keep that in mind for the rest of our conversation."
 
 
 async def _answer(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
     SENT.append(list(messages))
-    yield "Noted."
+    yield REPLY
 
 
 def _summarise(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -71,4 +74,25 @@ tiered = AGUIServer(
     namespace="tiered",
 )
 
-urlpatterns = [path("summarising/", summarising.urls), path("tiered/", tiered.urls)]
+keeping = AGUIServer(
+    Agent(
+        FunctionModel(stream_function=_answer),
+        capabilities=[
+            SummarizingCompaction(
+                model=FunctionModel(function=_summarise),
+                max_messages=6,
+                keep_messages=2,
+                keep_user_messages=True,
+            )
+        ],
+    ),
+    conversation_store=DefaultConversationStore(),
+    csrf_exempt=True,
+    namespace="keeping",
+)
+
+urlpatterns = [
+    path("summarising/", summarising.urls),
+    path("tiered/", tiered.urls),
+    path("keeping/", keeping.urls),
+]

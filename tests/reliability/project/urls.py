@@ -63,8 +63,7 @@ urlpatterns = [
 
 
 if importlib.util.find_spec("pydantic_ai_harness") is not None:
-    from pydantic_ai_harness.spend import Budget, SpendLimits
-
+    from django_pydantic_agent._harness_spend import Budget, SpendLimits
     from django_pydantic_agent.agui.spend import per_user
     from django_pydantic_agent.contrib.store.spend_store import DefaultSpendStore
 
