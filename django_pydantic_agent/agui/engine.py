@@ -13,9 +13,8 @@ heartbeat interval. Refusals before a stream starts are ``Refusal``s.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ag_ui.core import (
     BaseEvent,
@@ -39,7 +38,13 @@ from django_pydantic_agent.agui.owners import (
     owner_request,
     request_owner,
 )
-from django_pydantic_agent.agui.relay import RelayedLog, replay_batches
+from django_pydantic_agent.agui.relay import (
+    Batch,
+    EventStream,
+    RelayedLog,
+    RunStream,
+    replay_batches,
+)
 from django_pydantic_agent.agui.runs import RunCoordinator, ThreadBusy
 from django_pydantic_agent.agui.spend import SpendGate
 from django_pydantic_agent.agui.threads import stored_thread
@@ -59,25 +64,10 @@ from django_pydantic_agent.persistence.runs import HeldRun, RunRecord, RunStatus
 
 __all__ = ["RUN_NOT_FOUND", "Batch", "EventStream", "RunEngine", "RunStream", "replay"]
 
-#: A batch of a run's events, in order: ``(seq, event)``, ``seq`` ``None`` for an event sent
-#: again without its number (the reader saw it).
-Batch: TypeAlias = list[tuple[int | None, BaseEvent]]
-#: What a run streams: batches, and ``None`` where the run was idle for the heartbeat interval.
-EventStream: TypeAlias = AsyncIterator[Batch | None]
-
 #: The 404 of the run routes (a stranger's run reads the same).
 RUN_NOT_FOUND = "No such run."
 # How long a reader waits for another worker's relayed log to appear (a run that just started).
 _RELAY_GRACE_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class RunStream:
-    """A run's events for one reader: ``batches``, and whether they mark idle time themselves
-    (``paced``; otherwise the transport keeps the connection alive)."""
-
-    batches: EventStream
-    paced: bool
 
 
 class RunEngine:

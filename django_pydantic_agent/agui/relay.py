@@ -39,7 +39,8 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, TypeAlias
 
 from ag_ui.core import (
     BaseEvent,
@@ -69,9 +70,12 @@ __all__ = [
     "RELAY_RETIRE_KEEP",
     "RELAY_RETIRE_SECONDS",
     "RELAY_TTL_SECONDS",
+    "Batch",
+    "EventStream",
     "OpenStreams",
     "RelayedLog",
     "RunRelay",
+    "RunStream",
     "replay_batches",
     "run_digest",
 ]
@@ -113,6 +117,22 @@ _FETCH_CHUNK = 200
 def _bug(exc: BaseException) -> bool:
     """Whether a cache failure deserves its traceback in the log (an outage does not)."""
     return not is_cache_outage(exc)
+
+
+#: A batch of a run's events, in order: ``(seq, event)``, ``seq`` ``None`` for an event sent
+#: again without its number (the reader saw it).
+Batch: TypeAlias = list[tuple[int | None, BaseEvent]]
+#: What a run streams: batches, and ``None`` where the run was idle for the heartbeat interval.
+EventStream: TypeAlias = AsyncIterator[Batch | None]
+
+
+@dataclass(frozen=True)
+class RunStream:
+    """A run's events for one reader: ``batches``, and whether they mark idle time themselves
+    (``paced``; otherwise the transport keeps the connection alive)."""
+
+    batches: EventStream
+    paced: bool
 
 
 def run_digest(owner_id: str, thread_id: str, run_id: str) -> str:
@@ -172,7 +192,7 @@ async def replay_batches(
     after: int,
     *,
     started: bool = False,
-) -> AsyncIterator[list[tuple[int | None, BaseEvent]] | None]:
+) -> EventStream:
     """A run's ``(seq, event)`` log as a reader that saw up to ``after`` reads it.
 
     ``batches`` yields the log in order, a few entries at a time, and each yields one batch.

@@ -22,7 +22,7 @@ from ag_ui.encoder import EventEncoder
 from django.http import HttpRequest, StreamingHttpResponse
 
 if TYPE_CHECKING:
-    from django_pydantic_agent.agui.engine import EventStream, RunStream
+    from django_pydantic_agent.agui.relay import EventStream, RunStream
 
 __all__ = [
     "SSE_CONTENT_TYPE",
