@@ -5,7 +5,7 @@ so every route answers the same way. The order is fixed and load-bearing: identi
 (401), authorize them (403), and only then look at the HTTP method (405). A route that answered
 405 to a stranger would tell them which optional routes are mounted. CSRF is checked after
 authentication with Django's own ``CsrfViewMiddleware`` logic, so a failure is a JSON 403 like
-every other refusal. ``store_refusal`` is re-exported from ``errors.py``, where it lives.
+every other refusal.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
-from django_pydantic_agent.agui.errors import store_refusal
 from django_pydantic_agent.agui.http import error_response
 from django_pydantic_agent.agui.options import check_callable, check_flag
 
@@ -33,7 +32,6 @@ __all__ = [
     "call_hook",
     "error_response",
     "is_async_callable",
-    "store_refusal",
 ]
 
 #: ``get_user(request)``: returns the acting user (or ``None`` for "nobody"); sync or async.

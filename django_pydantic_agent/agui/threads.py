@@ -15,15 +15,14 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
 from django_pydantic_agent.agui.branches import branches_json, switch_branch
-from django_pydantic_agent.agui.errors import store_refusal
-from django_pydantic_agent.agui.http import error_response, read_json_object, refuse_input
+from django_pydantic_agent.agui.errors import Refusal
+from django_pydantic_agent.agui.http import read_json_object
 from django_pydantic_agent.agui.owners import owns_nothing
 from django_pydantic_agent.agui.thread_query import BAD_CURSOR, QueryError, read_query, sign_cursor
 from django_pydantic_agent.agui.views import Route
 from django_pydantic_agent.persistence import (
     ConversationMeta,
     ConversationStore,
-    StoreError,
     is_persistent,
 )
 from django_pydantic_agent.persistence.branching import branch_points
@@ -191,7 +190,7 @@ class ThreadEndpoints:
         try:
             query = read_query(request.GET, cap=self._list_limit)
         except QueryError as exc:
-            return refuse_input(request, str(exc))
+            raise Refusal.invalid(request, str(exc)) from None
         if await self._owns_nothing(request):
             return JsonResponse({"threads": [], "nextCursor": None})
         if self._settle is not None:
@@ -199,9 +198,7 @@ class ThreadEndpoints:
         try:
             page = await find_threads(self._store, query, request=request)
         except CursorError:
-            return refuse_input(request, BAD_CURSOR)
-        except StoreError as exc:
-            return store_refusal(exc, store="conversation")
+            raise Refusal.invalid(request, BAD_CURSOR) from None
         rows = [_hit_json(hit, search=bool(query.terms)) for hit in page.hits[: query.limit]]
         return JsonResponse({"threads": rows, "nextCursor": sign_cursor(page.next_position, query)})
 
@@ -217,20 +214,14 @@ class ThreadEndpoints:
         compaction summary sent ahead of them, or null>}``.
         """
         if await self._owns_nothing(request):
-            return error_response(404, NOT_FOUND)
+            raise Refusal(404, NOT_FOUND)
         if self._settle is not None:
             await self._settle(request, thread_id)
-        try:
-            messages = await stored_thread(self._store, thread_id, request=request)
-        except StoreError as exc:
-            return store_refusal(exc, store="conversation")
+        messages = await stored_thread(self._store, thread_id, request=request)
         if messages is None:
-            return error_response(404, NOT_FOUND)
+            raise Refusal(404, NOT_FOUND)
         active = None if self._active_run is None else await self._active_run(request, thread_id)
-        try:
-            points = await branch_points(self._store, thread_id, request=request)
-        except StoreError as exc:
-            return store_refusal(exc, store="conversation")
+        points = await branch_points(self._store, thread_id, request=request)
         body: dict[str, Any] = {
             "threadId": thread_id,
             "messages": messages,
@@ -256,50 +247,42 @@ class ThreadEndpoints:
         payload = read_json_object(
             request, limit=self._body_limit(), too_big=TITLE_TOO_BIG, not_object=_PATCH_SHAPE
         )
-        if not isinstance(payload, dict):
-            return payload
         if "activeMessageId" in payload:
             return await switch_branch(
                 self._store, request, thread_id, payload, active_run=self._active_run
             )
         if not ({"title", "archived"} & payload.keys()):
-            return refuse_input(request, _PATCH_SHAPE)
+            raise Refusal.invalid(request, _PATCH_SHAPE)
         changes: dict[str, Any] = {}
         if "title" in payload:
             title, problem = _read_title(payload["title"])
             if problem is not None:
-                return refuse_input(request, problem)
+                raise Refusal.invalid(request, problem)
             changes["title"] = title
         if "archived" in payload:
             archived = payload["archived"]
             if not isinstance(archived, bool):
-                return refuse_input(request, '"archived" must be true or false.')
+                raise Refusal.invalid(request, '"archived" must be true or false.')
             changes["archived"] = archived
-        if await self._owns_nothing(request):
-            return error_response(404, NOT_FOUND)
-        try:
-            if not await self._store.exists(thread_id, request=request):
-                return error_response(404, NOT_FOUND)
-            if "archived" in changes:
+        if await self._owns_nothing(request) or not await self._store.exists(
+            thread_id, request=request
+        ):
+            raise Refusal(404, NOT_FOUND)
+        if "archived" in changes:
+            try:
                 found = await archive_thread(
                     self._store, thread_id, changes["archived"], request=request
                 )
-                if not found:
-                    return error_response(404, NOT_FOUND)
-            if "title" in changes:
-                await self._store.rename(thread_id, changes["title"], request=request)
-        except ArchiveUnsupportedError:
-            return refuse_input(request, CANNOT_ARCHIVE)
-        except StoreError as exc:
-            return store_refusal(exc, store="conversation")
+            except ArchiveUnsupportedError:
+                raise Refusal.invalid(request, CANNOT_ARCHIVE) from None
+            if not found:
+                raise Refusal(404, NOT_FOUND)
+        if "title" in changes:
+            await self._store.rename(thread_id, changes["title"], request=request)
         return JsonResponse({"threadId": thread_id, **changes})
 
     async def delete(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``DELETE threads/<id>/``: 204 whether or not the thread existed (ids in the alphabet)."""
-        if await self._owns_nothing(request):
-            return HttpResponse(status=204)
-        try:
+        if not await self._owns_nothing(request):
             await self._store.delete(thread_id, request=request)
-        except StoreError as exc:
-            return store_refusal(exc, store="conversation")
         return HttpResponse(status=204)

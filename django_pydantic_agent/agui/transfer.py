@@ -16,15 +16,14 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
-from django_pydantic_agent.agui.errors import store_refusal
-from django_pydantic_agent.agui.http import error_response, read_json_object, refuse_input
+from django_pydantic_agent.agui.errors import Refusal
+from django_pydantic_agent.agui.http import read_json_object
 from django_pydantic_agent.agui.input import ref_json
 from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing
 from django_pydantic_agent.agui.views import Route
 from django_pydantic_agent.persistence import (
     AttachmentStore,
     ConversationStore,
-    StoreError,
     attachment_refs,
     is_persistent,
 )
@@ -145,15 +144,12 @@ class TransferEndpoints:
         download, 400 for another format, 404 for a missing (or a stranger's) thread."""
         kind = request.GET.get("format", "json")
         if kind not in _FORMATS:
-            return refuse_input(request, 'format must be "json" or "markdown".')
+            raise Refusal.invalid(request, 'format must be "json" or "markdown".')
         if await owns_nothing(request, self._store):
-            return error_response(404, _NOT_FOUND)
-        try:
-            document = await export_thread(self._store, thread_id, request=request)
-        except StoreError as exc:
-            return store_refusal(exc, store="conversation")
+            raise Refusal(404, _NOT_FOUND)
+        document = await export_thread(self._store, thread_id, request=request)
         if document is None:
-            return error_response(404, _NOT_FOUND)
+            raise Refusal(404, _NOT_FOUND)
         if kind == "json":
             response = HttpResponse(document_bytes(document), content_type="application/json")
             extension = "json"
@@ -175,8 +171,6 @@ class TransferEndpoints:
             not_json="The body is not JSON; send what export/ returned.",
             not_object=NOT_A_DOCUMENT,
         )
-        if not isinstance(payload, dict):
-            return payload
         new_id = new_thread_id()
         try:
             document = check_document(payload)
@@ -184,11 +178,9 @@ class TransferEndpoints:
             await ensure_anonymous_session(request, self._store)
             await import_thread(self._store, document, new_id, request=request)
         except ImportProblem as exc:
-            return refuse_input(request, str(exc))
+            raise Refusal.invalid(request, str(exc)) from None
         except (ValueError, TypeError) as exc:  # a record the store cannot render
-            return refuse_input(
+            raise Refusal.invalid(
                 request, f"A message of the document cannot be stored ({type(exc).__name__})."
-            )
-        except StoreError as exc:
-            return store_refusal(exc, store="conversation")
+            ) from None
         return JsonResponse({"threadId": new_id}, status=201)

@@ -10,7 +10,8 @@ from django.contrib.auth.models import AnonymousUser
 from django.test import RequestFactory
 
 from django_pydantic_agent.agui import AGUIServer
-from django_pydantic_agent.agui.access import AccessPolicy, call_hook, store_refusal
+from django_pydantic_agent.agui.access import AccessPolicy, call_hook
+from django_pydantic_agent.agui.errors import Refusal
 from django_pydantic_agent.persistence import AnonymousOperationError, StoreError, StoreLimitError
 from tests.agui.agents import text_agent
 
@@ -81,6 +82,6 @@ async def test_throttle_waits_at_least_one_second() -> None:
 def test_store_refusals_map_to_a_status_and_a_sentence(
     error: StoreError, status: int, message: str
 ) -> None:
-    response = store_refusal(error, store="attachment")
+    response = Refusal.of_store(error, store="attachment").response()
     assert response.status_code == status
     assert json.loads(response.content)["error"].startswith(message)
