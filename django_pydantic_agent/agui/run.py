@@ -247,7 +247,7 @@ class _RunEndpoint:
     ``access`` supplies the throttle, ``body_limit()`` the body cap per request, and ``options``
     how the agent runs and streams; ``attachment_store`` (``None`` when uploads are off) is
     where quoted attachment references are looked up, and what the default deps carry.
-    ``spend`` (``None`` without ``spend_limits``) is the mount's budget gate: a run a spent
+    ``spend`` (``None`` without ``AGUIServer(spend=...)``) is the mount's budget gate: a run a spent
     budget would stop is refused with a JSON 429 before it is claimed or stored.
     ``drain`` says whether the mount still takes runs.
     """
@@ -406,7 +406,7 @@ class DurableRunEndpoint(_RunEndpoint):
     would create a thread over quota), 429 (a spent budget) and 409 (``runs.ThreadBusy``: the
     thread runs another run under ``concurrent_runs="reject"``, or the run already ran).
     ``active_run``, ``settle`` and ``repositories`` answer the thread and run routes for the
-    same owners.
+    same owners; ``model_view`` says where the ``history`` window of a thread begins.
     """
 
     def __init__(
@@ -415,6 +415,7 @@ class DurableRunEndpoint(_RunEndpoint):
         store: ConversationStore,
         *,
         coordinator: RunCoordinator,
+        history: HistoryWindow,
         access: AccessPolicy,
         body_limit: Callable[[], int],
         options: RunOptions,
@@ -432,6 +433,7 @@ class DurableRunEndpoint(_RunEndpoint):
             drain=drain,
         )
         self._store = store
+        self._history = history
         self.coordinator = coordinator
 
     def _convert(self, run_input: RunAgentInput, accept: str | None) -> None:
@@ -540,7 +542,7 @@ class DurableRunEndpoint(_RunEndpoint):
         chat = await chat_repo.get_chat_by_thread_id(user_uuid, thread_id)
         if chat is None:
             return None
-        loaded = await read_window(message_repo, chat.chat_uuid, self._options.history)
+        loaded = await read_window(message_repo, chat.chat_uuid, self._history)
         summary = loaded.summary
         whole = loaded.whole and len(loaded.window) == len(loaded.read) and summary is None
         starts = None if whole or not loaded.window else loaded.window[0].agui_id
