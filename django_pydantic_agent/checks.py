@@ -169,7 +169,7 @@ def _shared_cache_hint(check_id: str) -> str:
 
 
 def _name(server: Any) -> str:
-    return f"AGUIServer (namespace {getattr(server, 'namespace', '?')!r})"
+    return f"AGUIServer (namespace {getattr(getattr(server, 'mount', None), 'namespace', '?')!r})"
 
 
 def _run_cache_aliases(server: Any) -> list[str]:

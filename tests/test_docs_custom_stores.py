@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.test import override_settings
 from django.urls import path
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from tests.agui.agents import text_agent
 from tests.agui.conftest import logged_in, run_body, sse_events
 
@@ -35,7 +35,11 @@ def _wrapping_snippet() -> str:
 def mounted() -> Iterator[AGUIServer]:
     snippet = types.ModuleType("docs_custom_stores_wrapping")
     exec(compile(_wrapping_snippet(), "docs/custom-stores.md", "exec"), snippet.__dict__)
-    server = AGUIServer(text_agent(), conversation_store=snippet.conversations, csrf_exempt=True)
+    server = AGUIServer(
+        text_agent(),
+        conversation_store=snippet.conversations,
+        access=AccessPolicy(csrf_exempt=True),
+    )
     urlconf = types.ModuleType("docs_custom_stores_urls")
     urlconf.urlpatterns = [path("timed/", server.urls)]  # type: ignore[attr-defined]
     sys.modules[urlconf.__name__] = urlconf
@@ -62,7 +66,7 @@ async def test_the_wrapped_store_is_mounted_and_logs_each_call(mounted: AGUIServ
     logger.addHandler(kept)
     logger.setLevel(logging.INFO)
     assert mounted.persists_conversations
-    assert mounted.run_options.on_worker_loss == "resume"  # the wrapped store's run store
+    assert mounted.runs.on_worker_loss == "resume"  # the wrapped store's run store
     try:
         async with await logged_in(alice) as http:
             streamed = await http.post("/timed/", json=run_body())

@@ -184,7 +184,7 @@ class ThreadEndpoints:
         ``snippet``); archived threads only with ``?archived=1`` (``all``: both);
         ``?updated_after=`` / ``?updated_before=`` bound the last activity; ``?cursor=`` is
         the previous page's ``nextCursor`` (``null`` on the last page). ``limit`` defaults to,
-        and is capped at, ``list_limit`` (the server's ``thread_list_limit``). A parameter
+        and is capped at, ``list_limit`` (``MountOptions.thread_list_limit``). A parameter
         that cannot be read, or a cursor that was altered or made for other filters, is a 400.
         """
         try:

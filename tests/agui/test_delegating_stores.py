@@ -19,7 +19,7 @@ from django.core import checks
 from django.test import override_settings
 from django.urls import path
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from django_pydantic_agent.chat_history.protocols import implements, missing_members
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
@@ -85,7 +85,7 @@ def mounted() -> Iterator[tuple[AGUIServer, list[str]]]:
         conversation_store=LoggingStore(store, calls),
         attachment_store=LoggingStore(DefaultAttachmentStore(), calls),
         run_store=LoggingStore(store.run_store(), calls),
-        csrf_exempt=True,
+        access=AccessPolicy(csrf_exempt=True),
     )
     urlconf = types.ModuleType("delegating_urls")
     urlconf.urlpatterns = [path("proxied/", server.urls)]  # type: ignore[attr-defined]
@@ -104,7 +104,7 @@ async def test_a_logging_proxy_around_every_store_is_mounted_and_used(
     # The proxies are taken for what they forward to: stores that persist and resume runs.
     assert server.persists_conversations
     assert server.accepts_attachments
-    assert server.run_options.on_worker_loss == "resume"
+    assert server.runs.on_worker_loss == "resume"
     async with await logged_in(alice) as http:
         streamed = await http.post("/proxied/", json=run_body(text="Hello"))
         listed = await http.get("/proxied/threads/")
@@ -130,7 +130,7 @@ def test_the_checks_ask_a_proxied_store() -> None:
     server = AGUIServer(
         text_agent(),
         conversation_store=LoggingStore(DjangoSessionConversationStore(), calls),
-        csrf_exempt=True,
+        access=AccessPolicy(csrf_exempt=True),
     )
     urlconf = types.ModuleType("delegating_check_urls")
     urlconf.urlpatterns = [path("proxied/", server.urls)]  # type: ignore[attr-defined]

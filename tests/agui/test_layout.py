@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import django_pydantic_agent.agui as agui_package
-from django_pydantic_agent.agui import AGUIServer, AGUIView
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, AGUIView
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
 from django_pydantic_agent.agui.branches import BranchEndpoints
 from django_pydantic_agent.agui.reattach import RunEndpoints
@@ -98,7 +98,7 @@ def test_no_handler_keeps_the_server() -> None:
         text_agent(),
         conversation_store=DefaultConversationStore(),
         attachment_store=DefaultAttachmentStore(),
-        csrf_exempt=True,
+        access=AccessPolicy(csrf_exempt=True),
     )
     handlers = set()
     for pattern in server.urlpatterns:

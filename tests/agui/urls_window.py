@@ -12,7 +12,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, MountOptions
 from django_pydantic_agent.chat_history import HistoryWindow
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence import (
@@ -57,8 +57,8 @@ def _server(name: str, make: Callable[[], Any], history: HistoryWindow | None) -
     return AGUIServer(
         Agent(FunctionModel(stream_function=_record)),
         conversation_store=make(),
-        csrf_exempt=True,
-        namespace=name,
+        access=AccessPolicy(csrf_exempt=True),
+        mount=MountOptions(namespace=name),
         **options,
     )
 

@@ -33,7 +33,7 @@ def server_for(namespace: str) -> AGUIServer:
         raise ImproperlyConfigured(
             f"No AGUIServer is mounted under the URL namespace {namespace!r}: add "
             f'path("agent/", server.urls) to your URLconf, or pass the namespace you gave '
-            f"AGUIServer(namespace=...)."
+            f"AGUIServer(mount=MountOptions(namespace=...))."
         ) from None
     server: AGUIServer = resolve(url).func.agui_server  # type: ignore[attr-defined]
     return server
@@ -91,13 +91,13 @@ def chat_context(request: HttpRequest, server: AGUIServer) -> dict[str, Any]:
     shows only those.
     Calling this sets the CSRF cookie: the page sends the token in ``X-CSRFToken``.
     """
-    namespace = server.namespace
+    namespace = server.mount.namespace
     uploads = None
     if server.accepts_attachments:
         uploads = {
             "url": reverse(f"{namespace}:attachments"),
-            "max_bytes": server.attachment_max_bytes,
-            "accept": ",".join(server.attachment_allowed_types),
+            "max_bytes": server.attachments.max_bytes,
+            "accept": ",".join(server.attachments.allowed_types),
         }
     return {
         "agent_url": reverse(f"{namespace}:run"),

@@ -17,7 +17,7 @@ from django.test import Client, override_settings
 from django.urls import path
 from pydantic_ai import Agent
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from django_pydantic_agent.contrib.chat.context import thread_features
 from django_pydantic_agent.contrib.chat.views import ChatView
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
@@ -107,7 +107,9 @@ def minimal_page(request: pytest.FixtureRequest) -> Iterator[None]:
 
 def _urlconf(store: ConversationStore) -> types.ModuleType:
     """A URLconf serving an AGUIServer over ``store`` at ``agent/`` and its page at ``chat/``."""
-    server = AGUIServer(Agent("test"), conversation_store=store, csrf_exempt=False)
+    server = AGUIServer(
+        Agent("test"), conversation_store=store, access=AccessPolicy(csrf_exempt=False)
+    )
     module = types.ModuleType(URLCONF)
     module.urlpatterns = [  # type: ignore[attr-defined]
         path("agent/", server.urls),

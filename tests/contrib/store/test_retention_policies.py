@@ -23,7 +23,7 @@ from django.utils import timezone
 from pydantic_ai import Agent
 from pydantic_ai.models.test import TestModel
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, MountOptions
 from django_pydantic_agent.contrib.store.models import StoredConversation
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore, RetentionPolicy
 from django_pydantic_agent.persistence import ScopedConversationStore
@@ -84,8 +84,8 @@ def _urlconf(name: str, policies: list[RetentionPolicy]) -> str:
         server = AGUIServer(
             Agent(TestModel()),
             conversation_store=store,
-            namespace=f"retention-{index}",
-            csrf_exempt=False,
+            access=AccessPolicy(csrf_exempt=False),
+            mount=MountOptions(namespace=f"retention-{index}"),
         )
         patterns.append(path(f"m{index}/", server.urls))
     module = types.ModuleType(f"tests.contrib.store._retention_{name}")
