@@ -25,6 +25,7 @@ from django_pydantic_agent.persistence.branching import (
     activate_branch,
     fork_messages,
 )
+from django_pydantic_agent.persistence.features import StoreFeatures, store_features
 from django_pydantic_agent.persistence.listing import (
     ThreadPage,
     ThreadQuery,
@@ -108,9 +109,10 @@ class ScopedConversationStore:
     threads. Owner scoping stays the inner store's job: this partitions endpoints, not users.
 
     ``limit`` is applied by the inner store before the scope filter, so a busy sibling scope
-    can crowd rows out of a page. ``persistent`` mirrors the inner store's. ``repositories``
-    forwards the inner store's chat-history repositories with the prefix applied to thread
-    ids both ways (the generic adapter when the inner store has none).
+    can crowd rows out of a page. ``persistent`` and ``features`` are the inner store's: a
+    scope offers what the store it wraps can do. ``repositories`` forwards the inner store's
+    chat-history repositories with the prefix applied to thread ids both ways (the generic
+    adapter when the inner store has none).
 
     Raises ``ValueError`` for an empty scope or one containing ``:``, ``TypeError`` when
     ``inner`` is not a ``ConversationStore``.
@@ -155,6 +157,11 @@ class ScopedConversationStore:
     def persistent(self) -> bool:
         """Whether the inner store keeps anything."""
         return is_persistent(self._inner)
+
+    @property
+    def features(self) -> StoreFeatures:
+        """What the inner store can do (``store_features``)."""
+        return store_features(self._inner)
 
     def _key(self, thread_id: str) -> str:
         return f"{self._prefix}{thread_id}"

@@ -21,16 +21,19 @@ from django.urls import path
 
 from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from django_pydantic_agent.chat_history.protocols import implements, missing_members
+from django_pydantic_agent.contrib.chat.context import keeps_branches, thread_features
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
     DefaultConversationStore,
+    RetentionPolicy,
 )
 from django_pydantic_agent.persistence import (
     ConversationStore,
     DjangoSessionConversationStore,
     ScopedConversationStore,
 )
-from django_pydantic_agent.persistence.runs import ResumableRunStore
+from django_pydantic_agent.persistence.features import store_features
+from django_pydantic_agent.persistence.runs import CacheRunStore, ResumableRunStore
 from tests.agui.agents import text_agent
 from tests.agui.conftest import logged_in, run_body, sse_events
 
@@ -165,3 +168,14 @@ def test_a_run_store_proxy_is_resumable_only_when_what_it_wraps_is() -> None:
         async def start(self, **kwargs: Any) -> Any: ...
 
     assert not implements(LoggingStore(Recorder(), []), ResumableRunStore)
+
+
+def test_the_chat_page_and_the_checks_read_a_proxied_stores_features() -> None:
+    policy = RetentionPolicy(keep_newest=5)
+    proxied = LoggingStore(DefaultConversationStore(retention=policy), [])
+    server = AGUIServer(text_agent(), conversation_store=proxied, csrf_exempt=True)
+
+    assert thread_features(proxied) == {"search": "text", "archive": True}
+    assert keeps_branches(server)
+    assert store_features(proxied).retention is policy
+    assert store_features(LoggingStore(CacheRunStore(alias="runs"), [])).cache_alias == "runs"

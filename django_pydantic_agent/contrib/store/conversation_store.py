@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db import IntegrityError, connections, router
@@ -31,7 +32,6 @@ from django_pydantic_agent.contrib.store.repositories import (
     OrmChatRepository,
     OrmMessageRepository,
 )
-from django_pydantic_agent.contrib.store.retention import RetentionPolicy
 from django_pydantic_agent.contrib.store.runs import DefaultRunStore
 from django_pydantic_agent.contrib.store.search import find_threads
 from django_pydantic_agent.persistence import (
@@ -44,6 +44,7 @@ from django_pydantic_agent.persistence import (
 )
 from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.derive import normalize_title
+from django_pydantic_agent.persistence.features import RetentionPolicy, StoreFeatures
 from django_pydantic_agent.persistence.listing import ThreadPage, ThreadQuery
 from django_pydantic_agent.persistence.outages import unit_of_work
 from django_pydantic_agent.persistence.transactions import write_transaction
@@ -101,8 +102,11 @@ class DefaultConversationStore(ModelConversationStore):
     lock on PostgreSQL, so concurrent first saves cannot overshoot it.
 
     ``retention`` is the ``RetentionPolicy`` ``agent_store_prune_conversations`` applies to
-    these rows (``None``: keep everything until a command option says otherwise).
+    these rows (``None``: keep everything until a command option says otherwise); ``features``
+    reports it.
     """
+
+    overrides = frozenset({"_find", "_archive"})
 
     def __init__(
         self,
@@ -128,6 +132,11 @@ class DefaultConversationStore(ModelConversationStore):
         self.max_threads_per_owner = check_quota(
             "max_threads_per_owner", max_threads_per_owner, "threads"
         )
+
+    @property
+    def features(self) -> StoreFeatures:
+        """What the store can do (``persistence.features``), its retention policy included."""
+        return replace(super().features, retention=self.retention)
 
     def _refuse_new_thread(self, owner_id: str, limit: int) -> None:
         """Raise ``StoreLimitError`` if the owner already keeps ``limit`` threads."""
