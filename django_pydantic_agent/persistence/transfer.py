@@ -10,10 +10,12 @@ The document (``FORMAT``, version 1)::
 of the message it follows, ``null`` for a first message); the ``active`` ones are the active
 branch. ``record`` is the chat-history record (role, content, status, run id, tool calls,
 reasoning steps, the wire message's other keys such as attachment references), ``wire`` the
-AG-UI messages ``load`` returns for it. A store that keeps records and branches exports them
-all (``ExportsThreads``); any other store exports as ``wire`` only (``export_thread``): every
-branch it keeps in its messages (``persistence.message_tree``: the session store and
-``Model*`` stores), which its import makes again (``import_thread``).
+AG-UI messages ``load`` returns for it. This module reads and writes the format for every
+store: a store that keeps records and branches (``ExportsThreads``: ``contrib.store``, the
+Memory Service) loads its tree and records and calls ``export_document``, and writes what
+``records_of`` and ``entries_tree`` read from a document; any other store exports as ``wire``
+only (``export_thread``): every branch it keeps in its messages (``persistence.message_tree``:
+the session store and ``Model*`` stores), which its import makes again (``import_thread``).
 
 ``check_document`` validates a whole document before anything is written and raises
 ``ImportProblem`` naming the first problem. An import never trusts what the file says about
@@ -26,12 +28,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from django_pydantic_agent.chat_history.protocols import implements
+from django_pydantic_agent.chat_history.tree import Tree
 from django_pydantic_agent.persistence.base import Conversation
 from django_pydantic_agent.persistence.derive import message_text
-from django_pydantic_agent.persistence.message_tree import document_messages, export_entries
+from django_pydantic_agent.persistence.message_tree import flatten, nest
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -49,14 +53,21 @@ __all__ = [
     "ExportsThreads",
     "ImportProblem",
     "active_wire",
+    "attachment_holders",
     "check_document",
     "document_bytes",
+    "entries_tree",
+    "export_document",
     "export_thread",
     "import_thread",
     "markdown",
+    "nested_messages",
+    "record_json",
     "records_of",
     "render_record",
 ]
+
+K = TypeVar("K")
 
 FORMAT = "django-pydantic-agent.thread"
 VERSION = 1
@@ -70,6 +81,8 @@ _STOPPED = "interrupted"
 #: The keys a record's identity is in: an export leaves them out, an import never takes them
 #: from the file (it gives each record new ones).
 IDENTITY_KEYS = frozenset({"message_uuid", "chat_uuid"})
+#: What an exported record leaves out: its identity, and the wire copy a store keeps beside it.
+_NOT_EXPORTED = IDENTITY_KEYS | {"wire", "wire_fingerprint"}
 
 
 #: The ``ImportProblem`` (and the import route's 400) for a document that is not a JSON object.
@@ -259,6 +272,63 @@ def active_wire(document: dict[str, Any], render: Any = render_record) -> list[A
     return found
 
 
+def record_json(record: Message) -> dict[str, Any]:
+    """An exported record: the record as JSON, without its identity (``IDENTITY_KEYS``) or a
+    wire copy kept beside it."""
+    return record.model_dump(mode="json", exclude=set(_NOT_EXPORTED))
+
+
+def export_document(
+    tree: Tree[K],
+    *,
+    title: str,
+    wire: Callable[[K], list[Any]],
+    record: Callable[[K], Message] | None = None,
+    order: Iterable[K] | None = None,
+    times: Mapping[str, str] | None = None,
+    runs: Sequence[dict[str, Any]] = (),
+    summaries: Sequence[tuple[K, dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
+    """A version-1 document of ``tree`` (``Tree.shape`` in ``order``): each message's parent
+    index, whether it is active, its ``record`` (``record_json``; left out without
+    ``record``) and ``wire``. ``times`` (``createdAt``, ``updatedAt``) go before the messages;
+    ``summaries`` are ``(the key of the last message each stands for, the rest)``, kept when
+    that message is exported."""
+    shape = tree.shape(order)
+    messages: list[dict[str, Any]] = []
+    for key, parent, active in shape:
+        entry: dict[str, Any] = {"parent": parent, "active": active}
+        if record is not None:
+            entry["record"] = record_json(record(key))
+        entry["wire"] = wire(key)
+        messages.append(entry)
+    document = {"format": FORMAT, "version": VERSION, "title": title, **(times or {})}
+    document.update(messages=messages, runs=list(runs))
+    if summaries is not None:
+        index = {key: i for i, (key, _, _) in enumerate(shape)}
+        document["summaries"] = [
+            {"through": index[key], **rest} for key, rest in summaries if key in index
+        ]
+    return document
+
+
+def entries_tree(document: dict[str, Any]) -> Tree[int]:
+    """The tree of a checked document's messages, keyed by index; its active branch is the
+    document's (``check_document``: one path from a first message down)."""
+    return Tree.of(
+        (index, entry.get("parent"), "", entry["active"])
+        for index, entry in enumerate(document["messages"])
+    )
+
+
+def nested_messages(document: dict[str, Any], wire_of: Callable[[int], list[Any]]) -> list[Any]:
+    """What a store that keeps branches in its messages saves of a checked document: its
+    active branch, continued down the newest branch below its last active message, the other
+    branches inside it (``message_tree.nest``); ``wire_of(index)`` gives a message's wire."""
+    tree = entries_tree(document)
+    return nest(tree, wire_of, tree.path(tree.active[-1]))
+
+
 async def export_thread(
     store: Any, thread_id: str, *, request: HttpRequest
 ) -> dict[str, Any] | None:
@@ -275,13 +345,8 @@ async def export_thread(
         if meta.thread_id == thread_id:
             title = meta.title
             break
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "title": title,
-        "messages": export_entries(conversation.messages),
-        "runs": [],
-    }
+    flat = flatten(conversation.messages)
+    return export_document(flat.tree, title=title, wire=lambda key: [flat.messages[key]])
 
 
 def _stopped(wire: list[Any]) -> list[Any]:
@@ -300,20 +365,41 @@ async def import_thread(
     render: Any = render_record,
 ) -> None:
     """Create the owner's thread ``thread_id`` from a checked ``document``: the store's own
-    import (``ExportsThreads``), else a ``save`` and a ``rename``: the active branch, with
-    the other branches kept inside its messages (``message_tree.document_messages``)."""
+    import (``ExportsThreads``), else a ``save`` (``nested_messages``) and a ``rename``."""
     if implements(store, ExportsThreads):
         await store.import_document(document, thread_id, request=request)
         return
 
-    def wire_of(entry: Any) -> list[Any]:
+    def wire_of(index: int) -> list[Any]:
+        entry = document["messages"][index]
         wire = entry.get("wire")
         return _stopped(list(wire if wire is not None else render(entry["record"])))
 
-    messages = document_messages(document["messages"], wire_of)
+    messages = nested_messages(document, wire_of)
     await store.save(Conversation(thread_id=thread_id, messages=messages), request=request)
     if document.get("title"):
         await store.rename(thread_id, document["title"], request=request)
+
+
+def attachment_holders(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(where, holder)`` of every ``attachments`` list of a checked document's messages:
+    in each record's ``wire_extra`` and each wire message, top level or in ``metadata``."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for index, entry in enumerate(document["messages"]):
+        record = entry.get("record")
+        candidates: list[tuple[str, Any]] = []
+        if isinstance(record, dict):
+            candidates.append((f"messages.{index}.record.wire_extra", record.get("wire_extra")))
+        for number, wire in enumerate(entry.get("wire") or ()):
+            candidates.append((f"messages.{index}.wire.{number}", wire))
+        for where, message in candidates:
+            if not isinstance(message, dict):
+                continue
+            metadata = message.get("metadata")
+            for name, holder in (("", message), (".metadata", metadata)):
+                if isinstance(holder, dict) and holder.get("attachments") is not None:
+                    found.append((f"{where}{name}.attachments", holder))
+    return found
 
 
 _LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "reasoning": "Reasoning"}

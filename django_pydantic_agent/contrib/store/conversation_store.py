@@ -176,11 +176,7 @@ class DefaultConversationStore(ModelConversationStore):
             return None
         if not row.branches:
             return {}
-        points = branches.Tree(branches.nodes(row.pk)).branch_points()
-        return {
-            key: BranchPoint(siblings=tuple(ids), index=index)
-            for key, (ids, index) in points.items()
-        }
+        return branches.tree(branches.nodes(row.pk)).branch_points()
 
     async def branch_points(
         self, thread_id: str, *, request: HttpRequest

@@ -1,14 +1,13 @@
-"""Export and import of a whole thread tree on ``DefaultConversationStore``.
+"""Export and import of a whole thread tree on ``DefaultConversationStore``: the rows' side.
 
-The document format is ``persistence.transfer``'s.
-
-``export`` reads every row of the thread (every branch) once and the thread's run records:
-each message's record, its ``wire`` (the saved messages, or the record rendered), its parent's
-index and whether it is active, and the thread's compaction summaries (each naming the index
-of the last message it stands for). ``import_document`` writes a checked document as a new thread
-in one transaction: every record under a new uuid, the wire copies of the file not trusted
-(every row is rendered from its record), a running message stopped as ``interrupted``, the
-summaries kept against the new records.
+The document format is ``persistence.transfer``'s, which reads and writes it for every store;
+this module only reads and writes rows. ``export`` reads every row of the thread (every
+branch) once, loads their parents and order into the one tree (``branches.tree``) and hands it
+with the rows' records and wire messages, the thread's run records and its compaction
+summaries to ``export_document``. ``import_document`` writes a checked document as a new
+thread in one transaction: every record under a new uuid (``records_of``), the wire copies of
+the file not trusted (every row is rendered from its record), the summaries kept against the
+new records.
 """
 
 from __future__ import annotations
@@ -25,9 +24,8 @@ from django_pydantic_agent.contrib.store.quotas import MAX_KEY, lock_owner, refu
 from django_pydantic_agent.persistence import derive_preview
 from django_pydantic_agent.persistence.transactions import write_transaction
 from django_pydantic_agent.persistence.transfer import (
-    FORMAT,
-    IDENTITY_KEYS,
-    VERSION,
+    entries_tree,
+    export_document,
     records_of,
 )
 
@@ -49,46 +47,37 @@ def export(owner_id: str, thread_id: str) -> dict[str, Any] | None:
     thread = StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id).first()
     if thread is None:
         return None
-    found = list(StoredMessage.objects.filter(conversation_id=thread.pk))
+    found = sorted(
+        StoredMessage.objects.filter(conversation_id=thread.pk),
+        key=lambda r: (r.branch, r.position, r.pk),
+    )
     by_uuid = {row.message_uuid: row for row in found}
-    tree = branches.Tree(
+    tree = branches.tree(
         branches.Node(
             r.pk, r.message_uuid, r.message_id, r.position, r.branch, r.parent_uuid, r.active
         )
-        for r in sorted(found, key=lambda r: (r.branch, r.position, r.pk))
+        for r in found
     )
-    order: list[uuid.UUID] = []
-    stack = [n.message_uuid for n in reversed(tree.children.get(None, []))]
-    while stack:  # depth first, parents before children, siblings oldest branch first
-        current = stack.pop()
-        order.append(current)
-        stack.extend(n.message_uuid for n in reversed(tree.children.get(current, [])))
-    index = {message_uuid: i for i, message_uuid in enumerate(order)}
-    messages = []
-    for message_uuid in order:
-        row = by_uuid[message_uuid]
-        record = rows.record_of(Message, row, thread.chat_uuid)
-        parent = tree.parent[message_uuid]
-        messages.append(
-            {
-                "parent": None if parent is None else index[parent],
-                "active": row.active,
-                "record": record.model_dump(mode="json", exclude=set(IDENTITY_KEYS)),
-                "wire": rows.saved_wire(row) if row.wire is not None else rows.render(record),
-            }
-        )
+    records = {r.message_uuid: rows.record_of(Message, r, thread.chat_uuid) for r in found}
     runs = StoredAgentRun.objects.filter(owner_id=owner_id, thread_id=thread_id).order_by(
         "started_at", "pk"
     )
     summaries = StoredSummary.objects.filter(conversation_id=thread.pk).order_by("id")
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "title": thread.title,
-        "createdAt": thread.created_at.isoformat(),
-        "updatedAt": thread.updated_at.isoformat(),
-        "messages": messages,
-        "runs": [
+    return export_document(
+        tree,
+        title=thread.title,
+        order=tree.depth_first(),
+        record=records.__getitem__,
+        wire=lambda key: (
+            rows.saved_wire(by_uuid[key])
+            if by_uuid[key].wire is not None
+            else rows.render(records[key])
+        ),
+        times={
+            "createdAt": thread.created_at.isoformat(),
+            "updatedAt": thread.updated_at.isoformat(),
+        },
+        runs=[
             {
                 "runId": run.run_id,
                 "status": run.status,
@@ -99,17 +88,18 @@ def export(owner_id: str, thread_id: str) -> dict[str, Any] | None:
             }
             for run in runs
         ],
-        "summaries": [
-            {
-                "through": index[summary.through_id],
-                "text": summary.text,
-                "createdAt": summary.created_at.isoformat(),
-                "runId": summary.run_id,
-            }
+        summaries=[
+            (
+                summary.through_id,
+                {
+                    "text": summary.text,
+                    "createdAt": summary.created_at.isoformat(),
+                    "runId": summary.run_id,
+                },
+            )
             for summary in summaries
-            if summary.through_id in index
         ],
-    }
+    )
 
 
 def _when(value: str | None) -> datetime:
@@ -142,24 +132,21 @@ def import_document(
 
     chat_uuid = uuid.uuid4()
     records = records_of(document, chat_uuid)
-    entries = document["messages"]
+    tree = entries_tree(document)
     depth: list[int] = []
     branch_of: list[int] = []
-    first_child: set[int | None] = set()
+    follows: list[uuid.UUID | None] = []
     highest = 0
-    for entry in entries:
-        parent = entry["parent"]
+    for index in range(len(records)):
+        parent = tree.parent[index]
         depth.append(0 if parent is None else depth[parent] + 1)
-        if parent is not None and parent not in first_child:
-            first_child.add(parent)
-            branch_of.append(branch_of[parent])
-        elif parent is None and None not in first_child:
-            first_child.add(None)
-            branch_of.append(0)
-        else:
+        follows.append(None if parent is None else records[parent].message_uuid)
+        if tree.siblings(index)[0] != index:  # a later sibling starts a branch of its own
             highest += 1
             branch_of.append(highest)
-    active = [i for i, entry in enumerate(entries) if entry["active"]]
+        else:
+            branch_of.append(0 if parent is None else branch_of[parent])
+    active, on = tree.active, set(tree.active)
     with write_transaction():
         if max_threads is not None:
             lock_owner("threads", owner_id)
@@ -180,13 +167,9 @@ def import_document(
                     thread.pk,
                     depth[i],
                     record,
-                    active=entries[i]["active"],
+                    active=i in on,
                     branch=branch_of[i],
-                    parent_uuid=(
-                        None
-                        if entries[i]["parent"] is None
-                        else records[entries[i]["parent"]].message_uuid
-                    ),
+                    parent_uuid=follows[i],
                 )
                 for i, record in enumerate(records)
             ],
