@@ -2,38 +2,17 @@
 
 ``records_to_wire`` turns records into the AG-UI wire messages a ``ConversationStore`` keeps
 and clients get (camelCase JSON, no nulls, ids as streamed; ``persistence.wire`` reads them
-back); ``translate_messages`` builds what the model is sent from the same messages
-(``chat_history.translate``). One record becomes, in live order, its reasoning steps
-(``reasoning_message``), the message itself (``record_message``) and one ``role: "tool"``
-message per tool call that has a result (``result_message``).
+back); ``chat_history.translate`` builds what the model is sent from the same messages. A
+record becomes, in live order, its reasoning steps (``reasoning_message``), the message itself
+(``record_message``) and one ``role: "tool"`` message per tool call that has a result
+(``result_message``), with the ids ``message_id``, ``reasoning_id``, ``tool_call_id`` and
+``result_id`` give.
 
-Ids: a message's is its ``agui_id``, else its uuid (``message_id``), a reasoning step's
-likewise (``reasoning_id``); a tool call's is its ``tool_call_id``, else its ``agui_id``, else
-its uuid (``tool_call_id``), and its result's the ``result_message_id``, else the call's
-(``result_id``).
-
-Bookkeeping travels in extra keys, spelled here once (the model's copy renames them at one
-place, ``translate``), which AG-UI clients ignore and the thread route returns:
-
-- ``status``: ``complete`` / ``active`` / ``interrupted`` / ``errored``, on every message
-  written from a record (on a tool message: its call's status); a message without it, as a
-  client posted it, reads as ``complete``.
-- ``runId``: the run that wrote the record, when known.
-- ``error``: the record's error text, when set (a tool message's AG-UI ``error`` is its call's).
-- ``chatHistory``: everything else, an object: ``uuid`` (the record's uuid), ``inProgress``,
-  ``timestamp`` / ``createdAt``, and when set ``step``, ``runOutcome``, ``text`` (the flattened
-  text beside list content), ``name`` (of a reasoning step), ``aguiId`` / ``toolCallId`` /
-  ``resultMessageId`` (only when they differ from the wire id; ``""`` stands for none), and on
-  an assistant message ``toolCalls``: one object per entry of the AG-UI ``toolCalls``, with
-  the call's ``uuid``, ``status``, ``inProgress``, ``createdAt``, ``hasResult`` and when set
-  ``runId``, ``error``, ``role``.
-- ``chatBranches`` / ``chatRootBranches``: the other branches a load/save store keeps
-  (``persistence.message_tree``); never written here (a record's ``wire_extra`` cannot carry
-  them).
-
-Every other key of a message (``attachments``, ``metadata``...) is a record's ``wire_extra``,
-written out again. ``records_to_wire`` writes the stored messages a record was read from
-verbatim while its fingerprint (``record_fingerprint``) is unchanged.
+Bookkeeping travels in extra keys that AG-UI clients ignore, spelled here once (``STATUS``,
+``RUN_ID``, ``ERROR``; in ``chatHistory``: ``UUID``, ``RUN_OUTCOME`` and the rest; the table
+is in ``docs/stores.md``). Every other key of a message is the record's ``wire_extra``;
+``chatBranches`` / ``chatRootBranches`` (``persistence.message_tree``) never are. A record's
+stored messages are written back verbatim while its ``record_fingerprint`` is unchanged.
 """
 
 from __future__ import annotations
@@ -69,13 +48,8 @@ __all__ = [
 
 BOOKKEEPING_KEY: Final[str] = "chatHistory"
 """The extra key of a stored wire message holding its record bookkeeping."""
-STATUS: Final[str] = "status"
-RUN_ID: Final[str] = "runId"
-ERROR: Final[str] = "error"
-UUID: Final[str] = "uuid"
-"""In ``chatHistory``: the record's uuid."""
-RUN_OUTCOME: Final[str] = "runOutcome"
-"""In ``chatHistory``: how the run that wrote the record ended (on its last message)."""
+STATUS, RUN_ID, ERROR = "status", "runId", "error"
+UUID, RUN_OUTCOME = "uuid", "runOutcome"  # in chatHistory
 
 BRANCHES_KEY: Final[str] = "chatBranches"
 """The key of a stored main message holding its children's other branches

@@ -1,37 +1,28 @@
 """Stored chat history → the concrete ag-ui 1.0 message classes, in live order.
 
-``translate_messages`` is what the inner agent sees as ``RunAgentInput.messages``. It builds
-``UserMessage``, ``AssistantMessage`` (with ``ToolCall`` / ``FunctionCall``), ``ToolMessage``,
-``ReasoningMessage``, ``ActivityMessage``, ``SystemMessage`` and ``DeveloperMessage``, the
-classes pydantic-ai's AG-UI adapter dispatches on, so nothing is silently skipped.
+``translate_messages`` is what the inner agent sees as ``RunAgentInput.messages``: the
+``UserMessage``, ``AssistantMessage``, ``ToolMessage``, ``ReasoningMessage``,
+``ActivityMessage``, ``SystemMessage`` and ``DeveloperMessage`` classes pydantic-ai's AG-UI
+adapter dispatches on, built from the messages clients get (``chat_history.agui_messages``:
+live order, the stored ids, content parts and encrypted values as stored), in stored sequence
+order. What only the model gets:
 
-Rules:
-
-- Order: stored sequence order; within an agent message, its reasoning steps first, then the
-  message, then one tool result per tool call (live order).
-- Ids are exactly the stored ones: the message's ``agui_id``, the tool call's id, the result's
-  ``result_message_id`` (the id AG-UI clients echo back); a uuid only when none was stored.
-- Content parts (multimodal user content, list tool results) and encrypted values replay as
-  stored.
 - A tool call with no recorded result replays as a ``ToolMessage`` whose ``content`` and
   ``error`` say that no result was recorded (never a fabricated success), so a provider never
   sees a dangling call and the model knows the call did not complete. The exception: a call
   named by an interrupt of the thread's latest run outcome (an approval the next run resumes)
   is left without a result, so the resumed agent can still execute or deny it.
 - Assistant messages with neither text nor tool calls, and reasoning steps with neither text
-  nor an encrypted value, carry nothing a model can use and are left out.
+  nor an encrypted value, carry nothing a model can use and are left out; content parts that
+  do not validate replay as their flattened text.
 - Bookkeeping (uuid, status, error, run id, and on a run's last message its stored
   ``run_outcome``: outcome type, interrupts, pending tool calls, usage) goes in
   ``metadata["django_pydantic_agent"]``; pydantic-ai ignores it, other consumers can read it.
-  It is the wire messages' bookkeeping, renamed at one place (``_bookkeeping``: ``runId`` is
-  ``run_id`` here, ``runOutcome`` ``run_outcome``), as this metadata always spelled them.
-
-Everything but the model-only parts (messages left out, the result of a call without one,
-content parts that do not validate) comes from ``chat_history.agui_messages``, the conversion
-clients get too.
+  It is the wire's, renamed at one place (``_bookkeeping``: ``run_id``, ``run_outcome``, as
+  this metadata always spelled them).
 - A user message's attachment refs (the ``attachments`` list it was posted with, top level or
-  in ``metadata``, kept in its ``wire_extra``) replay where they were, so the agent is told
-  about the files on every run (see ``agui.attachment_fence``).
+  in ``metadata``) replay where they were, so the agent is told about the files on every run
+  (see ``agui.attachment_fence``).
 """
 
 from __future__ import annotations

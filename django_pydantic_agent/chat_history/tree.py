@@ -1,18 +1,13 @@
 """A thread's messages as a tree: the one set of branch rules every store uses (no I/O).
 
 Each message follows a parent (``None`` for a first message); the messages following one
-parent are *siblings*, oldest first in the order they were added. One path from a first
-message down is the *active branch*: what ``load`` returns and what a run reads. A store only
-loads its parents and order into a ``Tree`` (``contrib.store`` from its rows, the Memory
-Service from its marker events, the session and ``Model*`` stores from the branches nested in
-their messages), asks it, and saves the answer:
-
-- ``find``: the message read back under an AG-UI id: the active one, else the newest;
-- ``path``: the branch through a message: its ancestors, it, and below it the newest child at
-  each branch point (what activating the message makes active);
-- ``branch_points``: each active message that has siblings, with their ids;
-- ``fork_end``: how much of an active branch a fork at a message keeps;
-- ``shape``: the export's entries (each message's parent index and whether it is active).
+parent are *siblings*, oldest first. One path from a first message down is the *active
+branch*: what ``load`` returns and what a run reads. A store loads its parents and order into
+a ``Tree`` (``contrib.store`` from its rows, the Memory Service from its marker events, the
+session and ``Model*`` stores from the branches nested in their messages), asks it (``find``:
+the active message with an id, else the newest; ``path``: the branch a switch makes active;
+``branch_points``; ``shape``: the export's entries) and saves the answer. ``fork_end`` is what
+a fork of an active branch keeps.
 """
 
 from __future__ import annotations
@@ -36,12 +31,9 @@ class BranchPoint:
 
 
 class Tree(Generic[K]):
-    """The parent and children of each message of one thread, and its active branch.
-
-    ``parent`` maps a key to its parent's (``None``: a first message), ``children`` a parent
-    (``None``: the thread) to its children oldest first, ``ids`` a key to its AG-UI id and
-    ``active`` is the active branch, first message first.
-    """
+    """``parent`` of each key (``None``: a first message), ``children`` of each parent
+    (``None``: the first messages) oldest first, ``ids`` (AG-UI ids) and ``active`` (the
+    active branch, first message first)."""
 
     def __init__(self) -> None:
         self.parent: dict[K, K | None] = {}
@@ -152,14 +144,11 @@ class Tree(Generic[K]):
         for key in self.active:
             siblings = self.siblings(key)
             own = name(key) if len(siblings) > 1 else None
-            if own is None:
-                continue
-            before = [name(s) for s in siblings[: siblings.index(key)]]
-            after = [name(s) for s in siblings[siblings.index(key) + 1 :]]
-            shown = [i for i in before if i is not None]
-            points[own] = BranchPoint(
-                siblings=(*shown, own, *(i for i in after if i is not None)), index=len(shown)
-            )
+            if own is not None:
+                names = [name(s) for s in siblings]
+                index = sum(n is not None for n in names[: siblings.index(key)])
+                shown = tuple(n for n in names if n is not None)
+                points[own] = BranchPoint(siblings=shown, index=index)
         return points
 
     def shape(self, order: Iterable[K] | None = None) -> list[tuple[K, int | None, bool]]:
@@ -167,13 +156,9 @@ class Tree(Generic[K]):
         before children), the index of its parent in it (``None`` for a first message) and
         whether it is active."""
         keys = list(self.parent if order is None else order)
-        index = {key: i for i, key in enumerate(keys)}
-        active = set(self.active)
-        entries: list[tuple[K, int | None, bool]] = []
-        for key in keys:
-            parent = self.parent.get(key)
-            entries.append((key, None if parent is None else index[parent], key in active))
-        return entries
+        index: dict[K | None, int | None] = {key: i for i, key in enumerate(keys)}
+        index[None], active = None, set(self.active)
+        return [(key, index[self.parent.get(key)], key in active) for key in keys]
 
 
 def fork_end(messages: Sequence[Any], message_id: str) -> int | None:

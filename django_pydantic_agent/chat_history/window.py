@@ -102,7 +102,7 @@ def record_model_messages(message: Message) -> list[Any]:
         parts.append(TextPart(content=message.content))
     returns: list[Any] = []
     for call in message.tool_calls:
-        call_id = call.tool_call_id or call.agui_id or str(call.uuid)
+        call_id = tool_call_id(call)
         parts.append(ToolCallPart(tool_name=call.name, args=call.arguments, tool_call_id=call_id))
         if call.has_result:
             returns.append(

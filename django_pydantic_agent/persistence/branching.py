@@ -40,7 +40,6 @@ __all__ = [
     "activate_branch",
     "branch_points",
     "fork_into",
-    "fork_messages",
     "fork_thread",
     "new_thread_id",
 ]
@@ -104,26 +103,21 @@ def new_thread_id() -> str:
     return str(uuid.uuid4())
 
 
-def fork_messages(messages: list[Any], message_id: str) -> list[Any] | None:
-    """The wire messages a fork at ``message_id`` keeps (``chat_history.tree.fork_end``),
-    without branch data (a fork holds one branch), or ``None`` when none has that id."""
-    end = fork_end(messages, message_id)
-    return None if end is None else strip_branches(messages[:end])
-
-
 async def fork_into(
     store: Any, thread_id: str, message_id: str, new_thread_id: str, *, request: HttpRequest
 ) -> bool:
     """Copy the owner's thread's active branch up to ``message_id`` into ``new_thread_id``:
-    the store's own ``fork`` (``ForksThreads``), else a ``load`` and a ``save``. ``False``
-    (nothing written) when the owner has no such thread or its active branch no such message.
-    """
+    the store's own ``fork`` (``ForksThreads``), else a ``load`` and a ``save`` of what
+    ``chat_history.tree.fork_end`` keeps. ``False`` (nothing written) when the owner has no
+    such thread or its active branch no such message."""
     if implements(store, ForksThreads):
         return bool(await store.fork(thread_id, message_id, new_thread_id, request=request))
     conversation = await store.load(thread_id, request=request)
-    kept = None if conversation is None else fork_messages(list(conversation.messages), message_id)
-    if kept is None:
+    messages = [] if conversation is None else list(conversation.messages)
+    end = fork_end(messages, message_id)
+    if end is None:
         return False
+    kept = strip_branches(messages[:end])  # a fork holds one branch
     await store.save(Conversation(thread_id=new_thread_id, messages=kept), request=request)
     return True
 

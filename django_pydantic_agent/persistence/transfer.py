@@ -11,11 +11,9 @@ of the message it follows, ``null`` for a first message); the ``active`` ones ar
 branch. ``record`` is the chat-history record (role, content, status, run id, tool calls,
 reasoning steps, the wire message's other keys such as attachment references), ``wire`` the
 AG-UI messages ``load`` returns for it. This module reads and writes the format for every
-store: a store that keeps records and branches (``ExportsThreads``: ``contrib.store``, the
-Memory Service) loads its tree and records and calls ``export_document``, and writes what
-``records_of`` and ``entries_tree`` read from a document; any other store exports as ``wire``
-only (``export_thread``): every branch it keeps in its messages (``persistence.message_tree``:
-the session store and ``Model*`` stores), which its import makes again (``import_thread``).
+store: one that keeps records (``ExportsThreads``) hands its tree to ``export_document`` and
+writes what ``records_of`` and ``entries_tree`` read; any other exports every branch kept in
+its messages as ``wire`` only (``export_thread``, ``import_thread``; ``message_tree``).
 
 ``check_document`` validates a whole document before anything is written and raises
 ``ImportProblem`` naming the first problem. An import never trusts what the file says about
@@ -62,7 +60,6 @@ __all__ = [
     "import_thread",
     "markdown",
     "nested_messages",
-    "record_json",
     "records_of",
     "render_record",
 ]
@@ -198,17 +195,20 @@ def _check_summaries(summaries: Any, count: int) -> None:
                 raise ImportProblem(f"summaries.{index} has a {key} that is not a string.")
 
 
-def render_record(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The wire messages of an exported record (``ValueError`` when it is not a record)."""
+def _record(fields: dict[str, Any], chat_uuid: uuid.UUID) -> Message:
+    """The record an export holds (its identity keys ignored) in the chat ``chat_uuid``."""
     from django_pydantic_agent.chat_history import Message
     from django_pydantic_agent.chat_history.records import WIRE_CONTEXT
+
+    kept = {k: v for k, v in fields.items() if k not in IDENTITY_KEYS}
+    return Message.model_validate({**kept, "chat_uuid": chat_uuid}, context=dict(WIRE_CONTEXT))
+
+
+def render_record(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The wire messages of an exported record (``ValueError`` when it is not a record)."""
     from django_pydantic_agent.persistence.wire import records_to_wire
 
-    fields = {k: v for k, v in record.items() if k not in IDENTITY_KEYS}
-    message = Message.model_validate(
-        {**fields, "chat_uuid": uuid.uuid4()}, context=dict(WIRE_CONTEXT)
-    )
-    return records_to_wire([message])
+    return records_to_wire([_record(record, uuid.uuid4())])
 
 
 def records_of(document: dict[str, Any], chat_uuid: uuid.UUID) -> list[Message]:
@@ -217,8 +217,6 @@ def records_of(document: dict[str, Any], chat_uuid: uuid.UUID) -> list[Message]:
     a record that is not one)."""
     from pydantic import ValidationError
 
-    from django_pydantic_agent.chat_history import Message
-    from django_pydantic_agent.chat_history.records import WIRE_CONTEXT
     from django_pydantic_agent.persistence.wire import wire_to_records
 
     records = []
@@ -234,10 +232,7 @@ def records_of(document: dict[str, Any], chat_uuid: uuid.UUID) -> list[Message]:
                     )
                 message = read[0]
             else:
-                fields = {k: v for k, v in record.items() if k not in IDENTITY_KEYS}
-                message = Message.model_validate(
-                    {**fields, "chat_uuid": chat_uuid}, context=dict(WIRE_CONTEXT)
-                )
+                message = _record(record, chat_uuid)
         except ValidationError as exc:
             where = ".".join(str(p) for p in exc.errors()[0]["loc"]) or "(record)"
             raise ImportProblem(
@@ -259,23 +254,18 @@ def records_of(document: dict[str, Any], chat_uuid: uuid.UUID) -> list[Message]:
     return records
 
 
+def _wire(entry: dict[str, Any], render: Any = render_record) -> list[Any]:
+    """A document entry's wire messages (``render(record)`` for one exported without)."""
+    wire = entry.get("wire")
+    if wire is None and render is not None:
+        wire = render(entry["record"])
+    return list(wire or [])
+
+
 def active_wire(document: dict[str, Any], render: Any = render_record) -> list[Any]:
     """The wire messages of the document's active branch, in order (``render(record)`` gives
     those of a message exported without ``wire``)."""
-    found: list[Any] = []
-    for entry in document["messages"]:
-        if entry["active"]:
-            wire = entry.get("wire")
-            if wire is None and render is not None:
-                wire = render(entry["record"])
-            found.extend(wire or [])
-    return found
-
-
-def record_json(record: Message) -> dict[str, Any]:
-    """An exported record: the record as JSON, without its identity (``IDENTITY_KEYS``) or a
-    wire copy kept beside it."""
-    return record.model_dump(mode="json", exclude=set(_NOT_EXPORTED))
+    return [m for entry in document["messages"] if entry["active"] for m in _wire(entry, render)]
 
 
 def export_document(
@@ -290,16 +280,16 @@ def export_document(
     summaries: Sequence[tuple[K, dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """A version-1 document of ``tree`` (``Tree.shape`` in ``order``): each message's parent
-    index, whether it is active, its ``record`` (``record_json``; left out without
-    ``record``) and ``wire``. ``times`` (``createdAt``, ``updatedAt``) go before the messages;
-    ``summaries`` are ``(the key of the last message each stands for, the rest)``, kept when
-    that message is exported."""
+    index, whether it is active, its ``record`` (without its identity or a wire copy kept
+    beside it; left out without ``record``) and ``wire``. ``times`` (``createdAt``,
+    ``updatedAt``) go before the messages; ``summaries`` are ``(the key of the last message
+    each stands for, the rest)``, kept when that message is exported."""
     shape = tree.shape(order)
     messages: list[dict[str, Any]] = []
     for key, parent, active in shape:
         entry: dict[str, Any] = {"parent": parent, "active": active}
         if record is not None:
-            entry["record"] = record_json(record(key))
+            entry["record"] = record(key).model_dump(mode="json", exclude=set(_NOT_EXPORTED))
         entry["wire"] = wire(key)
         messages.append(entry)
     document = {"format": FORMAT, "version": VERSION, "title": title, **(times or {})}
@@ -370,12 +360,7 @@ async def import_thread(
         await store.import_document(document, thread_id, request=request)
         return
 
-    def wire_of(index: int) -> list[Any]:
-        entry = document["messages"][index]
-        wire = entry.get("wire")
-        return _stopped(list(wire if wire is not None else render(entry["record"])))
-
-    messages = nested_messages(document, wire_of)
+    messages = nested_messages(document, lambda i: _stopped(_wire(document["messages"][i], render)))
     await store.save(Conversation(thread_id=thread_id, messages=messages), request=request)
     if document.get("title"):
         await store.rename(thread_id, document["title"], request=request)

@@ -1,19 +1,12 @@
 """AG-UI wire messages a ``ConversationStore`` keeps → chat-history records.
 
-``records_to_wire`` (``chat_history.agui_messages``, the one conversion of records to AG-UI
-messages, re-exported here) turns a chat's ``Message`` records into ``Conversation.messages``;
-``wire_to_records`` reads them back, bookkeeping keys included (``agui_messages`` describes
-them). The pair round-trips every field of the records.
-
-Messages without ``chatHistory`` (written by a client-posted save, another transport or an
-older version) are read too: each becomes a complete record with a deterministic uuid, and a
-tool message answers the call with its ``toolCallId``.
-
-Nothing is rewritten that did not change: ``wire_to_records`` returns, per record, the stored
-messages it was read from and a fingerprint of the record as read; ``records_to_wire`` writes
-those messages back verbatim while the record's fingerprint is unchanged, and converts it
-(keeping its unmanaged keys, such as ``attachments``, and those of the record's
-``wire_extra``) once a run has changed it.
+``wire_to_records`` reads what ``records_to_wire`` (``chat_history.agui_messages``, the one
+conversion of records to AG-UI messages, re-exported here) wrote, bookkeeping included: the
+pair round-trips every field of the records. A message without ``chatHistory`` (a client's
+save, another transport, an older version) becomes a complete record with a deterministic
+uuid, a tool message the result of the call with its ``toolCallId``. Per record it returns
+the stored messages it was read from and a fingerprint of the record as read, so
+``records_to_wire`` writes them back verbatim until a run changes the record.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal
 from uuid import UUID
 
+from django_pydantic_agent.chat_history.agui_messages import message_id
 from django_pydantic_agent.chat_history.records import Message
 from django_pydantic_agent.chat_history.tree import Tree
 
@@ -30,7 +31,6 @@ __all__ = [
     "fold",
     "is_marker",
     "marker_fields",
-    "message_id",
     "replay",
 ]
 
@@ -63,11 +63,6 @@ def _parse(event: Message) -> tuple[str, UUID] | None:
         return operation, UUID(target)
     except ValueError:
         return None
-
-
-def message_id(message: Message) -> str:
-    """The AG-UI id a record is read back under."""
-    return message.agui_id or str(message.message_uuid)
 
 
 def fold(events: Iterable[Message]) -> Tree[UUID]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from uuid import UUID
 
+from django_pydantic_agent.chat_history.agui_messages import message_id
 from django_pydantic_agent.chat_history.errors import ChatNotFoundError
 from django_pydantic_agent.chat_history.keys import LocatorKind, emitter_for_role
 from django_pydantic_agent.chat_history.memory_service._branches import (
@@ -18,7 +19,6 @@ from django_pydantic_agent.chat_history.memory_service._branches import (
     fold,
     is_marker,
     marker_fields,
-    message_id,
     replay,
 )
 from django_pydantic_agent.chat_history.memory_service._events import (

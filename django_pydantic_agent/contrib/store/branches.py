@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django_pydantic_agent.chat_history.tree import Tree
 
 __all__ = [
-    "Node",
     "activate",
     "cut",
     "inactive_quotes",
@@ -32,48 +30,29 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Node:
-    """The light columns of one message row."""
-
-    pk: int
-    message_uuid: uuid.UUID
-    message_id: str
-    position: int
-    branch: int
-    parent_uuid: uuid.UUID | None
-    active: bool
+_NODE_COLUMNS = ("pk", "message_uuid", "message_id", "position", "branch", "parent_uuid", "active")
 
 
-_NODE_COLUMNS = (
-    "pk",
-    "message_uuid",
-    "message_id",
-    "position",
-    "branch",
-    "parent_uuid",
-    "active",
-)
-
-
-def nodes(conversation_id: int) -> list[Node]:
-    """The ``Node`` of every row of a thread, by branch then position (one query)."""
+def nodes(conversation_id: int) -> list[Any]:
+    """The light columns of every row of a thread (named tuples of ``pk``, ``message_uuid``,
+    ``message_id``, ``position``, ``branch``, ``parent_uuid``, ``active``), by branch then
+    position (one query)."""
     from django_pydantic_agent.contrib.store.models import StoredMessage
 
     found = StoredMessage.objects.filter(conversation_id=conversation_id).order_by(
         "branch", "position", "pk"
     )
-    return [Node(*values) for values in found.values_list(*_NODE_COLUMNS)]
+    return list(found.values_list(*_NODE_COLUMNS, named=True))
 
 
-def tree(found: Iterable[Node]) -> Tree[uuid.UUID]:
-    """The thread's rows (``nodes``: by branch, then position) loaded into the one ``Tree``:
-    each follows its ``parent_uuid`` when set, else the row before it on its own branch;
-    siblings oldest branch first."""
+def tree(found: Iterable[Any]) -> Tree[uuid.UUID]:
+    """A thread's rows (``nodes``, or the rows themselves; by branch, then position) loaded
+    into the one ``Tree``: each follows its ``parent_uuid`` when set, else the row before it
+    on its own branch; siblings oldest branch first."""
     rows = list(found)
     known = {node.message_uuid for node in rows}
     parents: dict[uuid.UUID, uuid.UUID | None] = {}
-    previous: Node | None = None
+    previous: Any = None
     for node in rows:
         if node.parent_uuid is not None:
             parents[node.message_uuid] = node.parent_uuid if node.parent_uuid in known else None
