@@ -141,6 +141,19 @@ def _common(record: Message | ToolCall | Reasoning) -> dict[str, Any]:
     return data
 
 
+def _closed(
+    wire: dict[str, Any], record: Message | Reasoning, book: dict[str, Any]
+) -> dict[str, Any]:
+    """``wire`` with the record's encrypted value, status, run id, error and ``book``."""
+    if record.encrypted_value is not None:
+        wire["encryptedValue"] = record.encrypted_value
+    wire.update(_common(record))
+    if record.error is not None:
+        wire[ERROR] = record.error
+    wire[BOOKKEEPING_KEY] = book
+    return wire
+
+
 def reasoning_message(step: Reasoning) -> dict[str, Any]:
     """The ``role: "reasoning"`` wire message of a reasoning step."""
     wire_id = reasoning_id(step)
@@ -154,14 +167,7 @@ def reasoning_message(step: Reasoning) -> dict[str, Any]:
         book["name"] = step.name
     if step.role != Role.REASONING.value:
         book["role"] = step.role
-    wire: dict[str, Any] = {"id": wire_id, "role": "reasoning", "content": step.content}
-    if step.encrypted_value is not None:
-        wire["encryptedValue"] = step.encrypted_value
-    wire.update(_common(step))
-    if step.error is not None:
-        wire[ERROR] = step.error
-    wire[BOOKKEEPING_KEY] = book
-    return wire
+    return _closed({"id": wire_id, "role": "reasoning", "content": step.content}, step, book)
 
 
 def _call_entry(call: ToolCall, full: bool) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -254,13 +260,7 @@ def record_message(
             anchor["content"] = message.content_parts
     if message.name:
         anchor["name"] = message.name
-    if message.encrypted_value is not None:
-        anchor["encryptedValue"] = message.encrypted_value
-    anchor.update(_common(message))
-    if message.error is not None:
-        anchor[ERROR] = message.error
-    anchor[BOOKKEEPING_KEY] = book
-    return anchor
+    return _closed(anchor, message, book)
 
 
 def records_to_wire(

@@ -21,7 +21,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal
 from uuid import UUID
 
-from django_pydantic_agent.chat_history.agui_messages import message_id
 from django_pydantic_agent.chat_history.records import Message
 from django_pydantic_agent.chat_history.tree import Tree
 
@@ -81,7 +80,7 @@ def fold(events: Iterable[Message]) -> Tree[UUID]:
                 elif operation == "activate":
                     tree.activate(target)
         elif event.message_uuid not in tree.parent:
-            tree.grow(event.message_uuid, message_id(event))
+            tree.grow(event.message_uuid)  # no id: readers name records as they are now
     return tree
 
 

@@ -167,9 +167,8 @@ def export(owner_id: str, thread_id: str) -> dict[str, Any] | None:
     thread = StoredConversation.objects.filter(owner_id=owner_id, thread_id=thread_id).first()
     if thread is None:
         return None
-    found = sorted(
-        StoredMessage.objects.filter(conversation_id=thread.pk),
-        key=lambda r: (r.branch, r.position, r.pk),
+    found = list(
+        StoredMessage.objects.filter(conversation_id=thread.pk).order_by("branch", "position", "pk")
     )
     by_uuid = {row.message_uuid: row for row in found}
     tree = branches.tree(found)
