@@ -1,4 +1,4 @@
-"""Thread export and import routes (``persistence.transfer`` holds the document format).
+"""Thread export and import routes (``persistence.transfer`` reads and writes the document).
 
 ``GET threads/<id>/export/?format=json`` answers the whole thread (every branch, status, tool
 call, reasoning step, usage and attachment reference) as a download; ``?format=markdown`` the
@@ -31,6 +31,7 @@ from django_pydantic_agent.persistence.branching import new_thread_id
 from django_pydantic_agent.persistence.transfer import (
     NOT_A_DOCUMENT,
     ImportProblem,
+    attachment_holders,
     check_document,
     document_bytes,
     export_thread,
@@ -46,32 +47,12 @@ _NOT_FOUND = "No such thread."
 _FORMATS = ("json", "markdown")
 
 
-def _holders(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``(where, holder)`` of every ``attachments`` list of the document's messages."""
-    found: list[tuple[str, dict[str, Any]]] = []
-    for index, entry in enumerate(document["messages"]):
-        record = entry.get("record")
-        candidates: list[tuple[str, Any]] = []
-        if isinstance(record, dict):
-            candidates.append((f"messages.{index}.record.wire_extra", record.get("wire_extra")))
-        for number, wire in enumerate(entry.get("wire") or ()):
-            candidates.append((f"messages.{index}.wire.{number}", wire))
-        for where, message in candidates:
-            if not isinstance(message, dict):
-                continue
-            metadata = message.get("metadata")
-            for name, holder in (("", message), (".metadata", metadata)):
-                if isinstance(holder, dict) and holder.get("attachments") is not None:
-                    found.append((f"{where}{name}.attachments", holder))
-    return found
-
-
 async def server_refs(
     document: dict[str, Any], store: AttachmentStore | None, *, request: HttpRequest
 ) -> None:
     """Replace every attachment reference of a checked document with the caller's own ref
     (``ImportProblem`` for one that names no upload of the caller, or any without a store)."""
-    holders = _holders(document)
+    holders = attachment_holders(document)
     ids: list[str] = []
     for where, holder in holders:
         refs = holder["attachments"]

@@ -20,10 +20,9 @@ from django_pydantic_agent.persistence.base import (
 )
 from django_pydantic_agent.persistence.branching import (
     BranchPoint,
-    ForksThreads,
     KeepsBranches,
     activate_branch,
-    fork_messages,
+    fork_into,
 )
 from django_pydantic_agent.persistence.features import StoreFeatures, store_features
 from django_pydantic_agent.persistence.listing import (
@@ -229,17 +228,10 @@ class ScopedConversationStore:
     async def fork(
         self, thread_id: str, message_id: str, new_thread_id: str, *, request: HttpRequest
     ) -> bool:
-        """Fork this scope's thread into this scope's ``new_thread_id``."""
-        if implements(self._inner, ForksThreads):
-            return await self._inner.fork(
-                self._key(thread_id), message_id, self._key(new_thread_id), request=request
-            )
-        conversation = await self.load(thread_id, request=request)
-        kept = None if conversation is None else fork_messages(conversation.messages, message_id)
-        if kept is None:
-            return False
-        await self.save(Conversation(thread_id=new_thread_id, messages=kept), request=request)
-        return True
+        """Fork this scope's thread into this scope's ``new_thread_id`` (``fork_into``)."""
+        return await fork_into(
+            self._inner, self._key(thread_id), message_id, self._key(new_thread_id), request=request
+        )
 
     async def export(self, thread_id: str, *, request: HttpRequest) -> dict[str, Any] | None:
         """This scope's thread as an export document (``persistence.transfer``)."""

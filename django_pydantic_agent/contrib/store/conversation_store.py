@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django.db import IntegrityError, connections, router
 from django.utils import timezone
 
-from django_pydantic_agent.contrib.store import branches, forks, rows, save_plan, transfer
+from django_pydantic_agent.contrib.store import branches, rows, save_plan, transfer
 from django_pydantic_agent.contrib.store.checks import store_app_installed
 from django_pydantic_agent.contrib.store.deletion import delete_conversations
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
@@ -185,11 +185,7 @@ class DefaultConversationStore(ModelConversationStore):
             return None
         if not row.branches:
             return {}
-        points = branches.Tree(branches.nodes(row.pk)).branch_points()
-        return {
-            key: BranchPoint(siblings=tuple(ids), index=index)
-            for key, (ids, index) in points.items()
-        }
+        return branches.tree(branches.nodes(row.pk)).branch_points()
 
     async def branch_points(
         self, thread_id: str, *, request: HttpRequest
@@ -216,7 +212,7 @@ class DefaultConversationStore(ModelConversationStore):
     ) -> bool:
         check_key("thread_id", new_thread_id)
         owner_id = self._owner(request)
-        return forks.fork(
+        return transfer.fork(
             owner_id, thread_id, message_id, new_thread_id, self.max_threads_per_owner
         )
 
@@ -225,7 +221,7 @@ class DefaultConversationStore(ModelConversationStore):
     ) -> bool:
         """Copy the owner's thread's active branch, up to and including the message
         ``message_id``, into a new thread ``new_thread_id`` of the same owner (see
-        ``contrib.store.forks``). ``False`` when the owner has no such thread or its active
+        ``contrib.store.transfer``). ``False`` when the owner has no such thread or its active
         branch no such message; ``StoreLimitError`` over ``max_threads_per_owner``."""
         return await unit_of_work(self._fork_sync)(thread_id, message_id, new_thread_id, request)
 

@@ -159,13 +159,11 @@ class Plan:
         where = conversation.message_rows.filter
         if self.delete_from is not None:
             if branched:  # the branches forked below the dropped rows go with them
-                tree = branches.Tree(branches.nodes(conversation.pk))
+                found = branches.nodes(conversation.pk)
                 dropped = [
-                    n.message_uuid
-                    for n in tree.nodes
-                    if n.active and n.position >= self.delete_from
+                    n.message_uuid for n in found if n.active and n.position >= self.delete_from
                 ]
-                gone = tree.descendants(dropped)
+                gone = branches.tree(found).descendants(dropped)
                 where(message_uuid__in=list(gone)).delete()
             else:
                 where(active=True, position__gte=self.delete_from).delete()
