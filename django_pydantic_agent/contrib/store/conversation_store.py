@@ -65,8 +65,8 @@ DEFAULT_LIST_LIMIT = 100
 def _locked_row_sql(using: str) -> str:
     """The SQL that reads an owner's thread row and locks it, compiled once per database.
 
-    Every save starts with it. The queryset built each time (two lookups, the compiler) cost
-    291 us of CPU on SQLite; ``Manager.raw`` on this SQL costs 78 us (docs/benchmarks.md).
+    Every save starts with it; ``Manager.raw`` on SQL compiled once is cheaper than the
+    queryset built each time (``python -m bench.save_cpu``).
     Call inside a transaction: PostgreSQL's ``FOR UPDATE`` needs one.
     """
     from django_pydantic_agent.contrib.store.models import StoredConversation
@@ -399,7 +399,7 @@ def _wire_texts(owner_id: str, thread_id: str) -> _Texts:
     thread, in order (what ``rows.loaded`` reads).
 
     One plain ``SELECT`` joined on the thread, read by a cursor: the ORM's query building and
-    row iteration took about 1.5 of a 1,000-message load's 3.2 ms (docs/benchmarks.md).
+    row iteration were half of a load (``python -m bench --suite store``).
     """
     from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 
