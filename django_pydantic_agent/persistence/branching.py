@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.chat_history.tree import BranchPoint, fork_end
 from django_pydantic_agent.persistence.base import Conversation
+from django_pydantic_agent.persistence.derive import fork_title
 from django_pydantic_agent.persistence.wire import strip_branches
 
 if TYPE_CHECKING:
@@ -108,7 +109,8 @@ async def fork_into(
 ) -> bool:
     """Copy the owner's thread's active branch up to ``message_id`` into ``new_thread_id``:
     the store's own ``fork`` (``ForksThreads``), else a ``load`` and a ``save`` of what
-    ``chat_history.tree.fork_end`` keeps. ``False`` (nothing written) when the owner has no
+    ``chat_history.tree.fork_end`` keeps. The new thread is titled as a fork of its source
+    (``derive.fork_title``). ``False`` (nothing written) when the owner has no
     such thread or its active branch no such message."""
     if implements(store, ForksThreads):
         return bool(await store.fork(thread_id, message_id, new_thread_id, request=request))
@@ -118,8 +120,18 @@ async def fork_into(
     if end is None:
         return False
     kept = strip_branches(messages[:end])  # a fork holds one branch
+    title = await thread_title(store, thread_id, request=request)
     await store.save(Conversation(thread_id=new_thread_id, messages=kept), request=request)
+    await store.rename(new_thread_id, fork_title(title), request=request)
     return True
+
+
+async def thread_title(store: Any, thread_id: str, *, request: HttpRequest) -> str:
+    """The title the owner's thread lists under (``""`` when it is not listed)."""
+    for meta in await store.list(request=request):
+        if meta.thread_id == thread_id:
+            return str(meta.title)
+    return ""
 
 
 async def fork_thread(

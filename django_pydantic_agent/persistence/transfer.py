@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.chat_history.tree import Tree
 from django_pydantic_agent.persistence.base import Conversation
-from django_pydantic_agent.persistence.derive import message_text
+from django_pydantic_agent.persistence.branching import thread_title
+from django_pydantic_agent.persistence.derive import written_text
 from django_pydantic_agent.persistence.message_tree import flatten, nest
 
 if TYPE_CHECKING:
@@ -330,11 +331,7 @@ async def export_thread(
     conversation = await store.load(thread_id, request=request)
     if conversation is None:
         return None
-    title = ""
-    for meta in await store.list(request=request):
-        if meta.thread_id == thread_id:
-            title = meta.title
-            break
+    title = await thread_title(store, thread_id, request=request)
     flat = flatten(conversation.messages)
     return export_document(flat.tree, title=title, wire=lambda key: [flat.messages[key]])
 
@@ -390,8 +387,19 @@ def attachment_holders(document: dict[str, Any]) -> list[tuple[str, dict[str, An
 _LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "reasoning": "Reasoning"}
 
 
+def _fence(text: str) -> str:
+    """A backtick fence longer than any run of backticks in ``text``, so it cannot close early."""
+    longest = 0
+    run = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
+
+
 def markdown(document: dict[str, Any], render: Any = render_record) -> str:
-    """The active branch of an exported document as readable Markdown."""
+    """The active branch of an exported document as Markdown: each message's text as it was
+    written (tables, code fences, lists and line breaks kept), under its role."""
     lines = [f"# {document.get('title') or 'Conversation'}", ""]
     others = sum(1 for m in document["messages"] if not m["active"])
     if others:
@@ -401,7 +409,7 @@ def markdown(document: dict[str, Any], render: Any = render_record) -> str:
             continue
         role = str(message.get("role") or "message")
         label = _LABELS.get(role, role.capitalize())
-        text = message_text(message)
+        text = written_text(message).strip()
         if role == "reasoning":
             lines += [f"> **{label}:** " + text.replace("\n", "\n> "), ""]
             continue
@@ -409,12 +417,14 @@ def markdown(document: dict[str, Any], render: Any = render_record) -> str:
         for call in message.get("toolCalls") or ():
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
+                arguments = str(function.get("arguments") or "")
+                fence = _fence(arguments)
                 lines += [
                     f"Tool call `{function.get('name')}`:",
                     "",
-                    "```json",
-                    str(function.get("arguments") or ""),
-                    "```",
+                    f"{fence}json",
+                    arguments,
+                    fence,
                     "",
                 ]
         for ref in message.get("attachments") or ():

@@ -23,6 +23,7 @@ from django_pydantic_agent.contrib.store import branches, rows
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
 from django_pydantic_agent.contrib.store.quotas import MAX_KEY, lock_owner, refuse_new_thread
 from django_pydantic_agent.persistence import derive_preview
+from django_pydantic_agent.persistence.derive import fork_title
 from django_pydantic_agent.persistence.transactions import write_transaction
 from django_pydantic_agent.persistence.transfer import (
     entries_tree,
@@ -119,7 +120,7 @@ def fork(
             owner_id,
             new_thread_id,
             max_threads,
-            title=source.title,
+            title=fork_title(source.title),
             created_at=now,
             updated_at=now,
         )
