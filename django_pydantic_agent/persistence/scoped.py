@@ -25,6 +25,7 @@ from django_pydantic_agent.persistence.branching import (
     fork_into,
 )
 from django_pydantic_agent.persistence.features import StoreFeatures, store_features
+from django_pydantic_agent.persistence.feedback import Feedback, RatesMessages, thread_feedback
 from django_pydantic_agent.persistence.listing import (
     ThreadPage,
     ThreadQuery,
@@ -232,6 +233,19 @@ class ScopedConversationStore:
         return await fork_into(
             self._inner, self._key(thread_id), message_id, self._key(new_thread_id), request=request
         )
+
+    async def rate(
+        self, thread_id: str, message_id: str, feedback: Feedback, *, request: HttpRequest
+    ) -> bool:
+        """Set the feedback on a message of this scope's thread (``False`` when the inner store
+        keeps none: ``features.feedback`` says so first)."""
+        if not implements(self._inner, RatesMessages):
+            return False
+        return await self._inner.rate(self._key(thread_id), message_id, feedback, request=request)
+
+    async def ratings(self, thread_id: str, *, request: HttpRequest) -> dict[str, Feedback]:
+        """The feedback on this scope's thread (``thread_feedback``)."""
+        return await thread_feedback(self._inner, self._key(thread_id), request=request)
 
     async def export(self, thread_id: str, *, request: HttpRequest) -> dict[str, Any] | None:
         """This scope's thread as an export document (``persistence.transfer``)."""

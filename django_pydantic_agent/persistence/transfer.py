@@ -34,6 +34,7 @@ from django_pydantic_agent.chat_history.tree import Tree
 from django_pydantic_agent.persistence.base import Conversation
 from django_pydantic_agent.persistence.branching import thread_title
 from django_pydantic_agent.persistence.derive import written_text
+from django_pydantic_agent.persistence.feedback import FeedbackError, read_feedback
 from django_pydantic_agent.persistence.message_tree import flatten, nest
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def check_document(document: Any) -> dict[str, Any]:
     or a ``wire`` list of objects; that the active messages form one path from a first
     message down (each active message's parent active, at most one active child each); and
     the optional ``summaries`` (compaction summaries, each naming the index of the last
-    message it stands for as ``through``).
+    message it stands for as ``through``) and ``feedback`` (by message id).
     """
     if not isinstance(document, dict):
         raise ImportProblem(NOT_A_DOCUMENT)
@@ -170,7 +171,23 @@ def check_document(document: Any) -> dict[str, Any]:
     if not any(active):
         raise ImportProblem("No message is active; mark the branch to show as active.")
     _check_summaries(document.get("summaries"), len(messages))
+    _check_feedback(document.get("feedback"))
     return document
+
+
+def _check_feedback(feedback: Any) -> None:
+    """The optional ``feedback``: ``{message id: {"rating", "comment"}}`` (``read_feedback``)."""
+    if feedback is None:
+        return
+    if not isinstance(feedback, dict) or len(feedback) > MAX_IMPORTED_MESSAGES:
+        raise ImportProblem("feedback must be an object of message ids to {rating, comment}.")
+    for message_id, value in feedback.items():
+        if not message_id or len(message_id) > 255:
+            raise ImportProblem("feedback names a message id of 1 to 255 characters.")
+        try:
+            read_feedback(value)
+        except FeedbackError as exc:
+            raise ImportProblem(f"feedback.{message_id}: {exc}") from None
 
 
 def _check_summaries(summaries: Any, count: int) -> None:

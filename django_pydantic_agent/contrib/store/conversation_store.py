@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from django.db import IntegrityError, connections, router
 from django.utils import timezone
 
-from django_pydantic_agent.contrib.store import branches, rows, save_plan, transfer
+from django_pydantic_agent.contrib.store import branches, feedback, rows, save_plan, transfer
 from django_pydantic_agent.contrib.store.checks import store_app_installed
 from django_pydantic_agent.contrib.store.deletion import delete_conversations
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
@@ -45,6 +45,7 @@ from django_pydantic_agent.persistence import (
 from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.derive import normalize_title
 from django_pydantic_agent.persistence.features import RetentionPolicy, StoreFeatures
+from django_pydantic_agent.persistence.feedback import Feedback
 from django_pydantic_agent.persistence.listing import ThreadPage, ThreadQuery
 from django_pydantic_agent.persistence.outages import unit_of_work
 from django_pydantic_agent.persistence.transactions import write_transaction
@@ -224,6 +225,27 @@ class DefaultConversationStore(ModelConversationStore):
         ``contrib.store.transfer``). ``False`` when the owner has no such thread or its active
         branch no such message; ``StoreLimitError`` over ``max_threads_per_owner``."""
         return await unit_of_work(self._fork_sync)(thread_id, message_id, new_thread_id, request)
+
+    # Feedback (persistence.feedback) -------------------------------------------------------
+
+    async def rate(
+        self, thread_id: str, message_id: str, rating: Feedback, *, request: HttpRequest
+    ) -> bool:
+        """Set (empty: clear) the owner's feedback on ``message_id`` of ``thread_id``; ``False``
+        when the owner has no such thread or message (one transaction)."""
+        return await unit_of_work(self._rate_sync)(thread_id, message_id, rating, request)
+
+    async def ratings(self, thread_id: str, *, request: HttpRequest) -> dict[str, Feedback]:
+        """The owner's feedback on ``thread_id``, by message id (one query)."""
+        return await unit_of_work(self._ratings_sync)(thread_id, request)
+
+    def _rate_sync(
+        self, thread_id: str, message_id: str, rating: Feedback, request: HttpRequest
+    ) -> bool:
+        return feedback.rate(self._owner(request), thread_id, message_id, rating)
+
+    def _ratings_sync(self, thread_id: str, request: HttpRequest) -> dict[str, Feedback]:
+        return feedback.ratings(self._owner(request), thread_id)
 
     def _export_sync(self, thread_id: str, request: HttpRequest) -> dict[str, Any] | None:
         return transfer.export(self._owner(request), thread_id)
