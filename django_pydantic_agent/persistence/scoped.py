@@ -32,6 +32,7 @@ from django_pydantic_agent.persistence.listing import (
     archive_thread,
     find_threads,
 )
+from django_pydantic_agent.persistence.tags import TagsThreads
 from django_pydantic_agent.persistence.transfer import export_thread, import_thread
 
 if TYPE_CHECKING:
@@ -246,6 +247,22 @@ class ScopedConversationStore:
     async def ratings(self, thread_id: str, *, request: HttpRequest) -> dict[str, Feedback]:
         """The feedback on this scope's thread (``thread_feedback``)."""
         return await thread_feedback(self._inner, self._key(thread_id), request=request)
+
+    async def set_labels(
+        self,
+        thread_id: str,
+        *,
+        pinned: bool | None = None,
+        tags: Sequence[str] | None = None,
+        request: HttpRequest,
+    ) -> bool:
+        """Pin or tag this scope's thread (``False`` when the inner store keeps neither:
+        ``features.tags`` says so first)."""
+        if not implements(self._inner, TagsThreads):
+            return False
+        return await self._inner.set_labels(
+            self._key(thread_id), pinned=pinned, tags=tags, request=request
+        )
 
     async def export(self, thread_id: str, *, request: HttpRequest) -> dict[str, Any] | None:
         """This scope's thread as an export document (``persistence.transfer``)."""

@@ -36,6 +36,7 @@ from django_pydantic_agent.persistence.branching import thread_title
 from django_pydantic_agent.persistence.derive import written_text
 from django_pydantic_agent.persistence.feedback import FeedbackError, read_feedback
 from django_pydantic_agent.persistence.message_tree import flatten, nest
+from django_pydantic_agent.persistence.tags import TagError, read_tags
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -120,7 +121,8 @@ def check_document(document: Any) -> dict[str, Any]:
     or a ``wire`` list of objects; that the active messages form one path from a first
     message down (each active message's parent active, at most one active child each); and
     the optional ``summaries`` (compaction summaries, each naming the index of the last
-    message it stands for as ``through``) and ``feedback`` (by message id).
+    message it stands for as ``through``), ``feedback`` (by message id), ``pinned`` and
+    ``tags``.
     """
     if not isinstance(document, dict):
         raise ImportProblem(NOT_A_DOCUMENT)
@@ -172,6 +174,12 @@ def check_document(document: Any) -> dict[str, Any]:
         raise ImportProblem("No message is active; mark the branch to show as active.")
     _check_summaries(document.get("summaries"), len(messages))
     _check_feedback(document.get("feedback"))
+    if not isinstance(document.get("pinned", False), bool):
+        raise ImportProblem("pinned must be true or false.")
+    try:
+        read_tags(document.get("tags", []))
+    except TagError as exc:
+        raise ImportProblem(str(exc)) from None
     return document
 
 

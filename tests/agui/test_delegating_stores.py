@@ -177,7 +177,12 @@ def test_the_chat_page_and_the_checks_read_a_proxied_stores_features() -> None:
         text_agent(), conversation_store=proxied, access=AccessPolicy(csrf_exempt=True)
     )
 
-    assert thread_features(proxied) == {"search": "text", "archive": True, "feedback": True}
+    assert thread_features(proxied) == {
+        "search": "text",
+        "archive": True,
+        "feedback": True,
+        "tags": True,
+    }
     assert keeps_branches(server)
     assert store_features(proxied).retention is policy
     assert store_features(LoggingStore(CacheRunStore(alias="runs"), [])).cache_alias == "runs"

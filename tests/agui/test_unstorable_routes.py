@@ -120,6 +120,7 @@ CASES: list[tuple[str, str, str, Body, str]] = [
 #: The same routes with the value in the field they read (strings only).
 STRING_CASES: list[tuple[str, str, str, Body, str]] = [
     ("rename-title", "PATCH", "threads/{id}/", lambda v, t: {"title": v}, "title"),
+    ("tags", "PATCH", "threads/{id}/", lambda v, t: {"tags": ["ok", v]}, "tags.1"),
     ("switch-id", "PATCH", "threads/{id}/", lambda v, t: {"activeMessageId": v}, "activeMessageId"),
     ("fork-id", "POST", "threads/{id}/fork/", lambda v, t: {"messageId": v}, "messageId"),
     ("feedback-comment", "PUT", FEEDBACK, lambda v, t: {"rating": "up", "comment": v}, "comment"),

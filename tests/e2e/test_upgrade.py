@@ -52,6 +52,7 @@ STEPS = (
     "0019_storedsummary",
     "0020_storedmessage_no_conversation_index",
     "0021_storedfeedback",
+    "0022_pins_and_tags",
 )
 
 

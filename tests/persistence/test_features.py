@@ -66,6 +66,7 @@ CONVERSATION_STORES = {
             "archive",
             "export",
             "feedback",
+            "tags",
         },
     ),
     "session": (DjangoSessionConversationStore, {"persistent", "branches", "archive"}),

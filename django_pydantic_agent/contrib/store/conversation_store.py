@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db import IntegrityError, connections, router
 from django.utils import timezone
 
-from django_pydantic_agent.contrib.store import branches, feedback, rows, save_plan, transfer
+from django_pydantic_agent.contrib.store import branches, feedback, rows, save_plan, tags, transfer
 from django_pydantic_agent.contrib.store.checks import store_app_installed
 from django_pydantic_agent.contrib.store.deletion import delete_conversations
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
@@ -33,10 +34,9 @@ from django_pydantic_agent.contrib.store.repositories import (
     OrmMessageRepository,
 )
 from django_pydantic_agent.contrib.store.runs import DefaultRunStore
-from django_pydantic_agent.contrib.store.search import find_threads
+from django_pydantic_agent.contrib.store.search import META_COLUMNS, find_threads, metas
 from django_pydantic_agent.persistence import (
     Conversation,
-    ConversationMeta,
     ConversationMetaList,
     ModelConversationStore,
     derive_preview,
@@ -226,6 +226,29 @@ class DefaultConversationStore(ModelConversationStore):
         branch no such message; ``StoreLimitError`` over ``max_threads_per_owner``."""
         return await unit_of_work(self._fork_sync)(thread_id, message_id, new_thread_id, request)
 
+    # Pins and tags (persistence.tags) ------------------------------------------------------
+
+    async def set_labels(
+        self,
+        thread_id: str,
+        *,
+        pinned: bool | None = None,
+        tags: Sequence[str] | None = None,
+        request: HttpRequest,
+    ) -> bool:
+        """Pin and/or tag the owner's ``thread_id`` (``tags`` normalised, replacing its
+        tags); ``False`` when there is no such thread; ``PinLimitError`` past the pin cap."""
+        return await unit_of_work(self._labels_sync)(thread_id, pinned, tags, request)
+
+    def _labels_sync(
+        self,
+        thread_id: str,
+        pinned: bool | None,
+        labels: Sequence[str] | None,
+        request: HttpRequest,
+    ) -> bool:
+        return tags.set_labels(self._owner(request), thread_id, pinned, labels)
+
     # Feedback (persistence.feedback) -------------------------------------------------------
 
     async def rate(
@@ -370,19 +393,9 @@ class DefaultConversationStore(ModelConversationStore):
         rows = (
             StoredConversation.objects.filter(owner_id=owner_id)
             .order_by("-updated_at", "-id")
-            .values_list("thread_id", "title", "updated_at", "preview", "archived")
+            .values_list(*META_COLUMNS)
         )[: limit or self.list_limit]
-        return [
-            ConversationMeta(
-                thread_id=thread_id,
-                title=title,
-                updated_at=updated_at,
-                preview=preview,
-                owner_id=owner_id,
-                archived=archived,
-            )
-            for thread_id, title, updated_at, preview, archived in rows
-        ]
+        return metas(list(rows), owner_id, tags=False)
 
     def _find(self, query: ThreadQuery, owner_id: str) -> ThreadPage:
         """Pages and full-text search in SQL (``contrib.store.search``)."""

@@ -22,8 +22,10 @@ from django.utils import timezone
 from django_pydantic_agent.contrib.store import branches, rows
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
 from django_pydantic_agent.contrib.store.quotas import MAX_KEY, lock_owner, refuse_new_thread
+from django_pydantic_agent.contrib.store.tags import set_labels, tags_of
 from django_pydantic_agent.persistence import derive_preview
 from django_pydantic_agent.persistence.derive import fork_title
+from django_pydantic_agent.persistence.tags import PinLimitError, read_tags
 from django_pydantic_agent.persistence.transactions import write_transaction
 from django_pydantic_agent.persistence.transfer import (
     entries_tree,
@@ -178,7 +180,8 @@ def export(owner_id: str, thread_id: str) -> dict[str, Any] | None:
         "started_at", "pk"
     )
     summaries = StoredSummary.objects.filter(conversation_id=thread.pk).order_by("id")
-    return export_document(
+    labels = {"pinned": thread.pinned, "tags": list(tags_of([thread.pk]).get(thread.pk, ()))}
+    return labels | export_document(
         tree,
         title=thread.title,
         order=tree.depth_first(),
@@ -296,3 +299,9 @@ def import_document(
         )
         quoted = [record.wire_extra or {} for record in records]
         reconcile_conversation_attachments(thread, quoted)
+        try:
+            set_labels(
+                owner_id, thread_id, document.get("pinned"), read_tags(document.get("tags", []))
+            )
+        except PinLimitError:  # the owner's pins are full: the thread comes in unpinned
+            set_labels(owner_id, thread_id, None, read_tags(document.get("tags", [])))

@@ -35,6 +35,7 @@ def test_the_default_store_searches_message_text_and_archives() -> None:
         "search": "text",
         "archive": True,
         "feedback": True,
+        "tags": True,
     }
 
 
@@ -42,7 +43,12 @@ def test_the_memory_service_searches_titles_and_archives() -> None:
     # Only the class matters: an instance without a client is enough to ask.
     store = MemoryServiceConversationStore.__new__(MemoryServiceConversationStore)
 
-    assert thread_features(store) == {"search": "titles", "archive": True, "feedback": False}
+    assert thread_features(store) == {
+        "search": "titles",
+        "archive": True,
+        "feedback": False,
+        "tags": False,
+    }
 
 
 def test_a_model_store_archives_only_when_it_overrides_the_hook() -> None:
@@ -50,11 +56,13 @@ def test_a_model_store_archives_only_when_it_overrides_the_hook() -> None:
         "search": "titles",
         "archive": False,
         "feedback": False,
+        "tags": False,
     }
     assert thread_features(ThreadStore()) == {
         "search": "titles",
         "archive": True,
         "feedback": False,
+        "tags": False,
     }
 
 
@@ -63,6 +71,7 @@ def test_the_session_store_searches_titles_and_archives() -> None:
         "search": "titles",
         "archive": True,
         "feedback": False,
+        "tags": False,
     }
 
 
@@ -74,10 +83,30 @@ def test_a_scoped_store_searches_and_archives_as_the_store_it_wraps() -> None:
     minimal = ScopedConversationStore(MinimalThreadStore(), scope="support")
     nested = ScopedConversationStore(default, scope="inner")
 
-    assert thread_features(session) == {"search": "titles", "archive": True, "feedback": False}
-    assert thread_features(default) == {"search": "text", "archive": True, "feedback": True}
-    assert thread_features(minimal) == {"search": "titles", "archive": False, "feedback": False}
-    assert thread_features(nested) == {"search": "text", "archive": True, "feedback": True}
+    assert thread_features(session) == {
+        "search": "titles",
+        "archive": True,
+        "feedback": False,
+        "tags": False,
+    }
+    assert thread_features(default) == {
+        "search": "text",
+        "archive": True,
+        "feedback": True,
+        "tags": True,
+    }
+    assert thread_features(minimal) == {
+        "search": "titles",
+        "archive": False,
+        "feedback": False,
+        "tags": False,
+    }
+    assert thread_features(nested) == {
+        "search": "text",
+        "archive": True,
+        "feedback": True,
+        "tags": True,
+    }
 
 
 class LoggingWrapper:
@@ -96,11 +125,17 @@ class LoggingWrapper:
 def test_a_wrapper_without_the_capabilities_answers_for_itself() -> None:
     wrapped = LoggingWrapper(DefaultConversationStore())
 
-    assert thread_features(wrapped) == {"search": "titles", "archive": False, "feedback": False}
+    assert thread_features(wrapped) == {
+        "search": "titles",
+        "archive": False,
+        "feedback": False,
+        "tags": False,
+    }
     assert thread_features(ScopedConversationStore(wrapped, scope="support")) == {
         "search": "titles",
         "archive": False,
         "feedback": False,
+        "tags": False,
     }
 
 

@@ -7,4 +7,5 @@ from django_pydantic_agent.contrib.store.models.conversations import *  # noqa: 
 from django_pydantic_agent.contrib.store.models.feedback import *  # noqa: F403
 from django_pydantic_agent.contrib.store.models.harness import *  # noqa: F403
 from django_pydantic_agent.contrib.store.models.summaries import *  # noqa: F403
+from django_pydantic_agent.contrib.store.models.tags import *  # noqa: F403
 from django_pydantic_agent.contrib.store.models.usage import *  # noqa: F403

@@ -148,6 +148,8 @@ class StoredConversation(models.Model):
     preview = models.TextField(blank=True, default="")
     archived = models.BooleanField(default=False)
     """Hidden from the thread drawer unless asked for (``PATCH threads/<id>/``)."""
+    pinned = models.BooleanField(default=False)
+    """Listed first in every order of the drawer (``PATCH threads/<id>/``, ``persistence.tags``)."""
     save_state = models.CharField(max_length=200, blank=True, default="", editable=False)
     """What the last ``save`` stored (see ``save_plan``), or ``""``."""
     active_branch = models.PositiveIntegerField(default=0, editable=False)
