@@ -210,6 +210,7 @@ class StoredConversationAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: igno
     def tag_list(self, obj: StoredConversation) -> str:
         """The thread's tags, in the order they were set (``persistence.tags``)."""
         return ", ".join(obj.tag_rows.order_by("pk").values_list("tag", flat=True)) or "none"
+
     show_full_result_count = False
 
     def has_add_permission(self, request: HttpRequest) -> bool:
