@@ -18,7 +18,11 @@ execution are as the take-over left them, the run record is worker 2's, ended ``
 log it in one warning line, and serve requests again. Neither worker logs a traceback.
 
 Printed (``FIGURE example-worker-loss``): the time from the signal to the first event of the
-resumed execution at the client, the issue's 10 s contract, which the test holds it to.
+resumed execution at the client, the issue's 10 s contract, which the test holds it to; for a
+stopped worker, the time from ``SIGCONT`` to its warning line; and the cache commands on the
+test's key prefix over the whole run (Redis ``MONITOR``), by kind, per second of the run. Lease
+renewals (heartbeats) are not among them: they go to the run store, two queries a beat a
+worker (``StoredAgentRunStore.beat``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -38,6 +43,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+import redis
 
 from django_pydantic_agent.agui.options import RunOptions
 from django_pydantic_agent.chat_history.manager import EPOCH_STRIDE
@@ -62,24 +68,76 @@ Frame = tuple[str | None, dict[str, Any]]
 
 
 @pytest.fixture
-def workers(
-    tmp_path: Path, postgres_database: str, redis_url: str
-) -> Iterator[list[RunningServer]]:
-    """Two workers of the example project on a fresh database and a Redis key prefix of
-    their own, with no durable-run timing set (the example keeps ``RunOptions``' defaults)."""
+def cache_prefix(redis_url: str) -> Iterator[str]:
+    """A Redis key prefix of the test's own, its keys deleted after it."""
     prefix = f"dpa-loss-{uuid.uuid4().hex[:10]}"
-    try:
-        with serve_example_workers(
-            tmp_path,
-            database_url=postgres_database,
-            count=2,
-            REDIS_URL=redis_url,
-            EXAMPLE_CACHE_PREFIX=prefix,
-            DEMO_WORD_DELAY="0.03",
-        ) as servers:
-            yield servers
-    finally:
-        _forget_prefix(redis_url, prefix)
+    yield prefix
+    _forget_prefix(redis_url, prefix)
+
+
+@pytest.fixture
+def workers(
+    tmp_path: Path, postgres_database: str, redis_url: str, cache_prefix: str
+) -> Iterator[list[RunningServer]]:
+    """Two workers of the example project on a fresh database and ``cache_prefix``, with no
+    durable-run timing set (the example keeps ``RunOptions``' defaults)."""
+    with serve_example_workers(
+        tmp_path,
+        database_url=postgres_database,
+        count=2,
+        REDIS_URL=redis_url,
+        EXAMPLE_CACHE_PREFIX=cache_prefix,
+        DEMO_WORD_DELAY="0.03",
+    ) as servers:
+        yield servers
+
+
+class CacheOps:
+    """The Redis commands on the workers' key prefix while open (``MONITOR``), by kind: the
+    relayed log, cancel polls, the sweep lease, the rest."""
+
+    KINDS = {":relay:": "relay", ":cancel:": "cancel", ":sweep:": "sweep"}
+
+    def __init__(self, redis_url: str, prefix: str) -> None:
+        self.prefix = prefix
+        self.counts: dict[str, int] = dict.fromkeys([*self.KINDS.values(), "other"], 0)
+        self.seconds = 0.0
+        self._client = redis.Redis.from_url(redis_url)
+        self._monitor = self._client.monitor()
+        self._open = True
+        self._thread = threading.Thread(target=self._count, daemon=True)
+
+    def __enter__(self) -> CacheOps:
+        self._monitor.__enter__()
+        self._started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.monotonic() - self._started
+        self._open = False
+        self._thread.join(timeout=5)  # the next command on the server wakes it
+        with suppress(Exception):
+            self._monitor.__exit__(None, None, None)
+        self._client.close()
+
+    def _count(self) -> None:
+        with suppress(Exception):  # the connection closes under it at the end
+            for command in self._monitor.listen():
+                if not self._open:
+                    return
+                text = command.get("command", "")
+                if self.prefix not in text:
+                    continue
+                kind = next((k for part, k in self.KINDS.items() if part in text), "other")
+                self.counts[kind] += 1
+
+    def per_second(self) -> str:
+        rate = {kind: count / self.seconds for kind, count in self.counts.items()}
+        total = sum(rate.values())
+        return " ".join(
+            [f"cache_ops_per_s={total:.1f}"] + [f"{k}={v:.1f}" for k, v in rate.items()]
+        )
 
 
 @dataclass
@@ -94,6 +152,8 @@ class Loss:
     arrivals: list[float] = field(default_factory=list)
     signalled_at: float = 0.0
     continued_at: float | None = None
+    #: When a stopped worker's warning line first appeared in its log.
+    fenced_at: float | None = None
     #: The thread's message rows as the take-over left them (before a stopped worker went on).
     rows_at_take_over: dict[str, Any] = field(default_factory=dict)
 
@@ -199,6 +259,9 @@ def _lose_worker(
             for frame in _frames(Stream(response)):
                 loss.tail.append(frame)
                 loss.arrivals.append(time.monotonic())
+                waiting = loss.continued_at is not None and loss.fenced_at is None
+                if waiting and _fenced_lines(first.log):
+                    loss.fenced_at = time.monotonic()
                 if loss.signal == signal.SIGSTOP and loss.continued_at is None:
                     resumed = [e["type"] for i, e in loss.tail if i and _seq(i) > EPOCH_STRIDE]
                     if resumed.count("TEXT_MESSAGE_CONTENT") >= WORDS_BEFORE_SIGCONT:
@@ -276,13 +339,18 @@ def _figure(loss: Loss, **extra: Any) -> None:
 
 @pytest.mark.timeout(300)
 def test_a_killed_workers_run_goes_on_on_the_other_within_ten_seconds(
-    workers: list[RunningServer], postgres_database: str, tmp_path: Path
+    workers: list[RunningServer],
+    postgres_database: str,
+    redis_url: str,
+    cache_prefix: str,
+    tmp_path: Path,
 ) -> None:
     first, second = workers
     loss = Loss(signal.SIGKILL)
-    stored = _lose_worker(loss, first, second, postgres_database)
+    with CacheOps(redis_url, cache_prefix) as ops:
+        stored = _lose_worker(loss, first, second, postgres_database)
     (tmp_path / "frames.json").write_text(json.dumps([loss.seen, loss.tail], indent=1))
-    _figure(loss)
+    _figure(loss, run_s=f"{ops.seconds:.1f}", ops=ops.per_second())
     assert _stream_problems(loss) == []
     _check_thread(loss, stored)
     assert loss.resumed_after() <= CONTRACT_SECONDS
@@ -307,9 +375,12 @@ def test_a_stopped_worker_comes_back_fenced_and_the_run_runs_once(
     assert loss.continued_at is not None, _types(loss.tail)
     # Worker 1 finds its run taken over at its next beat (or refused write), and says so.
     deadline = time.monotonic() + 30
-    while not _fenced_lines(first.log) and time.monotonic() < deadline:
+    while loss.fenced_at is None and time.monotonic() < deadline:
+        if _fenced_lines(first.log):
+            loss.fenced_at = time.monotonic()
         time.sleep(0.2)
-    fenced_after = time.monotonic() - loss.continued_at
+    assert loss.fenced_at is not None, first.log.read_text()
+    fenced_after = loss.fenced_at - loss.continued_at
     # It comes back whole: it answers requests again.
     assert httpx.get(f"{first.url}/accounts/login/", timeout=10).status_code == 200
     rows = _message_rows(postgres_database, loss.thread_id)
