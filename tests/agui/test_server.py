@@ -321,7 +321,7 @@ def _hook(request: Any) -> None:
 
 
 def _spend_limits() -> Any:
-    from pydantic_ai_harness.spend import SpendLimits
+    from django_pydantic_agent._harness_spend import SpendLimits
 
     return SpendLimits[None](budgets=[])
 
