@@ -42,10 +42,10 @@ Environment variables (all optional):
 ``AGENT_HEARTBEAT_SECONDS``
     Silence after which the stream gets a ``: ping`` comment (default ``15``).
 ``AGENT_RUN_HEARTBEAT_SECONDS``, ``AGENT_RUN_LEASE_SECONDS``, ``AGENT_SWEEP_SECONDS``
-    Durable runs: seconds between a run's heartbeats (default ``10``), without a heartbeat
-    before its worker counts as dead (default ``60``), and between two sweeps that end such
-    runs as ``errored`` (default ``60``; ``0`` turns the sweeper off). See
-    ``docs/deployment.md``.
+    Durable runs: seconds between a worker's heartbeats, without a heartbeat before its
+    worker counts as dead, and between two sweeps that take such runs over (``0`` turns the
+    sweeper off). Unset, each keeps ``RunOptions``' default (2, 8 and 5: a dead worker's run
+    goes on on another worker within 10 s). See ``docs/deployment.md``.
 ``AGENT_DRAIN_SECONDS``
     At shutdown (``SIGTERM``), how long the worker lets its runs go on before it hands them
     over to another worker (default ``25``).
@@ -88,6 +88,11 @@ def _env_list(name: str, default: list[str]) -> list[str]:
     value = os.environ.get(name, "")
     items = [item.strip() for item in value.split(",") if item.strip()]
     return items or default
+
+
+def _env_seconds(name: str) -> float | None:
+    value = os.environ.get(name, "").strip()
+    return float(value) if value else None
 
 
 #: The key used when ``DJANGO_SECRET_KEY`` is unset; the ``example.W001`` check warns about it.
@@ -229,10 +234,11 @@ DEMO_WORD_DELAY = float(os.environ.get("DEMO_WORD_DELAY", "0.04"))
 #: ``ensure_demo_user`` keeps the demo admin account (``admin`` / ``admin-password``) too.
 DEMO_ADMIN = _env_flag("DEMO_ADMIN", DEBUG)
 AGENT_HEARTBEAT_SECONDS = float(os.environ.get("AGENT_HEARTBEAT_SECONDS", "15"))
-#: Durable runs: heartbeat, lease (a run silent that long is dead) and sweep interval, seconds.
-AGENT_RUN_HEARTBEAT_SECONDS = float(os.environ.get("AGENT_RUN_HEARTBEAT_SECONDS") or 10)
-AGENT_RUN_LEASE_SECONDS = float(os.environ.get("AGENT_RUN_LEASE_SECONDS") or 60)
-AGENT_SWEEP_SECONDS = float(os.environ.get("AGENT_SWEEP_SECONDS") or 60)
+#: Durable runs: heartbeat, lease (a run silent that long is dead) and sweep interval, seconds;
+#: ``None`` (unset) keeps ``RunOptions``' default.
+AGENT_RUN_HEARTBEAT_SECONDS = _env_seconds("AGENT_RUN_HEARTBEAT_SECONDS")
+AGENT_RUN_LEASE_SECONDS = _env_seconds("AGENT_RUN_LEASE_SECONDS")
+AGENT_SWEEP_SECONDS = _env_seconds("AGENT_SWEEP_SECONDS")
 #: At shutdown, seconds the worker's runs get to finish before they are handed over.
 AGENT_DRAIN_SECONDS = float(os.environ.get("AGENT_DRAIN_SECONDS") or 25)
 #: ``resume`` or ``error``; empty: the server's default (resume where the store can).

@@ -30,6 +30,17 @@ def _setting(name: str) -> Any:
     return getattr(settings, name)
 
 
+def _run_timings() -> dict[str, float]:
+    """The durable runs' timings the environment sets, as ``RunOptions`` keywords."""
+    settings_of = {
+        "run_heartbeat_seconds": "AGENT_RUN_HEARTBEAT_SECONDS",
+        "run_lease_seconds": "AGENT_RUN_LEASE_SECONDS",
+        "sweep_interval_seconds": "AGENT_SWEEP_SECONDS",
+    }
+    found = {option: _setting(name) for option, name in settings_of.items()}
+    return {option: value for option, value in found.items() if value is not None}
+
+
 # The agent and its server are built once, at import; each request gets its own run.
 agent = build_agent(_setting("AGENT_MODEL"), word_delay=_setting("DEMO_WORD_DELAY"))
 # Threads and uploads are kept per user (AGENT_STORE): in contrib.store's tables by default,
@@ -52,12 +63,11 @@ server = AGUIServer(
     ),
     runs=RunOptions(
         heartbeat_seconds=_setting("AGENT_HEARTBEAT_SECONDS"),
-        # A run whose worker died (no heartbeat within the lease) is swept as errored: by the
-        # first worker to take the sweep lease in the cache, at start-up and every
-        # AGENT_SWEEP_SECONDS.
-        run_heartbeat_seconds=_setting("AGENT_RUN_HEARTBEAT_SECONDS"),
-        run_lease_seconds=_setting("AGENT_RUN_LEASE_SECONDS"),
-        sweep_interval_seconds=_setting("AGENT_SWEEP_SECONDS"),
+        # A run whose worker died (no heartbeat within the lease) is taken over by the first
+        # worker to take the sweep lease in the cache, at start-up and every sweep interval,
+        # or by a reader reattaching to it: RunOptions' timings unless the environment sets
+        # them (AGENT_RUN_HEARTBEAT_SECONDS, AGENT_RUN_LEASE_SECONDS, AGENT_SWEEP_SECONDS).
+        **_run_timings(),
         # At shutdown (SIGTERM under uvicorn --lifespan on), runs get this long to finish; the
         # rest are handed over to another worker.
         drain_seconds=_setting("AGENT_DRAIN_SECONDS"),

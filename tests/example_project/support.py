@@ -117,6 +117,8 @@ class RunningServer:
     database: Path
     #: The environment the server runs with, when not ``example_env(database)`` alone.
     env: dict[str, str] = field(default_factory=dict)
+    #: The uvicorn process's id (to signal it: ``SIGKILL``, ``SIGSTOP``).
+    pid: int = 0
 
     def add_user(self, username: str, password: str) -> None:
         """Create (or refresh) a user in the served project's database."""
@@ -144,7 +146,7 @@ def serve_example(workdir: Path, **env: str) -> Iterator[RunningServer]:
     process, url = _start_uvicorn(example_env(database, **env), log_path)
     try:
         _wait_until_up(url, process, log_path)
-        yield RunningServer(url=url, log=log_path, database=database)
+        yield RunningServer(url=url, log=log_path, database=database, pid=process.pid)
     finally:
         _stop(process)
 
@@ -170,7 +172,11 @@ def serve_example_workers(
             log_path = workdir / f"uvicorn-{index}.log"
             process, url = _start_uvicorn(shared, log_path)
             server = RunningServer(
-                url=url, log=log_path, database=workdir / "unused.sqlite3", env=shared
+                url=url,
+                log=log_path,
+                database=workdir / "unused.sqlite3",
+                env=shared,
+                pid=process.pid,
             )
             started.append((process, server))
         for process, server in started:
