@@ -1,16 +1,19 @@
 // The Vercel AI SDK itself (the `ai` package: DefaultChatTransport, readUIMessageStream)
 // against the example project's /api/chat, one scenario per run.
 //
-// Usage: node vercel_ai.mjs <scenario> <origin>
+// Usage: node vercel_ai.mjs <scenario> <origin> [<second worker's origin>]
 // Environment: AGUI_COOKIE (the Cookie header of a logged-in session), AGUI_CSRF (its token).
-// Scenarios: turn, reload, stop, regenerate, client-tool, approval, attachment, refused.
+// Scenarios: turn, reload, stop, regenerate, client-tool, approval, attachment, refused, and
+// death (a page streaming from the first worker prints "READY <chat id>", waits for a line on
+// stdin saying its worker was killed and its run taken over, then reloads on the second).
 // Prints one JSON document: what the client saw (chunk types, the messages the SDK built) and
 // what the server answers for the thread afterwards (GET /api/chat/<id>).
 // AI_PACKAGE picks the release under test: "ai" (7.x) or "ai6" (npm:ai@6.0.333).
 const { DefaultChatTransport, readUIMessageStream } = await import(process.env.AI_PACKAGE || "ai");
 import { randomUUID } from "node:crypto";
+import { createInterface } from "node:readline";
 
-const [scenario, origin] = process.argv.slice(2);
+const [scenario, origin, otherOrigin] = process.argv.slice(2);
 if (!scenario || !origin) {
   console.error("usage: node vercel_ai.mjs <scenario> <origin>");
   process.exit(2);
@@ -97,8 +100,8 @@ async function send(messages, options = {}) {
   return read(stream, { message, stopAfter });
 }
 
-async function thread() {
-  const response = await fetch(`${origin}/api/chat/${encodeURIComponent(chatId)}`, { headers });
+async function thread(at = origin) {
+  const response = await fetch(`${at}/api/chat/${encodeURIComponent(chatId)}`, { headers });
   return { status: response.status, messages: response.ok ? await response.json() : null };
 }
 
@@ -221,6 +224,29 @@ if (scenario === "turn") {
     report.badId = { name: error.name, statusCode: error.statusCode, message: error.message };
   }
   report.thread = await thread();
+} else if (scenario === "death") {
+  // The page streams from worker 1 until a few words are in, then its worker dies; the page
+  // reloads on worker 2: the thread, then useChat's resume (reconnectToStream).
+  const user = userMessage("Tell me a long story about streaming.");
+  let ready = false;
+  const killed = new Promise((resolve) => {
+    createInterface({ input: process.stdin }).once("line", resolve);
+  });
+  report.before = await send([user], {
+    stopAfter: (chunk, count) => {
+      if (!ready && chunk.type === "text-delta" && count > 30) {
+        ready = true;
+        process.stdout.write(`READY ${chatId}\n`);
+      }
+      return ready;
+    },
+  });
+  await killed;
+  report.reloaded = await thread(otherOrigin);
+  const second = new DefaultChatTransport({ api: `${otherOrigin}/api/chat`, headers });
+  const resumed = await second.reconnectToStream({ chatId });
+  report.resumed = resumed ? await read(resumed) : null;
+  report.thread = await thread(otherOrigin);
 } else {
   console.error(`unknown scenario ${scenario}`);
   process.exit(2);
