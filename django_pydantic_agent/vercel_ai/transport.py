@@ -273,20 +273,21 @@ class VercelAITransport:
         return str(answer[0].get("id")), answer[:first]
 
     async def stop(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
-        """``POST <id>/stop``: 202 ``{"threadId", "runId", "status": "cancelling",
-        "cancelled": true}`` while the caller's running run on the thread stops (its partial
-        answer is stored ``interrupted``, and its stream ends with ``abort`` and ``finish``);
-        200 with ``"cancelled": false`` when nothing runs. Any body is ignored."""
+        """``POST <id>/stop``: 202 ``{"runId", "status": "cancelling", "cancelled": true}``
+        while the caller's running run on the thread stops (its partial answer is stored
+        ``interrupted``, and its stream ends with ``abort`` and ``finish``); 200 ``{"runId":
+        null, "status": "idle", "cancelled": false}`` when nothing runs, which is also the
+        answer for a thread of someone else's. Any body is ignored."""
         engine = self.engine
-        idle = {"threadId": thread_id, "runId": None, "cancelled": False}
+        idle = JsonResponse({"runId": None, "status": "idle", "cancelled": False})
         active = await engine.active_run(request, thread_id)
         if active is None:
-            return JsonResponse(idle)
+            return idle
         try:
             status, body = await engine.cancel(request, thread_id, active["runId"])
         except Refusal:
-            return JsonResponse(idle)
-        return JsonResponse({"threadId": thread_id, **body}, status=status)
+            return idle
+        return JsonResponse(body, status=status)
 
     async def thread(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``GET <id>``: the thread's active branch as ``UIMessage[]`` (``vercel_ai.messages``),

@@ -352,7 +352,7 @@ async def test_stop_cancels_the_run_wherever_it_runs(alice: Any, bob: Any) -> No
         shown = await thread(http, "g", "t-stop")
 
     assert not_theirs.status_code == 200
-    assert not_theirs.json() == {"threadId": "t-stop", "runId": None, "cancelled": False}
+    assert not_theirs.json() == {"runId": None, "status": "idle", "cancelled": False}
     assert stopped.status_code == 202
     assert stopped.json()["status"] == "cancelling"
     found = chunks(cut.text)

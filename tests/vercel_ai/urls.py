@@ -10,6 +10,8 @@
 ``csrf``    CSRF enforced (session cookies)
 ``quota``   one thread per user
 ``busy``    a throttle that always refuses
+``anon``    anonymous visitors welcome (their session owns their threads)
+``tiny``    a body cap of 2,000 bytes
 """
 
 from __future__ import annotations
@@ -67,6 +69,13 @@ quota = stored(
     conversation_store=DefaultConversationStore(max_threads_per_owner=1),
 )
 throttled = stored(scripted_agent(), namespace="v-throttled", throttle=lambda request: 3)
+anonymous = stored(
+    gated_agent(),
+    namespace="v-anon",
+    require_authenticated=False,
+    conversation_store=DefaultConversationStore(allow_anonymous=True),
+)
+tiny = stored(scripted_agent(), namespace="v-tiny", max_body_bytes=2000)
 
 urlpatterns = [
     *mounted("s", scripted),
@@ -79,4 +88,6 @@ urlpatterns = [
     *mounted("csrf", csrf),
     *mounted("quota", quota),
     *mounted("busy", throttled),
+    *mounted("anon", anonymous),
+    *mounted("tiny", tiny),
 ]
