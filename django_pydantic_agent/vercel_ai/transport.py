@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import DisallowedHost, ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.urls import NoReverseMatch, Resolver404, URLPattern, path, register_converter
 from django.urls import resolve as resolve_url
@@ -148,15 +148,21 @@ class VercelAITransport:
             return url if isinstance(url, str) else None
 
     def _attachment_id(self, request: HttpRequest) -> Any:
-        host = request.get_host()
-
         def attachment_id(url: str) -> str | None:
-            """The upload ``url`` downloads from the server's attachment route, or ``None``."""
+            """The upload ``url`` downloads from the server's attachment route (a path, or a
+            URL on the request's own host), or ``None``."""
             if self._attachment_view is None:
                 return None
             parts = urlsplit(url)
-            if parts.scheme not in ("", "http", "https") or parts.netloc not in ("", host):
+            if parts.scheme not in ("", "http", "https"):
                 return None
+            if parts.netloc:
+                try:
+                    host = request.get_host()
+                except DisallowedHost:
+                    return None
+                if parts.netloc != host:
+                    return None
             try:
                 match = resolve_url(unquote(parts.path))
             except Resolver404:
