@@ -474,3 +474,30 @@ async def test_a_draining_worker_refuses_new_runs(alice: Any) -> None:
 
     assert refused.status_code == 503
     assert refused.headers["Retry-After"] == "1"
+
+
+@pytest.mark.filterwarnings("ignore:Client-submitted file URLs")
+async def test_a_project_that_does_not_validate_hosts_is_served(alice: Any) -> None:
+    """Regression: the attachment lookup asked ``request.get_host()`` of every request, which
+    raised ``DisallowedHost`` (Django's HTML 400) where no middleware had validated the host
+    (``CommonMiddleware`` does), as under ``bench.site``."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    middleware = [m for m in settings.MIDDLEWARE if not m.endswith("CommonMiddleware")]
+    link = {
+        "type": "file",
+        "mediaType": "text/plain",
+        "url": "http://testserver/s/agent/attachments/x/",
+    }
+    with override_settings(ALLOWED_HOSTS=["example.com"], MIDDLEWARE=middleware):
+        async with await logged_in(alice) as http:
+            plain = await http.post("/s/api/chat", json=chat_body("t-host"))
+            linked = await http.post(
+                "/s/api/chat", json=chat_body("t-host-2", user_message("Read", "u-1", link))
+            )
+
+    assert plain.status_code == 200
+    assert chunks(plain.text)[-1]["finishReason"] == "stop"
+    # A URL on a host the project does not serve names no upload of ours: a plain link.
+    assert linked.status_code == 200
