@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
+from django.conf import settings
 from django.core.cache import cache
+from django.core.handlers.asgi import ASGIHandler
+from django.test import override_settings
 
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.contrib.store.models import StoredMessage
 from tests.agui.agents import GATE, SENT_EMAILS
-from tests.agui.conftest import run_body, sse_events
+from tests.agui.conftest import run_body, session_cookie, sse_events
 from tests.vercel_ai.conftest import (
     chat_body,
     chunks,
@@ -481,9 +485,6 @@ async def test_a_project_that_does_not_validate_hosts_is_served(alice: Any) -> N
     """Regression: the attachment lookup asked ``request.get_host()`` of every request, which
     raised ``DisallowedHost`` (Django's HTML 400) where no middleware had validated the host
     (``CommonMiddleware`` does), as under ``bench.site``."""
-    from django.conf import settings
-    from django.test import override_settings
-
     middleware = [m for m in settings.MIDDLEWARE if not m.endswith("CommonMiddleware")]
     link = {
         "type": "file",
@@ -491,7 +492,11 @@ async def test_a_project_that_does_not_validate_hosts_is_served(alice: Any) -> N
         "url": "http://testserver/s/agent/attachments/x/",
     }
     with override_settings(ALLOWED_HOSTS=["example.com"], MIDDLEWARE=middleware):
-        async with await logged_in(alice) as http:
+        app = ASGIHandler()  # its middleware read now, without CommonMiddleware
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://testserver"
+        ) as http:
+            http.cookies.set(settings.SESSION_COOKIE_NAME, await session_cookie(alice))
             plain = await http.post("/s/api/chat", json=chat_body("t-host"))
             linked = await http.post(
                 "/s/api/chat", json=chat_body("t-host-2", user_message("Read", "u-1", link))
@@ -501,3 +506,17 @@ async def test_a_project_that_does_not_validate_hosts_is_served(alice: Any) -> N
     assert chunks(plain.text)[-1]["finishReason"] == "stop"
     # A URL on a host the project does not serve names no upload of ours: a plain link.
     assert linked.status_code == 200
+
+
+async def test_the_usage_ledger_counts_the_runs_of_both_transports(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        chat = await http.post("/s/api/chat", json=chat_body("t-usage"))
+        await http.post("/s/agent/", json=run_body(thread_id="t-usage-2", run_id="r-1"))
+        await RunCoordinator.wait_for_all_runs()
+        usage = (await http.get("/s/agent/usage/?thread=t-usage")).json()
+        total = (await http.get("/s/agent/usage/")).json()
+
+    [streamed] = chunks(chat.text)[-1]["messageMetadata"]["usage"]
+    assert usage["thread"]["runs"] == 1
+    assert usage["thread"]["inputTokens"] == streamed["inputTokens"]
+    assert total["total"]["runs"] == 2
