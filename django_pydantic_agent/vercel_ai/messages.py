@@ -48,6 +48,8 @@ __all__ = [
     "answer_items",
     "answer_metadata",
     "last_answer",
+    "result_outcome",
+    "tool_input",
     "tool_output",
     "turns",
     "ui_messages",
@@ -143,26 +145,27 @@ def _text(content: Any) -> str:
     return ""
 
 
-def _arguments(raw: Any) -> Any:
-    """A stored tool call's ``arguments`` (a JSON string) as the call's ``input``."""
-    if not isinstance(raw, str):
-        return raw if raw is not None else {}
-    if not raw.strip():
+def tool_input(arguments: Any) -> Any:
+    """A tool call's ``arguments`` (a JSON string, streamed or stored) as its ``input``: the
+    JSON value, ``{}`` for none, the text itself when it is not JSON."""
+    if not isinstance(arguments, str):
+        return arguments if arguments is not None else {}
+    if not arguments.strip():
         return {}
     try:
-        return json.loads(raw)
+        return json.loads(arguments)
     except ValueError:
-        return raw
+        return arguments
 
 
-def _result_outcome(result: dict[str, Any]) -> str | None:
+def result_outcome(encrypted_value: Any) -> str | None:
     """The outcome pydantic-ai recorded on a tool result (``denied``, ``failed``, ...), from
-    its ``encryptedValue`` (``{"pydantic_ai": {"outcome": ...}}``); ``None`` for success."""
-    raw = result.get("encryptedValue")
-    if not isinstance(raw, str) or "pydantic_ai" not in raw:
+    its ``encryptedValue`` (``{"pydantic_ai": {"outcome": ...}}``); ``None`` for success and
+    for any other value."""
+    if not isinstance(encrypted_value, str) or "pydantic_ai" not in encrypted_value:
         return None
     try:
-        claims = json.loads(raw).get("pydantic_ai")
+        claims = json.loads(encrypted_value).get("pydantic_ai")
     except (ValueError, AttributeError):
         return None
     outcome = claims.get("outcome") if isinstance(claims, dict) else None
@@ -208,7 +211,7 @@ def _tool_item(
     fields: dict[str, Any] = {
         "call_id": call_id,
         "name": name,
-        "input": _arguments(function.get("arguments")),
+        "input": tool_input(function.get("arguments")),
         "provider_executed": name in server_tools,
     }
     if approval is not None:
@@ -217,7 +220,7 @@ def _tool_item(
         # A result stored under the call's own id is a page's answer (vercel_ai.request);
         # any other is the server's.
         fields["provider_executed"] |= result.get("id") != call_id
-        outcome = _result_outcome(result)
+        outcome = result_outcome(result.get("encryptedValue"))
         content = result.get("content")
         if outcome == _DENIED:
             return ToolItem(state="output-denied", approved=False, **fields)

@@ -21,7 +21,6 @@ the AI SDK 6 and 7 both read them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +60,8 @@ from django_pydantic_agent.vercel_ai.messages import (
     ToolItem,
     answer_items,
     last_answer,
+    result_outcome,
+    tool_input,
     tool_output,
 )
 
@@ -86,25 +87,6 @@ STOPPED = "The run was stopped."
 
 # Tool results pydantic-ai marks with a non-success outcome (``{"pydantic_ai": {"outcome"}}``).
 _DENIED = "denied"
-
-
-def _outcome(encrypted: str) -> str | None:
-    try:
-        claims = json.loads(encrypted).get("pydantic_ai")
-    except (ValueError, AttributeError):
-        return None
-    outcome = claims.get("outcome") if isinstance(claims, dict) else None
-    return outcome if isinstance(outcome, str) else None
-
-
-def _parsed(arguments: str) -> Any:
-    """A streamed tool call's arguments as its ``input``."""
-    if not arguments.strip():
-        return {}
-    try:
-        return json.loads(arguments)
-    except ValueError:
-        return arguments
 
 
 @dataclass(kw_only=True)
@@ -156,7 +138,7 @@ class UIMessageStreamEncoder:
         if self._pending is not None:
             pending, self._pending = self._pending, None
             if kind == EventType.REASONING_ENCRYPTED_VALUE and e.entity_id == pending.message_id:
-                self._result(out, pending, _outcome(e.encrypted_value))
+                self._result(out, pending, result_outcome(e.encrypted_value))
                 return out
             self._result(out, pending, None)
         if kind == EventType.TEXT_MESSAGE_CONTENT:  # the hot path: one delta
@@ -213,7 +195,7 @@ class UIMessageStreamEncoder:
                     ToolInputAvailableChunk(
                         tool_call_id=call_id,
                         tool_name=call.name,
-                        input=_parsed("".join(call.arguments)),
+                        input=tool_input("".join(call.arguments)),
                         provider_executed=self._executed(call.name),
                     )
                 )

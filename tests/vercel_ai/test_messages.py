@@ -9,6 +9,8 @@ from django_pydantic_agent.persistence.wire import BOOKKEEPING_KEY
 from django_pydantic_agent.vercel_ai.messages import (
     answer_metadata,
     last_answer,
+    result_outcome,
+    tool_input,
     tool_output,
     turns,
     ui_messages,
@@ -239,3 +241,60 @@ def test_tool_output_parses_objects_and_arrays_only() -> None:
     assert tool_output("5") == "5"
     assert tool_output("{broken") == "{broken"
     assert tool_output(None) is None
+
+
+def test_tool_input_and_result_outcome_read_what_they_can() -> None:
+    assert tool_input('{"a": 1}') == {"a": 1}
+    assert tool_input("  ") == {}
+    assert tool_input(None) == {}
+    assert tool_input({"a": 1}) == {"a": 1}
+    assert tool_input("not json") == "not json"
+    assert result_outcome(json.dumps({"pydantic_ai": {"outcome": "denied"}})) == "denied"
+    assert result_outcome("pydantic_ai but not json") is None
+    assert result_outcome(json.dumps(["pydantic_ai"])) is None
+    assert result_outcome(json.dumps({"pydantic_ai": "x"})) is None
+    assert result_outcome(None) is None
+
+
+def test_odd_stored_shapes_show_what_they_can() -> None:
+    messages = [
+        {
+            "id": "u",
+            "role": "user",
+            "content": [
+                {
+                    "type": "image",
+                    "source": {"type": "data", "value": "AA", "mimeType": "image/png"},
+                    "metadata": {"filename": "a.png"},
+                }
+            ],
+            "metadata": {"attachments": [{"id": "f2", "name": 7}, "junk"]},
+        },
+        {
+            "id": "a",
+            "role": "assistant",
+            "content": {"odd": True},
+            "toolCalls": ["junk", call("c", "add")],
+        },
+        {
+            "id": "t",
+            "role": "tool",
+            "toolCallId": "c",
+            "content": "",
+            "encryptedValue": json.dumps({"pydantic_ai": {"outcome": "failed"}}),
+        },
+        {"id": "x", "role": "activity", "content": "ignored"},
+    ]
+    user, answer = shown(messages)
+
+    assert user["parts"] == [
+        {"type": "file", "mediaType": "application/octet-stream", "url": "/agent/attachments/f2/"},
+        {
+            "type": "file",
+            "mediaType": "image/png",
+            "filename": "a.png",
+            "url": "data:image/png;base64,AA",
+        },
+    ]
+    [_step, tool] = answer["parts"]
+    assert (tool["state"], tool["errorText"]) == ("output-error", "The tool call failed.")

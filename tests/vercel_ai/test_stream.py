@@ -351,3 +351,56 @@ async def test_the_response_carries_the_stream_header() -> None:
     assert response["Content-Type"] == "text/event-stream"
     assert response["Content-Encoding"] == "identity"
     assert body.endswith(DONE.encode())
+
+
+def test_a_replay_sends_each_stored_outcome_once() -> None:
+    denied = json.dumps({"pydantic_ai": {"outcome": "denied"}})
+    outcome = {"type": "interrupt", "interrupts": [{"id": "int-ask", "toolCallId": "ask"}]}
+    group = [
+        {
+            "id": "a",
+            "role": "assistant",
+            "toolCalls": [
+                {"id": c, "type": "function", "function": {"name": "email", "arguments": "{}"}}
+                for c in ("ask", "no", "err")
+            ],
+            "chatHistory": {"runOutcome": outcome},
+        },
+        {
+            "id": "x1",
+            "role": "tool",
+            "toolCallId": "no",
+            "content": "No.",
+            "encryptedValue": denied,
+        },
+        {"id": "x2", "role": "tool", "toolCallId": "err", "content": "", "error": "Boom."},
+    ]
+    encoder = UIMessageStreamEncoder()
+    found = [json.loads(c.encode(6)) for c in encoder.replay(group)]
+    again = encoder.replay(group)
+
+    assert [c["type"] for c in found] == [
+        "start",
+        "start-step",
+        "tool-input-available",
+        "tool-approval-request",
+        "tool-input-available",
+        "tool-output-denied",
+        "tool-input-available",
+        "tool-output-error",
+    ]
+    assert found[-1] == {"type": "tool-output-error", "toolCallId": "err", "errorText": "Boom."}
+    assert again == []
+    assert encoder.replay([]) == []
+
+
+async def test_a_result_held_at_the_end_of_the_log_is_sent() -> None:
+    result = ToolCallResultEvent(message_id="x", tool_call_id="c1", content="1")
+    frames = [
+        frame
+        async for frame in ui_message_frames(
+            batches([(1, STARTED), (2, result)]), UIMessageStreamEncoder()
+        )
+    ]
+
+    assert types(chunks("".join(frames))) == ["start", "tool-output-available"]
