@@ -19,7 +19,7 @@ from pydantic_ai import Agent
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
 
 from bench.turncost import SAME_WINDOW
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, AttachmentOptions, MountOptions
 from django_pydantic_agent.chat_history import HistoryWindow
 from django_pydantic_agent.contrib.memory_service_emulator.urls import memory_service_urls
 from django_pydantic_agent.contrib.store.stores import (
@@ -94,9 +94,21 @@ def memory_service(delay: float) -> MemoryServiceConversationStore:
     return MemoryServiceConversationStore(client, f"bench-{int(delay * 1000)}ms")
 
 
-def mount(name: str, agent: Agent[None, str], *, chat: bool = False, **options: Any) -> list[Any]:
+def mount(
+    name: str,
+    agent: Agent[None, str],
+    *,
+    chat: bool = False,
+    max_body_bytes: int | None = None,
+    **options: Any,
+) -> list[Any]:
     """The server at ``<name>/``, and with ``chat`` its AI SDK routes at ``<name>-chat``."""
-    server = AGUIServer(agent, get_user=bench_user, csrf_exempt=True, namespace=name, **options)
+    server = AGUIServer(
+        agent,
+        access=AccessPolicy(get_user=bench_user, csrf_exempt=True),
+        mount=MountOptions(namespace=name, max_body_bytes=max_body_bytes),
+        **options,
+    )
     mounted = [path(f"{name}/", server.urls)]
     if chat:
         transport = VercelAITransport(server, namespace=f"{name}-chat")
@@ -113,7 +125,7 @@ urlpatterns = [
         chat=True,
         conversation_store=DefaultConversationStore(),
         attachment_store=DefaultAttachmentStore(),
-        attachment_max_bytes=settings.BENCH_UPLOAD_MAX_BYTES,
+        attachments=AttachmentOptions(max_bytes=settings.BENCH_UPLOAD_MAX_BYTES),
     ),
     *mount("ms", agent, conversation_store=memory_service(0.0)),
     *mount("ms20", agent, conversation_store=memory_service(0.020)),

@@ -5,7 +5,7 @@ so every route answers the same way. The order is fixed and load-bearing: identi
 (401), authorize them (403), and only then look at the HTTP method (405). A route that answered
 405 to a stranger would tell them which optional routes are mounted. CSRF is checked after
 authentication with Django's own ``CsrfViewMiddleware`` logic, so a failure is a JSON 403 like
-every other refusal. ``store_refusal`` is re-exported from ``errors.py``, where it lives.
+every other refusal.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
-from django_pydantic_agent.agui.errors import store_refusal
 from django_pydantic_agent.agui.http import error_response
 from django_pydantic_agent.agui.options import check_callable, check_flag
 
@@ -33,7 +32,6 @@ __all__ = [
     "call_hook",
     "error_response",
     "is_async_callable",
-    "store_refusal",
 ]
 
 #: ``get_user(request)``: returns the acting user (or ``None`` for "nobody"); sync or async.
@@ -105,26 +103,31 @@ def _anonymous() -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class AccessPolicy:
-    """Who may call an ``AGUIServer``'s views, and how often.
+    """Who may call an ``AGUIServer``'s views, and how often (``AGUIServer(access=...)``).
 
     ``require_authenticated`` refuses anonymous callers with 401. ``get_user`` replaces the
     session user (for header or token authentication); its result, or ``AnonymousUser`` for
     ``None``, becomes ``request.user``. ``authorize`` runs once the user is known; a falsy
-    result is a 403. ``csrf_exempt=False`` enforces Django's CSRF check on unsafe methods.
-    ``throttle`` is consulted by the run and upload views only.
+    result is a 403. ``csrf_exempt=False`` enforces Django's CSRF check on unsafe methods;
+    ``None`` (unstated) exempts, and the server warns when it authenticates with cookies.
+    ``throttle`` is consulted by the run and upload views only. A hook that is not callable is
+    a ``TypeError``.
     """
 
-    require_authenticated: bool
-    get_user: GetUserHook | None
-    authorize: AuthorizeHook | None
-    csrf_exempt: bool
-    throttle: ThrottleHook | None
+    require_authenticated: bool = True
+    get_user: GetUserHook | None = None
+    authorize: AuthorizeHook | None = None
+    csrf_exempt: bool | None = None
+    throttle: ThrottleHook | None = None
 
     def __post_init__(self) -> None:
         check_flag("require_authenticated", self.require_authenticated)
         for name in ("get_user", "authorize", "throttle"):
             check_callable(name, getattr(self, name))
-        check_flag("csrf_exempt", self.csrf_exempt)
+        if self.csrf_exempt is not None and not isinstance(self.csrf_exempt, bool):
+            raise TypeError(
+                f"csrf_exempt={self.csrf_exempt!r} must be True, False or None (unstated)."
+            )
 
     async def authenticate(self, request: HttpRequest) -> JsonResponse | None:
         """Set ``request.user`` and return a 401/403 response, or ``None`` when allowed."""
@@ -143,9 +146,9 @@ class AccessPolicy:
         """Return a JSON 403 when CSRF is enforced and ``request`` fails it, else ``None``.
 
         Synchronous (it may read ``request.POST`` or the session): call it off the event loop.
-        Safe methods and exempt servers always pass.
+        Safe methods and exempt servers (``csrf_exempt`` ``True`` or unstated) always pass.
         """
-        if self.csrf_exempt or request.method not in UNSAFE_METHODS:
+        if self.csrf_exempt is not False or request.method not in UNSAFE_METHODS:
             return None
         return _csrf_failure(request)
 

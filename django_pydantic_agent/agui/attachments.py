@@ -32,14 +32,15 @@ from django.http.multipartparser import MultiPartParserError
 from django.utils.http import content_disposition_header
 
 from django_pydantic_agent.agui.access import AccessPolicy
-from django_pydantic_agent.agui.errors import store_refusal
-from django_pydantic_agent.agui.http import error_response
+from django_pydantic_agent.agui.errors import Refusal
 from django_pydantic_agent.agui.options import AttachmentOptions
 from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing
 from django_pydantic_agent.agui.views import Route
-from django_pydantic_agent.persistence import AttachmentStore, StoreError, is_persistent
+from django_pydantic_agent.persistence import AttachmentStore, is_persistent
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from django.core.files.uploadedfile import UploadedFile
 
 __all__ = [
@@ -127,7 +128,7 @@ def _normalized_type(content_type: str | None) -> str | None:
     return declared if _MIME_TYPE.fullmatch(declared) else None
 
 
-def _type_allowed(content_type: str, allowed: tuple[str, ...]) -> bool:
+def _type_allowed(content_type: str, allowed: Sequence[str]) -> bool:
     """Whether ``content_type`` matches the allowlist (``()`` allows all; ``image/*`` works)."""
     if not allowed:
         return True
@@ -216,6 +217,7 @@ class AttachmentEndpoints:
                 capped=False,
                 upload_max_bytes=self._options.max_bytes,
                 mounted=mounted,
+                store="attachment",
             ),
             Route(
                 path="attachments/<str:attachment_id>/",
@@ -223,13 +225,13 @@ class AttachmentEndpoints:
                 handlers={"GET": self.download, "DELETE": self.delete},
                 not_found=ATTACHMENT_NOT_FOUND,
                 mounted=mounted,
+                store="attachment",
             ),
         ]
 
-    def _parse(
-        self, request: HttpRequest
-    ) -> tuple[UploadedFile[bytes] | None, HttpResponseBase | None]:
-        """Install the cap, run the CSRF check and parse the body (sync, in a worker thread).
+    def _parse(self, request: HttpRequest) -> UploadedFile[bytes]:
+        """Install the cap, run the CSRF check and parse the body (sync, in a worker thread);
+        raises the ``Refusal`` refusing the upload.
 
         The cap must be in place before anything touches ``request.POST``, the CSRF check
         included, since that is what parses the body.
@@ -237,26 +239,24 @@ class AttachmentEndpoints:
         max_bytes = self._options.max_bytes
         cap = CappedUploadHandler(max_bytes, request)
         request.upload_handlers = [cap, *request.upload_handlers]
-        one_file = error_response(
-            400, 'Send multipart/form-data with exactly one file, in the "file" field.'
-        )
+        one_file = 'Send multipart/form-data with exactly one file, in the "file" field.'
         try:
             refusal = self._access.csrf_failure(request)
             files = request.FILES
         except RequestDataTooBig:
-            return None, error_response(
+            raise Refusal(
                 413, "The form fields exceed DATA_UPLOAD_MAX_MEMORY_SIZE; send only the file."
-            )
+            ) from None
         except (MultiPartParserError, TooManyFieldsSent, TooManyFilesSent):
-            return None, one_file
+            raise Refusal(400, one_file) from None
         if cap.exceeded:
-            return None, error_response(413, f"The file exceeds the {max_bytes}-byte limit.")
+            raise Refusal(413, f"The file exceeds the {max_bytes}-byte limit.")
         if refusal is not None:
-            return None, refusal
+            raise Refusal.of(refusal)
         uploads = [f for key in files for f in files.getlist(key)]
         if len(uploads) != 1 or "file" not in files:
-            return None, one_file
-        return uploads[0], None
+            raise Refusal(400, one_file)
+        return uploads[0]
 
     async def upload(self, request: HttpRequest) -> HttpResponseBase:
         """``POST attachments/``: store one file; 201 with its ref as JSON.
@@ -264,13 +264,13 @@ class AttachmentEndpoints:
         Refusals: 410 (the store keeps no files), 429 (throttle), 411 (no ``Content-Length``),
         413 (over the cap, judged from ``Content-Length`` first and then while reading), 400
         (not exactly one ``file``), 415 (a part type that is not a plain ``type/subtype``, or
-        not in ``attachment_allowed_types``), 403 (anonymous callers refused).
+        not in ``AttachmentOptions.allowed_types``), 403 (anonymous callers refused).
         """
         store = self._store
         max_bytes = self._options.max_bytes
         allowed = self._options.allowed_types
         if not is_persistent(store):
-            return error_response(410, "Uploads are turned off on this agent endpoint.")
+            raise Refusal(410, "Uploads are turned off on this agent endpoint.")
         throttled = await self._access.check_throttle(request)
         if throttled is not None:
             return throttled
@@ -278,38 +278,30 @@ class AttachmentEndpoints:
         raw_length = request.META.get("CONTENT_LENGTH")
         if not raw_length:
             # Django reads no body without a length (a chunked upload would look empty).
-            return error_response(
-                411, "Send the upload with a Content-Length header (not chunked)."
-            )
+            raise Refusal(411, "Send the upload with a Content-Length header (not chunked).")
         try:
             declared = int(raw_length)
         except ValueError:
             declared = 0
         if declared > max_bytes + MULTIPART_OVERHEAD_BYTES:
-            return error_response(413, f"The file exceeds the {max_bytes}-byte limit.")
-        upload, refusal = await sync_to_async(self._parse)(request)
-        if refusal is not None:
-            return refusal
-        assert upload is not None
+            raise Refusal(413, f"The file exceeds the {max_bytes}-byte limit.")
+        upload = await sync_to_async(self._parse)(request)
         content_type = _normalized_type(upload.content_type)
         if content_type is None:
-            return error_response(
+            raise Refusal(
                 415,
                 "The file's content type is not a valid MIME type; declare one such as "
                 "'text/plain' or 'image/png'.",
             )
         if not _type_allowed(content_type, allowed):
-            return error_response(
+            raise Refusal(
                 415,
                 f"The content type {content_type!r} is not accepted here; allowed: "
                 f"{', '.join(allowed)}.",
             )
         upload.content_type = content_type
         await ensure_anonymous_session(request, store)
-        try:
-            ref = await store.save(upload, request=request)
-        except StoreError as exc:
-            return store_refusal(exc, store="attachment")
+        ref = await store.save(upload, request=request)
         body: dict[str, Any] = {"id": ref.id, "name": ref.name, "mime": ref.mime, "size": ref.size}
         if ref.url:
             body["url"] = ref.url
@@ -324,13 +316,10 @@ class AttachmentEndpoints:
         """
         store = self._store
         if await owns_nothing(request, store):
-            return error_response(404, ATTACHMENT_NOT_FOUND)
-        try:
-            opened = await store.open(attachment_id, request=request)
-        except StoreError as exc:
-            return store_refusal(exc, store="attachment")
+            raise Refusal(404, ATTACHMENT_NOT_FOUND)
+        opened = await store.open(attachment_id, request=request)
         if opened is None:
-            return error_response(404, ATTACHMENT_NOT_FOUND)
+            raise Refusal(404, ATTACHMENT_NOT_FOUND)
         content_type = opened.ref.mime or "application/octet-stream"
         filename = safe_filename(opened.ref.name)
         response: HttpResponseBase
@@ -349,10 +338,6 @@ class AttachmentEndpoints:
     async def delete(self, request: HttpRequest, attachment_id: str) -> HttpResponseBase:
         """``DELETE attachments/<id>/``: always 204, whether or not the file existed."""
         store = self._store
-        if await owns_nothing(request, store):
-            return HttpResponse(status=204)
-        try:
+        if not await owns_nothing(request, store):
             await store.delete(attachment_id, request=request)
-        except StoreError as exc:
-            return store_refusal(exc, store="attachment")
         return HttpResponse(status=204)

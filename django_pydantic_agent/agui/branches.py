@@ -17,11 +17,11 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
-from django_pydantic_agent.agui.errors import store_refusal
-from django_pydantic_agent.agui.http import error_response, read_json_object, refuse_input
+from django_pydantic_agent.agui.errors import Refusal
+from django_pydantic_agent.agui.http import read_json_object
 from django_pydantic_agent.agui.owners import owns_nothing
 from django_pydantic_agent.agui.views import Route
-from django_pydantic_agent.persistence import ConversationStore, StoreError, is_persistent
+from django_pydantic_agent.persistence import ConversationStore, is_persistent
 from django_pydantic_agent.persistence.branching import BranchPoint, activate_branch, fork_thread
 
 __all__ = [
@@ -83,19 +83,14 @@ async def switch_branch(
     400 for a bad id, 404 for a missing thread or message, 409 while a run streams."""
     problem = message_id_problem(payload, "activeMessageId")
     if problem is not None:
-        return refuse_input(request, problem)
+        raise Refusal.invalid(request, problem)
     message_id = payload["activeMessageId"]
-    if await owns_nothing(request, store):
-        return error_response(404, _NOT_FOUND)
-    try:
-        if not await store.exists(thread_id, request=request):
-            return error_response(404, _NOT_FOUND)
-        if active_run is not None and await active_run(request, thread_id) is not None:
-            return error_response(409, BUSY)
-        if not await activate_branch(store, thread_id, message_id, request=request):
-            return error_response(404, MESSAGE_NOT_FOUND)
-    except StoreError as exc:
-        return store_refusal(exc, store="conversation")
+    if await owns_nothing(request, store) or not await store.exists(thread_id, request=request):
+        raise Refusal(404, _NOT_FOUND)
+    if active_run is not None and await active_run(request, thread_id) is not None:
+        raise Refusal(409, BUSY)
+    if not await activate_branch(store, thread_id, message_id, request=request):
+        raise Refusal(404, MESSAGE_NOT_FOUND)
     return JsonResponse({"threadId": thread_id, "activeMessageId": message_id})
 
 
@@ -129,21 +124,13 @@ class BranchEndpoints:
             too_big=FORK_TOO_BIG,
             not_object=message_id_problem(None, "messageId") or "",
         )
-        if not isinstance(payload, dict):
-            return payload
         problem = message_id_problem(payload, "messageId")
         if problem is not None:
-            return refuse_input(request, problem)
-        if await owns_nothing(request, self._store):
-            return error_response(404, _NOT_FOUND)
-        try:
-            if not await self._store.exists(thread_id, request=request):
-                return error_response(404, _NOT_FOUND)
-            new_id = await fork_thread(
-                self._store, thread_id, payload["messageId"], request=request
-            )
-        except StoreError as exc:
-            return store_refusal(exc, store="conversation")
+            raise Refusal.invalid(request, problem)
+        store = self._store
+        if await owns_nothing(request, store) or not await store.exists(thread_id, request=request):
+            raise Refusal(404, _NOT_FOUND)
+        new_id = await fork_thread(store, thread_id, payload["messageId"], request=request)
         if new_id is None:
-            return error_response(404, MESSAGE_NOT_FOUND)
+            raise Refusal(404, MESSAGE_NOT_FOUND)
         return JsonResponse({"threadId": new_id}, status=201)

@@ -4,7 +4,7 @@ Two rules live here, each written once. A store's deliberate refusal (``StoreErr
 described by ``describe_store_refusal``: ``AnonymousOperationError`` is 403, ``StoreLimitError``
 413 and any other ``StoreError`` 409, with the store's own message (written for the caller), or
 a fixed sentence for an anonymous visitor. Before a stream starts it is answered as JSON
-(``store_refusal``); once one has started, as a ``RUN_ERROR`` (``store_refusal_event``). Every
+(``Refusal.of_store``); once one has started, as a ``RUN_ERROR`` (``store_refusal_event``). Every
 other failure reaches the client through ``redact_run_error``: its text only when the server
 exposes error messages, else a generic sentence (the real exception is logged by the caller).
 """
@@ -12,13 +12,13 @@ exposes error messages, else a generic sentence (the real exception is logged by
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from ag_ui.core import RunErrorEvent
-from django.http import JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from django_pydantic_agent.agui.http import error_response
 from django_pydantic_agent.persistence import AnonymousOperationError, StoreError, StoreLimitError
 
 __all__ = [
@@ -28,13 +28,16 @@ __all__ = [
     "STORE_LIMIT_CODE",
     "STORE_REFUSED_CODE",
     "Refusal",
+    "StoreKind",
     "StoreRefusal",
     "describe_store_refusal",
+    "logged_path",
     "redact_run_error",
     "run_error",
-    "store_refusal",
     "store_refusal_event",
 ]
+
+logger = logging.getLogger("django_pydantic_agent.agui")
 
 #: The ``RUN_ERROR`` message a client sees unless the server exposes error messages.
 REDACTED_RUN_ERROR = "The agent run failed. The error has been logged on the server."
@@ -61,10 +64,17 @@ class StoreRefusal:
     message: str
 
 
+def logged_path(request: HttpRequest) -> str:
+    """``request.path`` for a log line: as is when printable, else its ``repr`` (no newlines)."""
+    path = request.path
+    return path if path.isprintable() else repr(path)
+
+
 class Refusal(Exception):
     """A request refused before anything streams: its HTTP ``status``, the sentence the
-    caller reads (``message``), the answer's headers and extra JSON ``fields``. A transport
-    renders it; AG-UI's routes answer ``response()``, ``{"error": message, **fields}``.
+    caller reads (``message``), the answer's headers and extra JSON ``fields``. Every route
+    raises it, and one place answers it (``views.AGUIView``), as ``response()``:
+    ``{"error": message, **fields}``. Another transport renders it its own way.
 
     ``logged``: the refusal was logged already (one line), so Django's request logger must not
     log the answer again.
@@ -87,7 +97,15 @@ class Refusal(Exception):
         self.logged = logged
 
     @classmethod
-    def of(cls, response: JsonResponse) -> Refusal:
+    def invalid(cls, request: HttpRequest, message: str) -> Refusal:
+        """A 400 for bad input, logged now as exactly one ``WARNING`` line (never a traceback:
+        a client's bad input is not a server fault). ``message`` names the problem without
+        echoing the payload."""
+        logger.warning("Refused %s %s with 400: %s", request.method, logged_path(request), message)
+        return cls(400, message, logged=True)
+
+    @classmethod
+    def of(cls, response: HttpResponse) -> Refusal:
         """The refusal a JSON error answer (``{"error", ...}``) stands for."""
         body = json.loads(response.content)
         message = str(body.pop("error", ""))
@@ -125,12 +143,6 @@ def describe_store_refusal(exc: StoreError, *, store: StoreKind) -> StoreRefusal
     if isinstance(exc, StoreLimitError):
         return StoreRefusal(status=413, message=str(exc))
     return StoreRefusal(status=409, message=str(exc))
-
-
-def store_refusal(exc: StoreError, *, store: StoreKind) -> JsonResponse:
-    """The JSON answer (403, 413 or 409) to a store's refusal before any stream started."""
-    refusal = describe_store_refusal(exc, store=store)
-    return error_response(refusal.status, refusal.message)
 
 
 def store_refusal_event(exc: StoreError, *, store: StoreKind) -> RunErrorEvent:

@@ -1,10 +1,10 @@
 """HTTP plumbing shared by the AG-UI routes: JSON bodies, body caps, refusals and backend errors.
 
-Each route answers in JSON whatever goes wrong before a stream starts. Four helpers here make
-that uniform: ``read_json_body`` reads an ``application/json`` body without ever reading more than
-the route's cap, ``read_json_object`` parses such a body into an object (or answers the 4xx
-naming what is wrong with it), ``refuse_input`` answers a 400 and logs it as one ``WARNING``
-line, and ``backend_error_response`` answers a ``DatabaseError`` or a ``DRMemoryServiceError``
+Each route answers in JSON whatever goes wrong before a stream starts: a handler raises
+``errors.Refusal``, and ``views.AGUIView`` answers it. Here: ``read_json_body`` reads an
+``application/json`` body without ever reading more than the route's cap, ``read_json_object``
+parses such a body into an object (or raises the 4xx naming what is wrong with it), and
+``backend_error_response`` answers a ``DatabaseError`` or a ``DRMemoryServiceError``
 with a 503 (lock, timeout, outage or rate limit, with ``Retry-After``) or a 500, logged once with
 the detail, which the client never sees; an outage of the database, the cache or the file
 storage (``persistence.outages``) is a 503 (a full disk a 507), logged as one line.
@@ -20,8 +20,9 @@ from typing import Any, Final
 
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import HttpRequest, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, JsonResponse
 
+from django_pydantic_agent.agui.errors import Refusal, logged_path
 from django_pydantic_agent.agui.unstorable import (
     may_hold_unstorable_values,
     unstorable_problem,
@@ -64,7 +65,6 @@ __all__ = [
     "not_json_response",
     "read_json_body",
     "read_json_object",
-    "refuse_input",
 ]
 
 logger = logging.getLogger("django_pydantic_agent.agui")
@@ -172,15 +172,15 @@ def is_json_request(request: HttpRequest) -> bool:
     return declared == "application/json"
 
 
-def not_json_response() -> HttpResponseBase:
+def not_json_response() -> JsonResponse:
     """The 415 every JSON route answers to a body that is not declared as JSON."""
     return error_response(
         415, "Send the body as JSON, with the header Content-Type: application/json."
     )
 
 
-def read_json_body(request: HttpRequest, *, limit: int, too_big: str) -> bytes | HttpResponseBase:
-    """The body of an ``application/json`` request, or the response refusing it.
+def read_json_body(request: HttpRequest, *, limit: int, too_big: str) -> bytes:
+    """The body of an ``application/json`` request; raises the ``Refusal`` refusing it.
 
     415 when the body is not declared as JSON; 413 when it is over ``limit`` bytes, found by
     reading at most one byte more than the limit (so a chunked body is capped too; a declared
@@ -188,10 +188,10 @@ def read_json_body(request: HttpRequest, *, limit: int, too_big: str) -> bytes |
     caller what to send instead.
     """
     if not is_json_request(request):
-        return not_json_response()
+        raise Refusal.of(not_json_response())
     body = request.read(limit + 1)
     if len(body) > limit:
-        return body_too_big_response(limit, too_big)
+        raise Refusal.of(body_too_big_response(limit, too_big))
     return body
 
 
@@ -202,32 +202,31 @@ def read_json_object(
     too_big: str,
     not_object: str,
     not_json: str | None = None,
-) -> dict[str, Any] | HttpResponseBase:
-    """The body of an ``application/json`` request parsed into a JSON object, or the refusal.
+) -> dict[str, Any]:
+    """The body of an ``application/json`` request parsed into a JSON object; raises the
+    ``Refusal`` refusing it.
 
     415 and 413 as ``read_json_body`` (``too_big`` tells the caller what to send instead); 400
     ``NESTED_TOO_DEEPLY`` for a body nested past ``MAX_JSON_DEPTH``; 400 ``not_json``
     for a body that is not JSON (``not_object`` when ``not_json`` is ``None``); 400
     ``not_object`` for JSON that is not an object; 400 naming the first value no store can
     keep (NaN, Infinity, NUL, an unpaired surrogate; ``agui.unstorable``). Each 400 is logged
-    as one line (``refuse_input``).
+    as one line (``Refusal.invalid``).
     """
     body = read_json_body(request, limit=limit, too_big=too_big)
-    if not isinstance(body, bytes):
-        return body
     try:
         payload = json.loads(body)
     except RecursionError:
-        return refuse_input(request, NESTED_TOO_DEEPLY)
+        raise Refusal.invalid(request, NESTED_TOO_DEEPLY) from None
     except (ValueError, UnicodeDecodeError):
-        return refuse_input(request, not_object if not_json is None else not_json)
+        raise Refusal.invalid(request, not_object if not_json is None else not_json) from None
     if nested_too_deeply(payload):
-        return refuse_input(request, NESTED_TOO_DEEPLY)
+        raise Refusal.invalid(request, NESTED_TOO_DEEPLY)
     if not isinstance(payload, dict):
-        return refuse_input(request, not_object)
+        raise Refusal.invalid(request, not_object)
     unstorable = unstorable_problem(body) if may_hold_unstorable_values(body) else None
     if unstorable is not None:
-        return refuse_input(request, unstorable)
+        raise Refusal.invalid(request, unstorable)
     return payload
 
 
@@ -244,25 +243,6 @@ def nested_too_deeply(payload: Any, limit: int = MAX_JSON_DEPTH) -> bool:
         children = value.values() if isinstance(value, dict) else value
         stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
     return False
-
-
-def _logged_path(request: HttpRequest) -> str:
-    """``request.path`` for a log line: as is when printable, else its ``repr`` (no newlines)."""
-    path = request.path
-    return path if path.isprintable() else repr(path)
-
-
-def refuse_input(request: HttpRequest, message: str) -> JsonResponse:
-    """Answer 400 ``{"error": message}`` and log it as exactly one ``WARNING`` line.
-
-    ``message`` must name the problem without echoing the payload. Django's request logger is
-    told the response is already logged, so a client sending bad input fills the log with one
-    line per request, never a traceback.
-    """
-    logger.warning("Refused %s %s with 400: %s", request.method, _logged_path(request), message)
-    response = error_response(400, message)
-    response._has_been_logged = True  # type: ignore[attr-defined]
-    return response
 
 
 def is_transient_database_error(exc: BaseException) -> bool:
@@ -332,7 +312,7 @@ def _outage_response(request: HttpRequest, exc: BackendUnavailableError) -> Json
     logger.warning(
         "%s %s met an outage (%s); answered %s so the client retries.",
         request.method,
-        _logged_path(request),
+        logged_path(request),
         exc,
         507 if isinstance(exc, StorageUnavailableError) and exc.full else 503,
     )
@@ -366,7 +346,7 @@ def backend_error_response(request: HttpRequest, exc: BaseException) -> JsonResp
         logging.WARNING if transient else logging.ERROR,
         "%s %s failed with %s%s.",
         request.method,
-        _logged_path(request),
+        logged_path(request),
         backend.name,
         "; answered 503 so the client retries" if transient else "",
         exc_info=exc,

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from ag_ui.core import RunAgentInput
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest
 from pydantic import ValidationError
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.ui.ag_ui import AGUIAdapter
 
-from django_pydantic_agent.agui.errors import store_refusal
-from django_pydantic_agent.agui.http import NESTED_TOO_DEEPLY, read_json_body, refuse_input
+from django_pydantic_agent.agui.errors import Refusal
+from django_pydantic_agent.agui.http import NESTED_TOO_DEEPLY, read_json_body
 from django_pydantic_agent.agui.ids import ID_RULE, is_valid_id
 from django_pydantic_agent.agui.unstorable import (
     may_hold_unstorable_values,
@@ -331,8 +331,8 @@ async def accept_run(
     limit: int,
     convert: Callable[[RunAgentInput, str | None], _Converted],
     parse: Callable[[bytes], RunAgentInput] = parse_run_input,
-) -> AcceptedRun[_Converted] | HttpResponseBase:
-    """The run ``request`` posts, or the JSON answer refusing it (nothing has streamed).
+) -> AcceptedRun[_Converted]:
+    """The run ``request`` posts; raises the ``Refusal`` refusing it (nothing has streamed).
 
     ``parse`` turns the body into the run input (``parse_run_input``, AG-UI's; another
     transport passes its own, raising ``RunInputError``), and the checks below are every
@@ -341,11 +341,9 @@ async def accept_run(
     ``clashing_tool_problem`` or ``server_attachment_refs`` refuses, or one that
     ``convert(run_input, accept)`` cannot convert (it raises ``ValueError``/``TypeError``;
     ``unconvertible_history_problem`` words it); the attachment store's refusal as
-    ``errors.store_refusal`` answers it.
+    ``errors.Refusal.of_store`` words it.
     """
     body = read_json_body(request, limit=limit, too_big=RUN_TOO_BIG)
-    if not isinstance(body, bytes):
-        return body
     accept = request.headers.get("accept")
     try:
         run_input = parse(body)
@@ -358,7 +356,7 @@ async def accept_run(
         except (ValueError, TypeError) as exc:
             raise RunInputError(unconvertible_history_problem(run_input)) from exc
     except RunInputError as exc:
-        return refuse_input(request, str(exc))
+        raise Refusal.invalid(request, str(exc)) from None
     except StoreError as exc:
-        return store_refusal(exc, store="attachment")
+        raise Refusal.of_store(exc, store="attachment") from None
     return AcceptedRun(run_input=run_input, accept=accept, converted=converted)

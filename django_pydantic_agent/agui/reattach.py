@@ -66,18 +66,15 @@ class RunEndpoints:
     async def reattach(self, request: HttpRequest, thread_id: str, run_id: str) -> HttpResponseBase:
         """``GET runs/<thread_id>/<run_id>/``: the run's events after ``after``, as SSE."""
         engine = self._engine
-        try:
-            owner_id, record = await engine.locate(request, thread_id, run_id)
-            after = parse_after(request, run_id)
-            if after is None:
-                raise Refusal(
-                    400,
-                    "after (or Last-Event-ID) must be a sequence number of this run, such as "
-                    f"?after=12 or Last-Event-ID: {run_id}:12.",
-                )
-            stream = await engine.read(request, owner_id, record, after)
-        except Refusal as refusal:
-            return refusal.response()
+        owner_id, record = await engine.locate(request, thread_id, run_id)
+        after = parse_after(request, run_id)
+        if after is None:
+            raise Refusal(
+                400,
+                "after (or Last-Event-ID) must be a sequence number of this run, such as "
+                f"?after=12 or Last-Event-ID: {run_id}:12.",
+            )
+        stream = await engine.read(request, owner_id, record, after)
         options = engine.options
         return run_response(
             stream,
@@ -91,8 +88,5 @@ class RunEndpoints:
 
         Idempotent; reaches the worker running the run through a cancel intent in the cache.
         """
-        try:
-            status, body = await self._engine.cancel(request, thread_id, run_id)
-        except Refusal as refusal:
-            return refusal.response()
+        status, body = await self._engine.cancel(request, thread_id, run_id)
         return JsonResponse(body, status=status)

@@ -40,7 +40,6 @@ from django_pydantic_agent.agui.errors import (
     STORE_FAILED_CODE,
     STORE_LIMIT_CODE,
     STORE_REFUSED_CODE,
-    Refusal,
     run_error,
     store_refusal_event,
 )
@@ -235,7 +234,7 @@ class _RunEndpoint:
     ``access`` supplies the throttle, ``body_limit()`` the body cap per request, and ``options``
     how the agent runs and streams; ``attachment_store`` (``None`` when uploads are off) is
     where quoted attachment references are looked up, and what the default deps carry.
-    ``spend`` (``None`` without ``spend_limits``) is the mount's budget gate: a run a spent
+    ``spend`` (``None`` without ``AGUIServer(spend=...)``) is the mount's budget gate: a run a spent
     budget would stop is refused with a JSON 429 before it is claimed or stored.
     ``drain`` says whether the mount still takes runs.
     """
@@ -280,8 +279,6 @@ class _RunEndpoint:
             limit=self._body_limit(),
             convert=self._convert,
         )
-        if isinstance(accepted, HttpResponseBase):
-            return accepted
         warn_if_wsgi(request)
         return await self._stream(request, accepted)
 
@@ -326,15 +323,12 @@ class StatelessRunEndpoint(_RunEndpoint):
             spend=self._spend,
         )
         if self._spend is not None:
-            try:
-                await self._spend.refuse(
-                    deps=inner.deps,
-                    owner_id=owner_id,
-                    thread_id=run_input.thread_id,
-                    run_id=run_input.run_id,
-                )
-            except Refusal as refusal:
-                return refusal.response()
+            await self._spend.refuse(
+                deps=inner.deps,
+                owner_id=owner_id,
+                thread_id=run_input.thread_id,
+                run_id=run_input.run_id,
+            )
         events = inner.run(run_input, adapter=accepted.converted)
         return sse_response(
             stateless_frames(
@@ -386,10 +380,7 @@ class DurableRunEndpoint(_RunEndpoint):
 
     async def _stream(self, request: HttpRequest, accepted: AcceptedRun[None]) -> HttpResponseBase:
         run_input = accepted.run_input
-        try:
-            handle = await self.engine.start(request, run_input, accepted.accept)
-        except Refusal as refusal:
-            return refusal.response()
+        handle = await self.engine.start(request, run_input, accepted.accept)
         options = self._options
         cancel = options.on_disconnect == "cancel"
         response = run_response(

@@ -18,12 +18,10 @@ from typing import Any, Final
 
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
-from django_pydantic_agent.agui.errors import store_refusal
-from django_pydantic_agent.agui.http import refuse_input
+from django_pydantic_agent.agui.errors import Refusal
 from django_pydantic_agent.agui.ids import is_valid_id
 from django_pydantic_agent.agui.spend import SpendGate
 from django_pydantic_agent.agui.views import Route
-from django_pydantic_agent.persistence import StoreError
 from django_pydantic_agent.persistence.usage import UsageLedger, UsageTotals
 
 __all__ = ["DEFAULT_USAGE_DAYS", "MAX_USAGE_DAYS", "UsageEndpoint"]
@@ -69,18 +67,15 @@ class UsageEndpoint:
         raw_days = request.GET.get("days", str(DEFAULT_USAGE_DAYS))
         days = int(raw_days) if raw_days.isdigit() else 0
         if not 1 <= days <= MAX_USAGE_DAYS:
-            return refuse_input(
+            raise Refusal.invalid(
                 request,
                 f"days must be a whole number from 1 to {MAX_USAGE_DAYS}; omit it for "
                 f"{DEFAULT_USAGE_DAYS}.",
             )
         thread_id = request.GET.get("thread")
         if thread_id is not None and not is_valid_id(thread_id):
-            return refuse_input(request, "thread must be a thread id; omit it for every thread.")
-        try:
-            owner_id = await self._owner(request)
-        except StoreError as exc:
-            return store_refusal(exc, store="conversation")
+            raise Refusal.invalid(request, "thread must be a thread id; omit it for every thread.")
+        owner_id = await self._owner(request)
         today = datetime.now(UTC).date()
         since = _midnight(today - timedelta(days=days - 1))
         until = _midnight(today + timedelta(days=1))

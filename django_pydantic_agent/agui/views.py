@@ -22,6 +22,7 @@ from asgiref.sync import markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponseBase, StreamingHttpResponse
 
 from django_pydantic_agent.agui.access import UNSAFE_METHODS, AccessPolicy
+from django_pydantic_agent.agui.errors import Refusal, StoreKind
 from django_pydantic_agent.agui.http import (
     BACKEND_ERRORS,
     backend_error_response,
@@ -30,6 +31,7 @@ from django_pydantic_agent.agui.http import (
     error_response,
 )
 from django_pydantic_agent.agui.ids import is_valid_id
+from django_pydantic_agent.persistence import StoreError
 
 __all__ = ["ABANDONED_HOOK", "AGUIView", "Handler", "Route"]
 
@@ -69,6 +71,8 @@ class Route:
     #: The upload route's file cap, for ``BodyLimitMiddleware``.
     upload_max_bytes: int | None = None
     mounted: bool = True
+    #: Which store a ``StoreError`` reaching the view refused (named in an anonymous 403).
+    store: StoreKind = "conversation"
 
     @property
     def attribute(self) -> str:
@@ -158,8 +162,10 @@ class AGUIView:
         too_big: str = "send a smaller body.",
         on_request: Callable[[], object] | None = None,
         upload_max_bytes: int | None = None,
+        store: StoreKind = "conversation",
     ) -> None:
-        self.agui_csrf_enforced = not policy.csrf_exempt
+        self.agui_csrf_enforced = policy.csrf_exempt is False
+        self._store: StoreKind = store
         if upload_max_bytes is not None:
             self.agui_upload_max_bytes = upload_max_bytes
         self._policy = policy
@@ -192,6 +198,7 @@ class AGUIView:
             too_big=route.too_big,
             on_request=on_request,
             upload_max_bytes=route.upload_max_bytes,
+            store=route.store,
         )
 
     @property
@@ -221,8 +228,13 @@ class AGUIView:
         return response
 
     async def _respond(self, request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
+        # The one map from what a handler raises to what the client is answered.
         try:
             response = await self._dispatch(request, **kwargs)
+        except Refusal as refusal:
+            response = refusal.response()
+        except StoreError as exc:
+            response = Refusal.of_store(exc, store=self._store).response()
         except BACKEND_ERRORS as exc:
             response = backend_error_response(request, exc)
         if not isinstance(response, StreamingHttpResponse) and not response.has_header(
@@ -246,7 +258,11 @@ class AGUIView:
         declared = declared_length(request)
         if limit is not None and declared is not None and declared > limit:
             return body_too_big_response(limit, self._too_big)
-        if self._check_csrf and not self._policy.csrf_exempt and request.method in UNSAFE_METHODS:
+        if (
+            self._check_csrf
+            and self._policy.csrf_exempt is False
+            and request.method in UNSAFE_METHODS
+        ):
             csrf_refusal = await sync_to_async(self._policy.csrf_failure)(request)
             if csrf_refusal is not None:
                 return csrf_refusal

@@ -32,7 +32,7 @@ from django.urls import reverse as reverse_url
 from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.drain import Drain
 from django_pydantic_agent.agui.engine import RunEngine
-from django_pydantic_agent.agui.errors import Refusal, store_refusal
+from django_pydantic_agent.agui.errors import Refusal
 from django_pydantic_agent.agui.http import error_response
 from django_pydantic_agent.agui.inner import check_convertible
 from django_pydantic_agent.agui.input import RUN_TOO_BIG, accept_run, server_tool_names
@@ -40,7 +40,6 @@ from django_pydantic_agent.agui.owners import owns_nothing
 from django_pydantic_agent.agui.sse import warn_if_wsgi
 from django_pydantic_agent.agui.threads import NOT_FOUND, stored_thread
 from django_pydantic_agent.agui.views import ABANDONED_HOOK, AGUIView, Route
-from django_pydantic_agent.persistence import StoreError
 from django_pydantic_agent.vercel_ai.messages import last_answer, ui_messages
 from django_pydantic_agent.vercel_ai.request import (
     ChatRequest,
@@ -91,9 +90,9 @@ class VercelAITransport:
         self.namespace = namespace
         self._store = server.conversation_store
         self._access: AccessPolicy = server.access
-        self._body_limit: Callable[[], int] = server.body_limit
+        self._body_limit: Callable[[], int] = server.mount.body_limit
         self._drain: Drain = server.drain_state
-        self._agui_namespace = server.namespace
+        self._agui_namespace = server.mount.namespace
         self._attachment_view = getattr(server, "attachment_view", None)
         self._server_tools = server_tool_names(engine.agent)
         self._routes = [(route, self._view(route, server)) for route in self.routes()]
@@ -178,7 +177,8 @@ class VercelAITransport:
     async def chat(self, request: HttpRequest) -> HttpResponseBase:
         """``POST``: the run ``useChat`` asks for, as a UI message stream.
 
-        Refused before any stream, as JSON ``{"error", ...}``: 503 while the worker drains,
+        Refused before any stream (a ``Refusal`` the view answers as JSON ``{"error", ...}``):
+        503 while the worker drains,
         429 (throttle, or a spent budget with ``code``/``resetsAt``), 415, 413 and 400 (the
         body, its checks, its attachment references), 403 and 413 from the store, 409 for a
         busy thread. A message the stored history refuses ends the stream with ``error``
@@ -206,13 +206,8 @@ class VercelAITransport:
             convert=lambda run_input, accept: check_convertible(run_input),
             parse=parse,
         )
-        if isinstance(accepted, HttpResponseBase):
-            return accepted
         warn_if_wsgi(request)
-        try:
-            handle = await engine.start(request, accepted.run_input, accepted.accept)
-        except Refusal as refusal:
-            return refusal.response()
+        handle = await engine.start(request, accepted.run_input, accepted.accept)
         options = engine.options
         cancel = options.on_disconnect == "cancel"
         encoder = UIMessageStreamEncoder(
@@ -247,9 +242,7 @@ class VercelAITransport:
         except Refusal as refusal:
             if refusal.status == 404:
                 return HttpResponse(status=204)  # it ended and went: nothing to resume
-            return refusal.response()
-        except StoreError as exc:
-            return store_refusal(exc, store="conversation")
+            raise
         options = engine.options
         encoder = UIMessageStreamEncoder(message_id=message_id, server_tools=self._server_tools)
         return ui_message_response(
@@ -301,10 +294,7 @@ class VercelAITransport:
         if await owns_nothing(request, self._store):
             return error_response(404, NOT_FOUND)
         await self.engine.settle(request, thread_id)
-        try:
-            messages = await stored_thread(self._store, thread_id, request=request)
-        except StoreError as exc:
-            return store_refusal(exc, store="conversation")
+        messages = await stored_thread(self._store, thread_id, request=request)
         if messages is None:
             return error_response(404, NOT_FOUND)
         shown = ui_messages(

@@ -9,8 +9,9 @@ import pytest
 from django.contrib.auth.models import AnonymousUser
 from django.test import RequestFactory
 
-from django_pydantic_agent.agui import AGUIServer
-from django_pydantic_agent.agui.access import AccessPolicy, call_hook, store_refusal
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
+from django_pydantic_agent.agui.access import call_hook
+from django_pydantic_agent.agui.errors import Refusal
 from django_pydantic_agent.persistence import AnonymousOperationError, StoreError, StoreLimitError
 from tests.agui.agents import text_agent
 
@@ -38,7 +39,7 @@ async def test_hooks_may_be_sync_async_or_async_callables(hook: Any, expected: s
 
 
 async def test_request_without_authentication_middleware_is_anonymous() -> None:
-    server = AGUIServer(text_agent(), csrf_exempt=True)
+    server = AGUIServer(text_agent(), access=AccessPolicy(csrf_exempt=True))
     request = RequestFactory().post("/", data=b"{}", content_type="application/json")
     response = await server.run_view(request)
     assert response.status_code == 401
@@ -81,6 +82,6 @@ async def test_throttle_waits_at_least_one_second() -> None:
 def test_store_refusals_map_to_a_status_and_a_sentence(
     error: StoreError, status: int, message: str
 ) -> None:
-    response = store_refusal(error, store="attachment")
+    response = Refusal.of_store(error, store="attachment").response()
     assert response.status_code == status
     assert json.loads(response.content)["error"].startswith(message)

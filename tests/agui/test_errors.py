@@ -12,10 +12,10 @@ from django_pydantic_agent.agui.errors import (
     REDACTED_SAVE_ERROR,
     STORE_LIMIT_CODE,
     STORE_REFUSED_CODE,
+    Refusal,
     describe_store_refusal,
     redact_run_error,
     run_error,
-    store_refusal,
     store_refusal_event,
 )
 from django_pydantic_agent.persistence import AnonymousOperationError, StoreError, StoreLimitError
@@ -31,7 +31,7 @@ REFUSALS = [
 def test_a_refusal_reads_the_same_before_and_after_streaming_started(
     exc: StoreError, status: int, code: str
 ) -> None:
-    response = store_refusal(exc, store="conversation")
+    response = Refusal.of_store(exc, store="conversation").response()
     event = store_refusal_event(exc, store="conversation")
     assert response.status_code == status
     assert json.loads(response.content) == {"error": event.message}

@@ -22,9 +22,9 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.db import OperationalError, connection
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
-from django.http import JsonResponse
 from django.test import Client, RequestFactory
 
+from django_pydantic_agent.agui.errors import Refusal
 from django_pydantic_agent.agui.http import (
     DATABASE_BUSY,
     DATABASE_FAILED,
@@ -288,15 +288,18 @@ def test_read_json_object_names_what_is_wrong_with_the_body(
     body: bytes, content_type: str, status: int, error: str, caplog: Any
 ) -> None:
     request = RequestFactory().generic("POST", "/x/", body, content_type=content_type)
-    with caplog.at_level(logging.WARNING, logger="django_pydantic_agent.agui"):
-        answer = read_json_object(
+    with (
+        caplog.at_level(logging.WARNING, logger="django_pydantic_agent.agui"),
+        pytest.raises(Refusal) as refused,
+    ):
+        read_json_object(
             request,
             limit=48_000,
             too_big="send a shorter name.",
             not_object=_SHAPE,
             not_json="The body is not JSON.",
         )
-    assert isinstance(answer, JsonResponse)
+    answer = refused.value.response()
     assert answer.status_code == status
     assert error in json.loads(answer.content)["error"]
     # A 400 is one WARNING line naming it; the body itself is never echoed.
@@ -317,8 +320,9 @@ def test_read_json_object_answers_the_object_and_defaults_not_json_to_not_object
     ok = factory.post("/x/", b'{"name": "x"}', content_type="application/json")
     assert read_json_object(ok, limit=48, too_big="-", not_object=_SHAPE) == {"name": "x"}
     bad = factory.post("/x/", b"{oops", content_type="application/json")
-    answer = read_json_object(bad, limit=48, too_big="-", not_object=_SHAPE)
-    assert isinstance(answer, JsonResponse)
+    with pytest.raises(Refusal) as refused:
+        read_json_object(bad, limit=48, too_big="-", not_object=_SHAPE)
+    answer = refused.value.response()
     assert (answer.status_code, json.loads(answer.content)) == (400, {"error": _SHAPE})
 
 
