@@ -389,7 +389,13 @@ def test_a_replay_sends_each_stored_outcome_once() -> None:
         "tool-input-available",
         "tool-output-error",
     ]
-    assert found[-1] == {"type": "tool-output-error", "toolCallId": "err", "errorText": "Boom."}
+    # Stored under an id of its own: the server's result, so the server ran the tool.
+    assert found[-1] == {
+        "type": "tool-output-error",
+        "toolCallId": "err",
+        "errorText": "Boom.",
+        "providerExecuted": True,
+    }
     assert again == []
     assert encoder.replay([]) == []
 

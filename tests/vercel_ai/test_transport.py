@@ -7,7 +7,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import RequestFactory
 from django.urls import reverse
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, MountOptions
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.vercel_ai import VercelAITransport
 from tests.agui.agents import text_agent
@@ -25,14 +25,18 @@ def test_the_routes_reverse_under_the_mount_without_a_trailing_slash() -> None:
 
 def test_a_stateless_server_is_refused_at_construction() -> None:
     with pytest.raises(ImproperlyConfigured, match="needs an AGUIServer whose conversation store"):
-        VercelAITransport(AGUIServer(text_agent(), csrf_exempt=True))
+        VercelAITransport(AGUIServer(text_agent(), access=AccessPolicy(csrf_exempt=True)))
 
 
 def test_attachment_urls_both_ways() -> None:
-    mounted = VercelAITransport(stored(namespace="v-scripted"))
-    unmounted = VercelAITransport(stored(namespace="nowhere"))
+    mounted = VercelAITransport(stored(mount=MountOptions(namespace="v-scripted")))
+    unmounted = VercelAITransport(stored(mount=MountOptions(namespace="nowhere")))
     no_uploads = VercelAITransport(
-        AGUIServer(text_agent(), conversation_store=DefaultConversationStore(), csrf_exempt=True)
+        AGUIServer(
+            text_agent(),
+            conversation_store=DefaultConversationStore(),
+            access=AccessPolicy(csrf_exempt=True),
+        )
     )
     request = RequestFactory().get("/")
 

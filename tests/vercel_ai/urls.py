@@ -24,6 +24,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
+from django_pydantic_agent.agui import AccessPolicy, MountOptions, RunOptions
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.vercel_ai import VercelAITransport
 from tests.agui.agents import GATE, approval_agent, gated_agent, scripted_agent
@@ -51,31 +52,49 @@ def client_tool_agent(*, gated: bool = False) -> Agent[None, str]:
 
 def mounted(prefix: str, server: Any) -> list[Any]:
     """``server`` at ``<prefix>/agent/`` and its AI SDK routes at ``<prefix>/api/chat``."""
-    transport = VercelAITransport(server, namespace=f"{server.namespace}-chat")
+    transport = VercelAITransport(server, namespace=f"{server.mount.namespace}-chat")
     return [path(f"{prefix}/agent/", server.urls), path(f"{prefix}/api/chat", transport.urls)]
 
 
-scripted = stored(scripted_agent(), namespace="v-scripted")
-approval = stored(approval_agent(), namespace="v-approval")
-gated = stored(gated_agent(), namespace="v-gated")
-client_tools = stored(client_tool_agent(), namespace="v-client")
-client_tools_gated = stored(client_tool_agent(gated=True), namespace="v-client-gated")
-hasty = stored(gated_agent(), namespace="v-hasty", drain_seconds=0.2, sweep_interval_seconds=0)
-patient = stored(gated_agent(), namespace="v-patient", sweep_interval_seconds=0)
-csrf = stored(scripted_agent(), namespace="v-csrf", csrf_exempt=False)
+scripted = stored(scripted_agent(), mount=MountOptions(namespace="v-scripted"))
+approval = stored(approval_agent(), mount=MountOptions(namespace="v-approval"))
+gated = stored(gated_agent(), mount=MountOptions(namespace="v-gated"))
+client_tools = stored(client_tool_agent(), mount=MountOptions(namespace="v-client"))
+client_tools_gated = stored(
+    client_tool_agent(gated=True), mount=MountOptions(namespace="v-client-gated")
+)
+hasty = stored(
+    gated_agent(),
+    mount=MountOptions(namespace="v-hasty"),
+    runs=RunOptions(drain_seconds=0.2, sweep_interval_seconds=0),
+)
+patient = stored(
+    gated_agent(),
+    mount=MountOptions(namespace="v-patient"),
+    runs=RunOptions(sweep_interval_seconds=0),
+)
+csrf = stored(
+    scripted_agent(),
+    mount=MountOptions(namespace="v-csrf"),
+    access=AccessPolicy(csrf_exempt=False),
+)
 quota = stored(
     scripted_agent(),
-    namespace="v-quota",
+    mount=MountOptions(namespace="v-quota"),
     conversation_store=DefaultConversationStore(max_threads_per_owner=1),
 )
-throttled = stored(scripted_agent(), namespace="v-throttled", throttle=lambda request: 3)
+throttled = stored(
+    scripted_agent(),
+    mount=MountOptions(namespace="v-throttled"),
+    access=AccessPolicy(csrf_exempt=True, throttle=lambda request: 3),
+)
 anonymous = stored(
     gated_agent(),
-    namespace="v-anon",
-    require_authenticated=False,
+    mount=MountOptions(namespace="v-anon"),
+    access=AccessPolicy(csrf_exempt=True, require_authenticated=False),
     conversation_store=DefaultConversationStore(allow_anonymous=True),
 )
-tiny = stored(scripted_agent(), namespace="v-tiny", max_body_bytes=2000)
+tiny = stored(scripted_agent(), mount=MountOptions(namespace="v-tiny", max_body_bytes=2000))
 
 urlpatterns = [
     *mounted("s", scripted),
