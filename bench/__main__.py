@@ -6,11 +6,12 @@ the same against 0.28.3), ``chat-history`` (Memory Service requests per turn), `
 ``overhead`` (the durable path's loop CPU per run over the stateless one, no model or database),
 ``run-path`` (a whole turn at message 10, 1,000 and 10,000, what the model is sent,
 and an append at message 10 and at message 1,000), ``runs`` (reattach, cancel,
-upload RSS) and ``sweeper`` (``sweep_runs`` on stale runs). ``--quick`` shrinks every size
-to a smoke test. ``--write FILE`` replaces the text between the bench markers of FILE (the
-docs page) with the output. ``DATABASE_URL`` selects the database (default: SQLite under
-``BENCH_DIR`` or a temporary directory); ``POSTGRES_URL`` adds the sweeper on PostgreSQL,
-``REDIS_URL`` the cancel across two workers.
+upload RSS), ``sweeper`` (``sweep_runs`` on stale runs) and ``vercel-ai`` (the AI SDK
+transport's events/s against AG-UI's on the same run, and a resume's first byte). ``--quick``
+shrinks every size to a smoke test. ``--write FILE`` replaces the text between the bench
+markers of FILE (the docs page) with the output. ``DATABASE_URL`` selects the database
+(default: SQLite under ``BENCH_DIR`` or a temporary directory); ``POSTGRES_URL`` adds the
+sweeper on PostgreSQL, ``REDIS_URL`` the cancel and the resume across two workers.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ import argparse
 import os
 import sys
 
-SUITES = ("store", "chat-history", "streaming", "overhead", "run-path", "runs", "sweeper")
+SUITES = (
+    "store",
+    "chat-history",
+    "streaming",
+    "overhead",
+    "run-path",
+    "runs",
+    "sweeper",
+    "vercel-ai",
+)
 
 
 def _parser() -> argparse.ArgumentParser:

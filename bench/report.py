@@ -639,6 +639,56 @@ def machine_db_postgres(url: str) -> str:
         return f"PostgreSQL {conn.info.server_version // 10000}.{conn.info.server_version % 10000}"
 
 
+def vercel_ai_suite(report: Report, args: Any) -> None:
+    """The AI SDK transport against AG-UI's on the same runs, and a resume's first byte."""
+    from bench.live import served
+    from bench.vercel_ai import (
+        RESUME_HEADER,
+        THROUGHPUT_HEADER,
+        resume_rows,
+        throughput_rows,
+    )
+
+    _bench_user()
+    samples = max(3, args.streams)
+    with served(emulator=False) as [live]:
+        rows, paired, medians = asyncio.run(throughput_rows(live, samples=samples))
+    report.table(
+        "The AI SDK's stream against AG-UI's on a 2,000-delta run",
+        [THROUGHPUT_HEADER, *rows],
+        note=(
+            "One server (DefaultConversationStore), its AG-UI route and its AI SDK route "
+            "(VercelAITransport) posted in turn, round by round, each run on a new thread. "
+            "events/s counts each wire's own frames (AG-UI events; UI message chunks, [DONE] "
+            "left out); deltas/s is the 2,000 deltas over the time to the end of the stream. "
+            "The AI SDK's first byte is its `start` chunk, which carries the answer's id and so "
+            "waits for the run's first message (AG-UI's RUN_STARTED goes out before the store "
+            "is read); the first text is what a page shows first. "
+            f"Target: the AI SDK's events/s \u2265 0.9\u00d7 AG-UI's, paired (the median of "
+            f"the per-round ratios): {_met(paired >= 0.9)} ({paired:.2f}\u00d7; the ratio of "
+            f"the medians {medians:.2f}\u00d7)."
+        ),
+    )
+    redis = os.environ.get("REDIS_URL")
+    env = (
+        {}
+        if not redis
+        else {"REDIS_URL": redis, "BENCH_CACHE_PREFIX": f"dpa-bench-{uuid.uuid4().hex[:8]}"}
+    )
+    with served(2 if redis else 1, env=env, emulator=False) as workers:
+        lines = resume_rows(workers, samples=samples)
+    note = (
+        "A run streams a delta every 10 ms; after 50 chunks `GET slow-chat/<id>/stream` asks "
+        "for it; the time from sending that request to the first byte of its body (the "
+        "`start` chunk, then the answer from its start)."
+    )
+    if not redis:
+        note += " REDIS_URL is not set: no figure from another worker."
+    report.table(
+        "A resume's first byte (`GET api/chat/<id>/stream`)", [RESUME_HEADER, *lines], note=note
+    )
+
+
 def run_suites(report: Report, args: Any, suites: Sequence[str]) -> None:
     """Run ``suites`` in order, adding their tables to ``report``."""
     for suite in suites:
@@ -657,3 +707,5 @@ def run_suites(report: Report, args: Any, suites: Sequence[str]) -> None:
             runs_suite(report, args)
         elif suite == "sweeper":
             sweeper_suite(report, args)
+        elif suite == "vercel-ai":
+            vercel_ai_suite(report, args)

@@ -5,11 +5,13 @@ these mounts of one agent, a pydantic-ai ``FunctionModel`` that streams ``BENCH_
 (2,000) text deltas with no delay:
 
 ``off/``      ``NullConversationStore``: persistence off, the stateless stream
-``default/``  ``DefaultConversationStore`` and ``DefaultAttachmentStore`` (uploads to 64 MB)
+``default/``  ``DefaultConversationStore`` and ``DefaultAttachmentStore`` (uploads to 64 MB); the
+              same server's AI SDK routes at ``default-chat`` (``VercelAITransport``)
 ``ms/``       ``MemoryServiceConversationStore`` on the emulator at ``BENCH_EMULATOR``
 ``ms20/``     the same, through a transport that adds 20 ms to every request
 ``slow/``     ``DefaultConversationStore``, a model that streams a delta every 10 ms for a
-              minute: the live run that reattach and cancel measure
+              minute: the live run that reattach and cancel measure (and ``slow-chat``, the
+              AI SDK's resume)
 ``short/``    ``DefaultConversationStore``, a model answering with 5 deltas: the run path's
               append cost
 

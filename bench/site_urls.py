@@ -29,6 +29,7 @@ from django_pydantic_agent.contrib.store.stores import (
 from django_pydantic_agent.memory_service import DRMemoryServiceClient
 from django_pydantic_agent.persistence import NullConversationStore
 from django_pydantic_agent.persistence.memory_service import MemoryServiceConversationStore
+from django_pydantic_agent.vercel_ai import VercelAITransport
 
 
 def streaming(deltas: int, delay: float = 0.0) -> Agent[None, str]:
@@ -94,37 +95,53 @@ def memory_service(delay: float) -> MemoryServiceConversationStore:
 
 
 def mount(
-    name: str, agent: Agent[None, str], *, max_body_bytes: int | None = None, **options: Any
-) -> Any:
+    name: str,
+    agent: Agent[None, str],
+    *,
+    chat: bool = False,
+    max_body_bytes: int | None = None,
+    **options: Any,
+) -> list[Any]:
+    """The server at ``<name>/``, and with ``chat`` its AI SDK routes at ``<name>-chat``."""
     server = AGUIServer(
         agent,
         access=AccessPolicy(get_user=bench_user, csrf_exempt=True),
         mount=MountOptions(namespace=name, max_body_bytes=max_body_bytes),
         **options,
     )
-    return path(f"{name}/", server.urls)
+    mounted = [path(f"{name}/", server.urls)]
+    if chat:
+        transport = VercelAITransport(server, namespace=f"{name}-chat")
+        mounted.append(path(f"{name}-chat", transport.urls))
+    return mounted
 
 
 agent = streaming(settings.BENCH_DELTAS)
 urlpatterns = [
-    mount("off", agent, conversation_store=NullConversationStore()),
-    mount(
+    *mount("off", agent, conversation_store=NullConversationStore()),
+    *mount(
         "default",
         agent,
+        chat=True,
         conversation_store=DefaultConversationStore(),
         attachment_store=DefaultAttachmentStore(),
         attachments=AttachmentOptions(max_bytes=settings.BENCH_UPLOAD_MAX_BYTES),
     ),
-    mount("ms", agent, conversation_store=memory_service(0.0)),
-    mount("ms20", agent, conversation_store=memory_service(0.020)),
-    mount("slow", streaming(6000, delay=0.010), conversation_store=DefaultConversationStore()),
-    mount(  # a thread of 10,000 messages posted back is about 3.5 MB (bench.turncost)
+    *mount("ms", agent, conversation_store=memory_service(0.0)),
+    *mount("ms20", agent, conversation_store=memory_service(0.020)),
+    *mount(
+        "slow",
+        streaming(6000, delay=0.010),
+        chat=True,
+        conversation_store=DefaultConversationStore(),
+    ),
+    *mount(  # a thread of 10,000 messages posted back is about 3.5 MB (bench.turncost)
         "short",
         streaming(5),
         conversation_store=DefaultConversationStore(),
         max_body_bytes=settings.BENCH_UPLOAD_MAX_BYTES,
     ),
-    mount(  # the same window at every thread length (bench.turncost)
+    *mount(  # the same window at every thread length (bench.turncost)
         "short10",
         streaming(5),
         conversation_store=DefaultConversationStore(),

@@ -32,6 +32,7 @@ MEMORY_SERVICE = _ours("memory_service")
 CHAT_HISTORY = _ours("chat_history")
 PERSISTENCE = _ours("persistence")
 AGUI = _ours("agui")
+VERCEL_AI = _ours("vercel_ai")
 CONTRIB = _ours("contrib")
 STORE = _ours("contrib", "store")
 EMULATOR = _ours("contrib", "memory_service_emulator")
@@ -72,8 +73,13 @@ RULES = (
     ),
     Rule(
         layer=AGUI,
+        forbidden=(CONTRIB, TESTING, VERCEL_AI),
+        why="agui reaches stores through persistence's protocols only, and knows no other wire",
+    ),
+    Rule(
+        layer=VERCEL_AI,
         forbidden=(CONTRIB, TESTING),
-        why="agui reaches stores through persistence's protocols only",
+        why="a transport sits on agui's run engine and reaches stores through its protocols",
     ),
     Rule(
         layer=EMULATOR,
@@ -195,7 +201,9 @@ def test_every_module_respects_the_layers() -> None:
 
 def test_the_walk_covers_the_whole_package() -> None:
     modules = {_module_name(path) for path in _package_modules()}
-    assert {PACKAGE, MEMORY_SERVICE, PERSISTENCE, AGUI, STORE, EMULATOR, TESTING} <= modules
+    assert {PACKAGE, MEMORY_SERVICE, PERSISTENCE, AGUI, VERCEL_AI, STORE, EMULATOR, TESTING} <= (
+        modules
+    )
     assert _ours("memory_service", "client") in modules
 
 

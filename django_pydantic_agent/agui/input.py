@@ -57,6 +57,7 @@ __all__ = [
     "parse_run_input",
     "ref_json",
     "server_attachment_refs",
+    "server_tool_names",
     "unconvertible_history_problem",
     "unstorable_problem",
 ]
@@ -116,15 +117,22 @@ def _tool_names(toolset: Any) -> Iterator[str]:
         yield from _tool_names(inner)
 
 
+def server_tool_names(agent: AbstractAgent[Any, Any]) -> frozenset[str]:
+    """The names of the tools ``agent`` declares up front (``_tool_names`` of its toolsets):
+    the tools the server runs itself, as opposed to a client's."""
+    names: set[str] = set()
+    for toolset in agent.toolsets:
+        names.update(_tool_names(toolset))
+    return frozenset(names)
+
+
 def clashing_tool_problem(agent: AbstractAgent[Any, Any], run_input: RunAgentInput) -> str | None:
     """Name a client tool whose name is also one of the agent's own tools, or ``None``.
 
     Only tools the agent declares up front are known here; a clash with a tool built per run
     is still refused by pydantic-ai, as a ``RUN_ERROR``.
     """
-    server_tools: set[str] = set()
-    for toolset in agent.toolsets:
-        server_tools.update(_tool_names(toolset))
+    server_tools = server_tool_names(agent)
     for index, tool in enumerate(run_input.tools or ()):
         if tool.name in server_tools:
             return (
@@ -322,11 +330,14 @@ async def accept_run(
     attachment_store: AttachmentStore | None,
     limit: int,
     convert: Callable[[RunAgentInput, str | None], _Converted],
+    parse: Callable[[bytes], RunAgentInput] = parse_run_input,
 ) -> AcceptedRun[_Converted]:
     """The run ``request`` posts; raises the ``Refusal`` refusing it (nothing has streamed).
 
-    415 or 413 for the body (``read_json_body``, at most ``limit`` bytes); 400, logged as one
-    ``WARNING`` line, for an input ``parse_run_input``, ``history_problem``,
+    ``parse`` turns the body into the run input (``parse_run_input``, AG-UI's; another
+    transport passes its own, raising ``RunInputError``), and the checks below are every
+    transport's. 415 or 413 for the body (``read_json_body``, at most ``limit`` bytes); 400,
+    logged as one ``WARNING`` line, for an input ``parse``, ``history_problem``,
     ``clashing_tool_problem`` or ``server_attachment_refs`` refuses, or one that
     ``convert(run_input, accept)`` cannot convert (it raises ``ValueError``/``TypeError``;
     ``unconvertible_history_problem`` words it); the attachment store's refusal as
@@ -335,7 +346,7 @@ async def accept_run(
     body = read_json_body(request, limit=limit, too_big=RUN_TOO_BIG)
     accept = request.headers.get("accept")
     try:
-        run_input = parse_run_input(body)
+        run_input = parse(body)
         problem = history_problem(run_input) or clashing_tool_problem(agent, run_input)
         if problem is not None:
             raise RunInputError(problem)

@@ -16,7 +16,12 @@ A message that attaches files, or that asks about "my file" after an earlier one
 the files read: the answer gives each text file's size and quotes its first lines, and says
 plainly that a binary file (an image, a PDF) is not something the demo reads.
 
-Ask for a "long" answer to get a reply long enough to try the Stop button on.
+Ask for a "long" answer to get a reply long enough to try the Stop button on. Ask it to
+"remind me" of something and it calls ``set_reminder``, a tool that needs your approval first
+(human in the loop: the run ends waiting, the next one carries the answer). Ask about "my
+browser" from a page that declares a tool of its own (the AI SDK page of ``docs/vercel-ai.md``
+declares ``browser_info``) and the script calls that tool: the page runs it and sends the
+output back.
 
 With ``AGENT_MODEL`` set (``openai:gpt-4o``, ``anthropic:claude-sonnet-4-5``, ...) the same tools
 are given to that model; the provider reads its API key from the usual environment variable.
@@ -33,7 +38,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic_ai import Agent, ModelRetry
+from pydantic_ai import Agent, DeferredToolRequests, ModelRetry
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -59,19 +64,25 @@ from django_pydantic_agent.agui.tools import read_attachment
 
 __all__ = [
     "INSTRUCTIONS",
+    "REMINDERS",
     "build_agent",
     "calculate",
     "extract_expression",
     "scripted_model",
     "server_time",
+    "set_reminder",
 ]
 
 INSTRUCTIONS = (
     "You are the friendly demo assistant of django-pydantic-agent. Use the `calculate` tool for "
     "arithmetic and the `server_time` tool when asked about the time or date. When the user asks "
     "about a file they attached, read it with the `read_attachment` tool, passing an id from "
-    "the message's <attachments> list. Keep answers short."
+    "the message's <attachments> list. Use `set_reminder` when asked to remind the user of "
+    "something; it waits for the user's approval. Keep answers short."
 )
+
+#: What ``set_reminder`` set, newest last (an approved call only ever runs once).
+REMINDERS: list[str] = []
 
 _MAX_EXPRESSION_LENGTH = 200
 _MAX_EXPONENT = 100
@@ -149,6 +160,16 @@ async def calculate(expression: str) -> str:
 async def server_time() -> str:
     """Return the server's current date and time in UTC (ISO 8601)."""
     return datetime.now(UTC).replace(microsecond=0).isoformat()
+
+
+async def set_reminder(text: str) -> str:
+    """Set a reminder of ``text`` for the user. Runs only once the user approved it.
+
+    Args:
+        text: What to remind the user of.
+    """
+    REMINDERS.append(text)
+    return f"Reminder set: {text}"
 
 
 def extract_expression(text: str) -> str | None:
@@ -288,6 +309,25 @@ _MARKDOWN_ANSWER = (
 )
 
 
+_REMIND_RE = re.compile(r"\bremind me (?:to |of |about )?(?P<what>.+?)[.!?]*$", re.IGNORECASE)
+_BROWSER_RE = re.compile(r"\bbrowser\b", re.IGNORECASE)
+
+
+def _reminder(text: str) -> str | None:
+    """What ``text`` asks to be reminded of ("remind me to water the plants"), or ``None``."""
+    match = _REMIND_RE.search(text.strip())
+    return match.group("what").strip() if match else None
+
+
+def _page_tool(info: AgentInfo | None, prompt: str) -> str | None:
+    """The name of a tool the page declared (an external tool), when ``prompt`` asks about
+    the browser; ``None`` otherwise."""
+    if info is None or not _BROWSER_RE.search(prompt):
+        return None
+    declared = [tool.name for tool in info.function_tools if tool.kind == "external"]
+    return declared[0] if declared else None
+
+
 def _wants_markdown(text: str) -> bool:
     return bool(re.search(r"\b(markdown|table)\b", text, re.IGNORECASE))
 
@@ -298,7 +338,9 @@ class _Script:
     def __init__(self, word_delay: float) -> None:
         self.word_delay = word_delay
 
-    def plan(self, messages: list[ModelMessage]) -> tuple[list[str], list[ToolCallPart], str]:
+    def plan(
+        self, messages: list[ModelMessage], info: AgentInfo | None = None
+    ) -> tuple[list[str], list[ToolCallPart], str]:
         """Decide the next response: ``(thoughts, tool calls, answer text)``."""
         prompt = _last_user_text(messages)
         last = messages[-1]
@@ -306,6 +348,26 @@ class _Script:
         returned = [p for p in parts if isinstance(p, ToolReturnPart | RetryPromptPart)]
         if returned:
             return [], [], self._answer(messages, returned, prompt)
+        reminder = _reminder(prompt)
+        if reminder is not None:
+            thoughts = [
+                "The user wants a reminder: ",
+                f"{reminder}. ",
+                "Setting one needs their approval, ",
+                "so I'll ask for it with the set_reminder tool.",
+            ]
+            call = ToolCallPart("set_reminder", {"text": reminder})
+            call.tool_call_id = f"call_{uuid.uuid4().hex[:24]}"
+            return thoughts, [call], ""
+        page_tool = _page_tool(info, prompt)
+        if page_tool is not None:
+            thoughts = [
+                "Only the page knows about the browser: ",
+                f"I'll ask it with its {page_tool} tool.",
+            ]
+            call = ToolCallPart(page_tool, {})
+            call.tool_call_id = f"call_{uuid.uuid4().hex[:24]}"
+            return thoughts, [call], ""
         attached, earlier = _attachment_refs(messages)
         files = attached or (earlier if _FILE_WORDS_RE.search(prompt) else [])
         expression = extract_expression(prompt)
@@ -354,7 +416,7 @@ class _Script:
 
     def respond(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         """The non-streamed form of the script, for ``agent.run()``."""
-        thoughts, calls, answer = self.plan(messages)
+        thoughts, calls, answer = self.plan(messages, info)
         if not calls:
             return ModelResponse(parts=[TextPart(answer)])
         return ModelResponse(parts=[ThinkingPart("".join(thoughts)), *calls])
@@ -363,7 +425,7 @@ class _Script:
         self, messages: list[ModelMessage], info: AgentInfo
     ) -> AsyncIterator[str | DeltaToolCalls | DeltaThinkingCalls]:
         """The streamed form: thinking deltas, then tool-call deltas, or the answer by words."""
-        thoughts, calls, answer = self.plan(messages)
+        thoughts, calls, answer = self.plan(messages, info)
         if not calls:
             words = answer.split(" ")
             for index, word in enumerate(words):
@@ -393,6 +455,17 @@ class _Script:
         if reads:
             return self._files_answer(messages, reads)
         part = returned[-1]
+        if part.tool_name == "set_reminder" and isinstance(part, ToolReturnPart):
+            if part.outcome == "denied":
+                return "All right: no reminder, as you said."
+            if part.outcome == "success":
+                return f"Done. {part.content}."
+        if (
+            isinstance(part, ToolReturnPart)
+            and part.outcome == "success"
+            and (part.tool_name not in _OWN_TOOLS)
+        ):
+            return f"Your browser says: {part.model_response_str()}"
         if isinstance(part, RetryPromptPart) or part.outcome != "success":
             answer = f"The {part.tool_name} tool could not help this time: {part.content}"
         elif part.tool_name == "calculate":
@@ -454,7 +527,12 @@ def scripted_model(*, word_delay: float = 0.04) -> FunctionModel:
     return FunctionModel(script.respond, stream_function=script.stream, model_name="demo-script")
 
 
-def build_agent(model: str | None = None, *, word_delay: float = 0.04) -> Agent[None, str]:
+_OWN_TOOLS = frozenset({"calculate", "server_time", "read_attachment", "set_reminder"})
+
+
+def build_agent(
+    model: str | None = None, *, word_delay: float = 0.04
+) -> Agent[None, str | DeferredToolRequests]:
     """Build the example project's agent.
 
     Args:
@@ -462,9 +540,13 @@ def build_agent(model: str | None = None, *, word_delay: float = 0.04) -> Agent[
             the scripted demo model, which needs no API key.
         word_delay: The scripted model's pause between words, in seconds.
     """
-    return Agent(
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
         model or scripted_model(word_delay=word_delay),
         instructions=INSTRUCTIONS,
         tools=[calculate, server_time, read_attachment],
+        # A run that calls a tool needing approval ends waiting for it (DeferredToolRequests).
+        output_type=[str, DeferredToolRequests],
         name="demo",
     )
+    agent.tool_plain(requires_approval=True)(set_reminder)
+    return agent

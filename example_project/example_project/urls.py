@@ -4,6 +4,8 @@
 ``/accounts/login/``  Django's login view; ``/accounts/logout/`` (POST) logs out
 ``/agent/``           the AG-UI server: ``POST`` runs, ``threads/`` for the drawer and
                       ``attachments/`` for uploads
+``/api/chat``         the same runs and threads for the Vercel AI SDK's ``useChat`` (its
+                      default URL): ``POST`` runs, ``<id>/stream``, ``<id>/stop``, ``<id>``
 ``/api/v2/memory/``   the Memory Service emulator: the stores' backing with
                       ``AGENT_STORE=memory-service`` (and any client's, offline)
 ``/admin/``           Django's admin
@@ -23,6 +25,7 @@ from django.urls import include, path
 from django_pydantic_agent.agui import AccessPolicy, AGUIServer, AttachmentOptions, RunOptions
 from django_pydantic_agent.contrib.chat.views import ChatView
 from django_pydantic_agent.contrib.memory_service_emulator.urls import memory_service_urls
+from django_pydantic_agent.vercel_ai import VercelAITransport
 
 
 def _setting(name: str) -> Any:
@@ -92,6 +95,8 @@ urlpatterns = [
     ),
     path("accounts/", include("django.contrib.auth.urls")),
     path("agent/", server.urls),
+    # The AI SDK's routes over the same server: a thread started on one continues on the other.
+    path("api/chat", VercelAITransport(server).urls),
     path("admin/", admin.site.urls),
     # The Memory Service emulator: point DATAROBOT_ENDPOINT at http://127.0.0.1:8000/api/v2.
     *memory_service_urls("api/v2/memory/"),

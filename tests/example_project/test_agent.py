@@ -7,10 +7,25 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from ag_ui.core import RunAgentInput, UserMessage
+from ag_ui.core import (
+    AssistantMessage,
+    FunctionCall,
+    RunAgentInput,
+    Tool,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
 from ag_ui_validate.pytest_plugin import assert_valid_agui
-from chat.agent import INSTRUCTIONS, build_agent, calculate, extract_expression, server_time
-from pydantic_ai import ModelRetry
+from chat.agent import (
+    INSTRUCTIONS,
+    REMINDERS,
+    build_agent,
+    calculate,
+    extract_expression,
+    server_time,
+)
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ModelRetry, ToolDenied
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ThinkingPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
@@ -191,8 +206,67 @@ async def test_the_model_sees_the_instructions_and_the_tools() -> None:
 
     assert seen == {
         "instructions": INSTRUCTIONS,
-        "tools": ["calculate", "read_attachment", "server_time"],
+        "tools": ["calculate", "read_attachment", "server_time", "set_reminder"],
     }
+
+
+async def test_a_reminder_waits_for_approval_then_is_set_or_declined() -> None:
+    REMINDERS.clear()
+    agent = build_agent(word_delay=0)
+    asked = await agent.run("Please remind me to water the plants.")
+    assert isinstance(asked.output, DeferredToolRequests)
+    [call] = asked.output.approvals
+    assert (call.tool_name, call.args) == ("set_reminder", {"text": "water the plants"})
+    assert REMINDERS == []
+
+    approved = await agent.run(
+        message_history=asked.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={call.tool_call_id: True}),
+    )
+    assert approved.output == "Done. Reminder set: water the plants."
+    assert REMINDERS == ["water the plants"]
+
+    denied = await agent.run(
+        message_history=asked.all_messages(),
+        deferred_tool_results=DeferredToolResults(approvals={call.tool_call_id: ToolDenied()}),
+    )
+    assert denied.output == "All right: no reminder, as you said."
+    assert REMINDERS == ["water the plants"]
+
+
+async def test_the_page_is_asked_about_the_browser_when_it_declares_a_tool() -> None:
+    run_input = _run_input("What does my browser say?").model_copy(
+        update={"tools": [Tool(name="browser_info", description="The browser.", parameters={})]}
+    )
+    adapter = AGUIAdapter(agent=build_agent(word_delay=0), run_input=run_input)
+    events = [e.model_dump(by_alias=True) async for e in adapter.run_stream()]
+    (start,) = [e for e in events if e["type"] == "TOOL_CALL_START"]
+    assert start["toolCallName"] == "browser_info"
+    assert not any(e["type"] == "TOOL_CALL_RESULT" for e in events)  # the page answers it
+
+    # Without a page tool, the browser question is an ordinary one.
+    plain = await _events("What does my browser say?")
+    (start,) = [e for e in plain if e["type"] == "TOOL_CALL_START"]
+    assert start["toolCallName"] == "server_time"
+
+
+async def test_the_pages_answer_is_quoted() -> None:
+    call = ToolCall(id="c1", function=FunctionCall(name="browser_info", arguments="{}"))
+    run_input = _run_input("What does my browser say?")
+    run_input = run_input.model_copy(
+        update={
+            "tools": [Tool(name="browser_info", description="The browser.", parameters={})],
+            "messages": [
+                *run_input.messages,
+                AssistantMessage(id="a1", tool_calls=[call]),
+                ToolMessage(id="t1", tool_call_id="c1", content='{"agent": "x"}'),
+            ],
+        }
+    )
+    adapter = AGUIAdapter(agent=build_agent(word_delay=0), run_input=run_input)
+    events = [e.model_dump(by_alias=True) async for e in adapter.run_stream()]
+    text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert text == 'Your browser says: {"agent":"x"}'
 
 
 def _fenced(prompt: str, *refs: dict[str, Any]) -> RunAgentInput:

@@ -1,5 +1,8 @@
 """The cross-owner matrix: every route x every store x four identities, over real HTTP.
 
+Every store's server is mounted twice: its AG-UI routes at ``/<store>/`` and the AI SDK's at
+``/<store>-chat`` (``VercelAITransport``), which the probes try too.
+
 On each store an owner creates a finished thread with a secret in its prompt and title, a run
 held open (for reattach and cancel) and an attachment. The owners are user A on every store and
 anonymous visitor 1 on the stores that serve visitors; each of the three other identities
@@ -40,6 +43,7 @@ from django_pydantic_agent.persistence.memory_service import (
     MemoryServiceAttachmentStore,
     MemoryServiceConversationStore,
 )
+from django_pydantic_agent.vercel_ai import VercelAITransport
 from tests.agui.conftest import run_body, session_cookie, sse_events
 from tests.reliability.stack import HOLD, Served, echo_agent, serve
 from tests.support.emulator import no_faults_armed
@@ -147,7 +151,17 @@ async def stack() -> AsyncIterator[tuple[Served, dict[str, AGUIServer]]]:
                 endpoint=f"{served.origin}/api/v2", api_token="token-owners", http_client=pool
             )
             servers = _servers(client)
-            served.mount(path(f"{name}/", server.urls) for name, server in servers.items())
+            served.mount(
+                [
+                    *(path(f"{name}/", server.urls) for name, server in servers.items()),
+                    *(
+                        path(
+                            f"{name}-chat", VercelAITransport(server, namespace=f"{name}-chat").urls
+                        )
+                        for name, server in servers.items()
+                    ),
+                ]
+            )
             yield served, servers
             await RunCoordinator.wait_for_all_runs()
 
@@ -235,7 +249,13 @@ def _probes(store: str, owned: Owned) -> list[Probe]:
     runs = f"/{store}/runs"
     threads = f"/{store}/threads"
     attachments = f"/{store}/attachments"
+    chat = f"/{store}-chat"
     return [
+        # The AI SDK's routes: the thread as UIMessage[], the running answer, stop.
+        Probe("chat thread", "GET", f"{chat}/{owned.finished_thread}", f"{chat}/{nope}"),
+        Probe("chat thread live", "GET", f"{chat}/{owned.held_thread}", f"{chat}/{nope}"),
+        Probe("chat resume", "GET", f"{chat}/{owned.held_thread}/stream", f"{chat}/{nope}/stream"),
+        Probe("chat stop", "POST", f"{chat}/{owned.held_thread}/stop", f"{chat}/{nope}/stop"),
         Probe(
             "reattach live",
             "GET",
@@ -300,6 +320,12 @@ async def _send(http: httpx.AsyncClient, method: str, url: str, body: Any) -> An
 #: refuses anonymous visitors (403 from the store's policy; the run routes answer 404, as
 #: for any run that is not the caller's).
 _EXPECTED = {
+    "chat thread": (404, 403),
+    "chat thread live": (404, 403),
+    # 204 (nothing of the caller's runs there) and 200 idle, as for a thread that never was.
+    "chat resume": (204, 204),
+    "chat stop": (200, 200),
+    "chat on the owner's thread": (200, 403),
     "reattach live": (404, 404),
     "reattach finished": (404, 404),
     "cancel": (404, 404),
@@ -392,6 +418,22 @@ async def _attack(
             if upload.status == 201 and json.loads(upload.body)["id"] == ids.attachment:
                 tally.leaks += 1
                 tally.problems.append(f"LEAK {store} {identity} got {owner}'s attachment id")
+            chat = {
+                "id": ids.finished_thread,
+                "messages": [
+                    {
+                        "id": f"u-{identity}",
+                        "role": "user",
+                        "parts": [{"type": "text", "text": f"hello from {identity}"}],
+                    }
+                ],
+                "trigger": "submit-message",
+            }
+            answer = Answer.of(await http.post(f"/{store}-chat", json=chat))
+            tally.requests += 1
+            judge(store, identity, "chat on the owner's thread", answer)
+            if answer.status == 200 and b'"finishReason":"stop"' not in answer.body:
+                tally.problems.append(f"{store} {identity} chat on the owner's thread: {answer}")
             for route, thread, run in (
                 ("run on the owner's thread", ids.finished_thread, f"run-{identity}-on-{owner}"),
                 ("run as the owner's live run", ids.held_thread, ids.held_run),

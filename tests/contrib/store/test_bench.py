@@ -201,9 +201,11 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "Cancel latency",
         "Upload RSS",
         "The sweeper on 20 stale runs",
+        "The AI SDK's stream against AG-UI's on a 2,000-delta run",
+        "A resume's first byte (`GET api/chat/<id>/stream`)",
     ):
         assert f"### {title}" in text
-    assert text.count("Machine: ") == 16
+    assert text.count("Machine: ") == 18
     assert text.count("$ python -m bench --quick --no-predecessors --write") >= 12
     # Each streaming row counts the whole run: RUN_STARTED, 2,000 deltas with their
     # start and end, RUN_FINISHED.
@@ -220,6 +222,11 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
     assert len(overhead) == 2
     assert overhead[1].split("|")[4].strip().startswith("+")
     assert "REDIS_URL is not set" in text
+    # The same run on both wires: AG-UI's 2,004 events, the AI SDK's 2,006 chunks (start,
+    # start-step, the text with its start and end, finish-step, finish).
+    assert "| AG-UI `POST default/` | 2004 |" in text
+    assert "| AI SDK `POST default-chat` | 2006 |" in text
+    assert "| the worker running the run |" in text
 
 
 def _stream(seconds: float) -> Any:
