@@ -22,7 +22,7 @@ from django.urls import include, path
 from pydantic_ai import Agent
 from pydantic_ai.models.test import TestModel
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from django_pydantic_agent.checks import (
     E001,
     E002,
@@ -160,7 +160,7 @@ def test_real_agui_server_mount_is_found(mount: Mount) -> None:
         Agent(TestModel()),
         conversation_store=ScopedConversationStore(conversations, scope="web"),
         attachment_store=NullAttachmentStore(),
-        csrf_exempt=False,
+        access=AccessPolicy(csrf_exempt=False),
     )
     mount(path("agent/", agui.urls))
 
@@ -274,6 +274,7 @@ def sqlite_default() -> dict[str, Any]:
     return django_settings.DATABASES["default"]
 
 
+@pytest.mark.sqlite
 @pytest.mark.django_db
 def test_w002_djangos_default_sqlite_options_warn_through_manage_py_check(
     sqlite_default: dict[str, Any], monkeypatch: pytest.MonkeyPatch
@@ -306,6 +307,7 @@ def test_w002_djangos_default_sqlite_options_warn_through_manage_py_check(
         ({"transaction_mode": None, "timeout": 20}, True),
     ],
 )
+@pytest.mark.sqlite
 def test_w002_needs_both_options(
     sqlite_default: dict[str, Any],
     monkeypatch: pytest.MonkeyPatch,
@@ -339,6 +341,7 @@ def test_w002_looks_at_the_database_the_routers_send_the_rows_to(
         assert check_sqlite_options() == []
 
 
+@pytest.mark.sqlite
 def test_w002_is_contrib_stores_only(
     sqlite_default: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,11 +11,12 @@ A thread that never branched keeps its order and no indentation.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from django_pydantic_agent.contrib.store.branches import Node, Tree
+from django_pydantic_agent.contrib.store.branches import tree
 
 if TYPE_CHECKING:
     from django_pydantic_agent.contrib.store.models import StoredMessage
@@ -46,46 +47,32 @@ def tree_order(rows: Iterable[StoredMessage]) -> list[StoredMessage]:
     """``rows`` (one thread's messages) depth first, each with its ``TreePlace`` set as
     ``PLACE_ATTR``. Rows the tree does not reach (none, unless a parent points in a circle)
     follow at the end, unindented."""
-    by_pk = {row.pk: row for row in rows}
-    nodes = sorted(
-        (
-            Node(
-                row.pk,
-                row.message_uuid,
-                row.message_id,
-                row.position,
-                row.branch,
-                row.parent_uuid,
-                row.active,
-            )
-            for row in by_pk.values()
-        ),
-        key=lambda node: (node.branch, node.position, node.pk),
-    )
-    tree = Tree(nodes)
+    found = sorted(rows, key=lambda row: (row.branch, row.position, row.pk))
+    by_uuid = {row.message_uuid: row for row in found}
+    thread = tree(found)
+    active = set(thread.active)
     ordered: list[StoredMessage] = []
-    seen: set[int] = set()
-    roots = tree.children.get(None, [])
+    roots = thread.children.get(None, [])
     top = 1 if len(roots) > 1 else 0  # a first message edited: its versions are branches too
-    stack = [(node, top, index, len(roots)) for index, node in reversed(list(enumerate(roots)))]
+    stack = [(key, top, index, len(roots)) for index, key in reversed(list(enumerate(roots)))]
+    seen: set[uuid.UUID] = set()
     while stack:
-        node, depth, index, count = stack.pop()
-        if node.pk in seen:
+        key, depth, index, count = stack.pop()
+        if key in seen:
             continue
-        seen.add(node.pk)
-        row = by_pk[node.pk]
-        place = TreePlace(depth=depth, version=index + 1, versions=count, active=node.active)
+        seen.add(key)
+        row = by_uuid[key]
+        place = TreePlace(depth=depth, version=index + 1, versions=count, active=key in active)
         setattr(row, PLACE_ATTR, place)
         ordered.append(row)
-        children = tree.children.get(node.message_uuid, [])
+        children = thread.children.get(key, [])
         inner = depth + 1 if len(children) > 1 else depth
         stack.extend(
             (child, inner, number, len(children))
             for number, child in reversed(list(enumerate(children)))
         )
-    for node in nodes:
-        if node.pk not in seen:
-            row = by_pk[node.pk]
-            setattr(row, PLACE_ATTR, TreePlace(active=node.active))
+    for row in found:
+        if row.message_uuid not in seen:
+            setattr(row, PLACE_ATTR, TreePlace(active=row.message_uuid in active))
             ordered.append(row)
     return ordered
