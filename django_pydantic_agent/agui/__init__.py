@@ -20,6 +20,8 @@ back (``tests/agui/test_layout.py`` holds that):
 - ``input``: ``RunAgentInput`` parsing and the checks that refuse it before the agent runs.
 - ``inner``: the pydantic-ai agent adapted to one run (``PydanticAIAgent``, the storage agent's
   inner agent): adapter, deps, reasoning filter, token usage.
+- ``metering``: what a run stopped or failed before its ``RUN_FINISHED`` usage reached
+  (``UsageMeter``): the provider's figures, or an estimate marked as one.
 - ``sse``: SSE frames (with an optional ``id:``), the heartbeat, the streaming response.
 - ``run``: the run endpoint (``POST``): stateless on a Null store, else through the storage
   agent and the mount's run manager.

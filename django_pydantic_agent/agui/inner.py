@@ -38,6 +38,7 @@ from pydantic_ai.ui.ag_ui import AGUIAdapter, AGUIEventStream
 from django_pydantic_agent.agui.access import call_hook
 from django_pydantic_agent.agui.attachment_fence import with_attachment_fences
 from django_pydantic_agent.agui.errors import redact_run_error, run_error
+from django_pydantic_agent.agui.metering import UsageMeter, model_names
 from django_pydantic_agent.agui.spend import budget_refusal
 from django_pydantic_agent.agui.sse import aclose
 from django_pydantic_agent.chat_history import AGUIAgent
@@ -258,11 +259,16 @@ def check_convertible(run_input: RunAgentInput) -> None:
     RedactingAGUIAdapter.load_messages([*users, *messages[start:]])
 
 
-async def without_reasoning(events: AsyncIterator[BaseEvent]) -> AsyncIterator[BaseEvent]:
-    """Drop every ``REASONING_*`` event, so chain-of-thought never reaches the browser."""
+async def without_reasoning(
+    events: AsyncIterator[BaseEvent], dropped: Callable[[BaseEvent], None] | None = None
+) -> AsyncIterator[BaseEvent]:
+    """Drop every ``REASONING_*`` event, so chain-of-thought never reaches the browser;
+    ``dropped`` (the run's usage meter) is shown each one dropped."""
     async for event in events:
         if event.type not in _REASONING_TYPES:
             yield event
+        elif dropped is not None:
+            dropped(event)
 
 
 def token_usage(result: AgentRunResult[Any]) -> list[TokenUsage]:
@@ -290,7 +296,8 @@ class PydanticAIAgent(AGUIAgent):
     one) with ``build_adapter`` and streams the adapter's events, reasoning dropped unless
     ``forward_reasoning``. It never raises: a failure, even while converting the history, is
     logged and ends the stream with ``RUN_ERROR`` (after a ``RUN_STARTED``), redacted unless
-    ``expose_error_messages``. ``RUN_FINISHED`` carries the run's token usage. On a stored
+    ``expose_error_messages``. ``RUN_FINISHED`` carries the run's token usage; a run that ends
+    otherwise (stopped, failed) says what it used with ``usage_reached()``. On a stored
     thread, ``scope`` (the request's owner and the thread) is the run's: its conversation id
     is derived from it, and it is set on the running task (``persistence.conversation``).
     ``run_options`` go to the agent's run as they are (the mount's spend capability and its
@@ -324,11 +331,18 @@ class PydanticAIAgent(AGUIAgent):
         """The stored compaction summary the run's model is sent ahead of its history."""
         self.written_summary: WrittenSummary | None = None
         """The summary a compaction capability wrote during the run, once it completed."""
+        model, provider = model_names(agent)
+        self._meter = UsageMeter(model=model, provider=provider)
 
     @property
     def deps(self) -> Any:
         """The deps this run's agent gets."""
         return self._deps
+
+    def usage_reached(self) -> dict[str, Any]:
+        """What the run used as far as it got (``metering.UsageMeter.reached``): for a run that
+        was stopped or failed, whose ``RUN_FINISHED`` usage never came."""
+        return self._meter.reached()
 
     async def run(
         self, input: RunAgentInput, *, adapter: RedactingAGUIAdapter | None = None
@@ -343,6 +357,7 @@ class PydanticAIAgent(AGUIAgent):
 
         started = ended = False
         summary = self.replayed_summary
+        meter = self._meter
         try:
             if adapter is None:
                 adapter = build_adapter(
@@ -352,21 +367,28 @@ class PydanticAIAgent(AGUIAgent):
                     allowed_file_url_schemes=self._schemes,
                     expose_error_messages=self._expose,
                 )
+            sent = adapter
+            meter.history = lambda: [
+                *([] if summary is None else [summary_request(summary)]),
+                *sent.messages,
+            ]
             source = adapter.run_stream(
                 deps=self._deps,
                 instructions=self._instructions,
                 on_complete=complete,
                 message_history=None if summary is None else [summary_request(summary)],
                 conversation_id=None if self._scope is None else self._scope.conversation_id,
+                usage=meter.run_usage,
                 **self.run_options,
             )
             if self._scope is not None:
                 # The run's own task (a producer runs in a context of its own): the tools of
                 # this run, and the tasks they start, see whose history they may read.
                 enter_run_scope(self._scope)
-            events = source if self._forward_reasoning else without_reasoning(source)
+            events = source if self._forward_reasoning else without_reasoning(source, meter.observe)
             try:
                 async for event in events:
+                    meter.observe(event)
                     kind = event.type
                     started = started or kind == _RUN_STARTED
                     ended = kind in TERMINAL_EVENT_TYPES

@@ -7,7 +7,9 @@ It claims a thread for a new run (``claim``: a second run on a busy thread is re
 for; a run of this worker that has ended for its readers and only stores its last writes is
 waited for, bounded), then starts it (``start``).
 As the manager's ``RunObserver`` it keeps the run's record in the run store (``running`` at
-start, a heartbeat with the last sequence number, the final status and token usage at the end),
+start, a heartbeat with the last sequence number, the final status and token usage at the end:
+``RUN_FINISHED``'s, or for a run stopped or failed before it, what its agent reached, from
+``metering``),
 relays each live run's log to Django's cache (``relay.RunRelay``), and reads the run's cancel
 intent from the cache at most every ``CANCEL_POLL_SECONDS``, after events and from the relay's
 tick alike (so a model silent between events is still stopped), so a cancel posted to any
@@ -44,6 +46,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from django_pydantic_agent.agui.drain import DrainReport
+from django_pydantic_agent.agui.metering import MetersUsage
 from django_pydantic_agent.agui.options import (
     DEFAULT_MAX_RESUMES,
     DEFAULT_RUN_HEARTBEAT_SECONDS,
@@ -179,6 +182,16 @@ def _usage_of(event: BaseEvent | None) -> dict[str, Any] | None:
     return {"tokens": [entry.model_dump(exclude_none=True) for entry in usage]}
 
 
+def _meter_of(parts: tuple[Any, ...]) -> MetersUsage | None:
+    """The part of a run's agent that meters its usage (its inner agent), if any."""
+    return next((part for part in parts if implements(part, MetersUsage)), None)
+
+
+def _reached(meter: MetersUsage | None) -> dict[str, Any] | None:
+    """What a run stopped or failed before its ``RUN_FINISHED`` usage reached, if metered."""
+    return None if meter is None else meter.usage_reached()
+
+
 class RunCoordinator(RunObserver):
     """The mount's runs: its manager, their records in ``run_store``, their cancel intents.
 
@@ -228,6 +241,7 @@ class RunCoordinator(RunObserver):
         self._sweeper: asyncio.Task[None] | None = None
         self._owners: dict[RunHandle, str] = {}
         self._last_cancel_check: dict[RunHandle, float] = {}
+        self._meters: dict[RunHandle, MetersUsage] = {}
         self.manager: StreamPersistenceManager[Any] = StreamPersistenceManager(
             agent_factory,
             cancel_event="run_finished",
@@ -331,7 +345,7 @@ class RunCoordinator(RunObserver):
         """Start the claimed run of ``run_input`` in the manager; ``parts`` are what the agent
         factory builds the run's agent from (repositories, user, inner agent)."""
         handle = await self.manager.run_as(owner_id, run_input, *parts)
-        self.track(handle, owner_id)
+        self.track(handle, owner_id, meter=_meter_of(parts))
         return handle
 
     async def active_run(self, owner_id: str, thread_id: str) -> dict[str, Any] | None:
@@ -444,6 +458,8 @@ class RunCoordinator(RunObserver):
             MessagesSnapshotEvent(messages=stored, timestamp=_now_ms()),
         ]
         handle = await self.manager.resume_as(owner_id, run_input, record.resumes, openings, *parts)
+        if (meter := _meter_of(parts)) is not None:
+            self._meters[handle] = meter
         logger.warning(
             "Run %r of a thread resumed here (resume %d of at most %d).",
             run_id,
@@ -594,9 +610,12 @@ class RunCoordinator(RunObserver):
 
     # -- RunObserver ----------------------------------------------------------------------
 
-    def track(self, handle: RunHandle, owner_id: str) -> None:
-        """Remember the run-store owner of a run this coordinator started; start its relay."""
+    def track(self, handle: RunHandle, owner_id: str, *, meter: MetersUsage | None = None) -> None:
+        """Remember the run-store owner of a run this coordinator started (and the ``meter``
+        of its usage); start its relay."""
         self._owners[handle] = owner_id
+        if meter is not None:
+            self._meters[handle] = meter
         self._handles.add(handle)
         # Its first poll of the cancel intent comes one interval in, not at its first event:
         # nobody can have asked to cancel a run before it started, and the first event is
@@ -629,7 +648,7 @@ class RunCoordinator(RunObserver):
             thread_id=handle.thread_id,
             run_id=handle.run_id,
             status=status,
-            usage=_usage_of(event),
+            usage=_usage_of(event) or _reached(self._meters.get(handle)),
             last_seq=handle.last_seq + 1,
             error=_error_of(event),
             **({"epoch": handle.epoch} if resumable else {}),
@@ -715,6 +734,7 @@ class RunCoordinator(RunObserver):
         await self.relay.finish(handle, retire=not handle.handed_over or handle.fenced)
         owner_id = self._owners.pop(handle, None)
         self._last_cancel_check.pop(handle, None)
+        meter = self._meters.pop(handle, None)
         if owner_id is None or handle.fenced:
             return  # a fenced run's record belongs to the worker that took it over
         # A store that resumes runs changes the record only while it is in this execution.
@@ -732,6 +752,7 @@ class RunCoordinator(RunObserver):
             return
         terminal = handle.terminal_event
         error = HANDED_OVER_ERROR if handle.handed_over else _error_of(terminal)
+        usage = _usage_of(terminal) or _reached(meter)
         # Retried (bounded) while the run store is out: a run whose record stayed running
         # would be swept as errored, its stored answer complete.
         await retry_outage(
@@ -740,7 +761,7 @@ class RunCoordinator(RunObserver):
                 thread_id=handle.thread_id,
                 run_id=handle.run_id,
                 status=_status_of(handle),
-                usage=_usage_of(terminal),
+                usage=usage,
                 last_seq=handle.last_seq,
                 error=error,
                 **fenced,

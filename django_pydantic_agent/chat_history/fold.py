@@ -99,11 +99,15 @@ class EventFold:
     # Resolution helpers -----------------------------------------------------------------------
 
     def _close(self, state: StorageState, record: TrackedRecord, event: BaseEvent | None) -> None:
-        """Complete a record of this run that is still active."""
+        """Complete a record of this run that is still active (a reasoning step's duration is
+        kept for the run's outcome)."""
         if record.is_active:
             record.status = COMPLETE
             if isinstance(record, TrackedMessage) and event is not None:
                 record.changes.update(self.message_update_fields(state, event))
+            elif isinstance(record, TrackedReasoning) and record.agui_id:
+                took = state.current_event_timestamp - record.dto.created_at
+                state.reasoning_ms[record.agui_id] = max(0, round(took.total_seconds() * 1000))
 
     def ensure_message(
         self, state: StorageState, chat: Chat, agui_id: str | None, role: str | None = None
@@ -231,7 +235,7 @@ class EventFold:
                 ]
             status = INTERRUPTED if kind == "cancelled" else COMPLETE
             self._terminate(state, status, None, event)
-            if stored != {"type": "success"}:
+            if stored != {"type": "success"} or state.reasoning_ms:
                 # A plain success adds nothing to the statuses, so it costs no write.
                 self._set_outcome(state, stored, force=kind != "success" or bool(pending))
             else:
@@ -269,6 +273,8 @@ class EventFold:
         self, state: StorageState, outcome: dict[str, Any], *, force: bool = True
     ) -> None:
         outcome = {"run_id": state.run_id, **outcome}
+        if state.reasoning_ms:
+            outcome["reasoning_ms"] = dict(state.reasoning_ms)
         state.outcome = outcome
         carriers = [m for m in state.messages if m.role != "activity"]
         if carriers:

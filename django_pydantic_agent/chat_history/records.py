@@ -23,8 +23,9 @@ load unchanged):
 - ``run_outcome`` on ``Message``: set on the last message of a run, a JSON object with
   ``run_id``, ``type`` (``success`` / ``interrupt`` / ``cancelled`` / ``error``),
   ``interrupts`` (AG-UI ``Interrupt`` objects, camelCase), ``pending_tool_call_ids``, ``usage``
-  (``TokenUsage`` objects) and, once a later run answered the interrupts, ``resolved``
-  (interrupt id → ``ResumeEntry``).
+  (``TokenUsage`` objects), ``reasoning_ms`` (how long each reasoning step of the run took:
+  AG-UI id → milliseconds, from its start event to its end) and, once a later run answered
+  the interrupts, ``resolved`` (interrupt id → ``ResumeEntry``).
 - ``activity_type`` / ``activity_content`` on ``Message`` (role ``activity``): an
   ``ACTIVITY_SNAPSHOT`` (with its deltas applied), which AG-UI clients keep as an
   ``ActivityMessage`` and echo back.

@@ -216,6 +216,9 @@ class StorageState:
             run is written; the run goes on to its end).
         fenced: The refusal of a write because another worker took the run over (nothing
             more of the run is written; the run stops), or ``None``.
+        reasoning_ms: How long each reasoning step of this run took, by AG-UI id, in
+            milliseconds (from its start event's time to its end event's): stored with the
+            run's outcome.
     """
 
     run_id: str
@@ -246,6 +249,7 @@ class StorageState:
     flush_now: bool = False
     needs_recovery: bool = False
     outcome: dict[str, Any] | None = None
+    reasoning_ms: dict[str, int] = field(default_factory=dict)
 
     @property
     def current_event_timestamp(self) -> datetime:

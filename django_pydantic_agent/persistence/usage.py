@@ -1,8 +1,10 @@
 """The usage ledger: what runs cost, per run and summed per thread, per owner and per day.
 
 A run's usage arrives as its record's ``usage`` (``{"tokens": [TokenUsage, ...]}``, the
-``RUN_FINISHED.usage`` of the run). ``run_usage`` reads it into a ``RunUsage`` with the cost
-from pydantic-ai's pricing (genai-prices), or no cost where the model has no price. A run store
+``RUN_FINISHED.usage`` of the run, or for a run stopped or failed before it, what it reached:
+``agui.metering``, where an entry that was estimated says ``"estimated": true``). ``run_usage``
+reads it into a ``RunUsage`` with the cost from pydantic-ai's pricing (genai-prices), or no
+cost where the model has no price. A run store
 that keeps a ledger says so by implementing ``UsageLedger`` (``DefaultRunStore`` does); the
 ``usage/`` route reads it.
 """
@@ -13,9 +15,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
-__all__ = ["RunUsage", "UsageLedger", "UsageTotals", "price_tokens", "run_usage"]
+__all__ = [
+    "ESTIMATED_KEY",
+    "RunUsage",
+    "UsageLedger",
+    "UsageTotals",
+    "estimate_text_tokens",
+    "price_tokens",
+    "run_usage",
+]
+
+#: The key of a ``TokenUsage`` entry that was estimated rather than reported (``true``).
+ESTIMATED_KEY: Final[str] = "estimated"
+_CHARS_PER_TOKEN: Final = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,7 +37,8 @@ class UsageTotals:
     """Runs, tokens and cost summed over a set of ledger rows.
 
     ``cost_usd`` sums the priced runs; ``unpriced_runs`` counts the runs whose model has no
-    price, so a total that leaves some out says so.
+    price, so a total that leaves some out says so; ``estimated_runs`` counts the runs whose
+    tokens are partly estimated (stopped or failed before their provider reported them).
     """
 
     runs: int = 0
@@ -32,6 +47,7 @@ class UsageTotals:
     total_tokens: int = 0
     cost_usd: Decimal = Decimal(0)
     unpriced_runs: int = 0
+    estimated_runs: int = 0
 
     def as_json(self) -> dict[str, Any]:
         """The camelCase JSON of the ``usage/`` route (the cost as a decimal string)."""
@@ -42,12 +58,14 @@ class UsageTotals:
             "totalTokens": self.total_tokens,
             "costUsd": str(self.cost_usd),
             "unpricedRuns": self.unpriced_runs,
+            "estimatedRuns": self.estimated_runs,
         }
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunUsage:
-    """One run's line in the ledger: its model, its tokens and its cost (``None``: unpriced)."""
+    """One run's line in the ledger: its model, its tokens and its cost (``None``: unpriced);
+    ``estimated`` when some of its tokens were estimated rather than reported."""
 
     model: str = ""
     provider: str = ""
@@ -55,6 +73,7 @@ class RunUsage:
     output_tokens: int = 0
     total_tokens: int = 0
     cost_usd: Decimal | None = None
+    estimated: bool = False
 
 
 def _count(entry: Mapping[str, Any], key: str) -> int:
@@ -100,11 +119,26 @@ def price_tokens(entry: Mapping[str, Any]) -> Decimal | None:
     return None
 
 
+def estimate_text_tokens(text: str) -> int:
+    """Tokens of ``text`` as a model's answer, for a usage nothing reported (``0`` for no text):
+    ``pydantic_ai_harness.compaction.estimate_message_tokens`` with the ``harness`` extra, else
+    four characters a token."""
+    if not text:
+        return 0
+    try:
+        from pydantic_ai.messages import ModelResponse, TextPart
+        from pydantic_ai_harness.compaction import estimate_message_tokens
+    except ImportError:
+        return max(1, len(text) // _CHARS_PER_TOKEN)
+    return max(1, sum(estimate_message_tokens([ModelResponse(parts=[TextPart(content=text)])])))
+
+
 def run_usage(usage: Mapping[str, Any] | None) -> RunUsage | None:
     """The ledger line of a run record's ``usage``; ``None`` when it reports no tokens.
 
     Tokens are summed over its entries; the cost is their prices summed, or ``None`` when any
-    entry's model has no price (an unpriced run never reads as free).
+    entry's model has no price (an unpriced run never reads as free). The line is
+    ``estimated`` when any entry is.
     """
     entries = _entries(usage)
     if not entries:
@@ -122,6 +156,7 @@ def run_usage(usage: Mapping[str, Any] | None) -> RunUsage | None:
         total_tokens=sum(_count(entry, "total_tokens") for entry in entries)
         or input_tokens + output_tokens,
         cost_usd=sum(priced, Decimal(0)) if len(priced) == len(costs) else None,
+        estimated=any(entry.get(ESTIMATED_KEY) is True for entry in entries),
     )
 
 

@@ -24,7 +24,7 @@ from django_pydantic_agent.chat_history import (
     MessageToolCallCreate,
     MessageUpdate,
 )
-from django_pydantic_agent.contrib.store.models import StoredAgentRun
+from django_pydantic_agent.contrib.store.models import StoredAgentRun, StoredRunUsage
 from django_pydantic_agent.contrib.store.repositories import (
     OrmChatRepository,
     OrmMessageRepository,
@@ -33,6 +33,7 @@ from django_pydantic_agent.contrib.store.runs import SWEPT_ERROR, DefaultRunStor
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence import NullConversationStore
 from django_pydantic_agent.persistence.runs import CacheRunStore, RunRecord
+from django_pydantic_agent.persistence.usage import estimate_text_tokens
 from tests.agui.agents import text_agent
 from tests.agui.conftest import logged_in, sse_frames
 from tests.agui.urls_sweeper import never, sweeping
@@ -131,6 +132,16 @@ async def test_the_first_request_sweeps_a_run_a_dead_worker_left_running(alice: 
         reattach = await http.get("/sweeping/runs/thread-1/run-1/")
     run = await StoredAgentRun.objects.aget(run_id="run-1")
     assert (run.error, run.finished_at is not None) == (SWEPT_ERROR, True)
+    # Its worker, which knew what it used, is gone: the ledger has an estimate, marked as one.
+    [entry] = run.usage["tokens"]
+    assert entry == {
+        "input_tokens": len("Tell me a story") // 4,
+        "output_tokens": estimate_text_tokens("Once upon a"),
+        "total_tokens": len("Tell me a story") // 4 + estimate_text_tokens("Once upon a"),
+        "estimated": True,
+    }
+    row = await StoredRunUsage.objects.aget(run_id="run-1")
+    assert (row.status, row.estimated, row.total_tokens) == ("errored", True, entry["total_tokens"])
     # The thread reads back sane: no active run, the cut-off answer errored, what streamed kept.
     assert thread["activeRun"] is None
     user, answer = thread["messages"]

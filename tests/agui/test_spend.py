@@ -170,6 +170,16 @@ async def test_a_budget_spent_during_a_run_ends_it_with_budget_exceeded(alice: A
     run = await StoredAgentRun.objects.aget(run_id="r-1")
     assert run.status == "errored"
     assert run.error.startswith(f"[{BUDGET_EXCEEDED_CODE}] The day budget 'user-day'")
+    # The request that was answered is billed: the ledger has it, as the provider reported it.
+    row = await StoredRunUsage.objects.aget(run_id="r-1")
+    assert (row.status, row.estimated, row.model) == ("errored", False, "gpt-4o")
+    [entry] = run.usage["tokens"]
+    assert "estimated" not in entry
+    assert row.total_tokens == entry["total_tokens"] > 0
+    assert (
+        row.cost_usd
+        == (Decimal(row.input_tokens) * Decimal("2.5") + row.output_tokens * 10) / 10**6
+    )
     # Nothing left in progress: every stored message of the run is final.
     assert all(m.get("status") != "active" for m in thread["messages"])
 

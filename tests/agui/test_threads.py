@@ -59,6 +59,10 @@ async def test_a_run_is_saved_with_the_streamed_message_ids(alice: Any) -> None:
     assert body["activeRun"] is None
     roles = [m["role"] for m in messages]
     assert roles == ["user", "reasoning", "assistant", "tool", "assistant"]
+    # How long the reasoning took rides with the run's outcome, so a reload can say it.
+    took = messages[-1]["chatHistory"]["runOutcome"]["reasoning_ms"]
+    assert list(took) == [messages[1]["id"]]
+    assert isinstance(took[messages[1]["id"]], int)
     tool_call = messages[2]["toolCalls"][0]
     assert tool_call["id"] == "call-add"
     # The arguments as streamed.

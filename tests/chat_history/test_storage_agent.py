@@ -40,6 +40,9 @@ from ag_ui.core import (
     StepStartedEvent,
     SystemMessage,
     TextMessageChunkEvent,
+    TextMessageContentEvent,
+    TextMessageEndEvent,
+    TextMessageStartEvent,
     TokenUsage,
     ToolCallChunkEvent,
     ToolMessage,
@@ -438,6 +441,36 @@ async def test_s17_two_reasoning_messages_in_one_span(store: Store) -> None:
         ("r1", "a", "complete"),
         ("r2", "b", "complete"),
     ]
+
+
+async def test_s17b_each_reasoning_steps_duration_is_kept_with_the_runs_outcome(
+    store: Store,
+) -> None:
+    second = 1_000_000_000_000  # event timestamps are milliseconds
+    await store.run(
+        [
+            rs(),
+            ReasoningMessageStartEvent(message_id="r1", timestamp=second),
+            ReasoningMessageContentEvent(message_id="r1", delta="a"),
+            ReasoningMessageEndEvent(message_id="r1", timestamp=second + 2400),
+            ReasoningMessageStartEvent(message_id="r2", timestamp=second + 3000),
+            ReasoningMessageContentEvent(message_id="r2", delta="b"),
+            # r2 ends when the next step starts: no end event of its own.
+            ReasoningMessageStartEvent(message_id="r3", timestamp=second + 3500),
+            ReasoningMessageEndEvent(message_id="r3", timestamp=second + 3600),
+            TextMessageStartEvent(message_id="m1"),
+            TextMessageContentEvent(message_id="m1", delta="answer"),
+            TextMessageEndEvent(message_id="m1"),
+            rf(),
+        ]
+    )
+    carrier = (await store.history())[-1]
+    # A reload shows how long each step took (the page's "Thought for 2 s").
+    assert carrier.run_outcome == {
+        "run_id": "r1",
+        "type": "success",
+        "reasoning_ms": {"r1": 2400, "r2": 500, "r3": 100},
+    }
 
 
 async def test_s18_s83_8_encrypted_reasoning_is_stored_and_replayed(store: Store) -> None:

@@ -2,12 +2,14 @@
 
 Run with the example's environment from ``example_project/`` (``test_chat_page.py``)::
 
-    python ../tests/e2e/store_thread.py <username> hostile|long <thread-id> [messages]
+    python ../tests/e2e/store_thread.py <username> hostile|long|markdown <thread-id> [messages]
 
 ``hostile`` saves a short thread whose user text, assistant text, tool name, tool arguments,
 tool result and title carry script payloads; ``long`` saves ``messages`` alternating user and
-assistant messages in markdown. The thread goes through ``build_stores()`` (``AGENT_STORE``),
-so it lands where the running server reads it, on either store.
+assistant messages in markdown; ``markdown`` saves a question and an answer written in markdown,
+so the thread's title and preview (which the store derives from them) are markdown too. The
+thread goes through ``build_stores()`` (``AGENT_STORE``), so it lands where the running server
+reads it, on either store.
 """
 
 from __future__ import annotations
@@ -74,6 +76,18 @@ def long_messages(count: int) -> list[dict[str, object]]:
     return messages
 
 
+#: The ``markdown`` thread: a heading and bold in the question (its title), bold, code and a
+#: link in the answer (its preview).
+MARKDOWN_MESSAGES: list[dict[str, object]] = [
+    {"id": "md-user", "role": "user", "content": "## What does **notes.txt** say?"},
+    {
+        "id": "md-answer",
+        "role": "assistant",
+        "content": "**notes.txt** lists `three` items: see [the file](https://example.com/n).",
+    },
+]
+
+
 async def store(username: str, kind: str, thread_id: str, count: int) -> None:
     from chat.stores import build_stores
     from django.contrib.auth.models import User
@@ -84,7 +98,10 @@ async def store(username: str, kind: str, thread_id: str, count: int) -> None:
     conversations, _ = build_stores()
     request = HttpRequest()
     request.user = await User.objects.aget(username=username)
-    messages = hostile_messages() if kind == "hostile" else long_messages(count)
+    if kind == "markdown":
+        messages = MARKDOWN_MESSAGES
+    else:
+        messages = hostile_messages() if kind == "hostile" else long_messages(count)
     await conversations.save(Conversation(thread_id, messages), request=request)
     if kind == "hostile":
         await conversations.rename(thread_id, PAYLOAD.format(where="title"), request=request)

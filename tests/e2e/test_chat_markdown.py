@@ -76,6 +76,16 @@ def test_markdown_renders_safely_and_incrementally(
     assert html["escaped"] == "<p>*not em* and &lt;b&gt;</p>"
     assert html["unclosed"] == "<p>**bold never closes and `code never closes</p>"
 
+    # What the drawer shows of a markdown title or preview: the text, none of the syntax.
+    assert steps["plain"]["out"] == {
+        "heading": "What does notes.txt say?",
+        "inline": "Use print() and see the docs or not.",
+        "ordered": "3. pack 4. go",
+        "code": "Run this: print('hi')",
+        "html": "<b>not bold</b> & <script>x</script>",
+        "cut": "…ends with **notes.tx",
+    }
+
     stream = steps["stream"]
     assert stream["words"] >= 10_000
     assert stream["firstBlockSurvived"] is True, "a finished block was rendered again"

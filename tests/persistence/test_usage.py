@@ -73,4 +73,5 @@ def test_totals_answer_camel_case_json_with_the_cost_as_a_decimal_string() -> No
         "totalTokens": 7,
         "costUsd": "0.5",
         "unpricedRuns": 0,
+        "estimatedRuns": 0,
     }

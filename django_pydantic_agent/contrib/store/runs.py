@@ -4,9 +4,11 @@
 row per run, at most one ``running`` row per thread (a partial unique constraint, so two
 workers starting a run on one thread at once cannot both win).
 
-It keeps the usage ledger too (``persistence.usage.UsageLedger``): the run that ``finish``
-ends with a usage gets one ``StoredRunUsage`` row (its tokens, and its cost where the model has
-a price), written in the same transaction, and ``usage_totals`` / ``usage_by_day`` sum an
+It keeps the usage ledger too (``persistence.usage.UsageLedger``): every run that ``finish``
+ends gets one ``StoredRunUsage`` row (its tokens, and its cost where the model has a price),
+written in the same transaction, so the ledger counts the runs the run table does. A run ended
+without a usage (nothing reported it) gets a row of no tokens marked ``estimated``, and one the
+sweeper ends gets the estimate of what it stored. ``usage_totals`` / ``usage_by_day`` sum an
 owner's rows in the database.
 
 ``sweep_runs(lease=...)`` finalises every ``running`` run whose heartbeat is older than
@@ -28,10 +30,11 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from django.db import IntegrityError
 from django.db.models import Count, Q, Sum
-from django.db.models.functions import TruncDate
+from django.db.models.functions import Length, TruncDate
 from django.utils import timezone
 
 from django_pydantic_agent.chat_history.errors import RunFencedError
+from django_pydantic_agent.chat_history.records import decode_placeholder
 from django_pydantic_agent.persistence.outages import unit_of_work
 from django_pydantic_agent.persistence.runs import (
     DEFAULT_LEASE_SECONDS,
@@ -43,7 +46,13 @@ from django_pydantic_agent.persistence.runs import (
     check_terminal,
 )
 from django_pydantic_agent.persistence.transactions import write_transaction
-from django_pydantic_agent.persistence.usage import UsageTotals, run_usage
+from django_pydantic_agent.persistence.usage import (
+    ESTIMATED_KEY,
+    RunUsage,
+    UsageTotals,
+    estimate_text_tokens,
+    run_usage,
+)
 
 if TYPE_CHECKING:
     from django_pydantic_agent.contrib.store.models import StoredAgentRun
@@ -102,10 +111,9 @@ def _ledger() -> Any:
 
 
 def _record_usage(row: StoredAgentRun) -> None:
-    """The ledger row of a run that just ended with a usage (none for a run without one)."""
-    line = run_usage(row.usage)
-    if line is None:
-        return
+    """The ledger row of a run that just ended: its usage, or (a run ended without one) no
+    tokens, marked ``estimated``: nothing reported what it used."""
+    line = run_usage(row.usage) or RunUsage(estimated=True)
     _ledger().update_or_create(
         owner_id=row.owner_id,
         thread_id=row.thread_id,
@@ -119,6 +127,7 @@ def _record_usage(row: StoredAgentRun) -> None:
             "output_tokens": line.output_tokens,
             "total_tokens": line.total_tokens,
             "cost_usd": line.cost_usd,
+            "estimated": line.estimated,
         },
     )
 
@@ -132,6 +141,7 @@ USAGE_SUMS = {
     "sum_total_tokens": Sum("total_tokens"),
     "sum_cost_usd": Sum("cost_usd"),
     "sum_unpriced_runs": Count("pk", filter=Q(cost_usd__isnull=True)),
+    "sum_estimated_runs": Count("pk", filter=Q(estimated=True)),
 }
 
 
@@ -295,7 +305,7 @@ class DefaultRunStore(SyncRunStore):
         with write_transaction():
             ended = _running(owner_id, thread_id, run_id, epoch).update(**values)
             row = rows.first()
-            if ended and row is not None and usage is not None:
+            if ended and row is not None:
                 _record_usage(row)
         return None if row is None else _record(row)
 
@@ -436,13 +446,54 @@ def _settle_each(
         yield row, outcome
 
 
+def _swept_usage(run: StoredAgentRun) -> dict[str, Any]:
+    """An estimate of what a swept run used (its worker, which knew, is gone): as input, the
+    thread's active messages before the run's first answer, its question included (four
+    characters a token, summed in the database); as output, the answers it stored
+    (``estimate_text_tokens``)."""
+    from django_pydantic_agent.contrib.store.models import StoredMessage
+
+    thread = StoredMessage.objects.filter(
+        conversation__owner_id=run.owner_id, conversation__thread_id=run.thread_id
+    )
+    wrote = thread.filter(run_id=run.run_id).exclude(run_id="").exclude(role="user")
+    texts: list[str] = []
+    first: int | None = None
+    for position, content, calls, steps in wrote.values_list(
+        "position", "content", "tool_calls", "reasonings"
+    ):
+        first = position if first is None else min(first, position)
+        texts.append(content or "")
+        nested = [(call, "arguments") for call in calls or []]
+        nested += [(step, "content") for step in steps or []]
+        texts += [
+            decode_placeholder(str(item.get(key) or ""))  # stored JSON-encoded (the codec)
+            for item, key in nested
+            if isinstance(item, dict)
+        ]
+    before = thread.filter(active=True)
+    if first is not None:
+        before = before.filter(position__lt=first)
+    chars = before.aggregate(chars=Sum(Length("content")))["chars"] or 0
+    input_tokens, output_tokens = chars // 4, estimate_text_tokens("".join(texts))
+    entry = {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "total_tokens": input_tokens + output_tokens,
+        ESTIMATED_KEY: True,
+    }
+    return {"tokens": [entry]}
+
+
 def _end_as_errored(run: StoredAgentRun) -> int:
-    """End ``run`` as ``errored`` with ``SWEPT_ERROR`` and finalise what it left in progress;
-    returns the records changed."""
+    """End ``run`` as ``errored`` with ``SWEPT_ERROR``, its usage estimated (``_swept_usage``)
+    in the ledger, and finalise what it left in progress; returns the records changed."""
     run.status = RunStatus.ERRORED.value
     run.finished_at = timezone.now()
     run.error = SWEPT_ERROR
-    run.save(update_fields=["status", "finished_at", "error"])
+    run.usage = _swept_usage(run)
+    run.save(update_fields=["status", "finished_at", "error", "usage"])
+    _record_usage(run)
     return _finalise_records(run)
 
 

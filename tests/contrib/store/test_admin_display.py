@@ -265,6 +265,17 @@ def test_token_totals_read_only_well_formed_counts() -> None:
     assert str(TokenTotals(input=1200, output=3, total=1203)) == "1,203 (1,200 in, 3 out)"
 
 
+def test_a_stopped_runs_estimated_tokens_say_so() -> None:
+    stopped = {"tokens": [{"input_tokens": 50, "output_tokens": 2, "estimated": True}]}
+    finished = {"tokens": [{"input_tokens": 10, "output_tokens": 1}]}
+
+    assert token_totals([finished, stopped]) == TokenTotals(
+        input=60, output=3, total=63, estimated=True
+    )
+    assert str(token_totals([stopped])) == "52 (50 in, 2 out), partly estimated"
+    assert str(token_totals([finished])) == "11 (10 in, 1 out)"
+
+
 @pytest.mark.parametrize(
     ("seconds", "shown"),
     [(0.25, "0.2 s"), (59.9, "59.9 s"), (185, "3 min 5 s"), (3 * 3600 + 120, "3 h 2 min")],

@@ -25,7 +25,16 @@ def _text(html: str) -> str:
     return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
 
 
-def _row(owner: str, thread: str, run: str, day: int, tokens: int, cost: str | None) -> None:
+def _row(
+    owner: str,
+    thread: str,
+    run: str,
+    day: int,
+    tokens: int,
+    cost: str | None,
+    *,
+    estimated: bool = False,
+) -> None:
     StoredRunUsage.objects.create(
         owner_id=owner,
         thread_id=thread,
@@ -35,6 +44,7 @@ def _row(owner: str, thread: str, run: str, day: int, tokens: int, cost: str | N
         input_tokens=tokens,
         total_tokens=tokens,
         cost_usd=None if cost is None else Decimal(cost),
+        estimated=estimated,
     )
 
 
@@ -42,7 +52,7 @@ def _row(owner: str, thread: str, run: str, day: int, tokens: int, cost: str | N
 def ledger(alice: User, bob: User) -> None:
     _row(str(alice.pk), "a-1", "r1", 1, 100, "0.50")
     _row(str(alice.pk), "a-2", "r2", 3, 300, "1.25")
-    _row(str(bob.pk), "b-1", "r3", 3, 50, "2.00")
+    _row(str(bob.pk), "b-1", "r3", 3, 50, "2.00", estimated=True)  # a stopped run
     _row(str(bob.pk), "b-1", "r4", 4, 70, None)
     _row(SESSION_OWNER, "s-1", "r5", 4, 10, "0.01")
 
@@ -59,8 +69,9 @@ def test_users_by_cost_are_summed_and_sorted_most_expensive_first(staff: Client)
     assert page.status_code == 200
     text = _text(page.content.decode())
     assert text.index("bob") < text.index("alice") < text.index("anonymous session")
-    assert "bob 2 120 0 120 2 1" in text  # runs, tokens..., cost, one unpriced run
-    assert "alice 2 400 0 400 1.75 0" in text
+    # runs, tokens..., cost, one unpriced run, one estimated run (stopped before its usage)
+    assert "bob 2 120 0 120 2 1 1" in text
+    assert "alice 2 400 0 400 1.75 0 0" in text
     assert "secretsessionkey" not in page.content.decode()
 
 
@@ -91,9 +102,10 @@ def test_the_csv_export_is_the_same_table(staff: Client, alice: User) -> None:
         "total_tokens",
         "cost_usd",
         "unpriced_runs",
+        "estimated_runs",
     ]
-    assert rows[1] == ["bob", "b-1", "2", "120", "0", "120", "2", "1"]
-    assert rows[2] == ["alice", "a-2", "1", "300", "0", "300", "1.25", "0"]
+    assert rows[1] == ["bob", "b-1", "2", "120", "0", "120", "2", "1", "1"]
+    assert rows[2] == ["alice", "a-2", "1", "300", "0", "300", "1.25", "0", "0"]
     assert rows[-1][0].startswith("anonymous session ")
     assert "secretsessionkey" not in response.content.decode()
 

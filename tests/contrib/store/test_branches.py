@@ -197,7 +197,7 @@ async def test_fork_copies_a_streaming_message_as_interrupted(
     assert source.messages[-1]["status"] == "active"
 
 
-async def test_the_admin_shows_the_active_branch_first_then_the_others(
+async def test_the_admin_shows_both_answers_under_the_question_the_active_one_marked(
     alice: Any, request_as: Callable[[Any], HttpRequest], admin_client: Any
 ) -> None:
     store, request = DefaultConversationStore(), request_as(alice)
@@ -211,7 +211,11 @@ async def test_the_admin_shows_the_active_branch_first_then_the_others(
     again = rows.index("answer two, again")
     old = [i for i in range(len(rows)) if rows.startswith("answer two", i)]
     old = [i for i in old if not rows.startswith("answer two, again", i)]
-    assert rows.index("second") < again < old[0]
+    # The tree (tests/contrib/store/test_admin_tree.py): the versions in order, under the
+    # question they answer, the regenerated one on the active branch.
+    assert rows.index("second") < old[0] < again
+    assert rows.count("version 1 of 2") == rows.count("version 2 of 2") == 1
+    assert rows.index("version 1 of 2") < old[0] < rows.index("version 2 of 2") < again
 
 
 async def test_fork_at_a_tool_result_takes_the_whole_record_and_stops_running_calls(

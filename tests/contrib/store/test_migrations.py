@@ -32,7 +32,7 @@ from django_pydantic_agent.contrib.store.migrations._predecessor import (
 from django_pydantic_agent.contrib.store.rows import saved_wire
 
 APP = "django_pydantic_agent_store"
-LATEST = "0022_pins_and_tags"
+LATEST = "0023_storedrunusage_estimated"
 PREDECESSOR_LEAF = (APP, "0005_storedmemory_storedmemoryoperation")
 DEV_MIGRATIONS = {APP: "tests.contrib.store.dev_schema.migrations"}
 SCRATCH = "upgrade_scratch"
@@ -110,6 +110,7 @@ def test_the_chain_starts_with_the_predecessors_history() -> None:
         "0020_storedmessage_no_conversation_index",
         "0021_storedfeedback",
         "0022_pins_and_tags",
+        "0023_storedrunusage_estimated",
     ]
 
 

@@ -34,6 +34,16 @@ export const CASES = {
   unclosed: "**bold never closes and `code never closes",
 };
 
+//: Titles and previews as the drawer gets them, and what it shows of each (markdown.mjs checks).
+export const PLAIN_CASES = {
+  heading: "## What does **notes.txt** say?",
+  inline: "Use `print()` and _see_ [the docs](https://example.com/d) or ~~not~~.",
+  ordered: "3. pack\n4. go",
+  code: "Run this:\n\n```python\nprint('hi')\n```",
+  html: "<b>not bold</b> & <script>x</script>",
+  cut: "…ends with **notes.tx",
+};
+
 const report = { steps: [], consoleErrors: [], pageErrors: [] };
 const browser = await launch();
 try {
@@ -52,6 +62,13 @@ try {
     return { out, owned: window.__owned || null };
   }, CASES);
   report.steps.push({ step: "cases", ...rendered });
+
+  // plainText: what a drawer title or preview reads as.
+  const plain = await page.evaluate(async (cases) => {
+    const { plainText } = await import("/static/agent_chat/modules/markdown.js");
+    return Object.fromEntries(Object.entries(cases).map(([name, text]) => [name, plainText(text)]));
+  }, PLAIN_CASES);
+  report.steps.push({ step: "plain", out: plain });
 
   const streamed = await page.evaluate(async (count) => {
     const { MarkdownView, renderMarkdown } = await import("/static/agent_chat/modules/markdown.js");

@@ -1,6 +1,7 @@
 """Admin for stored conversations and attachments (and, with the harness extra, memory).
 
-Conversations show their messages read-only; the title and the archived flag stay editable
+Conversations show their messages read-only, a branched thread as its tree of branches
+(``admin/tree.py``); the title and the archived flag stay editable
 (what a rename and an archive change), and the list filters by the mounted retention policy.
 Attachments are read-only metadata with their deduplication siblings. Deleting from the admin
 goes through the same lifecycle helpers as the stores, so blobs and orphaned
@@ -22,11 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
+from django.forms.models import BaseInlineFormSet
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
+from django.utils.safestring import mark_safe
 
 from django_pydantic_agent.contrib.store.admin.common import (
     RUN_SEARCH_FIELDS,
@@ -46,6 +49,7 @@ from django_pydantic_agent.contrib.store.admin.owners import (
     users_by_owner_id,
 )
 from django_pydantic_agent.contrib.store.admin.retention import RetentionFilter
+from django_pydantic_agent.contrib.store.admin.tree import PLACE_ATTR, TreePlace, tree_order
 from django_pydantic_agent.contrib.store.lifecycle import (
     ConversationDeletion,
     delete_attachments,
@@ -107,18 +111,62 @@ class _ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
         return False
 
 
+class _TreeFormSet(BaseInlineFormSet):  # type: ignore[type-arg]
+    """The thread's rows in tree order (``admin.tree``), each with its place set. The admin
+    pairs each form with ``get_queryset()``'s row in turn, so both follow that order."""
+
+    def get_queryset(self) -> Any:
+        rows: Any = super().get_queryset()
+        if isinstance(rows, QuerySet):
+            self._queryset = rows = tree_order(rows)
+        return rows
+
+
+def _place(obj: StoredMessage) -> TreePlace:
+    place: TreePlace | None = getattr(obj, PLACE_ATTR, None)
+    return place or TreePlace(active=obj.active)
+
+
 class StoredMessageInline(_ReadOnlyInline):
-    """The thread's messages, read from their record columns (``admin.display``): the active
-    branch in order, then the messages of the thread's other branches."""
+    """The thread's messages, read from their record columns (``admin.display``), as the tree
+    of its branches (``admin.tree``): each version an edit or a regenerate made indented under
+    the message it answers, the active branch marked."""
 
     model = StoredMessage
+    formset = _TreeFormSet
     template = "django_pydantic_agent_store/admin/messages_inline.html"
-    fields = ("position", "message", "message_status", "run", "time")
+    fields = ("place", "branch_mark", "message", "message_status", "run", "time")
     readonly_fields = fields
     ordering = ("-active", "position", "branch")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[StoredMessage]:
         return super().get_queryset(request).select_related("conversation")
+
+    @admin.display(description="position")
+    def place(self, obj: StoredMessage) -> SafeString:
+        """The row's position, indented as deep as its branch sits in the thread's tree."""
+        depth = _place(obj).depth
+        return format_html(
+            '<span class="dpa-depth-{}" style="padding-left: {}em">{}{}</span>',
+            depth,
+            depth * 1.5,
+            "\u21b3 " if depth else "",
+            obj.position,
+        )
+
+    @admin.display(description="branch")
+    def branch_mark(self, obj: StoredMessage) -> SafeString:
+        """The row's branch: "active" on the thread's active branch, else its number; at a
+        branch point, which version of how many the row is."""
+        place = _place(obj)
+        mark = (
+            mark_safe('<strong class="dpa-active">\u25cf active</strong>')
+            if place.active
+            else format_html('<span class="quiet">branch {}</span>', obj.branch)
+        )
+        if place.versions < 2:
+            return mark
+        return format_html("{}<br>version {} of {}", mark, place.version, place.versions)
 
     @staticmethod
     def _display(obj: StoredMessage) -> MessageDisplay:
@@ -130,8 +178,18 @@ class StoredMessageInline(_ReadOnlyInline):
 
     @admin.display(description="message")
     def message(self, obj: StoredMessage) -> SafeString:
-        """Role, text, reasoning (collapsed) and tool calls with their arguments and results."""
-        return render_message(self._display(obj))
+        """Role, text, reasoning (collapsed) and tool calls with their arguments and results,
+        indented as its position is."""
+        shown = render_message(self._display(obj))
+        depth = _place(obj).depth
+        if not depth:
+            return shown
+        return format_html(
+            '<div class="dpa-branch" style="margin-left: {}em; padding-left: 0.6em; '
+            'border-left: 2px solid var(--hairline-color, #ccc)">{}</div>',
+            depth * 1.5,
+            shown,
+        )
 
     @admin.display(description="status")
     def message_status(self, obj: StoredMessage) -> str:

@@ -209,21 +209,25 @@ def render_message(message: MessageDisplay) -> SafeString:
 
 @dataclass(frozen=True, kw_only=True)
 class TokenTotals:
-    """Token counts summed over the entries of one or more runs' ``usage``."""
+    """Token counts summed over the entries of one or more runs' ``usage``; ``estimated`` when
+    an entry was estimated (a run stopped or failed before its provider reported it)."""
 
     input: int = 0
     output: int = 0
     total: int = 0
+    estimated: bool = False
 
     def __add__(self, other: TokenTotals) -> TokenTotals:
         return TokenTotals(
             input=self.input + other.input,
             output=self.output + other.output,
             total=self.total + other.total,
+            estimated=self.estimated or other.estimated,
         )
 
     def __str__(self) -> str:
-        return f"{self.total:,} ({self.input:,} in, {self.output:,} out)"
+        shown = f"{self.total:,} ({self.input:,} in, {self.output:,} out)"
+        return f"{shown}, partly estimated" if self.estimated else shown
 
 
 def _count(entry: Mapping[str, Any], *keys: str) -> int | None:
@@ -252,6 +256,7 @@ def token_totals(usages: Iterable[Any]) -> TokenTotals:
                 input=tokens_in,
                 output=tokens_out,
                 total=tokens_in + tokens_out if total is None else total,
+                estimated=entry.get("estimated") is True,
             )
     return totals
 

@@ -1,6 +1,7 @@
 """Admin for the usage ledger: each run's tokens and cost, and who and what cost the most.
 
-The ledger's changelist is read-only, filterable by day and model. Its "By cost" page sums the
+The ledger's changelist is read-only, filterable by day, model and whether the tokens are an
+estimate (a run stopped or failed before its provider reported them). Its "By cost" page sums the
 ledger per owner or per thread over a date range (``?group=owner|thread&since=&until=``, days in
 UTC, ``until`` included), most expensive first, and exports the same table as CSV
 (``&format=csv``). Owners are shown as everywhere in the admin: the user's name, or "anonymous
@@ -99,9 +100,10 @@ class StoredRunUsageAdmin(ReadOnlyMixin, OwnerColumnMixin, admin.ModelAdmin):  #
         "run_id",
         "model",
         "total_tokens",
+        "estimated",
         "cost",
     )
-    list_filter = ("finished_at", "model")
+    list_filter = ("finished_at", "model", "estimated")
     search_fields = RUN_SEARCH_FIELDS
     search_help_text = RUN_SEARCH_HELP
     date_hierarchy = "finished_at"
@@ -118,6 +120,7 @@ class StoredRunUsageAdmin(ReadOnlyMixin, OwnerColumnMixin, admin.ModelAdmin):  #
         "input_tokens",
         "output_tokens",
         "total_tokens",
+        "estimated",
         "cost",
     )
     readonly_fields = fields

@@ -51,7 +51,8 @@ class StoredRunUsage(models.Model):
 
     ``cost_usd`` is ``None`` when the model has no price in pydantic-ai's pricing (genai-prices),
     so an unpriced run never reads as free. ``finished_at`` is when the run ended (its day is the
-    day it counts against).
+    day it counts against). ``estimated`` says the tokens are partly an estimate: the run was
+    stopped or failed before its provider reported them all.
     """
 
     owner_id = models.CharField(max_length=255, blank=True, default="")
@@ -65,6 +66,7 @@ class StoredRunUsage(models.Model):
     output_tokens = models.BigIntegerField(default=0)
     total_tokens = models.BigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=20, decimal_places=9, null=True, blank=True)
+    estimated = models.BooleanField(default=False)
 
     class Meta:
         app_label = _APP_LABEL

@@ -21,7 +21,7 @@
 
 import { createMessageActions } from "./modules/actions.js";
 import { createComposer } from "./modules/composer.js";
-import { AssistantTurn, clearLog, renderTranscript, renderUser, setupRendering } from "./modules/render.js";
+import { AssistantTurn, clearLog, renderTranscript, renderUser, scrollDown, setupRendering } from "./modules/render.js";
 import { activeRunOf, liveRun, onHistoryMove, showThreadInUrl, state, threadInUrl } from "./modules/state.js";
 import { createThreadDrawer } from "./modules/threads.js";
 import { createTransport, errorText, parseEventId, sseFrames } from "./modules/transport.js";
@@ -290,11 +290,17 @@ async function send(text) {
     refused: async (response) => {
       sendFailed(run, userMessage, text, sent, t("The server refused the message: {why}", { why: await refusal(response) }));
     },
-    failed: (error) => {
-      const why = navigator.onLine === false ? t("You are offline: try again when the connection is back.") : error.message;
-      sendFailed(run, userMessage, text, sent, t("The message was not sent: {why}", { why }));
+    failed: () => {
+      sendFailed(run, userMessage, text, sent, t("The message was not sent: {why}", { why: unreached() }));
     },
   });
+}
+
+// Why a request never reached the server, in words: the browser is offline, or the connection
+// failed or dropped on the way (fetch says only "Failed to fetch").
+function unreached() {
+  if (navigator.onLine === false) return t("You are offline: try again when the connection is back.");
+  return t("The connection to the server was lost before it arrived.");
 }
 
 // Why the server refused a run: its JSON error, or for 429 and 503 when to try again.
@@ -352,9 +358,8 @@ async function rerun(transcript) {
     refused: async (response) => {
       why = t("The server refused the message: {why}", { why: await refusal(response) });
     },
-    failed: (error) => {
-      const reason = navigator.onLine === false ? t("You are offline: try again when the connection is back.") : error.message;
-      why = t("The message was not sent: {why}", { why: reason });
+    failed: () => {
+      why = t("The message was not sent: {why}", { why: unreached() });
     },
   });
   if (why === null || state.threadId !== threadId) return;
@@ -385,6 +390,7 @@ function reloadWhenOnline(threadId) {
 
 // A send the server never took: the message leaves the transcript, its text and files go
 // back to the composer, and the notice offers Retry (which sends the composer's text again).
+// The composer grows with what came back, so the notice is scrolled into view after it.
 function sendFailed(run, userMessage, text, sent, why) {
   const index = state.transcript.indexOf(userMessage);
   if (index !== -1) state.transcript.splice(index, 1); // not sent twice
@@ -401,6 +407,8 @@ function sendFailed(run, userMessage, text, sent, why) {
     document.getElementById("composer").requestSubmit();
   });
   note.append(" ", retry);
+  scrollDown(true);
+  note.scrollIntoView({ block: "nearest" });
 }
 
 // Stop: ask the server to cancel the run and read on to its terminal event; abort the request

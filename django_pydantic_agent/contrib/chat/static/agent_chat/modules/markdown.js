@@ -445,6 +445,21 @@ export function renderMarkdown(text) {
   return blocks(String(text || "").split(/\r?\n/));
 }
 
+// What `text` reads as once rendered, as one line of plain text: no heading marks, emphasis,
+// code ticks or link targets (a link keeps its text), a numbered item its number, blocks
+// joined by a space. For the drawer's titles and previews, which are the user's own text.
+export function plainText(text) {
+  const box = node("div");
+  box.append(...renderMarkdown(text));
+  box.querySelectorAll(".code-head").forEach((head) => head.remove());
+  box.querySelectorAll("ol").forEach((list) => {
+    Array.from(list.children).forEach((item, index) => item.prepend(`${list.start + index}. `));
+  });
+  box.querySelectorAll("br").forEach((br) => br.replaceWith(" "));
+  box.querySelectorAll("p, h3, h4, h5, h6, li, pre, th, td, blockquote, hr").forEach((block) => block.after(" "));
+  return box.textContent.replace(/\s+/g, " ").trim();
+}
+
 // A container whose markdown grows: `update(text)` with the whole text so far.
 export class MarkdownView {
   constructor(container) {

@@ -81,6 +81,28 @@ function fileLinks(refs) {
   return list;
 }
 
+// "Thought for 3 s": the label of a reasoning block that took `ms` milliseconds.
+function thoughtFor(ms) {
+  return t("Thought for {seconds} s", { seconds: Math.max(1, Math.round(ms / 1000)) });
+}
+
+// How long each reasoning step of the transcript shown took (message id -> milliseconds): a
+// run stores it with its outcome, on its last message (`chatHistory.runOutcome.reasoning_ms`).
+let reasoningTimes = new Map();
+
+function timesOf(messages) {
+  const times = new Map();
+  for (const message of messages) {
+    const book = message && message.chatHistory;
+    const took = book && book.runOutcome && book.runOutcome.reasoning_ms;
+    if (!took || typeof took !== "object") continue;
+    for (const [id, ms] of Object.entries(took)) {
+      if (typeof ms === "number" && Number.isFinite(ms)) times.set(id, ms);
+    }
+  }
+  return times;
+}
+
 // A "Copy" button for a message; `source()` gives its markdown when clicked.
 function copyMessageButton(source) {
   const button = el("button", "button ghost small copy-message", t("Copy"));
@@ -329,8 +351,7 @@ export class AssistantTurn {
       case "REASONING_MESSAGE_END": {
         const block = this.reasoning.get(event.messageId);
         if (block) {
-          const seconds = Math.max(1, Math.round((performance.now() - block.started) / 1000));
-          block.summary.textContent = `Thought for ${seconds} s`;
+          block.summary.textContent = thoughtFor(performance.now() - block.started);
           block.details.open = false;
         }
         break;
@@ -368,8 +389,10 @@ export class AssistantTurn {
       const block = this.reasoningBlock(message.id);
       this.messages.set(message.id, { ...message });
       block.body.textContent = message.content || "";
-      // How long it took is not stored; the label still reads like the live one.
-      block.summary.textContent = t("Thought process");
+      // How long it took, as the run stored it; a step stored without it (an older run, or
+      // one that ended mid-thought) still reads like the live label.
+      const took = reasoningTimes.get(message.id);
+      block.summary.textContent = took === undefined ? t("Thought process") : thoughtFor(took);
       block.details.open = false;
     } else if (message.role === "assistant") {
       const kept = { ...message, content: typeof message.content === "string" ? message.content : textOf(message.content) };
@@ -496,6 +519,7 @@ export function renderTranscript(messages, { open = false } = {}) {
   const started = performance.now();
   generation += 1;
   const mine = generation;
+  reasoningTimes = timesOf(messages);
   log.querySelectorAll(".turn").forEach((node) => node.remove());
   if (empty) empty.hidden = messages.length > 0;
   const progressive = messages.length > PROGRESSIVE_AFTER;

@@ -6,6 +6,7 @@
 
 import { createDrawerApi } from "./drawer_api.js";
 import { createExport } from "./export.js";
+import { plainText } from "./markdown.js";
 import { markedSnippet, searchTerms } from "./search.js";
 import { state } from "./state.js";
 import { errorText } from "./transport.js";
@@ -108,7 +109,10 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
 
   function threadItem(item, terms) {
     const id = itemId(item);
-    const title = item.title || t("Untitled conversation");
+    // Titles and previews come from the user's messages, which are markdown: the drawer
+    // shows what they read as ("## What…" reads "What…"); Rename edits the title as stored.
+    const stored = item.title || "";
+    const title = plainText(stored) || t("Untitled conversation");
     const li = el("li", "thread");
     li.dataset.threadId = id;
 
@@ -123,8 +127,9 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
     else titleLine.textContent = title;
     open.append(titleLine);
     // A snippet that only repeats the title (a title match) gives way to the preview.
-    const snippet = terms.length && item.snippet && item.snippet !== title ? item.snippet : null;
-    const second = snippet || item.preview;
+    const found = terms.length && item.snippet ? plainText(item.snippet) : "";
+    const snippet = found && found !== title ? found : null;
+    const second = snippet || (item.preview ? plainText(item.preview) : "");
     if (second) {
       const line = el("span", snippet ? "thread-preview thread-snippet" : "thread-preview");
       if (terms.length) line.append(markedSnippet(second, terms));
@@ -151,7 +156,7 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
     }
 
     const actions = el("div", "thread-actions");
-    const rename = actionButton("thread-rename", t("Rename"), PENCIL, id, () => startRename(li, id, title));
+    const rename = actionButton("thread-rename", t("Rename"), PENCIL, id, () => startRename(li, id, stored || title));
     rename.setAttribute("aria-label", `${t("Rename")} “${title}”`);
     const archived = Boolean(item.archived);
     const archiveLabel = archived ? t("Unarchive") : t("Archive");
