@@ -24,6 +24,7 @@ from django_pydantic_agent.persistence.base import (
 from django_pydantic_agent.persistence.branching import ForksThreads, KeepsBranches
 from django_pydantic_agent.persistence.listing import ArchivesThreads, SearchesThreads
 from django_pydantic_agent.persistence.runs import KeepsRunsInCache, ResumableRunStore
+from django_pydantic_agent.persistence.sharing import SharesThreads
 from django_pydantic_agent.persistence.transfer import ExportsThreads
 from django_pydantic_agent.persistence.usage import UsageLedger
 
@@ -78,6 +79,7 @@ _PROTOCOLS: dict[str, Any] = {
     "search": SearchesThreads,
     "archive": ArchivesThreads,
     "export": ExportsThreads,
+    "share": SharesThreads,
     "refs": ResolvesAttachmentRefs,
     "resume": ResumableRunStore,
     "usage": UsageLedger,
@@ -91,9 +93,10 @@ class StoreFeatures:
     Conversation stores: ``persistent`` (``False``: a Null store), ``repositories`` (persists
     runs incrementally), ``runs`` (its own run store), ``branches`` (keeps every branch),
     ``forks`` (copies a branch itself), ``search`` (message text, not only titles),
-    ``archive``, ``export`` (whole trees), ``retention`` (the ``RetentionPolicy`` the prune
-    command applies). Attachment stores: ``refs`` (many at once). Run stores: ``resume``,
-    ``usage`` (the ledger of what runs spent), ``cache_alias`` (the cache of its records).
+    ``archive``, ``export`` (whole trees), ``share`` (keeps share links), ``retention`` (the
+    ``RetentionPolicy`` the prune command applies). Attachment stores: ``refs`` (many at
+    once). Run stores: ``resume``, ``usage`` (the ledger of what runs spent), ``cache_alias``
+    (the cache of its records).
     """
 
     persistent: bool = True
@@ -104,6 +107,7 @@ class StoreFeatures:
     search: bool = False
     archive: bool = False
     export: bool = False
+    share: bool = False
     retention: RetentionPolicy | None = None
     refs: bool = False
     resume: bool = False
