@@ -22,9 +22,11 @@ from django_pydantic_agent.persistence.base import (
     is_persistent,
 )
 from django_pydantic_agent.persistence.branching import ForksThreads, KeepsBranches
+from django_pydantic_agent.persistence.feedback import RatesMessages
 from django_pydantic_agent.persistence.listing import ArchivesThreads, SearchesThreads
 from django_pydantic_agent.persistence.runs import KeepsRunsInCache, ResumableRunStore
 from django_pydantic_agent.persistence.sharing import SharesThreads
+from django_pydantic_agent.persistence.tags import TagsThreads
 from django_pydantic_agent.persistence.transfer import ExportsThreads
 from django_pydantic_agent.persistence.usage import UsageLedger
 
@@ -79,6 +81,8 @@ _PROTOCOLS: dict[str, Any] = {
     "search": SearchesThreads,
     "archive": ArchivesThreads,
     "export": ExportsThreads,
+    "feedback": RatesMessages,
+    "tags": TagsThreads,
     "share": SharesThreads,
     "refs": ResolvesAttachmentRefs,
     "resume": ResumableRunStore,
@@ -93,8 +97,9 @@ class StoreFeatures:
     Conversation stores: ``persistent`` (``False``: a Null store), ``repositories`` (persists
     runs incrementally), ``runs`` (its own run store), ``branches`` (keeps every branch),
     ``forks`` (copies a branch itself), ``search`` (message text, not only titles),
-    ``archive``, ``export`` (whole trees), ``share`` (keeps share links), ``retention`` (the
-    ``RetentionPolicy`` the prune command applies). Attachment stores: ``refs`` (many at
+    ``archive``, ``export`` (whole trees), ``feedback`` (ratings of messages), ``tags`` (pins
+    and tags), ``share`` (keeps share links), ``retention`` (the ``RetentionPolicy`` the prune
+    command applies). Attachment stores: ``refs`` (many at
     once). Run stores: ``resume``, ``usage`` (the ledger of what runs spent), ``cache_alias``
     (the cache of its records).
     """
@@ -107,6 +112,8 @@ class StoreFeatures:
     search: bool = False
     archive: bool = False
     export: bool = False
+    feedback: bool = False
+    tags: bool = False
     share: bool = False
     retention: RetentionPolicy | None = None
     refs: bool = False

@@ -11,7 +11,7 @@ import django_pydantic_agent.contrib.store.models.conversations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pydantic_agent_store", "0020_storedmessage_no_conversation_index"),
+        ("django_pydantic_agent_store", "0022_pins_and_tags"),
     ]
 
     operations = [
