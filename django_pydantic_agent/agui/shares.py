@@ -33,7 +33,6 @@ from asgiref.sync import sync_to_async
 from django.core.cache import cache
 from django.core.exceptions import ObjectDoesNotExist, ValidationError
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
-from django.urls import reverse
 from django.utils import timezone
 
 from django_pydantic_agent.agui.access import AccessPolicy, is_async_callable
@@ -153,7 +152,9 @@ class ShareOptions:
         check_callable("page", self.page)
         check_callable("client_key", self.client_key)
         if isinstance(self.open_limit, bool) or not isinstance(self.open_limit, int):
-            raise TypeError(f"open_limit={self.open_limit!r} is not a whole number; pass 0 or more.")
+            raise TypeError(
+                f"open_limit={self.open_limit!r} is not a whole number; pass 0 or more."
+            )
         if self.open_limit < 0:
             raise ValueError(f"open_limit={self.open_limit!r} is negative; pass 0 (off) or more.")
         check_positive("open_window_seconds", self.open_window_seconds)
@@ -196,7 +197,6 @@ class ShareEndpoints:
         *,
         attachment_store: AttachmentStore | None,
         options: ShareOptions,
-        namespace: str,
         body_limit: Callable[[], int],
         active_run: ActiveRun | None = None,
         settle: Callable[[HttpRequest, str | None], Awaitable[None]] | None = None,
@@ -204,7 +204,6 @@ class ShareEndpoints:
         self._store: Any = store
         self._uploads = attachment_store
         self._options = options
-        self._namespace = namespace
         self._body_limit = body_limit
         self._active_run = active_run
         self._settle = settle
@@ -263,7 +262,11 @@ class ShareEndpoints:
         if seconds is not None:
             top = int(longest.total_seconds())
             low = int(MIN_EXPIRY.total_seconds())
-            if isinstance(seconds, bool) or not isinstance(seconds, int) or not low <= seconds <= top:
+            if (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, int)
+                or not low <= seconds <= top
+            ):
                 raise Refusal.invalid(
                     request,
                     f'"expiresIn" must be a whole number of seconds from {low} to {top} '
@@ -313,7 +316,7 @@ class ShareEndpoints:
         )
         if link is None:  # deleted meanwhile
             raise Refusal(404, NOT_FOUND)
-        url = request.build_absolute_uri(self._link_path(token))
+        url = request.build_absolute_uri(self._link_path(request, token, route=3))
         return JsonResponse({"url": url, **_link_json(link)}, status=201)
 
     async def get(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
@@ -342,8 +345,13 @@ class ShareEndpoints:
 
     # The public link --------------------------------------------------------------------
 
-    def _link_path(self, token: str) -> str:
-        return reverse(f"{self._namespace}:shared", kwargs={"token": token})
+    @staticmethod
+    def _link_path(request: HttpRequest, token: str, *, route: int) -> str:
+        """The link's path on the mount that answers ``request``: the request's path less its
+        ``route`` segments (3 for ``threads/<id>/share/``, 2 for ``shared/<token>/``), then
+        ``shared/<token>/``."""
+        segments = request.path.rstrip("/").split("/")
+        return "/".join([*segments[:-route], "shared", token]) + "/"
 
     async def _throttle(self, request: HttpRequest) -> None:
         """A 429 with ``Retry-After`` once the client made ``open_limit`` link requests in
@@ -356,7 +364,7 @@ class ShareEndpoints:
         client = key_of(request) if key_of is not None else request.META.get("REMOTE_ADDR", "")
         slot, elapsed = divmod(time.time(), window)
         digest = hashlib.sha256(str(client).encode()).hexdigest()[:32]
-        key = f"django_pydantic_agent:shared:{self._namespace}:{digest}:{int(slot)}"
+        key = f"django_pydantic_agent:shared:{digest}:{int(slot)}"
         timeout = math.ceil(window) + 1
         await cache.aadd(key, 0, timeout=timeout)
         try:
@@ -410,7 +418,7 @@ class ShareEndpoints:
             raise _gone()
         files = None
         if shared.include_attachments and self._uploads is not None:
-            files = f"{self._link_path(token)}attachments/"
+            files = f"{self._link_path(request, token, route=2)}attachments/"
         body = {
             "title": shared.title,
             "messages": shared.messages,

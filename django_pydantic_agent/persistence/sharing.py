@@ -166,7 +166,9 @@ def _content(content: Any) -> Any:
     return [
         {"type": "text", "text": part["text"]}
         for part in content
-        if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str)
+        if isinstance(part, Mapping)
+        and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
     ]
 
 
