@@ -138,10 +138,15 @@ async def test_another_owner_can_neither_share_nor_revoke_nor_list(alice: Any, b
         revoked = await http.delete("/stored/threads/thread-1/share/")
         shown = await http.get("/stored/threads/thread-1/share/")
         listed = (await http.get("/stored/shares/")).json()
+        # Bob's own thread of the same id: revoking his link leaves Alice's alone.
+        await turn(http, "Bob's plans")
+        own = await http.delete("/stored/threads/thread-1/share/")
         opened = await http.get(url)  # the link itself opens for anyone holding it
     assert shared.status_code == 404 and revoked.status_code == 404 and shown.status_code == 404
     assert listed == {"shares": []}
+    assert own.status_code == 204
     assert opened.status_code == 200 and "Alice's plans" in opened.text
+    assert "Bob's plans" not in opened.text
     assert await StoredShare.objects.acount() == 1
 
 
@@ -216,3 +221,20 @@ async def test_a_store_that_cannot_share_declares_it_and_mounts_no_route(
         answer = await http.post(f"{prefix}threads/thread-1/share/")
     assert store_features(in_session.conversation_store).share is False
     assert answer.status_code == 404
+
+
+async def test_a_scoped_store_shares_within_its_scope(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        await turn(http, "scoped words", prefix="/history-scoped/")
+        await turn(http, "plain words", run="run-2", prefix="/history/")
+        scoped = (await http.post("/history-scoped/threads/thread-1/share/")).json()
+        plain = (await http.post("/history/threads/thread-1/share/")).json()
+        listed = (await http.get("/history-scoped/shares/")).json()
+    token = link_path(plain["url"]).rstrip("/").rsplit("/", 1)[-1]
+    async with stranger() as anyone:
+        opened = await anyone.get(link_path(scoped["url"]))
+        crossed = await anyone.get(f"/history-scoped/shared/{token}/")
+    assert scoped["threadId"] == "thread-1"
+    assert "scoped words" in opened.text and "plain words" not in opened.text
+    assert [link["threadId"] for link in listed["shares"]] == ["thread-1"]
+    assert crossed.status_code == 404  # another scope's link is as unknown as a missing one
