@@ -1,8 +1,8 @@
 """``AGUIServer``: one pydantic-ai agent served over AG-UI, mounted with ``path(..., server.urls)``.
 
 The server only composes. It takes its stores and one options object per concern (``access``,
-``runs``, ``attachments``, ``history``, ``spend``, ``mount``, ``shares``; each checks its own values),
-builds the handlers, each with just what it uses, and never lets them see it. One route
+``runs``, ``attachments``, ``history``, ``spend``, ``mount``, ``shares``; each checks its own
+values), builds the handlers, each with just what it uses, and never lets them see it. One route
 table, the rows each handler states (``routes()``), drives both the views and
 ``urlpatterns``. Nothing about a request is ever stored on the agent or the server, so one
 agent serves every caller concurrently.
@@ -41,9 +41,9 @@ from django_pydantic_agent.agui.run import (
     StatelessRunEndpoint,
 )
 from django_pydantic_agent.agui.runs import RunCoordinator
+from django_pydantic_agent.agui.shares import ShareEndpoints, ShareOptions
 from django_pydantic_agent.agui.spend import SpendGate
 from django_pydantic_agent.agui.threads import ThreadEndpoints
-from django_pydantic_agent.agui.shares import ShareEndpoints, ShareOptions
 from django_pydantic_agent.agui.transfer import TransferEndpoints
 from django_pydantic_agent.agui.usage import OwnerOf, UsageEndpoint
 from django_pydantic_agent.agui.views import AGUIView, Route
@@ -369,6 +369,7 @@ class AGUIServer:
             store,
             attachment_store=uploads,
             options=self.shares,
+            namespace=mount.namespace,
             body_limit=mount.body_limit,
             active_run=live.get("active_run"),
             settle=live.get("settle"),

@@ -47,8 +47,8 @@ from django_pydantic_agent.agui.views import Route
 from django_pydantic_agent.persistence import AttachmentStore, ConversationStore, is_persistent
 from django_pydantic_agent.persistence.features import store_features
 from django_pydantic_agent.persistence.sharing import (
-    ShareLink,
     SharedThread,
+    ShareLink,
     is_share_token,
     new_share_token,
     share_digest,
@@ -197,6 +197,7 @@ class ShareEndpoints:
         *,
         attachment_store: AttachmentStore | None,
         options: ShareOptions,
+        namespace: str,
         body_limit: Callable[[], int],
         active_run: ActiveRun | None = None,
         settle: Callable[[HttpRequest, str | None], Awaitable[None]] | None = None,
@@ -204,6 +205,7 @@ class ShareEndpoints:
         self._store: Any = store
         self._uploads = attachment_store
         self._options = options
+        self._namespace = namespace
         self._body_limit = body_limit
         self._active_run = active_run
         self._settle = settle
@@ -355,7 +357,8 @@ class ShareEndpoints:
 
     async def _throttle(self, request: HttpRequest) -> None:
         """A 429 with ``Retry-After`` once the client made ``open_limit`` link requests in
-        this window (a fixed window per client, counted in the default cache)."""
+        this window (a fixed window per client and mount namespace, counted in the default
+        cache)."""
         limit = self._options.open_limit
         if not limit:
             return
@@ -364,7 +367,7 @@ class ShareEndpoints:
         client = key_of(request) if key_of is not None else request.META.get("REMOTE_ADDR", "")
         slot, elapsed = divmod(time.time(), window)
         digest = hashlib.sha256(str(client).encode()).hexdigest()[:32]
-        key = f"django_pydantic_agent:shared:{digest}:{int(slot)}"
+        key = f"django_pydantic_agent:shared:{self._namespace}:{digest}:{int(slot)}"
         timeout = math.ceil(window) + 1
         await cache.aadd(key, 0, timeout=timeout)
         try:

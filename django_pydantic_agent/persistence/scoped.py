@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,7 @@ from django_pydantic_agent.persistence.listing import (
     archive_thread,
     find_threads,
 )
-from django_pydantic_agent.persistence.sharing import ShareLink, SharedThread, SharesThreads
+from django_pydantic_agent.persistence.sharing import SharedThread, ShareLink, SharesThreads
 from django_pydantic_agent.persistence.tags import TagsThreads
 from django_pydantic_agent.persistence.transfer import export_thread, import_thread
 
@@ -284,7 +285,7 @@ class ScopedConversationStore:
         thread_id: str,
         *,
         digest: str,
-        messages: list[Any],
+        messages: builtins.list[Any],
         expires_at: datetime,
         include_attachments: bool,
         request: HttpRequest,
@@ -304,7 +305,7 @@ class ScopedConversationStore:
 
     async def share_links(
         self, *, request: HttpRequest, thread_id: str | None = None
-    ) -> list[ShareLink]:
+    ) -> builtins.list[ShareLink]:
         """This scope's live links, the prefix stripped from their thread ids."""
         if not implements(self._inner, SharesThreads):
             return []

@@ -72,7 +72,8 @@ async def test_a_link_opens_the_snapshot_as_it_was_shared_without_login(alice: A
     assert "Added after sharing" not in opened.text
     assert shown["attachmentsUrl"] is None
     assert [link["threadId"] for link in listed["shares"]] == ["thread-1"]
-    assert "url" not in current and current["expiresAt"] == body["expiresAt"]
+    assert "url" not in current
+    assert current["expiresAt"] == body["expiresAt"]
     # The store keeps the digest only, never the token.
     token = link_path(body["url"]).rstrip("/").rsplit("/", 1)[-1]
     assert len(token) >= 22  # >= 128 bits of base64url
@@ -99,7 +100,8 @@ async def test_a_link_writes_nothing_and_reaches_no_other_route(alice: Any) -> N
         after = (await http.get("/stored/threads/thread-1/")).json()
         still = await http.get(url)
     assert [w.status_code for w in writes] == [405, 405, 405, 405]
-    assert other.status_code in (401, 403) and listing.status_code in (401, 403)
+    assert other.status_code in (401, 403)
+    assert listing.status_code in (401, 403)
     assert run.status_code in (401, 403)
     assert after == before
     assert still.status_code == 200
@@ -142,10 +144,13 @@ async def test_another_owner_can_neither_share_nor_revoke_nor_list(alice: Any, b
         await turn(http, "Bob's plans")
         own = await http.delete("/stored/threads/thread-1/share/")
         opened = await http.get(url)  # the link itself opens for anyone holding it
-    assert shared.status_code == 404 and revoked.status_code == 404 and shown.status_code == 404
+    assert shared.status_code == 404
+    assert revoked.status_code == 404
+    assert shown.status_code == 404
     assert listed == {"shares": []}
     assert own.status_code == 204
-    assert opened.status_code == 200 and "Alice's plans" in opened.text
+    assert opened.status_code == 200
+    assert "Alice's plans" in opened.text
     assert "Bob's plans" not in opened.text
     assert await StoredShare.objects.acount() == 1
 
@@ -159,7 +164,8 @@ async def test_sharing_needs_the_csrf_token(alice: Any) -> None:
         allowed = await http.post(
             "/stored-csrf/threads/thread-1/share/", headers={"X-CSRFToken": CSRF_SECRET}
         )
-    assert forged.status_code == 403 and forged_revoke.status_code == 403
+    assert forged.status_code == 403
+    assert forged_revoke.status_code == 403
     assert allowed.status_code == 201
 
 
@@ -188,9 +194,11 @@ async def test_a_link_serves_only_the_files_the_owner_included(alice: Any) -> No
     assert "a.txt" not in plain_body.text  # not even the names without the owner's choice
     assert plain_file.status_code == 404
     assert body["attachmentsUrl"] == f"{base}attachments/"
-    assert served.status_code == 200 and served.content == b"quoted"
+    assert served.status_code == 200
+    assert served.content == b"quoted"
     assert served.headers["Content-Disposition"].startswith("attachment")
-    assert refused.status_code == 404 and b"private" not in refused.content
+    assert refused.status_code == 404
+    assert b"private" not in refused.content
 
 
 @pytest.mark.parametrize(
@@ -235,6 +243,19 @@ async def test_a_scoped_store_shares_within_its_scope(alice: Any) -> None:
         opened = await anyone.get(link_path(scoped["url"]))
         crossed = await anyone.get(f"/history-scoped/shared/{token}/")
     assert scoped["threadId"] == "thread-1"
-    assert "scoped words" in opened.text and "plain words" not in opened.text
+    assert "scoped words" in opened.text
+    assert "plain words" not in opened.text
     assert [link["threadId"] for link in listed["shares"]] == ["thread-1"]
     assert crossed.status_code == 404  # another scope's link is as unknown as a missing one
+
+
+async def test_the_link_routes_are_throttled_per_client(alice: Any) -> None:
+    async with await logged_in(alice) as http:
+        await turn(http, "Plan a trip", prefix="/share-throttled/")
+        url = link_path((await http.post("/share-throttled/threads/thread-1/share/")).json()["url"])
+    async with stranger() as anyone:
+        answers = [await anyone.get(url) for _ in range(3)]
+        guessed = await anyone.get(url[:-5] + "AAAA/")
+    assert [a.status_code for a in answers] == [200, 200, 429]
+    assert int(answers[-1].headers["Retry-After"]) >= 1
+    assert guessed.status_code == 429  # guessing tokens counts against the same budget

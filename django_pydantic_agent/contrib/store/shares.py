@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from django_pydantic_agent.contrib.store.quotas import MAX_KEY
 from django_pydantic_agent.persistence.outages import unit_of_work
-from django_pydantic_agent.persistence.sharing import ShareLink, SharedThread, same_digest
+from django_pydantic_agent.persistence.sharing import SharedThread, ShareLink, same_digest
 from django_pydantic_agent.persistence.transactions import write_transaction
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class ShareRows:
             if thread is None:
                 return None
             _revoke(StoredShare.objects.filter(conversation=thread))
-            row = StoredShare.objects.create(
+            row = StoredShare.objects.create(  # type: ignore[misc]  # JSONTextField takes lists
                 conversation=thread,
                 owner_id=owner_id,
                 token_digest=digest,
