@@ -258,6 +258,9 @@ class ShareEndpoints:
         payload = read_json_object(
             request, limit=self._body_limit(), too_big=SHARE_TOO_BIG, not_object=_NOT_AN_OBJECT
         )
+        unknown = sorted(set(payload) - {"expiresIn", "includeAttachments"})
+        if unknown:
+            raise Refusal.invalid(request, f'Unknown field "{unknown[0]}"; {SHARE_TOO_BIG}')
         longest = self._options.max_expiry
         seconds = payload.get("expiresIn")
         expiry = self._options.default_expiry

@@ -21,9 +21,9 @@ from django_pydantic_agent.agui import AccessPolicy, AGUIServer, AGUIView
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
 from django_pydantic_agent.agui.branches import BranchEndpoints
 from django_pydantic_agent.agui.feedback import FeedbackEndpoints
-from django_pydantic_agent.agui.shares import ShareEndpoints
 from django_pydantic_agent.agui.reattach import RunEndpoints
 from django_pydantic_agent.agui.run import DurableRunEndpoint, StatelessRunEndpoint
+from django_pydantic_agent.agui.shares import ShareEndpoints
 from django_pydantic_agent.agui.threads import ThreadEndpoints
 from django_pydantic_agent.agui.transfer import TransferEndpoints
 from django_pydantic_agent.agui.usage import UsageEndpoint

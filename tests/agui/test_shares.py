@@ -208,6 +208,7 @@ async def test_a_link_serves_only_the_files_the_owner_included(alice: Any) -> No
         ({"expiresIn": 10**9}, '"expiresIn" must be'),
         ({"includeAttachments": "yes"}, '"includeAttachments" must be'),
         (["x"], "Send a JSON object"),
+        ({"expiresIn": 3600, "public": True}, 'Unknown field "public"'),
     ],
 )
 async def test_a_bad_share_body_is_a_400_naming_it(alice: Any, body: Any, named: str) -> None:
