@@ -36,7 +36,7 @@ from django_pydantic_agent.agui.errors import Refusal
 from django_pydantic_agent.agui.options import AttachmentOptions
 from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing
 from django_pydantic_agent.agui.views import Route
-from django_pydantic_agent.persistence import AttachmentStore, is_persistent
+from django_pydantic_agent.persistence import AttachmentStore, OpenedAttachment, is_persistent
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -49,6 +49,7 @@ __all__ = [
     "UPLOAD_LIMIT_SCOPE_KEY",
     "AttachmentEndpoints",
     "CappedUploadHandler",
+    "download_response",
     "safe_filename",
 ]
 
@@ -190,6 +191,30 @@ def _warn_unprotected_once(request: HttpRequest) -> None:
     )
 
 
+def download_response(request: HttpRequest, opened: OpenedAttachment) -> HttpResponseBase:
+    """``opened`` as a forced download (the response closes its stream).
+
+    Under ASGI the body is an async iterator reading chunks in a worker thread; under WSGI it
+    is a ``FileResponse``. Either way: ``Content-Disposition: attachment`` with a sanitised
+    name, the stored type (or ``application/octet-stream``), ``nosniff``, a sandboxing CSP and
+    ``no-store``.
+    """
+    content_type = opened.ref.mime or "application/octet-stream"
+    filename = safe_filename(opened.ref.name)
+    response: HttpResponseBase
+    if getattr(request, "scope", None) is not None:  # ASGI: stream asynchronously
+        response = StreamingHttpResponse(_FileChunks(opened.content), content_type=content_type)
+        response["Content-Disposition"] = content_disposition_header(True, filename)
+    else:
+        response = FileResponse(
+            opened.content, as_attachment=True, filename=filename, content_type=content_type
+        )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    response["Cache-Control"] = "private, no-store"
+    return response
+
+
 class AttachmentEndpoints:
     """Handlers for ``attachments/`` and ``attachments/<id>/`` over one attachment store.
 
@@ -308,32 +333,15 @@ class AttachmentEndpoints:
         return JsonResponse(body, status=201)
 
     async def download(self, request: HttpRequest, attachment_id: str) -> HttpResponseBase:
-        """``GET attachments/<id>/``: the file as a forced download, streamed; or 404.
-
-        Under ASGI the body is an async iterator reading chunks in a worker thread; under
-        WSGI it is a ``FileResponse``. Either way: ``Content-Disposition: attachment`` with a
-        sanitised name, the stored type (or ``application/octet-stream``) and ``nosniff``.
-        """
+        """``GET attachments/<id>/``: the file as a forced download, streamed
+        (``download_response``); or 404."""
         store = self._store
         if await owns_nothing(request, store):
             raise Refusal(404, ATTACHMENT_NOT_FOUND)
         opened = await store.open(attachment_id, request=request)
         if opened is None:
             raise Refusal(404, ATTACHMENT_NOT_FOUND)
-        content_type = opened.ref.mime or "application/octet-stream"
-        filename = safe_filename(opened.ref.name)
-        response: HttpResponseBase
-        if getattr(request, "scope", None) is not None:  # ASGI: stream asynchronously
-            response = StreamingHttpResponse(_FileChunks(opened.content), content_type=content_type)
-            response["Content-Disposition"] = content_disposition_header(True, filename)
-        else:
-            response = FileResponse(
-                opened.content, as_attachment=True, filename=filename, content_type=content_type
-            )
-        response["X-Content-Type-Options"] = "nosniff"
-        response["Content-Security-Policy"] = "default-src 'none'; sandbox"
-        response["Cache-Control"] = "private, no-store"
-        return response
+        return download_response(request, opened)
 
     async def delete(self, request: HttpRequest, attachment_id: str) -> HttpResponseBase:
         """``DELETE attachments/<id>/``: always 204, whether or not the file existed."""

@@ -1,8 +1,8 @@
 """``AGUIServer``: one pydantic-ai agent served over AG-UI, mounted with ``path(..., server.urls)``.
 
 The server only composes. It takes its stores and one options object per concern (``access``,
-``runs``, ``attachments``, ``history``, ``spend``, ``mount``; each checks its own values),
-builds the handlers, each with just what it uses, and never lets them see it. One route
+``runs``, ``attachments``, ``history``, ``spend``, ``mount``, ``shares``; each checks its own
+values), builds the handlers, each with just what it uses, and never lets them see it. One route
 table, the rows each handler states (``routes()``), drives both the views and
 ``urlpatterns``. Nothing about a request is ever stored on the agent or the server, so one
 agent serves every caller concurrently.
@@ -41,6 +41,7 @@ from django_pydantic_agent.agui.run import (
     StatelessRunEndpoint,
 )
 from django_pydantic_agent.agui.runs import RunCoordinator
+from django_pydantic_agent.agui.shares import ShareEndpoints, ShareOptions
 from django_pydantic_agent.agui.spend import SpendGate
 from django_pydantic_agent.agui.threads import ThreadEndpoints
 from django_pydantic_agent.agui.transfer import TransferEndpoints
@@ -223,6 +224,10 @@ class AGUIServer:
     run_cancel_view: AGUIView
     attachments_view: AGUIView
     attachment_view: AGUIView
+    shares_view: AGUIView
+    thread_share_view: AGUIView
+    shared_view: AGUIView
+    shared_attachment_view: AGUIView
     usage_view: AGUIView
     #: The durable run engine (``None`` on a stateless mount): what a transport streams.
     engine: RunEngine | None
@@ -240,6 +245,7 @@ class AGUIServer:
         history: HistoryWindow | None = None,
         spend: Any = None,
         mount: MountOptions | None = None,
+        shares: ShareOptions | None = None,
         **flat: Any,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
@@ -285,6 +291,7 @@ class AGUIServer:
         self.attachments = _option("attachments", given["attachments"], AttachmentOptions)
         self.history = _option("history", history, HistoryWindow)
         self.mount = _option("mount", given["mount"], MountOptions)
+        self.shares = _option("shares", shares, ShareOptions)
         #: The mount's budget gate over the ``spend`` limits (``None`` without them).
         self.spend: SpendGate | None = None if given["spend"] is None else SpendGate(given["spend"])
         # Stateless: nothing of a run outlives its request.
@@ -358,6 +365,15 @@ class AGUIServer:
         transfer = TransferEndpoints(store, attachment_store=uploads, body_limit=mount.body_limit)
         forks = BranchEndpoints(store, body_limit=mount.body_limit)
         feedback = FeedbackEndpoints(store, body_limit=mount.body_limit)
+        shares = ShareEndpoints(
+            store,
+            attachment_store=uploads,
+            options=self.shares,
+            namespace=mount.namespace,
+            body_limit=mount.body_limit,
+            active_run=live.get("active_run"),
+            settle=live.get("settle"),
+        )
         ledger = self.run_store if implements(self.run_store, UsageLedger) else None
         deps = functools.partial(build_deps, runs.deps_factory, attachment_store=uploads)
         usage = UsageEndpoint(owner=owner, ledger=ledger, spend=self.spend, deps=deps)
@@ -369,6 +385,7 @@ class AGUIServer:
             *transfer.routes(),
             *forks.routes(),
             *feedback.routes(),
+            *shares.routes(),
             *threads.routes(),
             *run_routes,
             *usage.routes(),

@@ -73,6 +73,8 @@ class Route:
     mounted: bool = True
     #: Which store a ``StoreError`` reaching the view refused (named in an anonymous 403).
     store: StoreKind = "conversation"
+    #: The route's own access policy in place of the server's (a share link's public route).
+    access: AccessPolicy | None = None
 
     @property
     def attribute(self) -> str:
@@ -187,10 +189,10 @@ class AGUIView:
         body_limit: Callable[[], int],
         on_request: Callable[[], object] | None = None,
     ) -> AGUIView:
-        """The view serving ``route`` under ``policy``, capped by ``body_limit`` when the route
-        is ``capped``."""
+        """The view serving ``route`` under ``policy`` (the route's own ``access`` when it has
+        one), capped by ``body_limit`` when the route is ``capped``."""
         return cls(
-            policy=policy,
+            policy=route.access or policy,
             handlers=route.handlers,
             check_csrf=route.check_csrf,
             not_found=route.not_found,

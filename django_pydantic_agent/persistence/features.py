@@ -25,6 +25,7 @@ from django_pydantic_agent.persistence.branching import ForksThreads, KeepsBranc
 from django_pydantic_agent.persistence.feedback import RatesMessages
 from django_pydantic_agent.persistence.listing import ArchivesThreads, SearchesThreads
 from django_pydantic_agent.persistence.runs import KeepsRunsInCache, ResumableRunStore
+from django_pydantic_agent.persistence.sharing import SharesThreads
 from django_pydantic_agent.persistence.tags import TagsThreads
 from django_pydantic_agent.persistence.transfer import ExportsThreads
 from django_pydantic_agent.persistence.usage import UsageLedger
@@ -82,6 +83,7 @@ _PROTOCOLS: dict[str, Any] = {
     "export": ExportsThreads,
     "feedback": RatesMessages,
     "tags": TagsThreads,
+    "share": SharesThreads,
     "refs": ResolvesAttachmentRefs,
     "resume": ResumableRunStore,
     "usage": UsageLedger,
@@ -96,8 +98,8 @@ class StoreFeatures:
     runs incrementally), ``runs`` (its own run store), ``branches`` (keeps every branch),
     ``forks`` (copies a branch itself), ``search`` (message text, not only titles),
     ``archive``, ``export`` (whole trees), ``feedback`` (ratings of messages), ``tags`` (pins
-    and tags), ``retention``
-    (the ``RetentionPolicy`` the prune command applies). Attachment stores: ``refs`` (many at
+    and tags), ``share`` (keeps share links), ``retention`` (the ``RetentionPolicy`` the prune
+    command applies). Attachment stores: ``refs`` (many at
     once). Run stores: ``resume``, ``usage`` (the ledger of what runs spent), ``cache_alias``
     (the cache of its records).
     """
@@ -112,6 +114,7 @@ class StoreFeatures:
     export: bool = False
     feedback: bool = False
     tags: bool = False
+    share: bool = False
     retention: RetentionPolicy | None = None
     refs: bool = False
     resume: bool = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -32,10 +33,13 @@ from django_pydantic_agent.persistence.listing import (
     archive_thread,
     find_threads,
 )
+from django_pydantic_agent.persistence.sharing import SharedThread, ShareLink, SharesThreads
 from django_pydantic_agent.persistence.tags import TagsThreads
 from django_pydantic_agent.persistence.transfer import export_thread, import_thread
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from django.core.checks import CheckMessage
     from django.http import HttpRequest
 
@@ -273,6 +277,61 @@ class ScopedConversationStore:
     ) -> None:
         """Import a checked document as this scope's ``thread_id``."""
         await import_thread(self._inner, document, self._key(thread_id), request=request)
+
+    # Share links (``persistence.sharing``): offered when the inner store keeps them --------
+
+    async def share(
+        self,
+        thread_id: str,
+        *,
+        digest: str,
+        messages: builtins.list[Any],
+        expires_at: datetime,
+        include_attachments: bool,
+        request: HttpRequest,
+    ) -> ShareLink | None:
+        """Keep a link to this scope's thread in the inner store (``None`` when it keeps none)."""
+        if not implements(self._inner, SharesThreads):
+            return None
+        link = await self._inner.share(
+            self._key(thread_id),
+            digest=digest,
+            messages=messages,
+            expires_at=expires_at,
+            include_attachments=include_attachments,
+            request=request,
+        )
+        return None if link is None else replace(link, thread_id=thread_id)
+
+    async def share_links(
+        self, *, request: HttpRequest, thread_id: str | None = None
+    ) -> builtins.list[ShareLink]:
+        """This scope's live links, the prefix stripped from their thread ids."""
+        if not implements(self._inner, SharesThreads):
+            return []
+        key = None if thread_id is None else self._key(thread_id)
+        links = await self._inner.share_links(request=request, thread_id=key)
+        return [
+            replace(link, thread_id=link.thread_id[len(self._prefix) :])
+            for link in links
+            if link.thread_id.startswith(self._prefix)
+        ]
+
+    async def unshare(self, thread_id: str, *, request: HttpRequest) -> bool:
+        """End the live link of this scope's thread."""
+        if not implements(self._inner, SharesThreads):
+            return False
+        return await self._inner.unshare(self._key(thread_id), request=request)
+
+    async def open_shared(self, digest: str) -> SharedThread | None:
+        """The live link of ``digest`` when it shares a thread of this scope (a sibling
+        scope's link is as unknown here as a missing one)."""
+        if not implements(self._inner, SharesThreads):
+            return None
+        shared = await self._inner.open_shared(digest)
+        if shared is None or not shared.thread_id.startswith(self._prefix):
+            return None
+        return replace(shared, thread_id=shared.thread_id[len(self._prefix) :])
 
     async def repositories(
         self, *, request: HttpRequest

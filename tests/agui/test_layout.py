@@ -23,6 +23,7 @@ from django_pydantic_agent.agui.branches import BranchEndpoints
 from django_pydantic_agent.agui.feedback import FeedbackEndpoints
 from django_pydantic_agent.agui.reattach import RunEndpoints
 from django_pydantic_agent.agui.run import DurableRunEndpoint, StatelessRunEndpoint
+from django_pydantic_agent.agui.shares import ShareEndpoints
 from django_pydantic_agent.agui.threads import ThreadEndpoints
 from django_pydantic_agent.agui.transfer import TransferEndpoints
 from django_pydantic_agent.agui.usage import UsageEndpoint
@@ -41,6 +42,7 @@ HANDLERS = [
     ThreadEndpoints,
     BranchEndpoints,
     FeedbackEndpoints,
+    ShareEndpoints,
     TransferEndpoints,
     AttachmentEndpoints,
     UsageEndpoint,
@@ -116,6 +118,7 @@ def test_no_handler_keeps_the_server() -> None:
         ThreadEndpoints,
         BranchEndpoints,
         FeedbackEndpoints,
+        ShareEndpoints,
         TransferEndpoints,
         AttachmentEndpoints,
         UsageEndpoint,

@@ -50,6 +50,7 @@ JSON_ROUTES = {
     ("thread-fork", "POST"),
     ("threads-import", "POST"),
     ("message-feedback", "PUT"),
+    ("thread-share", "POST"),
 }
 NO_JSON_BODY = {("run-cancel", "POST"), ("attachments", "POST")}
 
@@ -72,6 +73,7 @@ def test_every_route_that_reads_a_body_is_covered() -> None:
 
 
 FEEDBACK = "threads/{id}/messages/{mid}/feedback/"
+SHARE = "threads/{id}/share/"
 
 # Each case: (id, method, route, body builder, the path the 400 names). A body builder takes
 # the value and the test's thread (``{"id", "old", "mid", "document"}``).
@@ -95,6 +97,7 @@ CASES: list[tuple[str, str, str, Body, str]] = [
     ),
     ("fork", "POST", "threads/{id}/fork/", lambda v, t: {"messageId": t["mid"], "x": v}, "x"),
     ("feedback", "PUT", FEEDBACK, lambda v, t: {"rating": "up", "why": [v]}, "why.0"),
+    ("share", "POST", SHARE, lambda v, t: {"expiresIn": 3600, "w": [v]}, "w.0"),
     (
         "import-record",
         "POST",
@@ -158,7 +161,7 @@ def _params() -> list[Any]:
         pytest.param(prefix, case, values, id=f"{prefix.strip('/')}-{case[0]}")
         for prefix in ("/history/", "/history-session/")
         for case, values in cases
-        if case[2] != FEEDBACK or prefix == "/history/"
+        if case[2] not in (FEEDBACK, SHARE) or prefix == "/history/"
     ]
 
 

@@ -16,6 +16,7 @@ from django_pydantic_agent.agui import (
     MountOptions,
     RunOptions,
 )
+from django_pydantic_agent.agui.shares import ShareOptions
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
     DefaultConversationStore,
@@ -396,6 +397,12 @@ urlpatterns = [
     path("hanging-durable/", hanging_durable.urls),
     path("approval/", stored(approval_agent(), mount=MountOptions(namespace="approval")).urls),
     path("reader/", stored(reader_agent(), mount=MountOptions(namespace="reader")).urls),
+    path(
+        "share-throttled/",
+        stored(
+            shares=ShareOptions(open_limit=2), mount=MountOptions(namespace="share-throttled")
+        ).urls,
+    ),
     path("history/", stored(history_agent(), mount=MountOptions(namespace="history")).urls),
     path(
         "history-scoped/",

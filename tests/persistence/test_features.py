@@ -67,6 +67,7 @@ CONVERSATION_STORES = {
             "export",
             "feedback",
             "tags",
+            "share",
         },
     ),
     "session": (DjangoSessionConversationStore, {"persistent", "branches", "archive"}),

@@ -35,6 +35,7 @@ from django_pydantic_agent.contrib.store.repositories import (
 )
 from django_pydantic_agent.contrib.store.runs import DefaultRunStore
 from django_pydantic_agent.contrib.store.search import META_COLUMNS, find_threads, metas
+from django_pydantic_agent.contrib.store.shares import ShareRows
 from django_pydantic_agent.persistence import (
     Conversation,
     ConversationMetaList,
@@ -81,7 +82,7 @@ def _locked_row_sql(using: str) -> str:
     return str(sql)
 
 
-class DefaultConversationStore(ModelConversationStore):
+class DefaultConversationStore(ModelConversationStore, ShareRows):
     """A ``ModelConversationStore`` over ``StoredConversation`` and ``StoredMessage`` rows.
 
     Every query filters by the owner the base resolves from the request. ``save`` diffs the
@@ -104,7 +105,7 @@ class DefaultConversationStore(ModelConversationStore):
 
     ``retention`` is the ``RetentionPolicy`` ``agent_store_prune_conversations`` applies to
     these rows (``None``: keep everything until a command option says otherwise); ``features``
-    reports it.
+    reports it. Share links are ``StoredShare`` rows (``contrib.store.shares``).
     """
 
     overrides = frozenset({"_find", "_archive"})
