@@ -1,5 +1,5 @@
-"""The app's models: conversations and attachments, the harness step and memory tables, and
-the spend counters and usage ledger."""
+"""The app's models: conversations and attachments, the harness step and memory tables,
+the spend counters and usage ledger, and the webhook delivery log."""
 
 from __future__ import annotations
 
@@ -7,3 +7,4 @@ from django_pydantic_agent.contrib.store.models.conversations import *  # noqa: 
 from django_pydantic_agent.contrib.store.models.harness import *  # noqa: F403
 from django_pydantic_agent.contrib.store.models.summaries import *  # noqa: F403
 from django_pydantic_agent.contrib.store.models.usage import *  # noqa: F403
+from django_pydantic_agent.contrib.store.models.webhooks import *  # noqa: F403
