@@ -48,6 +48,7 @@ from django_pydantic_agent.webhooks.targets import (
     WebhookTargetError,
     check_target,
     resolve_target,
+    shown_url,
 )
 
 __all__ = ["DELIVERED", "FAILED", "PENDING", "WebhookDispatcher", "Webhooks"]
@@ -121,7 +122,9 @@ class Webhooks:
         object.__setattr__(self, "events", frozenset(self.events))
         for flag in ("allow_private", "allow_loopback"):
             if not isinstance(getattr(self, flag), bool):
-                raise TypeError(f"{flag}={getattr(self, flag)!r} is not a bool; pass True or False.")
+                raise TypeError(
+                    f"{flag}={getattr(self, flag)!r} is not a bool; pass True or False."
+                )
         for name in (
             "timeout_seconds",
             "first_retry_seconds",
@@ -147,7 +150,7 @@ class Webhooks:
     def retry_delay(self, attempts: int) -> float:
         """Seconds until the next attempt after ``attempts`` failed ones (with jitter)."""
         delay = self.first_retry_seconds * 4.0 ** min(attempts - 1, 32)
-        return min(self.max_retry_seconds, delay) * random.uniform(0.8, 1.2)  # noqa: S311
+        return min(self.max_retry_seconds, delay) * random.uniform(0.8, 1.2)
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -216,11 +219,15 @@ class WebhookDispatcher:
             if not is_outage(exc):
                 logger.exception("Queueing the webhook of %s failed.", what)
             else:
-                logger.warning("Queueing the webhook of %s failed (%s: %s).", what, type(exc).__name__, exc)
+                logger.warning(
+                    "Queueing the webhook of %s failed (%s: %s).", what, type(exc).__name__, exc
+                )
             return
-        if self._wake is not None and self._task is not None and not self._task.done():
-            if self._task.get_loop() is asyncio.get_running_loop():
-                self._wake.set()
+        task = self._task
+        if task is None or task.done() or self._wake is None:
+            return
+        if task.get_loop() is asyncio.get_running_loop():
+            self._wake.set()
 
     async def run_ended(self, records: Iterable[RunRecord]) -> None:
         """Queue the event of each run of ``records`` that ended (the run engine's hook)."""
@@ -300,7 +307,7 @@ class WebhookDispatcher:
             "Webhook %s (%s) to %s failed on attempt %d of %d: %s; %s.",
             delivery.event_id,
             delivery.event_type,
-            delivery.url,
+            shown_url(delivery.url),
             delivery.attempts,
             options.max_attempts,
             error,
@@ -366,4 +373,3 @@ class WebhookDispatcher:
         """``aclose`` every dispatcher of this process (test teardown, shutdown)."""
         for dispatcher in list(cls._instances):
             await dispatcher.aclose()
-

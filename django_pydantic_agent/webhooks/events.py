@@ -114,9 +114,7 @@ class WebhookQueue(Protocol):
 
 def _body(event_type: str, moment: datetime, data: dict[str, Any]) -> str:
     stamp = moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    return json.dumps(
-        {"type": event_type, "timestamp": stamp, "data": data}, separators=(",", ":")
-    )
+    return json.dumps({"type": event_type, "timestamp": stamp, "data": data}, separators=(",", ":"))
 
 
 def _user_id(owner_id: str) -> str | None:

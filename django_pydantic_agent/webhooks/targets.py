@@ -15,10 +15,17 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from typing import Final
+from collections.abc import Sequence
+from typing import Any, Final
 from urllib.parse import SplitResult, urlsplit
 
-__all__ = ["MAX_URL_LENGTH", "WebhookTargetError", "check_target", "resolve_target"]
+__all__ = [
+    "MAX_URL_LENGTH",
+    "WebhookTargetError",
+    "check_target",
+    "resolve_target",
+    "shown_url",
+]
 
 #: The longest webhook URL accepted, in characters.
 MAX_URL_LENGTH: Final[int] = 2000
@@ -29,6 +36,17 @@ _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 
 class WebhookTargetError(ValueError):
     """A webhook URL is not one webhooks may be sent to (its scheme, or where it resolves)."""
+
+
+def shown_url(url: str) -> str:
+    """``url`` as logs and errors show it: scheme, host, port and path, without the user info,
+    query or fragment (where a receiver's token may sit)."""
+    try:
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<unreadable URL>"
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path}"
 
 
 def parse_url(url: object) -> SplitResult:
@@ -77,18 +95,20 @@ def refusal(address: str, *, allow_private: bool, allow_loopback: bool) -> str |
 def _check(url: str, host: str, addresses: list[str], **allowed: bool) -> str:
     """The first of ``addresses``, or ``WebhookTargetError`` if any of them is refused."""
     if not addresses:
-        raise WebhookTargetError(f"Webhook host {host!r} of {url!r} resolves to no address.")
+        raise WebhookTargetError(
+            f"Webhook host {host!r} of {shown_url(url)!r} resolves to no address."
+        )
     for address in addresses:
         why = refusal(address, **allowed)
         if why is not None:
             raise WebhookTargetError(
-                f"Webhook URL {url!r} is refused: {host!r} resolves to {address}, {why}."
+                f"Webhook URL {shown_url(url)!r} is refused: {host!r} resolves to {address}, {why}."
             )
     return addresses[0]
 
 
-def _addresses(infos: list[tuple[object, ...]]) -> list[str]:
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))  # type: ignore[index]
+def _addresses(infos: Sequence[tuple[Any, ...]]) -> list[str]:
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 def check_target(url: str, *, allow_private: bool = False, allow_loopback: bool = False) -> None:

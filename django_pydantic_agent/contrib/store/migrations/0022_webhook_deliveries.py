@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_pydantic_agent_store", "0020_storedmessage_no_conversation_index"),
+        ("django_pydantic_agent_store", "0022_pins_and_tags"),
     ]
 
     operations = [
