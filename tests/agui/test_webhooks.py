@@ -22,6 +22,7 @@ from django.utils import timezone
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.contrib.store.models import StoredWebhookDelivery
 from django_pydantic_agent.contrib.store.webhooks import DefaultWebhookQueue
+from django_pydantic_agent.persistence.runs import RunRecord
 from django_pydantic_agent.webhooks import (
     WebhookDispatcher,
     Webhooks,
@@ -250,3 +251,28 @@ async def test_a_target_refused_at_attempt_time_is_not_posted(
     assert row.status == "pending"
     assert "loopback" in row.last_error
     assert receiver.received == []
+
+
+async def test_each_end_of_a_run_is_its_event_and_an_end_told_twice_is_one_event(
+    receiver: Receiver,
+) -> None:
+    """The sweeper, a failed resume and the run's own worker may all tell an end: one row."""
+    ended = timezone.now()
+    records = [
+        RunRecord(owner_id="7", thread_id="t", run_id="r-err", status="errored", error="boom"),
+        RunRecord(owner_id="anon:sessionkey", thread_id="t", run_id="r-stop", status="interrupted"),
+        RunRecord(owner_id="7", thread_id="t", run_id="r-live"),  # still running: no event
+    ]
+    records = [replace(r, finished_at=ended) if not r.running else r for r in records]
+    await dispatcher().run_ended(records)
+    await dispatcher().run_ended(records[:1])  # told again
+    await dispatcher().deliver_due()
+    events = sorted((json.loads(body) for _, body in receiver.received), key=lambda e: e["type"])
+    assert [(e["type"], e["data"]["runId"]) for e in events] == [
+        ("run.cancelled", "r-stop"),
+        ("run.errored", "r-err"),
+    ]
+    assert events[0]["data"]["userId"] is None  # an anonymous session's key is never sent
+    assert events[1]["data"]["userId"] == "7"
+    assert events[1]["data"]["error"] == "boom"
+    assert len(await rows()) == 2
