@@ -32,6 +32,8 @@ back (``tests/agui/test_layout.py`` holds that):
 - ``usage``: the ``usage/`` route, the caller's usage ledger and budgets.
 - ``asgi``: ``BodyLimitMiddleware``, body caps before Django's ASGI handler reads the body,
   and the ASGI lifespan.
+- ``Webhooks`` (the options of ``AGUIServer(webhooks=...)``) comes from
+  ``django_pydantic_agent.webhooks``, which signs, queues and delivers them.
 - ``drain``: a worker's graceful drain at shutdown (``drain_all``, ``begin_drain_all``, the
   lifespan steps and the signal hook).
 """
@@ -48,6 +50,7 @@ from django_pydantic_agent.agui.options import AttachmentOptions, MountOptions, 
 from django_pydantic_agent.agui.server import AGUIServer, UnsafeCSRFExemptionWarning
 from django_pydantic_agent.agui.sse import SSE_HEARTBEAT
 from django_pydantic_agent.agui.views import AGUIView
+from django_pydantic_agent.webhooks import Webhooks
 
 __all__ = [
     "REDACTED_RUN_ERROR",
@@ -64,6 +67,7 @@ __all__ = [
     "RunOptions",
     "UnsafeCSRFExemptionWarning",
     "UploadLimitMiddleware",
+    "Webhooks",
     "begin_drain_all",
     "drain_all",
     "safe_filename",

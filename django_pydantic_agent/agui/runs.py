@@ -33,7 +33,7 @@ import secrets
 import socket
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
 from ag_ui.core import (
@@ -229,6 +229,9 @@ class RunCoordinator(RunObserver):
         self.max_resumes = max_resumes
         #: Builds a taken-over run again (set by the run endpoint: it knows the agent).
         self.resumer: Resumer | None = None
+        #: Told the records of runs that ended, however they ended (here, by the sweeper, by a
+        #: failed resume); it must not raise (``AGUIServer(webhooks=...)`` sets it).
+        self.on_run_end: Callable[[list[RunRecord]], Awaitable[None]] | None = None
         self._draining = False
         self.concurrent_runs = concurrent_runs
         self.wait_seconds = wait_seconds
@@ -433,13 +436,15 @@ class RunCoordinator(RunObserver):
                 handles.append(await self._resume(record))
             except Exception:
                 logger.exception("Run %r could not be resumed; ending it errored.", record.run_id)
-                await store.finish(
+                failed = await store.finish(
                     owner_id=record.owner_id,
                     thread_id=record.thread_id,
                     run_id=record.run_id,
                     status=RunStatus.ERRORED.value,
                     error=RESUME_FAILED,
                 )
+                await self._ended([failed])
+        await self._ended(ended)
         return handles, ended
 
     async def _resume(self, record: RunRecord) -> RunHandle:
@@ -524,7 +529,9 @@ class RunCoordinator(RunObserver):
                 if resumed:
                     logger.info("Resumed %d run(s) whose worker stopped.", len(resumed))
                 return ended
-            return await self.run_store.sweep(lease=self.lease_seconds)
+            swept = await self.run_store.sweep(lease=self.lease_seconds)
+            await self._ended(swept)
+            return swept
         finally:
             await sync_to_async(_close_old_connections)()
 
@@ -655,6 +662,13 @@ class RunCoordinator(RunObserver):
         )
         if resumable and (ended is None or ended.resumes != handle.epoch or ended.status != status):
             raise RunFencedError(handle.run_id, handle.epoch)
+        await self._ended([ended])
+
+    async def _ended(self, records: Iterable[RunRecord | None]) -> None:
+        """Tell ``on_run_end`` about the runs of ``records`` that ended (none: no call)."""
+        ended = [record for record in records if record is not None and not record.running]
+        if ended and self.on_run_end is not None:
+            await self.on_run_end(ended)
 
     async def cancel_requested(self, handle: RunHandle) -> bool:
         owner_id = self._owners.get(handle)
@@ -754,8 +768,9 @@ class RunCoordinator(RunObserver):
         error = HANDED_OVER_ERROR if handle.handed_over else _error_of(terminal)
         usage = _usage_of(terminal) or _reached(meter)
         # Retried (bounded) while the run store is out: a run whose record stayed running
-        # would be swept as errored, its stored answer complete.
-        await retry_outage(
+        # would be swept as errored, its stored answer complete. Its end is told again: once
+        # ended in ``before_end``, telling it twice is one event.
+        record = await retry_outage(
             lambda: self.run_store.finish(
                 owner_id=owner_id,
                 thread_id=handle.thread_id,
@@ -769,6 +784,7 @@ class RunCoordinator(RunObserver):
             what=f"Ending run {handle.run_id!r}",
             log=logger,
         )
+        await self._ended([record])
 
 
 async def _wait_all(handles: list[RunHandle], seconds: float) -> None:

@@ -1,9 +1,9 @@
 """``AGUIServer``: one pydantic-ai agent served over AG-UI, mounted with ``path(..., server.urls)``.
 
 The server only composes. It takes its stores and one options object per concern (``access``,
-``runs``, ``attachments``, ``history``, ``spend``, ``mount``, ``shares``; each checks its own
-values), builds the handlers, each with just what it uses, and never lets them see it. One route
-table, the rows each handler states (``routes()``), drives both the views and
+``runs``, ``attachments``, ``history``, ``spend``, ``mount``, ``shares``, ``webhooks``; each
+checks its own values), builds the handlers, each with just what it uses, and never lets them
+see it. One route table, the rows each handler states (``routes()``), drives both the views and
 ``urlpatterns``. Nothing about a request is ever stored on the agent or the server, so one
 agent serves every caller concurrently.
 """
@@ -65,6 +65,7 @@ from django_pydantic_agent.persistence.runs import (
     RunStore,
 )
 from django_pydantic_agent.persistence.usage import UsageLedger
+from django_pydantic_agent.webhooks import WebhookDispatcher, Webhooks
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -209,8 +210,10 @@ class AGUIServer:
 
     The options read back as given, defaults filled in: ``access`` (its ``csrf_exempt``
     decided), ``runs`` (its ``on_worker_loss`` decided), ``attachments``, ``history``,
-    ``mount``; ``spend`` is the budget gate (``SpendGate``, ``None`` without limits). Each
-    route's view is ``<route name>_view`` (``server.run_view``, ``server.thread_view``, ...).
+    ``mount``; ``spend`` is the budget gate (``SpendGate``, ``None`` without limits);
+    ``webhooks`` (``None``: none are sent) posts run and thread events, signed, through
+    ``webhook_dispatcher`` (it needs a persisting ``conversation_store``). Each route's view is
+    ``<route name>_view`` (``server.run_view``, ``server.thread_view``, ...).
     """
 
     # The views of the route table (the run routes only with durable runs).
@@ -246,6 +249,7 @@ class AGUIServer:
         spend: Any = None,
         mount: MountOptions | None = None,
         shares: ShareOptions | None = None,
+        webhooks: Webhooks | None = None,
         **flat: Any,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
@@ -296,6 +300,13 @@ class AGUIServer:
         self.spend: SpendGate | None = None if given["spend"] is None else SpendGate(given["spend"])
         # Stateless: nothing of a run outlives its request.
         self.run_store = run_store if is_persistent(conversation_store) else None
+        self.webhooks = None if webhooks is None else _option("webhooks", webhooks, Webhooks)
+        if webhooks is not None and self.run_store is None:
+            raise ValueError(
+                f"webhooks= needs a conversation store that persists runs; "
+                f"{conversation_store!r} keeps nothing, so no run or thread event would happen. "
+                "Pass one such as DefaultConversationStore(), or leave webhooks out."
+            )
         self._routes = self._compose()
         for route, view in self._routes:
             setattr(self, route.attribute, view)
@@ -310,12 +321,16 @@ class AGUIServer:
         store, runs, mount = self.conversation_store, self.runs, self.mount
         uploads = self.attachment_store if is_persistent(self.attachment_store) else None
         self.coordinator = coordinator = self._coordinator()
+        self.webhook_dispatcher = hooks = None
+        if self.webhooks is not None and coordinator is not None:
+            self.webhook_dispatcher = hooks = WebhookDispatcher(self.webhooks)
+            coordinator.on_run_end = hooks.run_ended
         drain_steps: dict[str, Any] = {}
         if coordinator is not None:
             drain_steps = {
                 "runs": coordinator.drain,
-                "start": coordinator.start_sweeper,
-                "close": coordinator.aclose,
+                "start": self._start_tasks,
+                "close": self.aclose,
                 "undo": coordinator.end_drain,
             }
         self.drain_state = Drain(seconds=runs.drain_seconds, **drain_steps)
@@ -357,6 +372,8 @@ class AGUIServer:
             }
             run_routes = RunEndpoints(engine).routes()
         self.run_endpoint = run
+        if hooks is not None:
+            live["deleted"] = functools.partial(_thread_deleted, store, hooks)
         threads = ThreadEndpoints(
             store, list_limit=mount.thread_list_limit, body_limit=mount.body_limit, **live
         )
@@ -391,7 +408,7 @@ class AGUIServer:
             *usage.routes(),
             *attachments.routes(),
         ]
-        on_request = None if coordinator is None else coordinator.start_sweeper
+        on_request = None if coordinator is None else self._start_tasks
         routes = []
         for route in table:
             view = AGUIView.for_route(
@@ -421,6 +438,12 @@ class AGUIServer:
             on_worker_loss=runs.on_worker_loss or "error",  # decided in __init__
             max_resumes=runs.max_resumes,
         )
+
+    def _start_tasks(self) -> None:
+        """Start what runs beside the requests: the sweeper, and the webhook delivery."""
+        self.start_sweeper()
+        if self.webhook_dispatcher is not None:
+            self.webhook_dispatcher.start()
 
     # The sweeper, for projects that start it themselves (ASGI lifespan, a management loop).
 
@@ -457,9 +480,12 @@ class AGUIServer:
         return await self.drain_state.wait()
 
     async def aclose(self) -> None:
-        """Stop the sweeper and wait for it (ASGI lifespan shutdown); runs are not touched."""
+        """Stop the sweeper and the webhook delivery and wait for them (ASGI lifespan
+        shutdown); runs and queued webhooks are not touched."""
         if self.coordinator is not None:
             await self.coordinator.aclose()
+        if self.webhook_dispatcher is not None:
+            await self.webhook_dispatcher.aclose()
 
     def __repr__(self) -> str:
         return (
@@ -488,6 +514,13 @@ class AGUIServer:
     def urls(self) -> tuple[list[URLPattern], str, str]:
         """``(patterns, app_name, namespace)`` for ``path("agent/", server.urls)``."""
         return self.urlpatterns, self.mount.namespace, self.mount.namespace
+
+
+async def _thread_deleted(
+    store: ConversationStore, hooks: WebhookDispatcher, request: HttpRequest, thread_id: str
+) -> None:
+    """Queue ``thread.deleted`` for the caller's thread ``thread_id``, deleted just now."""
+    await hooks.thread_deleted(await request_owner(request, store), thread_id)
 
 
 async def _stored_owner(store: ConversationStore, request: HttpRequest) -> str | None:

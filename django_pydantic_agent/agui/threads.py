@@ -157,6 +157,8 @@ class ThreadEndpoints:
     ``settle(request, thread_id)``, when given, returns once this worker's runs of the caller
     that already sent their terminal event have stored it (``thread_id`` ``None``: every
     thread), so a client that reads right after its stream ended sees its last words.
+    ``deleted(request, thread_id)``, when given, is told of each thread a ``DELETE`` removed
+    (one the caller had).
     """
 
     def __init__(
@@ -168,8 +170,10 @@ class ThreadEndpoints:
         active_run: Callable[[HttpRequest, str], Awaitable[dict[str, Any] | None]] | None = None,
         settle: Callable[[HttpRequest, str | None], Awaitable[None]] | None = None,
         model_view: Callable[[HttpRequest, str], Awaitable[dict[str, Any] | None]] | None = None,
+        deleted: Callable[[HttpRequest, str], Awaitable[None]] | None = None,
     ) -> None:
         self._store = store
+        self._deleted = deleted
         features = store_features(store)
         self._feedback = features.feedback
         self._tags = features.tags
@@ -346,6 +350,10 @@ class ThreadEndpoints:
 
     async def delete(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``DELETE threads/<id>/``: 204 whether or not the thread existed (ids in the alphabet)."""
-        if not await self._owns_nothing(request):
-            await self._store.delete(thread_id, request=request)
+        if await self._owns_nothing(request):
+            return HttpResponse(status=204)
+        told = self._deleted is not None and await self._store.exists(thread_id, request=request)
+        await self._store.delete(thread_id, request=request)
+        if told and self._deleted is not None:
+            await self._deleted(request, thread_id)
         return HttpResponse(status=204)

@@ -66,6 +66,10 @@ Environment variables (all optional):
     and its token. Without an endpoint the stores use the emulator mounted in this project.
 ``AGENT_MEMORY_SPACE``
     The deduplication key of the memory space the stores use (created on first use).
+``AGENT_WEBHOOK_URL``, ``AGENT_WEBHOOK_SECRET``, ``AGENT_WEBHOOK_ALLOW_LOOPBACK``
+    Where run and thread events are posted (``docs/webhooks.md``; none without a URL), the
+    ``whsec_...`` secret that signs them, and whether a loopback URL (a local receiver) is
+    allowed (default off).
 """
 
 from __future__ import annotations
@@ -243,6 +247,10 @@ AGENT_SWEEP_SECONDS = _env_seconds("AGENT_SWEEP_SECONDS")
 AGENT_DRAIN_SECONDS = float(os.environ.get("AGENT_DRAIN_SECONDS") or 25)
 #: ``resume`` or ``error``; empty: the server's default (resume where the store can).
 AGENT_ON_WORKER_LOSS = os.environ.get("AGENT_ON_WORKER_LOSS", "").strip() or None
+#: Signed webhooks of runs and deleted threads (``urls.py``): none without a URL.
+AGENT_WEBHOOK_URL = os.environ.get("AGENT_WEBHOOK_URL", "").strip()
+AGENT_WEBHOOK_SECRET = os.environ.get("AGENT_WEBHOOK_SECRET", "").strip()
+AGENT_WEBHOOK_ALLOW_LOOPBACK = _env_flag("AGENT_WEBHOOK_ALLOW_LOOPBACK", False)
 #: Uploads: at most this many bytes, of these types (``AGUIServer`` enforces both; the ASGI
 #: wrapper in ``asgi.py`` refuses an oversized body before Django reads it).
 AGENT_ATTACHMENT_MAX_BYTES = int(os.environ.get("AGENT_ATTACHMENT_MAX_BYTES") or 5 * 1024 * 1024)

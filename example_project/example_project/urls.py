@@ -22,9 +22,16 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
-from django_pydantic_agent.agui import AccessPolicy, AGUIServer, AttachmentOptions, RunOptions
+from django_pydantic_agent.agui import (
+    AccessPolicy,
+    AGUIServer,
+    AttachmentOptions,
+    RunOptions,
+    Webhooks,
+)
 from django_pydantic_agent.contrib.chat.views import ChatView
 from django_pydantic_agent.contrib.memory_service_emulator.urls import memory_service_urls
+from django_pydantic_agent.contrib.store.webhooks import DefaultWebhookQueue
 from django_pydantic_agent.vercel_ai import VercelAITransport
 
 
@@ -49,6 +56,15 @@ agent = build_agent(_setting("AGENT_MODEL"), word_delay=_setting("DEMO_WORD_DELA
 # Threads and uploads are kept per user (AGENT_STORE): in contrib.store's tables by default,
 # or on the Memory Service. Reload the page, log in from another browser: they are still there.
 conversation_store, attachment_store = build_stores()
+# Run and thread events, signed, posted to AGENT_WEBHOOK_URL from a queue in the database.
+webhooks = None
+if _setting("AGENT_WEBHOOK_URL"):
+    webhooks = Webhooks(
+        url=_setting("AGENT_WEBHOOK_URL"),
+        secret=_setting("AGENT_WEBHOOK_SECRET"),
+        queue=DefaultWebhookQueue(),
+        allow_loopback=_setting("AGENT_WEBHOOK_ALLOW_LOOPBACK"),
+    )
 server = AGUIServer(
     agent,
     conversation_store=conversation_store,
@@ -78,6 +94,7 @@ server = AGUIServer(
         # (AGENT_ON_WORKER_LOSS).
         on_worker_loss=_setting("AGENT_ON_WORKER_LOSS"),
     ),
+    webhooks=webhooks,
 )
 
 urlpatterns = [

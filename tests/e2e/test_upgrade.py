@@ -53,6 +53,9 @@ STEPS = (
     "0020_storedmessage_no_conversation_index",
     "0021_storedfeedback",
     "0022_pins_and_tags",
+    "0023_storedrunusage_estimated",
+    "0024_storedshare",
+    "0025_webhook_deliveries",
 )
 
 

@@ -189,3 +189,28 @@ def test_the_demo_admin_follows_debug_in_the_example_settings(tmp_path: Path) ->
     assert demo.returncode == 0, demo.stderr
     assert "Demo admin 'admin' created." in demo.stdout
     assert "admin: http://127.0.0.1:8000/admin/" in demo.stdout
+
+
+def test_the_example_reads_its_webhook_settings_from_the_environment(tmp_path: Path) -> None:
+    show = "from example_project.urls import server; w = server.webhooks; print(w.url, w.events)"
+    hook = {"AGENT_WEBHOOK_URL": "http://127.0.0.1:8765/hooks"}
+    hook["AGENT_WEBHOOK_SECRET"] = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    database = tmp_path / "db.sqlite3"
+    allowed = manage(
+        "shell", "-c", show, env=example_env(database, AGENT_WEBHOOK_ALLOW_LOOPBACK="1", **hook)
+    )
+    refused = manage("shell", "-c", show, env=example_env(database, **hook))
+    none = manage(
+        "shell",
+        "-c",
+        "from example_project.urls import server; print(server.webhooks)",
+        env=example_env(database),
+    )
+
+    assert allowed.returncode == 0, allowed.stderr
+    assert "('http://127.0.0.1:8765/hooks',)" in allowed.stdout
+    assert refused.returncode != 0
+    assert "WebhookTargetError" in refused.stderr
+    assert "loopback" in refused.stderr
+    assert hook["AGENT_WEBHOOK_SECRET"] not in refused.stderr + allowed.stdout
+    assert none.stdout.strip().splitlines()[-1] == "None"

@@ -2,7 +2,8 @@
 
 ``DefaultConversationStore`` (``conversation_store``) and ``DefaultAttachmentStore``
 (``attachment_store``) keep conversations and files in this app's models;
-``RetentionPolicy`` says which conversations ``agent_store_prune_conversations`` deletes.
+``RetentionPolicy`` says which conversations ``agent_store_prune_conversations`` deletes;
+``DefaultWebhookQueue`` keeps a mount's webhooks until they are delivered.
 ``DefaultStepStore``, ``DefaultMemoryStore`` and ``DefaultSpendStore`` (the pydantic-ai-harness
 stores) are imported
 on first use, because they need the optional ``harness`` extra.
@@ -23,6 +24,7 @@ from django_pydantic_agent.contrib.store.conversation_store import (
     DefaultConversationStore,
 )
 from django_pydantic_agent.contrib.store.retention import RetentionPolicy
+from django_pydantic_agent.contrib.store.webhooks import DefaultWebhookQueue
 from django_pydantic_agent.persistence import UnstorableMessageError
 
 if TYPE_CHECKING:
@@ -37,6 +39,7 @@ __all__ = [
     "DefaultMemoryStore",
     "DefaultSpendStore",
     "DefaultStepStore",
+    "DefaultWebhookQueue",
     "RetentionPolicy",
     "UnstorableMessageError",
 ]

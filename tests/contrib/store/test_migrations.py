@@ -32,7 +32,7 @@ from django_pydantic_agent.contrib.store.migrations._predecessor import (
 from django_pydantic_agent.contrib.store.rows import saved_wire
 
 APP = "django_pydantic_agent_store"
-LATEST = "0023_storedrunusage_estimated"
+LATEST = "0025_webhook_deliveries"
 PREDECESSOR_LEAF = (APP, "0005_storedmemory_storedmemoryoperation")
 DEV_MIGRATIONS = {APP: "tests.contrib.store.dev_schema.migrations"}
 SCRATCH = "upgrade_scratch"
@@ -111,6 +111,8 @@ def test_the_chain_starts_with_the_predecessors_history() -> None:
         "0021_storedfeedback",
         "0022_pins_and_tags",
         "0023_storedrunusage_estimated",
+        "0024_storedshare",
+        "0025_webhook_deliveries",
     ]
 
 

@@ -1,5 +1,5 @@
 """The app's models: conversations and attachments, the harness step and memory tables, the
-spend counters and usage ledger, and share links."""
+spend counters and usage ledger, share links and the webhook delivery log."""
 
 from __future__ import annotations
 
@@ -10,3 +10,4 @@ from django_pydantic_agent.contrib.store.models.shares import *  # noqa: F403
 from django_pydantic_agent.contrib.store.models.summaries import *  # noqa: F403
 from django_pydantic_agent.contrib.store.models.tags import *  # noqa: F403
 from django_pydantic_agent.contrib.store.models.usage import *  # noqa: F403
+from django_pydantic_agent.contrib.store.models.webhooks import *  # noqa: F403
