@@ -4,7 +4,8 @@ Feature fixtures live in the nearest ``conftest.py``. Two environment variables,
 tox legs, turn a skip that would hollow out a leg into a failure:
 
 - ``REQUIRE_POSTGRES=1``: the database must be PostgreSQL, and no test marked ``postgresql``
-  nor any test whose skip reason names PostgreSQL or SQLite may skip.
+  nor any test whose skip reason names PostgreSQL or SQLite may skip, except a test marked
+  ``sqlite`` (about SQLite only).
 - ``REQUIRE_HARNESS=1``: pydantic-ai-harness must be installed and no skip reason may name
   the harness; ``REQUIRE_HARNESS=0``: it must not be installed (the leg tests an install
   without the extra).
@@ -203,8 +204,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _forbidden_skip(reason: str, item: pytest.Item | None) -> str | None:
     """Why this skip fails the leg, or ``None`` if the leg allows it."""
-    if os.environ.get("REQUIRE_POSTGRES") == "1" and (
-        _POSTGRES_SKIP.search(reason) or (item and item.get_closest_marker("postgresql"))
+    about_sqlite = bool(item and item.get_closest_marker("sqlite"))
+    if (
+        os.environ.get("REQUIRE_POSTGRES") == "1"
+        and not about_sqlite
+        and (_POSTGRES_SKIP.search(reason) or (item and item.get_closest_marker("postgresql")))
     ):
         return "REQUIRE_POSTGRES=1: a PostgreSQL-only test must run here, not skip"
     if os.environ.get("REQUIRE_HARNESS") == "1" and _HARNESS_SKIP.search(reason):

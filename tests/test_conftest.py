@@ -60,7 +60,8 @@ def start_probe(
 ) -> subprocess.Popen[str]:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "pytest.ini").write_text(
-        "[pytest]\nasyncio_default_fixture_loop_scope = function\nmarkers = postgresql\n"
+        "[pytest]\nasyncio_default_fixture_loop_scope = function\n"
+        "markers =\n    postgresql\n    sqlite\n    boundary\n"
     )
     (directory / "test_probe.py").write_text(source)
     env = {

@@ -102,4 +102,9 @@ def test_the_documented_overrides_declaration_is_what_the_page_reads() -> None:
     store = type(
         "Archiving", (MinimalThreadStore,), {"overrides": ast.literal_eval(declared.group(1))}
     )()
-    assert thread_features(store) == {"search": "titles", "archive": True}
+    assert thread_features(store) == {
+        "search": "titles",
+        "archive": True,
+        "feedback": False,
+        "tags": False,
+    }

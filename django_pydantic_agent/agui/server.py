@@ -23,6 +23,7 @@ from django_pydantic_agent.agui.attachments import AttachmentEndpoints
 from django_pydantic_agent.agui.branches import BranchEndpoints
 from django_pydantic_agent.agui.drain import Drain, DrainReport
 from django_pydantic_agent.agui.engine import RunEngine
+from django_pydantic_agent.agui.feedback import FeedbackEndpoints
 from django_pydantic_agent.agui.inner import AgentDeps, build_deps
 from django_pydantic_agent.agui.options import (
     AttachmentOptions,
@@ -356,6 +357,7 @@ class AGUIServer:
         # read as a thread id.
         transfer = TransferEndpoints(store, attachment_store=uploads, body_limit=mount.body_limit)
         forks = BranchEndpoints(store, body_limit=mount.body_limit)
+        feedback = FeedbackEndpoints(store, body_limit=mount.body_limit)
         ledger = self.run_store if implements(self.run_store, UsageLedger) else None
         deps = functools.partial(build_deps, runs.deps_factory, attachment_store=uploads)
         usage = UsageEndpoint(owner=owner, ledger=ledger, spend=self.spend, deps=deps)
@@ -366,6 +368,7 @@ class AGUIServer:
             *run.routes(),
             *transfer.routes(),
             *forks.routes(),
+            *feedback.routes(),
             *threads.routes(),
             *run_routes,
             *usage.routes(),

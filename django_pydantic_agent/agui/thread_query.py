@@ -1,10 +1,11 @@
 """``GET threads/``'s query string read into a ``ThreadQuery``, and its signed page cursors.
 
-``?q=`` (search words), ``?archived=0|1|all``, ``?updated_after=`` / ``?updated_before=``
-(ISO 8601), ``?limit=`` and ``?cursor=`` (the ``nextCursor`` of the previous page). A cursor
-is the store's page position signed with ``SECRET_KEY`` together with a digest of the
-filters it was made for: a cursor that was altered, made by another server, or sent with
-other filters is refused (400), so a store only ever reads positions it produced.
+``?q=`` (search words), ``?archived=0|1|all``, ``?tag=`` (one tag, normalised),
+``?updated_after=`` / ``?updated_before=`` (ISO 8601), ``?limit=`` and ``?cursor=`` (the
+``nextCursor`` of the previous page). A cursor is the store's page position signed with
+``SECRET_KEY`` together with a digest of the filters it was made for: a cursor that was
+altered, made by another server, or sent with other filters is refused (400), so a store only
+ever reads positions it produced.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from django_pydantic_agent.persistence.listing import Position, ThreadQuery
+from django_pydantic_agent.persistence.tags import MAX_TAG_CHARS, normalize_tag
 
 if TYPE_CHECKING:
     from django.http import QueryDict
@@ -31,7 +33,7 @@ MAX_QUERY_LENGTH = 200
 #: The 400 message of a cursor that is not one this server gave for these filters.
 BAD_CURSOR = (
     "The cursor is not valid: pass the nextCursor of the previous page unchanged, with the "
-    "same q, archived, updated_after and updated_before; omit it for the first page."
+    "same q, archived, tag, updated_after and updated_before; omit it for the first page."
 )
 _SALT = "django_pydantic_agent.agui.threads.cursor"
 _LONGEST_CURSOR = 1000
@@ -48,6 +50,7 @@ class _Filters:
     archived: bool | None
     after: datetime | None
     before: datetime | None
+    tag: str = ""
 
     def digest(self) -> str:
         key = [
@@ -55,6 +58,7 @@ class _Filters:
             self.archived,
             self.after.isoformat() if self.after else None,
             self.before.isoformat() if self.before else None,
+            *([self.tag] if self.tag else []),
         ]
         return hashlib.blake2b(json.dumps(key).encode(), digest_size=8).hexdigest()
 
@@ -94,7 +98,10 @@ def _filters(params: QueryDict) -> _Filters:
     after, before = _instant(params, "updated_after"), _instant(params, "updated_before")
     if after is not None and before is not None and after >= before:
         raise QueryError("updated_after must be earlier than updated_before.")
-    return _Filters(" ".join(text.split()), _ARCHIVED[raw], after, before)
+    tag = normalize_tag(params.get("tag", ""))
+    if len(tag) > MAX_TAG_CHARS or not tag.isprintable():
+        raise QueryError(f"tag must be plain text of at most {MAX_TAG_CHARS} characters.")
+    return _Filters(" ".join(text.split()), _ARCHIVED[raw], after, before, tag)
 
 
 def _limit(params: QueryDict, cap: int) -> int:
@@ -138,6 +145,7 @@ def read_query(params: QueryDict, *, cap: int) -> ThreadQuery:
     return ThreadQuery(
         text=filters.text,
         archived=filters.archived,
+        tag=filters.tag,
         updated_after=filters.after,
         updated_before=filters.before,
         limit=_limit(params, cap),
@@ -149,5 +157,7 @@ def sign_cursor(position: Position | None, query: ThreadQuery) -> str | None:
     """The ``nextCursor`` for ``position`` under ``query``'s filters (``None`` stays ``None``)."""
     if position is None:
         return None
-    filters = _Filters(query.text, query.archived, query.updated_after, query.updated_before)
+    filters = _Filters(
+        query.text, query.archived, query.updated_after, query.updated_before, query.tag
+    )
     return signing.dumps({"p": position, "f": filters.digest()}, salt=_SALT, compress=True)

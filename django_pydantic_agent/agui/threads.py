@@ -10,6 +10,7 @@ session owns nothing: reads answer empty, and no session is created for them.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
@@ -20,18 +21,30 @@ from django_pydantic_agent.agui.http import read_json_object
 from django_pydantic_agent.agui.owners import owns_nothing
 from django_pydantic_agent.agui.thread_query import BAD_CURSOR, QueryError, read_query, sign_cursor
 from django_pydantic_agent.agui.views import Route
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.persistence import (
     ConversationMeta,
     ConversationStore,
     is_persistent,
 )
 from django_pydantic_agent.persistence.branching import branch_points
+from django_pydantic_agent.persistence.features import store_features
+from django_pydantic_agent.persistence.feedback import thread_feedback, with_feedback
 from django_pydantic_agent.persistence.listing import (
     ArchiveUnsupportedError,
     CursorError,
     ThreadHit,
+    ThreadPage,
+    ThreadQuery,
     archive_thread,
     find_threads,
+)
+from django_pydantic_agent.persistence.tags import (
+    MAX_PINNED_THREADS,
+    PinLimitError,
+    TagError,
+    TagsThreads,
+    read_tags,
 )
 from django_pydantic_agent.persistence.wire import BOOKKEEPING_KEY, strip_branches
 
@@ -97,6 +110,8 @@ def _meta_json(meta: ConversationMeta) -> dict[str, Any]:
         "preview": meta.preview,
         "updatedAt": meta.updated_at.isoformat() if meta.updated_at else None,
         "archived": meta.archived,
+        "pinned": meta.pinned,
+        "tags": list(meta.tags),
     }
 
 
@@ -109,11 +124,13 @@ def _hit_json(hit: ThreadHit, *, search: bool) -> dict[str, Any]:
 
 
 _PATCH_SHAPE = (
-    'Send a JSON object with a non-empty string "title" and/or a boolean "archived", '
-    'e.g. {"title": "Plans"} or {"archived": true}.'
+    'Send a JSON object with a non-empty string "title", a boolean "archived" or "pinned", '
+    'or a list of "tags", e.g. {"title": "Plans"}, {"pinned": true} or {"tags": ["work"]}.'
 )
 #: The 400 of ``{"archived": ...}`` on a store that keeps no archived flag.
 CANNOT_ARCHIVE = "This server's conversation store cannot archive threads."
+#: The 400 of ``{"pinned": ...}`` or ``{"tags": ...}`` on a store that keeps neither.
+CANNOT_TAG = "This server's conversation store keeps no pins or tags."
 
 
 def _read_title(title: Any) -> tuple[str, str | None]:
@@ -153,6 +170,9 @@ class ThreadEndpoints:
         model_view: Callable[[HttpRequest, str], Awaitable[dict[str, Any] | None]] | None = None,
     ) -> None:
         self._store = store
+        features = store_features(store)
+        self._feedback = features.feedback
+        self._tags = features.tags
         self._model_view = model_view
         self._list_limit = list_limit
         self._body_limit = body_limit
@@ -196,16 +216,32 @@ class ThreadEndpoints:
         if self._settle is not None:
             await self._settle(request, None)
         try:
-            page = await find_threads(self._store, query, request=request)
+            pinned, page = await self._pages(request, query)
         except CursorError:
             raise Refusal.invalid(request, BAD_CURSOR) from None
-        rows = [_hit_json(hit, search=bool(query.terms)) for hit in page.hits[: query.limit]]
+        hits = [*pinned, *page.hits[: query.limit]]
+        rows = [_hit_json(hit, search=bool(query.terms)) for hit in hits]
         return JsonResponse({"threads": rows, "nextCursor": sign_cursor(page.next_position, query)})
+
+    async def _pages(
+        self, request: HttpRequest, query: ThreadQuery
+    ) -> tuple[list[ThreadHit], ThreadPage]:
+        """The pinned threads matching ``query`` (on its first page, when the store keeps pins:
+        they lead every order) and the page of the rest."""
+        if not self._tags:
+            return [], await find_threads(self._store, query, request=request)
+        pinned: list[ThreadHit] = []
+        if query.after is None:
+            lead = replace(query, pinned=True, limit=MAX_PINNED_THREADS)
+            pinned = (await find_threads(self._store, lead, request=request)).hits
+        rest = replace(query, pinned=False)
+        return pinned, await find_threads(self._store, rest, request=request)
 
     async def get(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``GET threads/<id>/``: ``{"threadId", "messages", "activeRun", "branches"}``, or 404.
 
-        ``messages`` are the active branch as stored (each with its ``status``); ``activeRun``
+        ``messages`` are the active branch as stored (each with its ``status``, and its
+        ``feedback`` ``{"rating", "comment"}`` when it has some); ``activeRun``
         is the caller's running run on the thread, ``{"runId", "lastSeq"}`` to reattach with,
         or ``null``; ``branches`` maps each message that has siblings to ``{"siblings": [ids],
         "index": i}`` (``agui.branches``); ``modelView`` (durable runs only) is what the next
@@ -220,6 +256,9 @@ class ThreadEndpoints:
         messages = await stored_thread(self._store, thread_id, request=request)
         if messages is None:
             raise Refusal(404, NOT_FOUND)
+        if self._feedback:
+            ratings = await thread_feedback(self._store, thread_id, request=request)
+            messages = with_feedback(messages, ratings)
         active = None if self._active_run is None else await self._active_run(request, thread_id)
         points = await branch_points(self._store, thread_id, request=request)
         body: dict[str, Any] = {
@@ -251,7 +290,7 @@ class ThreadEndpoints:
             return await switch_branch(
                 self._store, request, thread_id, payload, active_run=self._active_run
             )
-        if not ({"title", "archived"} & payload.keys()):
+        if not ({"title", "archived", "pinned", "tags"} & payload.keys()):
             raise Refusal.invalid(request, _PATCH_SHAPE)
         changes: dict[str, Any] = {}
         if "title" in payload:
@@ -264,6 +303,8 @@ class ThreadEndpoints:
             if not isinstance(archived, bool):
                 raise Refusal.invalid(request, '"archived" must be true or false.')
             changes["archived"] = archived
+        labels = self._read_labels(request, payload)
+        changes.update(labels)
         if await self._owns_nothing(request) or not await self._store.exists(
             thread_id, request=request
         ):
@@ -277,9 +318,31 @@ class ThreadEndpoints:
                 raise Refusal.invalid(request, CANNOT_ARCHIVE) from None
             if not found:
                 raise Refusal(404, NOT_FOUND)
+        if labels and implements(self._store, TagsThreads):
+            try:
+                await self._store.set_labels(thread_id, **labels, request=request)
+            except PinLimitError as exc:
+                raise Refusal(409, str(exc)) from None
         if "title" in changes:
             await self._store.rename(thread_id, changes["title"], request=request)
         return JsonResponse({"threadId": thread_id, **changes})
+
+    def _read_labels(self, request: HttpRequest, payload: dict[str, Any]) -> dict[str, Any]:
+        """``{"pinned": bool, "tags": [normalised]}`` of the fields ``payload`` has; 400 for a
+        bad value, or on a store that keeps neither."""
+        labels: dict[str, Any] = {}
+        if "pinned" in payload:
+            if not isinstance(payload["pinned"], bool):
+                raise Refusal.invalid(request, '"pinned" must be true or false.')
+            labels["pinned"] = payload["pinned"]
+        if "tags" in payload:
+            try:
+                labels["tags"] = read_tags(payload["tags"])
+            except TagError as exc:
+                raise Refusal.invalid(request, str(exc)) from None
+        if labels and not self._tags:
+            raise Refusal.invalid(request, CANNOT_TAG)
+        return labels
 
     async def delete(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``DELETE threads/<id>/``: 204 whether or not the thread existed (ids in the alphabet)."""

@@ -97,7 +97,7 @@ class ConversationMeta:
     one-line excerpt of the latest message; ``updated_at`` is ``None`` when a store does not
     track it. ``owner_id`` is for server-side use and must never be put on the wire.
     ``archived`` is the thread's archived flag (always ``False`` on a store that keeps none;
-    see ``persistence.listing``).
+    see ``persistence.listing``); ``pinned`` and ``tags`` likewise (``persistence.tags``).
     """
 
     thread_id: str
@@ -106,6 +106,8 @@ class ConversationMeta:
     preview: str = ""
     owner_id: str | None = None
     archived: bool = False
+    pinned: bool = False
+    tags: tuple[str, ...] = ()
 
 
 # A method named ``list`` shadows the builtin inside a class body, hence the alias.

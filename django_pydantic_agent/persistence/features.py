@@ -22,8 +22,10 @@ from django_pydantic_agent.persistence.base import (
     is_persistent,
 )
 from django_pydantic_agent.persistence.branching import ForksThreads, KeepsBranches
+from django_pydantic_agent.persistence.feedback import RatesMessages
 from django_pydantic_agent.persistence.listing import ArchivesThreads, SearchesThreads
 from django_pydantic_agent.persistence.runs import KeepsRunsInCache, ResumableRunStore
+from django_pydantic_agent.persistence.tags import TagsThreads
 from django_pydantic_agent.persistence.transfer import ExportsThreads
 from django_pydantic_agent.persistence.usage import UsageLedger
 
@@ -78,6 +80,8 @@ _PROTOCOLS: dict[str, Any] = {
     "search": SearchesThreads,
     "archive": ArchivesThreads,
     "export": ExportsThreads,
+    "feedback": RatesMessages,
+    "tags": TagsThreads,
     "refs": ResolvesAttachmentRefs,
     "resume": ResumableRunStore,
     "usage": UsageLedger,
@@ -91,9 +95,11 @@ class StoreFeatures:
     Conversation stores: ``persistent`` (``False``: a Null store), ``repositories`` (persists
     runs incrementally), ``runs`` (its own run store), ``branches`` (keeps every branch),
     ``forks`` (copies a branch itself), ``search`` (message text, not only titles),
-    ``archive``, ``export`` (whole trees), ``retention`` (the ``RetentionPolicy`` the prune
-    command applies). Attachment stores: ``refs`` (many at once). Run stores: ``resume``,
-    ``usage`` (the ledger of what runs spent), ``cache_alias`` (the cache of its records).
+    ``archive``, ``export`` (whole trees), ``feedback`` (ratings of messages), ``tags`` (pins
+    and tags), ``retention``
+    (the ``RetentionPolicy`` the prune command applies). Attachment stores: ``refs`` (many at
+    once). Run stores: ``resume``, ``usage`` (the ledger of what runs spent), ``cache_alias``
+    (the cache of its records).
     """
 
     persistent: bool = True
@@ -104,6 +110,8 @@ class StoreFeatures:
     search: bool = False
     archive: bool = False
     export: bool = False
+    feedback: bool = False
+    tags: bool = False
     retention: RetentionPolicy | None = None
     refs: bool = False
     resume: bool = False

@@ -79,11 +79,15 @@ class ThreadQuery:
     timestamps keeps every thread when a bound is given). ``limit``: the page size.
     ``after``: the ``next_position`` of the previous page, or ``None`` for the first.
     ``prefix``: only thread ids starting with it, returned without it
-    (``ScopedConversationStore`` passes its scope).
+    (``ScopedConversationStore`` passes its scope). ``tag``: only threads with that tag
+    (normalised; ``""``: any). ``pinned``: only the pinned (``True``) or unpinned (``False``)
+    threads, ``None`` both.
     """
 
     text: str = ""
     archived: bool | None = False
+    tag: str = ""
+    pinned: bool | None = None
     updated_after: datetime | None = None
     updated_before: datetime | None = None
     limit: int = 20
@@ -175,9 +179,9 @@ def _keyset(meta: ConversationMeta) -> tuple[str, str]:
 def filter_threads(metas: Iterable[ConversationMeta], query: ThreadQuery) -> ThreadPage:
     """Answer ``query`` from drawer rows (newest first): the generic path.
 
-    Searches titles only (each word must start a word of the title), applies the archived flag
-    and the date bounds, and pages by ``(updated_at, thread_id)``. Rows come back without the
-    ``prefix``.
+    Searches titles only (each word must start a word of the title), applies the archived flag,
+    the pin and tag filters and the date bounds, and pages by ``(updated_at, thread_id)``. Rows
+    come back without the ``prefix``.
     """
     terms = query.terms
     after = _read_keyset(query.after)
@@ -186,6 +190,10 @@ def filter_threads(metas: Iterable[ConversationMeta], query: ThreadQuery) -> Thr
         if not meta.thread_id.startswith(query.prefix):
             continue
         if query.archived is not None and meta.archived != query.archived:
+            continue
+        if query.pinned is not None and meta.pinned != query.pinned:
+            continue
+        if query.tag and query.tag not in meta.tags:
             continue
         stamp = meta.updated_at
         if stamp is not None and query.updated_after and stamp <= query.updated_after:

@@ -20,18 +20,19 @@ from django_pydantic_agent.persistence.base import (
 )
 from django_pydantic_agent.persistence.branching import (
     BranchPoint,
-    ForksThreads,
     KeepsBranches,
     activate_branch,
-    fork_messages,
+    fork_into,
 )
 from django_pydantic_agent.persistence.features import StoreFeatures, store_features
+from django_pydantic_agent.persistence.feedback import Feedback, RatesMessages, thread_feedback
 from django_pydantic_agent.persistence.listing import (
     ThreadPage,
     ThreadQuery,
     archive_thread,
     find_threads,
 )
+from django_pydantic_agent.persistence.tags import TagsThreads
 from django_pydantic_agent.persistence.transfer import export_thread, import_thread
 
 if TYPE_CHECKING:
@@ -229,17 +230,39 @@ class ScopedConversationStore:
     async def fork(
         self, thread_id: str, message_id: str, new_thread_id: str, *, request: HttpRequest
     ) -> bool:
-        """Fork this scope's thread into this scope's ``new_thread_id``."""
-        if implements(self._inner, ForksThreads):
-            return await self._inner.fork(
-                self._key(thread_id), message_id, self._key(new_thread_id), request=request
-            )
-        conversation = await self.load(thread_id, request=request)
-        kept = None if conversation is None else fork_messages(conversation.messages, message_id)
-        if kept is None:
+        """Fork this scope's thread into this scope's ``new_thread_id`` (``fork_into``)."""
+        return await fork_into(
+            self._inner, self._key(thread_id), message_id, self._key(new_thread_id), request=request
+        )
+
+    async def rate(
+        self, thread_id: str, message_id: str, feedback: Feedback, *, request: HttpRequest
+    ) -> bool:
+        """Set the feedback on a message of this scope's thread (``False`` when the inner store
+        keeps none: ``features.feedback`` says so first)."""
+        if not implements(self._inner, RatesMessages):
             return False
-        await self.save(Conversation(thread_id=new_thread_id, messages=kept), request=request)
-        return True
+        return await self._inner.rate(self._key(thread_id), message_id, feedback, request=request)
+
+    async def ratings(self, thread_id: str, *, request: HttpRequest) -> dict[str, Feedback]:
+        """The feedback on this scope's thread (``thread_feedback``)."""
+        return await thread_feedback(self._inner, self._key(thread_id), request=request)
+
+    async def set_labels(
+        self,
+        thread_id: str,
+        *,
+        pinned: bool | None = None,
+        tags: Sequence[str] | None = None,
+        request: HttpRequest,
+    ) -> bool:
+        """Pin or tag this scope's thread (``False`` when the inner store keeps neither:
+        ``features.tags`` says so first)."""
+        if not implements(self._inner, TagsThreads):
+            return False
+        return await self._inner.set_labels(
+            self._key(thread_id), pinned=pinned, tags=tags, request=request
+        )
 
     async def export(self, thread_id: str, *, request: HttpRequest) -> dict[str, Any] | None:
         """This scope's thread as an export document (``persistence.transfer``)."""

@@ -596,6 +596,9 @@ class ConversationStoreContract:
             {"a2": (["a2", "a2b"], 0)},
         )
         assert await activate_branch(store, "tree", "a2", request=alice)  # already active
+        # An active message: its branch continues down the newest branch below it.
+        assert await activate_branch(store, "tree", "u2", request=alice)
+        assert (await self._active(store, actors, "alice"))[0] == ["u1", "a1", "u2", "a2b"]
         assert await activate_branch(store, "tree", "a2b", request=alice)
         assert (await self._active(store, actors, "alice"))[0] == ["u1", "a1", "u2", "a2b"]
         assert not await activate_branch(store, "tree", "no-such-message", request=alice)

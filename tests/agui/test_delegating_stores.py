@@ -173,9 +173,16 @@ def test_a_run_store_proxy_is_resumable_only_when_what_it_wraps_is() -> None:
 def test_the_chat_page_and_the_checks_read_a_proxied_stores_features() -> None:
     policy = RetentionPolicy(keep_newest=5)
     proxied = LoggingStore(DefaultConversationStore(retention=policy), [])
-    server = AGUIServer(text_agent(), conversation_store=proxied, csrf_exempt=True)
+    server = AGUIServer(
+        text_agent(), conversation_store=proxied, access=AccessPolicy(csrf_exempt=True)
+    )
 
-    assert thread_features(proxied) == {"search": "text", "archive": True}
+    assert thread_features(proxied) == {
+        "search": "text",
+        "archive": True,
+        "feedback": True,
+        "tags": True,
+    }
     assert keeps_branches(server)
     assert store_features(proxied).retention is policy
     assert store_features(LoggingStore(CacheRunStore(alias="runs"), [])).cache_alias == "runs"

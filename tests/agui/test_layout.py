@@ -20,6 +20,7 @@ import django_pydantic_agent.agui as agui_package
 from django_pydantic_agent.agui import AccessPolicy, AGUIServer, AGUIView
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
 from django_pydantic_agent.agui.branches import BranchEndpoints
+from django_pydantic_agent.agui.feedback import FeedbackEndpoints
 from django_pydantic_agent.agui.reattach import RunEndpoints
 from django_pydantic_agent.agui.run import DurableRunEndpoint, StatelessRunEndpoint
 from django_pydantic_agent.agui.threads import ThreadEndpoints
@@ -39,6 +40,7 @@ HANDLERS = [
     RunEndpoints,
     ThreadEndpoints,
     BranchEndpoints,
+    FeedbackEndpoints,
     TransferEndpoints,
     AttachmentEndpoints,
     UsageEndpoint,
@@ -113,6 +115,7 @@ def test_no_handler_keeps_the_server() -> None:
         RunEndpoints,
         ThreadEndpoints,
         BranchEndpoints,
+        FeedbackEndpoints,
         TransferEndpoints,
         AttachmentEndpoints,
         UsageEndpoint,

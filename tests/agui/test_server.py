@@ -112,6 +112,7 @@ def test_persisting_server_mounts_every_route_with_a_back_pointer() -> None:
         "threads-import",
         "thread-export",
         "thread-fork",
+        "message-feedback",
         "threads",
         "thread",
         "run-reattach",
@@ -141,6 +142,7 @@ def test_only_conversations_mounts_no_attachment_routes() -> None:
         "threads-import",
         "thread-export",
         "thread-fork",
+        "message-feedback",
         "threads",
         "thread",
         "run-reattach",
@@ -319,7 +321,7 @@ def _hook(request: Any) -> None:
 
 
 def _spend_limits() -> Any:
-    from pydantic_ai_harness.spend import SpendLimits
+    from django_pydantic_agent._harness_spend import SpendLimits
 
     return SpendLimits[None](budgets=[])
 

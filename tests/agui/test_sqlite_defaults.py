@@ -22,7 +22,11 @@ from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.contrib.store.models import StoredAgentRun, StoredConversation
 from tests.agui.conftest import logged_in, run_body, sse_events
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.urls("tests.agui.urls")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.urls("tests.agui.urls"),
+    pytest.mark.sqlite,
+]
 
 RUNS = 48
 CONCURRENCY = 8

@@ -87,7 +87,15 @@ async def test_thread_list_shows_title_preview_and_no_owner(alice: Any) -> None:
     assert threads[0]["title"] == "Second question"
     assert threads[0]["preview"] == "The sum is 5."
     assert threads[0]["updatedAt"]
-    assert set(threads[0]) == {"threadId", "title", "preview", "updatedAt", "archived"}
+    assert set(threads[0]) == {
+        "threadId",
+        "title",
+        "preview",
+        "updatedAt",
+        "archived",
+        "pinned",
+        "tags",
+    }
     assert "owner" not in response.text
 
 

@@ -49,6 +49,7 @@ JSON_ROUTES = {
     ("thread", "PATCH"),
     ("thread-fork", "POST"),
     ("threads-import", "POST"),
+    ("message-feedback", "PUT"),
 }
 NO_JSON_BODY = {("run-cancel", "POST"), ("attachments", "POST")}
 
@@ -64,11 +65,13 @@ def test_every_route_that_reads_a_body_is_covered() -> None:
     assert unsafe - NO_JSON_BODY == JSON_ROUTES
     # ... and each of them gets the values below.
     covered = {
-        (resolve("/history/" + route.format(id="t")).url_name, method)
+        (resolve("/history/" + route.format(id="t", mid="m")).url_name, method)
         for _, method, route, _, _ in CASES + STRING_CASES
     }
     assert covered == JSON_ROUTES
 
+
+FEEDBACK = "threads/{id}/messages/{mid}/feedback/"
 
 # Each case: (id, method, route, body builder, the path the 400 names). A body builder takes
 # the value and the test's thread (``{"id", "old", "mid", "document"}``).
@@ -91,6 +94,7 @@ CASES: list[tuple[str, str, str, Body, str]] = [
         "note",
     ),
     ("fork", "POST", "threads/{id}/fork/", lambda v, t: {"messageId": t["mid"], "x": v}, "x"),
+    ("feedback", "PUT", FEEDBACK, lambda v, t: {"rating": "up", "why": [v]}, "why.0"),
     (
         "import-record",
         "POST",
@@ -116,8 +120,10 @@ CASES: list[tuple[str, str, str, Body, str]] = [
 #: The same routes with the value in the field they read (strings only).
 STRING_CASES: list[tuple[str, str, str, Body, str]] = [
     ("rename-title", "PATCH", "threads/{id}/", lambda v, t: {"title": v}, "title"),
+    ("tags", "PATCH", "threads/{id}/", lambda v, t: {"tags": ["ok", v]}, "tags.1"),
     ("switch-id", "PATCH", "threads/{id}/", lambda v, t: {"activeMessageId": v}, "activeMessageId"),
     ("fork-id", "POST", "threads/{id}/fork/", lambda v, t: {"messageId": v}, "messageId"),
+    ("feedback-comment", "PUT", FEEDBACK, lambda v, t: {"rating": "up", "comment": v}, "comment"),
     (
         "import-title",
         "POST",
@@ -145,9 +151,15 @@ def _in_document(document: dict[str, Any], where: tuple[Any, ...], value: Any) -
 
 
 def _params() -> list[Any]:
-    params = [pytest.param(case, list(VALUES), id=case[0]) for case in CASES]
-    params += [pytest.param(case, STRING_VALUES, id=case[0]) for case in STRING_CASES]
-    return params
+    """Each case on the Default and the session store; the feedback route on the Default
+    store only (the session store keeps no feedback: it is not mounted there)."""
+    cases = [(case, list(VALUES)) for case in CASES] + [(c, STRING_VALUES) for c in STRING_CASES]
+    return [
+        pytest.param(prefix, case, values, id=f"{prefix.strip('/')}-{case[0]}")
+        for prefix in ("/history/", "/history-session/")
+        for case, values in cases
+        if case[2] != FEEDBACK or prefix == "/history/"
+    ]
 
 
 async def _state(http: httpx.AsyncClient, prefix: str, thread_id: str) -> Any:
@@ -157,8 +169,7 @@ async def _state(http: httpx.AsyncClient, prefix: str, thread_id: str) -> Any:
     return listing, detail
 
 
-@pytest.mark.parametrize("prefix", ["/history/", "/history-session/"])
-@pytest.mark.parametrize(("case", "values"), _params())
+@pytest.mark.parametrize(("prefix", "case", "values"), _params())
 async def test_a_value_no_store_can_keep_is_a_400_on_every_json_route(
     alice: Any,
     caplog: pytest.LogCaptureFixture,
@@ -182,7 +193,7 @@ async def test_a_value_no_store_can_keep_is_a_400_on_every_json_route(
             caplog.clear()
             response = await http.request(
                 method,
-                prefix + route.format(id=thread_id),
+                prefix + route.format(id=thread_id, mid=thread["mid"]),
                 content=json.dumps(build(bad, thread)).encode(),
                 headers={"Content-Type": "application/json"},
             )

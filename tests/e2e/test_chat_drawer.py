@@ -160,6 +160,16 @@ def test_the_drawer_pages_searches_archives_and_exports_in_chromium(
     assert archive["restored"] is True
     assert archive["restoredAfterReload"] is True
 
+    pin = steps["pin"]
+    assert pin["canPin"] is (kind == "default")  # the Memory Service store keeps no pins
+    if pin["canPin"]:
+        assert pin["pinned"] == {
+            "first": pin["target"],
+            "firstAfterReload": pin["target"],
+            "marked": 1,
+            "pressed": "true",
+        }
+
     exported = steps["export"]
     assert exported["exportHiddenOnNewChat"] is True
     assert exported["markdown"]["name"] == "thread.md"

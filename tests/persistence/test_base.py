@@ -76,7 +76,16 @@ def test_value_types_construct_positionally_as_in_the_predecessor() -> None:
     expected = {
         Conversation: ["thread_id", "messages", "owner_id"],
         # The predecessor's five, then what 1.0 adds after them (keyword-only in practice).
-        ConversationMeta: ["thread_id", "title", "updated_at", "preview", "owner_id", "archived"],
+        ConversationMeta: [
+            "thread_id",
+            "title",
+            "updated_at",
+            "preview",
+            "owner_id",
+            "archived",
+            "pinned",
+            "tags",
+        ],
         AttachmentRef: ["id", "name", "mime", "size", "url"],
         OpenedAttachment: ["ref", "content"],
     }

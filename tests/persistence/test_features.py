@@ -56,7 +56,18 @@ def _memory_service() -> MemoryServiceConversationStore:
 CONVERSATION_STORES = {
     "default": (
         DefaultConversationStore,
-        {"persistent", "repositories", "runs", "branches", "forks", "search", "archive", "export"},
+        {
+            "persistent",
+            "repositories",
+            "runs",
+            "branches",
+            "forks",
+            "search",
+            "archive",
+            "export",
+            "feedback",
+            "tags",
+        },
     ),
     "session": (DjangoSessionConversationStore, {"persistent", "branches", "archive"}),
     "memory-service": (

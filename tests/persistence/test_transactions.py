@@ -71,6 +71,7 @@ def read_then_write(name: str) -> None:
     Group.objects.create(name=name)
 
 
+@pytest.mark.sqlite
 def test_on_djangos_defaults_a_read_then_write_transaction_fails_at_once(
     sqlite_options: Any,
 ) -> None:
@@ -84,6 +85,7 @@ def test_on_djangos_defaults_a_read_then_write_transaction_fails_at_once(
     assert not Group.objects.filter(name="deferred").exists()
 
 
+@pytest.mark.sqlite
 def test_on_djangos_defaults_it_waits_for_the_other_writer_and_commits(
     sqlite_options: Any,
 ) -> None:
@@ -98,6 +100,7 @@ def test_on_djangos_defaults_it_waits_for_the_other_writer_and_commits(
     assert connection.transaction_mode is None  # as the settings have it
 
 
+@pytest.mark.sqlite
 def test_it_begins_immediate_only_where_django_would_begin_deferred(sqlite_options: Any) -> None:
     sqlite_options({})
     with CaptureQueriesContext(connection) as queries, write_transaction():
@@ -126,6 +129,7 @@ def test_inside_an_atomic_block_it_is_a_savepoint_of_it() -> None:
     assert not Group.objects.filter(name="nested").exists()
 
 
+@pytest.mark.sqlite
 def test_an_error_rolls_back_and_restores_the_connection(sqlite_options: Any) -> None:
     def fail_inside() -> None:
         with write_transaction():
@@ -139,6 +143,7 @@ def test_an_error_rolls_back_and_restores_the_connection(sqlite_options: Any) ->
     assert connection.transaction_mode is None
 
 
+@pytest.mark.sqlite
 def test_a_begin_that_times_out_restores_the_connection(sqlite_options: Any) -> None:
     sqlite_options({"timeout": 0.1})
     with (

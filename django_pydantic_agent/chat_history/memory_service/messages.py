@@ -9,12 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from uuid import UUID
 
+from django_pydantic_agent.chat_history.agui_messages import message_id
 from django_pydantic_agent.chat_history.errors import ChatNotFoundError
 from django_pydantic_agent.chat_history.keys import LocatorKind, emitter_for_role
 from django_pydantic_agent.chat_history.memory_service._branches import (
     Operation,
-    branch_points,
-    find,
     fold,
     is_marker,
     marker_fields,
@@ -49,6 +48,7 @@ from django_pydantic_agent.chat_history.records import (
 )
 from django_pydantic_agent.chat_history.repositories import NestedRecordWrites
 from django_pydantic_agent.chat_history.transactions import ContextScope, NestedTransaction
+from django_pydantic_agent.chat_history.tree import BranchPoint
 from django_pydantic_agent.memory_service import (
     DRMemoryNotFoundError,
     DRMemorySpace,
@@ -331,7 +331,7 @@ class MessageRepository(NestedTransaction, NestedRecordWrites):
         refresh = state.listed and not state.current
         return await self._state(chat_uuid, refresh=refresh)
 
-    async def branch_points(self, chat_uuid: UUID) -> dict[str, tuple[list[str], int]] | None:
+    async def branch_points(self, chat_uuid: UUID) -> dict[str, BranchPoint] | None:
         """For each record of the active branch that has siblings, by AG-UI id: the siblings'
         AG-UI ids (oldest first) and its index among them. ``{}`` for a chat that never
         branched, ``None`` for an unknown chat. A listed cache answers without a request (a
@@ -341,7 +341,7 @@ class MessageRepository(NestedTransaction, NestedRecordWrites):
             return None
         if not state.markers:
             return {}
-        return branch_points(state.tree(), state.messages)
+        return state.tree().branch_points(lambda uuid: message_id(state.messages[uuid]))
 
     async def activate(self, chat_uuid: UUID, agui_id: str) -> bool:
         """Make the branch through the record read back as ``agui_id`` the active one (on the
@@ -352,7 +352,7 @@ class MessageRepository(NestedTransaction, NestedRecordWrites):
         if state is None:
             return False
         tree = state.tree()
-        target = find(tree, state.ordered_all(), agui_id)
+        target = tree.find(agui_id, lambda uuid: message_id(state.messages[uuid]))
         if target is None:
             return False
         if tree.path(target) != tree.active:

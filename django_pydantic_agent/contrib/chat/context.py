@@ -43,10 +43,16 @@ def keeps_branches(server: AGUIServer) -> bool:
 def thread_features(store: object) -> dict[str, Any]:
     """What the drawer can offer over ``store``, as its features declare: ``search`` is
     ``"text"`` (titles and message text) or ``"titles"``; ``archive`` whether the store keeps
-    an archived flag. A ``ScopedConversationStore`` declares the features of the store it
-    wraps."""
+    an archived flag; ``feedback`` whether it keeps ratings of messages (the thumbs);
+    ``tags`` whether it keeps pins and tags. A
+    ``ScopedConversationStore`` declares the features of the store it wraps."""
     features = store_features(store)
-    return {"search": "text" if features.search else "titles", "archive": features.archive}
+    return {
+        "search": "text" if features.search else "titles",
+        "archive": features.archive,
+        "feedback": features.feedback,
+        "tags": features.tags,
+    }
 
 
 def chat_context(request: HttpRequest, server: AGUIServer) -> dict[str, Any]:

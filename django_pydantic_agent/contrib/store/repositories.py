@@ -132,8 +132,8 @@ def _newest(rows: Any, following: int, limit: int) -> list[Any]:
     that number, above by the thread's newest position (a subquery, so rows written since
     ``following`` was read are in). Unbounded, ``ORDER BY position DESC LIMIT`` was planned
     by PostgreSQL as a scan of every row of the thread and a sort whenever its statistics
-    took the thread for a small one (10,001 rows, 8 to 10 ms at message 10,000;
-    docs/benchmarks.md); bounded below only, as a scan of the thread's rows through the
+    took the thread for a small one (``python -m bench --suite run-path``); bounded below
+    only, as a scan of the thread's rows through the
     ``conversation`` index when they knew its size (a table-wide histogram makes ``position
     >= n`` look unselective). A range whose upper end is unknown when planning is estimated
     narrow, so the ``(conversation, position)`` index answers it, about ``2 * limit`` rows

@@ -37,6 +37,7 @@ from django_pydantic_agent.contrib.store.search_index import (
     lazy_fill,
     sqlite_triggers,
 )
+from django_pydantic_agent.contrib.store.tags import tags_of
 from django_pydantic_agent.persistence.base import ConversationMeta
 from django_pydantic_agent.persistence.listing import (
     CursorError,
@@ -49,6 +50,7 @@ from django_pydantic_agent.persistence.listing import (
 __all__ = [
     "FTS_TABLE",
     "INDEXED_ROLES",
+    "META_COLUMNS",
     "PG_COLUMN",
     "PG_INDEX",
     "RANK_WINDOW",
@@ -56,6 +58,7 @@ __all__ = [
     "drop_index_statements",
     "find_threads",
     "index_statements",
+    "metas",
     "repair_sqlite_index",
     "search_vendor",
 ]
@@ -148,6 +151,10 @@ def _threads(owner_id: str, query: ThreadQuery) -> QuerySet[Any]:
         threads = threads.filter(thread_id__startswith=query.prefix)
     if query.archived is not None:
         threads = threads.filter(archived=query.archived)
+    if query.pinned is not None:
+        threads = threads.filter(pinned=query.pinned)
+    if query.tag:
+        threads = threads.filter(tag_rows__tag=query.tag)
     if query.updated_after is not None:
         threads = threads.filter(updated_at__gt=query.updated_after)
     if query.updated_before is not None:
@@ -155,19 +162,29 @@ def _threads(owner_id: str, query: ThreadQuery) -> QuerySet[Any]:
     return threads
 
 
-_META = ("id", "thread_id", "title", "updated_at", "preview", "archived")
+#: The columns of a drawer row (``metas``).
+META_COLUMNS = ("id", "thread_id", "title", "updated_at", "preview", "archived", "pinned")
 
 
-def _meta(values: Sequence[Any], owner_id: str, prefix: str) -> ConversationMeta:
-    _, thread_id, title, updated_at, preview, archived = values
-    return ConversationMeta(
-        thread_id=thread_id[len(prefix) :],
-        title=title,
-        updated_at=updated_at,
-        preview=preview,
-        owner_id=owner_id,
-        archived=archived,
-    )
+def metas(
+    rows: Sequence[Sequence[Any]], owner_id: str, prefix: str = "", *, tags: bool = True
+) -> list[ConversationMeta]:
+    """Drawer rows of ``rows`` (``META_COLUMNS`` values), thread ids without ``prefix``, with
+    their tags (one query; ``tags=False``: none read, ``list()`` stays one query)."""
+    found = tags_of(row[0] for row in rows) if tags else {}
+    return [
+        ConversationMeta(
+            thread_id=thread_id[len(prefix) :],
+            title=title,
+            updated_at=updated_at,
+            preview=preview,
+            owner_id=owner_id,
+            archived=archived,
+            pinned=pinned,
+            tags=found.get(pk, ()),
+        )
+        for pk, thread_id, title, updated_at, preview, archived, pinned in rows
+    ]
 
 
 def find_threads(owner_id: str, query: ThreadQuery) -> ThreadPage:
@@ -187,9 +204,10 @@ def find_threads(owner_id: str, query: ThreadQuery) -> ThreadPage:
         except (TypeError, ValueError):
             raise CursorError(f"{after!r} is not a position of the thread list.") from None
         threads = threads.filter(Q(updated_at__lt=stamp) | Q(updated_at=stamp, id__lt=after[2]))
-    rows = list(threads.order_by("-updated_at", "-id").values_list(*_META)[: query.limit + 1])
+    ordered = threads.order_by("-updated_at", "-id").values_list(*META_COLUMNS)
+    rows = list(ordered[: query.limit + 1])
     page, more = rows[: query.limit], len(rows) > query.limit
-    hits = [ThreadHit(meta=_meta(row, owner_id, query.prefix)) for row in page]
+    hits = [ThreadHit(meta=meta) for meta in metas(page, owner_id, query.prefix)]
     position = ["k", page[-1][3].isoformat(), page[-1][0]] if more else None
     return ThreadPage(hits=hits, next_position=position)
 
@@ -221,19 +239,20 @@ def _search(owner_id: str, query: ThreadQuery) -> ThreadPage:
     page_ids = order[offset : offset + query.limit]
     more = len(order) > offset + query.limit and offset + query.limit < SEARCH_DEPTH
     best = dict(by_text)
-    metas = {
-        row[0]: row
-        for row in StoredConversation.objects.filter(id__in=page_ids).values_list(*_META)
-    }
+    found = StoredConversation.objects.filter(id__in=page_ids).values_list(*META_COLUMNS)
+    rows = {row[0]: row for row in found}
+    metas_by_id = dict(
+        zip(page_ids, metas([rows[cid] for cid in page_ids], owner_id, query.prefix), strict=True)
+    )
     texts = dict(_texts(using, [best[cid] for cid in page_ids if cid in best and cid not in seen]))
     hits = []
     for cid in page_ids:
-        row = metas[cid]
+        meta = metas_by_id[cid]
         if cid in seen:
-            excerpt = snippet(row[2], terms) or row[2]
+            excerpt = snippet(meta.title, terms) or meta.title
         else:
-            excerpt = snippet(texts.get(best[cid], ""), terms) or row[4]
-        hits.append(ThreadHit(meta=_meta(row, owner_id, query.prefix), snippet=excerpt))
+            excerpt = snippet(texts.get(best[cid], ""), terms) or meta.preview
+        hits.append(ThreadHit(meta=meta, snippet=excerpt))
     position = ["s", offset + query.limit] if more else None
     return ThreadPage(hits=hits, next_position=position)
 
@@ -258,6 +277,17 @@ def _thread_conditions(owner_id: str, query: ThreadQuery) -> tuple[str, list[Any
     if query.archived is not None:
         conditions.append("c.archived = %s")
         params.append(query.archived)
+    if query.pinned is not None:
+        conditions.append("c.pinned = %s")
+        params.append(query.pinned)
+    if query.tag:
+        from django_pydantic_agent.contrib.store.models import StoredThreadTag
+
+        table = StoredThreadTag._meta.db_table
+        conditions.append(
+            f'EXISTS (SELECT 1 FROM "{table}" t WHERE t.conversation_id = c.id AND t.tag = %s)'
+        )
+        params.append(query.tag)
     if query.updated_after is not None:
         conditions.append("c.updated_at > %s")
         params.append(query.updated_after)

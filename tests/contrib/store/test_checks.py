@@ -274,6 +274,7 @@ def sqlite_default() -> dict[str, Any]:
     return django_settings.DATABASES["default"]
 
 
+@pytest.mark.sqlite
 @pytest.mark.django_db
 def test_w002_djangos_default_sqlite_options_warn_through_manage_py_check(
     sqlite_default: dict[str, Any], monkeypatch: pytest.MonkeyPatch
@@ -306,6 +307,7 @@ def test_w002_djangos_default_sqlite_options_warn_through_manage_py_check(
         ({"transaction_mode": None, "timeout": 20}, True),
     ],
 )
+@pytest.mark.sqlite
 def test_w002_needs_both_options(
     sqlite_default: dict[str, Any],
     monkeypatch: pytest.MonkeyPatch,
@@ -339,6 +341,7 @@ def test_w002_looks_at_the_database_the_routers_send_the_rows_to(
         assert check_sqlite_options() == []
 
 
+@pytest.mark.sqlite
 def test_w002_is_contrib_stores_only(
     sqlite_default: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:

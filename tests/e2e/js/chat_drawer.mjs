@@ -174,6 +174,30 @@ try {
     restoredAfterReload: restoredAfterReload.ids.includes(target),
   });
 
+  // Pin an old trip (where the store keeps pins): it leads the list, after a reload too.
+  const canPin = await page.evaluate(() => document.getElementById("app").dataset.threadTags === "1");
+  const pinTarget = `${prefix}-05`;
+  let pinned = null;
+  if (canPin) {
+    const old = page.locator(`#thread-list .thread[data-thread-id="${pinTarget}"]`);
+    await search(page, "Trip 05");
+    await old.hover();
+    await old.locator(".thread-pin").click();
+    await page.focus("#thread-search");
+    await page.keyboard.press("Escape");
+    const led = await until(page, (d) => d.ids[0] === pinTarget, "the pinned thread to lead");
+    await page.reload();
+    await page.waitForSelector("#thread-list .thread");
+    const reloaded = await drawer(page);
+    pinned = {
+      first: led.ids[0],
+      firstAfterReload: reloaded.ids[0],
+      marked: await page.locator(`#thread-list .thread.pinned[data-thread-id="${pinTarget}"]`).count(),
+      pressed: await page.locator(`#thread-list .thread[data-thread-id="${pinTarget}"] .thread-pin`).getAttribute("aria-pressed"),
+    };
+  }
+  report.steps.push({ step: "pin", canPin, target: pinTarget, pinned });
+
   // Export the open thread: the downloaded files hold its messages.
   const exportHiddenOnNewChat = await page.isHidden("#export");
   await search(page, "Trip 07");

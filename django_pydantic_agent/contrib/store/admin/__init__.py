@@ -175,8 +175,16 @@ class StoredConversationAttachmentInline(_ReadOnlyInline):
 class StoredConversationAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     """Threads with their messages (read-only), searchable by title, owner id and thread id."""
 
-    list_display = ("__str__", "owner", "thread_id", "archived", "updated_at", "created_at")
-    list_filter = ("archived", RetentionFilter)
+    list_display = (
+        "__str__",
+        "owner",
+        "thread_id",
+        "archived",
+        "pinned",
+        "updated_at",
+        "created_at",
+    )
+    list_filter = ("archived", "pinned", RetentionFilter)
     search_fields = ("title", "=owner_id", "=thread_id")
     search_help_text = "Part of a title, an exact owner id or an exact thread id."
     date_hierarchy = "updated_at"
@@ -184,6 +192,8 @@ class StoredConversationAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: igno
     fields = (
         "title",
         "archived",
+        "pinned",
+        "tag_list",
         "owner",
         "owner_id_text",
         "thread_id",
@@ -193,8 +203,14 @@ class StoredConversationAdmin(OwnerColumnMixin, admin.ModelAdmin):  # type: igno
         "token_usage",
         "runs",
     )
-    readonly_fields = fields[2:]
+    readonly_fields = fields[3:]
     inlines = (StoredMessageInline, StoredConversationAttachmentInline)
+
+    @admin.display(description="tags")
+    def tag_list(self, obj: StoredConversation) -> str:
+        """The thread's tags, in the order they were set (``persistence.tags``)."""
+        return ", ".join(obj.tag_rows.order_by("pk").values_list("tag", flat=True)) or "none"
+
     show_full_result_count = False
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -511,3 +527,4 @@ importlib.import_module("django_pydantic_agent.contrib.store.admin.usage")
 # Memory admin needs the optional pydantic-ai-harness extra.
 if importlib.util.find_spec("pydantic_ai_harness") is not None:
     importlib.import_module("django_pydantic_agent.contrib.store.admin.memory")
+from django_pydantic_agent.contrib.store.admin import feedback as _feedback  # noqa: E402, F401

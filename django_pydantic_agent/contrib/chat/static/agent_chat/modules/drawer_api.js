@@ -13,10 +13,11 @@ export function createDrawerApi({ agentUrl, csrfToken }) {
   return {
     // One page of the caller's threads: `q` searches, `archived` lists the archived ones,
     // `cursor` is the previous page's nextCursor.
-    listPage({ limit, q = "", archived = false, cursor = null }) {
+    listPage({ limit, q = "", archived = false, tag = "", cursor = null }) {
       const query = new URLSearchParams({ limit: String(limit) });
       if (q) query.set("q", q);
       if (archived) query.set("archived", "1");
+      if (tag) query.set("tag", tag);
       if (cursor) query.set("cursor", cursor);
       return send(`${agentUrl}threads/?${query}`, { headers: json });
     },
@@ -26,6 +27,15 @@ export function createDrawerApi({ agentUrl, csrfToken }) {
         method: "PATCH",
         headers: { "Content-Type": "application/json", ...json, "X-CSRFToken": csrfToken },
         body: JSON.stringify({ archived }),
+      });
+    },
+
+    // Pin or tag a thread: `labels` is {pinned} and/or {tags}.
+    setLabels(id, labels) {
+      return send(threadUrl(id), {
+        method: "PATCH",
+        headers: { "Content-Type": "application/json", ...json, "X-CSRFToken": csrfToken },
+        body: JSON.stringify(labels),
       });
     },
 

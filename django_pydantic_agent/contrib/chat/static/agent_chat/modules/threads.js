@@ -17,6 +17,7 @@ const PAGE_SIZE = 50;
 const SEARCH_DELAY_MS = 250;
 const ARCHIVE = ["M3 4h18v4H3z", "M5 8v12h14V8", "M10 12h4"];
 const UNARCHIVE = ["M3 4h18v4H3z", "M5 8v12h14V8", "M12 18v-6", "M9.5 14.5 12 12l2.5 2.5"];
+const PIN = ["M9 3h6l-1 6 4 4H6l4-4z", "M12 13v8"];
 
 function threadItems(payload) {
   if (Array.isArray(payload)) return payload;
@@ -50,7 +51,9 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
   let loadingMore = false;
   // The store keeps an archived flag unless the page was told otherwise (or the server says so).
   let canArchive = app.dataset.threadArchive !== "0";
-  const view = { q: "", archived: false }; // what the list shows
+  const view = { q: "", archived: false, tag: "" }; // what the list shows
+  // The store keeps pins and tags (data-thread-tags): a pin button, and tags that filter.
+  const canTag = app.dataset.threadTags === "1";
 
   function showThreadError(text) {
     threadError.textContent = text;
@@ -132,6 +135,20 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
       open.setAttribute("aria-describedby", line.id);
     }
     open.addEventListener("click", () => onOpen(id));
+    if (item.pinned) li.classList.add("pinned");
+    const tags = Array.isArray(item.tags) ? item.tags.filter((tag) => typeof tag === "string") : [];
+    const tagRow = tags.length ? el("div", "thread-tags") : null;
+    for (const tag of tags) {
+      const chip = el("button", "thread-tag", tag);
+      chip.type = "button";
+      chip.setAttribute("aria-pressed", String(view.tag === tag));
+      chip.setAttribute("aria-label", t("Show the conversations tagged “{tag}”", { tag }));
+      chip.addEventListener("click", () => {
+        view.tag = view.tag === tag ? "" : tag;
+        load({ announced: true });
+      });
+      tagRow.append(chip);
+    }
 
     const actions = el("div", "thread-actions");
     const rename = actionButton("thread-rename", t("Rename"), PENCIL, id, () => startRename(li, id, title));
@@ -147,12 +164,23 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
     remove.setAttribute("aria-label", `${t("Delete")} “${title}”`);
     actions.append(rename, archive, remove);
 
+    // The pin stands before the title (shown while pinned, else on hover and focus), so the
+    // buttons laid over the title's end stay clear of its middle.
+    if (canTag) {
+      const pinLabel = item.pinned ? t("Unpin") : t("Pin");
+      const pin = actionButton("thread-pin", pinLabel, PIN, id, () => setPinned(id, title, !item.pinned));
+      pin.setAttribute("aria-label", `${pinLabel} “${title}”`);
+      pin.setAttribute("aria-pressed", String(Boolean(item.pinned)));
+      li.append(pin);
+    }
     li.append(open, actions);
+    if (tagRow) li.append(tagRow);
     return li;
   }
 
   function emptyText() {
     if (view.q) return t("No conversations match “{query}”.", { query: view.q });
+    if (view.tag) return t("No conversations tagged “{tag}”.", { tag: view.tag });
     if (view.archived) return t("No archived conversations.");
     return t("No conversations yet.");
   }
@@ -162,6 +190,7 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
     if (!count) return emptyText();
     const more = nextCursor ? ` ${t("Scroll for more.")}` : "";
     if (view.q) return `${t("Matches for “{query}”: {count}.", { count, query: view.q })}${more}`;
+    if (view.tag) return `${t("Tagged “{tag}”: {count}.", { count, tag: view.tag })}${more}`;
     if (view.archived) return `${t("Archived conversations: {count}.", { count })}${more}`;
     return `${t("Conversations: {count}.", { count })}${more}`;
   }
@@ -178,7 +207,7 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
   }
 
   async function fetchPage(cursor) {
-    const response = await api.listPage({ limit: PAGE_SIZE, q: view.q, archived: view.archived, cursor });
+    const response = await api.listPage({ limit: PAGE_SIZE, q: view.q, archived: view.archived, tag: view.tag, cursor });
     if (!response.ok) return { response, items: null, cursor: null };
     const payload = await response.json();
     return { response, items: threadItems(payload), cursor: payload && payload.nextCursor };
@@ -192,7 +221,7 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
       return false;
     }
     const request = ++threadsRequest;
-    const filtered = Boolean(view.q || view.archived);
+    const filtered = Boolean(view.q || view.archived || view.tag);
     // A refresh (after a run, a rename) shows as many threads as before, where they were.
     const shown = announced ? 0 : state.listedIds.length;
     const scrolled = threadsPanel.scrollTop;
@@ -278,7 +307,7 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
   // within milliseconds: look again a few times until the thread is listed.
   async function refreshAfterRun(id, outcome) {
     if (!state.threadsAvailable) return;
-    if (outcome === "refused" || view.q || view.archived) {
+    if (outcome === "refused" || view.q || view.archived || view.tag) {
       await load(); // a search or the archived list need not show the thread at all
       return;
     }
@@ -288,6 +317,21 @@ export function createThreadDrawer({ app, transport, onOpen, onDeleted }) {
       await load();
       if (state.listedIds.includes(id)) return;
     }
+  }
+
+  // Pin (or unpin) a thread: pinned threads lead the list, so it is loaded again.
+  async function setPinned(id, title, pinned) {
+    showThreadError("");
+    const response = await api.setLabels(id, { pinned }).catch(() => null);
+    if (!response || !response.ok) {
+      const why = response ? await errorText(response) : t("You are offline: try again when the connection is back.");
+      showThreadError(`${t("Could not pin “{title}”:", { title })} ${why}`);
+      return;
+    }
+    announce(pinned ? t("“{title}” pinned.", { title }) : t("“{title}” unpinned.", { title }));
+    await load();
+    const target = threadButton(id, "thread-pin");
+    if (target) target.focus();
   }
 
   // Archive (or bring back) a thread: it leaves the list shown; the keyboard moves to the next.
