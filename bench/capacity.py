@@ -19,7 +19,6 @@ import asyncio
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -108,7 +107,7 @@ async def _stream(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
                 now = time.perf_counter()
                 buffer += chunk
                 *frames, buffer = buffer.split(b"\n\n")
-                for frame in frames:
+                for frame in reversed(frames):
                     if b"data: " not in frame:
                         continue  # a heartbeat comment
                     events += 1
@@ -214,9 +213,11 @@ def wave(streams: int, *, env: dict[str, str] | None = None, profile: Path | Non
         spy = None
         if profile is not None:
             spy = subprocess.Popen(
-                [str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(live.pid)]
-                + ["-r", "200", "--nonblocking", "--threads", "--format", "raw"]
-                + ["-o", str(profile)],
+                [
+                    *(str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(live.pid)),
+                    *("-r", "200", "--nonblocking", "--threads", "--format", "raw"),
+                    *("-o", str(profile)),
+                ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
@@ -282,7 +283,6 @@ _PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("agui/engine.py", "agui/runs.py", "agui/input.py", "agui/owners.py", "agui/run.py"),
     ),
     ("HTTP (uvicorn, Django's handler)", ("uvicorn/", "django/core/handlers", "asgiref/")),
-    ("the event loop", ("asyncio/",)),
 )
 
 
@@ -294,7 +294,9 @@ def split(raw: Path) -> list[tuple[str, float]]:
         if not count.isdigit():
             continue
         frames = stack.split(";")[1:]  # the first is the thread
-        part = "other"
+        # Frames that name no part (asyncio's own, a library's) go to the first caller that
+        # does; a sample with none is the event loop's own (scheduling, selecting) or other.
+        part = "the event loop (scheduling, select)" if "asyncio/" in stack else "other"
         for frame in reversed(frames):
             found = next((name for name, marks in _PARTS if any(m in frame for m in marks)), None)
             if found is not None:

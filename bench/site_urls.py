@@ -7,8 +7,8 @@ import os
 import sys
 import time
 from collections import deque
-from pathlib import Path
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
