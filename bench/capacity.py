@@ -282,7 +282,8 @@ _PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "starting runs (claim, thread, history)",
         ("agui/engine.py", "agui/runs.py", "agui/input.py", "agui/owners.py", "agui/run.py"),
     ),
-    ("HTTP (uvicorn, Django's handler)", ("uvicorn/", "django/core/handlers", "asgiref/")),
+    ("sync_to_async hops (handing work to the executor)", ("asgiref/sync.py",)),
+    ("HTTP (uvicorn, Django's handler)", ("uvicorn/", "django/core/handlers")),
 )
 
 
@@ -297,6 +298,8 @@ def split(raw: Path) -> list[tuple[str, float]]:
         # Frames that name no part (asyncio's own, a library's) go to the first caller that
         # does; a sample with none is the event loop's own (scheduling, selecting) or other.
         part = "the event loop (scheduling, select)" if "asyncio/" in stack else "other"
+        if frames and frames[-1].startswith("_worker ("):
+            part = "executor threads waiting for work"
         for frame in reversed(frames):
             found = next((name for name, marks in _PARTS if any(m in frame for m in marks)), None)
             if found is not None:

@@ -19,15 +19,18 @@ def test_a_sample_goes_to_the_first_caller_that_names_a_part(tmp_path: Path) -> 
         "update (django/db/models/query.py:1) 3",
         # Only the event loop's own frames: scheduling.
         "thread (1);_run_once (asyncio/base_events.py:1900) 1",
+        # An executor thread waiting on its queue is not an event's CPU.
+        "thread (3);_bootstrap (threading.py:1);_worker (concurrent/futures/thread.py:81) 10",
     ]
     raw.write_text("\n".join(stacks) + "\n")
 
     shares = dict(split(raw))
 
     assert shares == {
-        "relay writes (the live log to the cache)": 0.6,
-        "coalesced storage writes (and folding events into records)": 0.3,
-        "the event loop (scheduling, select)": 0.1,
+        "relay writes (the live log to the cache)": 0.3,
+        "coalesced storage writes (and folding events into records)": 0.15,
+        "the event loop (scheduling, select)": 0.05,
+        "executor threads waiting for work": 0.5,
     }
 
 
