@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"--{option}={getattr(args, name)!r} is not valid: pass a positive integer."
             )
 
+    if any(n < 1 for n in args.capacity):
+        parser.error(f"--capacity={args.capacity!r} is not valid: pass positive integers.")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     import django
     from django.core.management import call_command
