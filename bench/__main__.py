@@ -6,12 +6,14 @@ the same against 0.28.3), ``chat-history`` (Memory Service requests per turn), `
 ``overhead`` (the durable path's loop CPU per run over the stateless one, no model or database),
 ``run-path`` (a whole turn at message 10, 1,000 and 10,000, what the model is sent,
 and an append at message 10 and at message 1,000), ``runs`` (reattach, cancel,
-upload RSS), ``sweeper`` (``sweep_runs`` on stale runs) and ``vercel-ai`` (the AI SDK
-transport's events/s against AG-UI's on the same run, and a resume's first byte). ``--quick``
-shrinks every size to a smoke test. ``--write FILE`` replaces the text between the bench
-markers of FILE (the docs page) with the output. ``DATABASE_URL`` selects the database
-(default: SQLite under ``BENCH_DIR`` or a temporary directory); ``POSTGRES_URL`` adds the
-sweeper on PostgreSQL, ``REDIS_URL`` the cancel and the resume across two workers.
+upload RSS), ``sweeper`` (``sweep_runs`` on stale runs), ``vercel-ai`` (the AI SDK
+transport's events/s against AG-UI's on the same run, and a resume's first byte) and
+``capacity`` (one worker holding ``--capacity`` N concurrent streams: largest gaps, CPU and
+RSS; not in ``all``). ``--quick`` shrinks every size to a smoke test. ``--write FILE`` replaces
+the text between the bench markers of FILE (the docs page) with the output. ``DATABASE_URL``
+selects the database (default: SQLite under ``BENCH_DIR`` or a temporary directory);
+``POSTGRES_URL`` adds the sweeper on PostgreSQL, ``REDIS_URL`` the cancel and the resume across
+two workers.
 """
 
 from __future__ import annotations
@@ -42,7 +44,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, default=10_000, help="stale runs for the sweeper")
     parser.add_argument("--streams", type=int, default=5, help="runs per streaming figure")
     parser.add_argument("--upload-mb", type=int, default=50)
-    parser.add_argument("--suite", choices=("all", *SUITES), default="all")
+    parser.add_argument("--suite", choices=("all", *SUITES, "capacity"), default="all")
+    parser.add_argument(
+        "--capacity",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[25, 100, 250],
+        help="concurrent streams per capacity wave (comma-separated)",
+    )
+    parser.add_argument(
+        "--profile-at", type=int, default=100, help="the capacity wave py-spy records"
+    )
     parser.add_argument("--quick", action="store_true", help="toy sizes: a smoke test")
     parser.add_argument(
         "--no-predecessors",
@@ -88,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"--{option}={getattr(args, name)!r} is not valid: pass a positive integer."
             )
 
+    if any(n < 1 for n in args.capacity):
+        parser.error(f"--capacity={args.capacity!r} is not valid: pass positive integers.")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     import django
     from django.core.management import call_command

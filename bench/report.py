@@ -541,6 +541,35 @@ def runs_suite(report: Report, args: Any) -> None:
     )
 
 
+def capacity_suite(report: Report, args: Any) -> None:
+    from bench.capacity import HEADER, SPLIT_HEADER, profile_path, split, wave
+
+    _bench_user()
+    lines = [HEADER]
+    shares: list[tuple[str, float]] = []
+    for streams in args.capacity:
+        raw = profile_path() if streams == args.profile_at else None
+        lines.append(wave(streams, profile=raw).row())
+        if raw is not None and raw.exists():
+            shares = split(raw)
+    load = os.getloadavg()[0]
+    report.table(
+        "Capacity of one worker",
+        lines,
+        note=(
+            "One uvicorn worker, persisting (the capacity/ mount, DefaultConversationStore), "
+            "N runs at once of the example project's scripted model at 20 ms a word; the load "
+            "generator is a process of its own on the same machine. Largest gap: per stream, "
+            f"the longest wait between two events. Load average when done: {load:.1f}."
+        ),
+    )
+    if shares:
+        report.table(
+            f"Where the server's CPU goes at {args.profile_at} streams (py-spy)",
+            [SPLIT_HEADER, *(f"| {part} | {share:.0%} |" for part, share in shares)],
+        )
+
+
 def sweeper_suite(report: Report, args: Any) -> None:
     from bench.runs import SWEEP_HEADER, sweep_row
 
@@ -705,6 +734,8 @@ def run_suites(report: Report, args: Any, suites: Sequence[str]) -> None:
             append_suite(report, args)
         elif suite == "runs":
             runs_suite(report, args)
+        elif suite == "capacity":
+            capacity_suite(report, args)
         elif suite == "sweeper":
             sweeper_suite(report, args)
         elif suite == "vercel-ai":

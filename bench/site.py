@@ -14,6 +14,8 @@ these mounts of one agent, a pydantic-ai ``FunctionModel`` that streams ``BENCH_
               AI SDK's resume)
 ``short/``    ``DefaultConversationStore``, a model answering with 5 deltas: the run path's
               append cost
+``capacity/`` ``DefaultConversationStore``, the example project's scripted model at
+              ``BENCH_WORD_DELAY`` (0.02) seconds a word: one worker's capacity
 
 ``api/v2/memory/`` is the emulator. Every mount authenticates the user ``bench`` (created by
 ``bench.http``) and is CSRF-exempt. ``REDIS_URL`` makes Django's cache a ``RedisCache`` (with

@@ -8,6 +8,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,6 +31,17 @@ from django_pydantic_agent.memory_service import DRMemoryServiceClient
 from django_pydantic_agent.persistence import NullConversationStore
 from django_pydantic_agent.persistence.memory_service import MemoryServiceConversationStore
 from django_pydantic_agent.vercel_ai import VercelAITransport
+
+
+def demo(word_delay: float) -> Agent[None, str]:
+    """The example project's agent, on its scripted model (``make demo`` serves it)."""
+    folder = str(Path(__file__).resolve().parents[1] / "example_project")
+    if folder not in sys.path:
+        sys.path.append(folder)
+    from chat.agent import build_agent
+
+    agent: Agent[None, str] = build_agent(None, word_delay=word_delay)
+    return agent
 
 
 def streaming(deltas: int, delay: float = 0.0) -> Agent[None, str]:
@@ -117,6 +129,7 @@ def mount(
 
 
 agent = streaming(settings.BENCH_DELTAS)
+demo_agent = demo(float(os.environ.get("BENCH_WORD_DELAY", "0.02")))
 urlpatterns = [
     *mount("off", agent, conversation_store=NullConversationStore()),
     *mount(
@@ -147,6 +160,9 @@ urlpatterns = [
         conversation_store=DefaultConversationStore(),
         history=HistoryWindow(max_messages=SAME_WINDOW),
     ),
+    # One worker's capacity (bench.capacity): the demo's model, 20 ms a word, durable and not.
+    mount("capacity", demo_agent, conversation_store=DefaultConversationStore()),
+    mount("capacity-off", demo_agent, conversation_store=NullConversationStore()),
     *memory_service_urls("api/v2/memory/"),
     path("lookups/", lookup_times),
 ]
