@@ -19,7 +19,7 @@ from pydantic_ai import Agent
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
 
 from bench.turncost import SAME_WINDOW
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, AttachmentOptions, MountOptions
 from django_pydantic_agent.chat_history import HistoryWindow
 from django_pydantic_agent.contrib.memory_service_emulator.urls import memory_service_urls
 from django_pydantic_agent.contrib.store.stores import (
@@ -93,8 +93,15 @@ def memory_service(delay: float) -> MemoryServiceConversationStore:
     return MemoryServiceConversationStore(client, f"bench-{int(delay * 1000)}ms")
 
 
-def mount(name: str, agent: Agent[None, str], **options: Any) -> Any:
-    server = AGUIServer(agent, get_user=bench_user, csrf_exempt=True, namespace=name, **options)
+def mount(
+    name: str, agent: Agent[None, str], *, max_body_bytes: int | None = None, **options: Any
+) -> Any:
+    server = AGUIServer(
+        agent,
+        access=AccessPolicy(get_user=bench_user, csrf_exempt=True),
+        mount=MountOptions(namespace=name, max_body_bytes=max_body_bytes),
+        **options,
+    )
     return path(f"{name}/", server.urls)
 
 
@@ -106,7 +113,7 @@ urlpatterns = [
         agent,
         conversation_store=DefaultConversationStore(),
         attachment_store=DefaultAttachmentStore(),
-        attachment_max_bytes=settings.BENCH_UPLOAD_MAX_BYTES,
+        attachments=AttachmentOptions(max_bytes=settings.BENCH_UPLOAD_MAX_BYTES),
     ),
     mount("ms", agent, conversation_store=memory_service(0.0)),
     mount("ms20", agent, conversation_store=memory_service(0.020)),

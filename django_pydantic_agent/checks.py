@@ -25,7 +25,8 @@ Mounted stores are found by walking the URLconf for views carrying an ``agui_ser
 attribute (what ``AGUIServer.urls`` mounts) and reading the server's ``conversation_store``
 and ``attachment_store``. Each store checks itself (``check(**kwargs)``, the
 ``persistence.ChecksItself`` capability, Django's ``Field.check()`` habit): this module knows
-no store. A wrapper (``ScopedConversationStore``) forwards to the store it wraps.
+no store. A wrapper (``ScopedConversationStore``) forwards to the store it wraps. The cache a
+run store keeps its records in is read from its declared features (``cache_alias``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from django.core import checks
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from django_pydantic_agent.persistence.base import store_checks, wrapped_stores
+from django_pydantic_agent.persistence.features import store_features
 from django_pydantic_agent.persistence.session import SESSION_MIDDLEWARE_CHECK_ID
 
 __all__ = [
@@ -169,13 +171,13 @@ def _shared_cache_hint(check_id: str) -> str:
 
 
 def _name(server: Any) -> str:
-    return f"AGUIServer (namespace {getattr(server, 'namespace', '?')!r})"
+    return f"AGUIServer (namespace {getattr(getattr(server, 'mount', None), 'namespace', '?')!r})"
 
 
 def _run_cache_aliases(server: Any) -> list[str]:
     """The cache aliases ``server``'s durable runs use (cancel intents, relay, run records)."""
     aliases = ["default"]
-    store_alias = getattr(getattr(server, "run_store", None), "alias", None)
+    store_alias = store_features(getattr(server, "run_store", None)).cache_alias
     if isinstance(store_alias, str) and store_alias not in aliases:
         aliases.append(store_alias)
     return aliases

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.test import override_settings
 from django.urls import path
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, MountOptions
 from django_pydantic_agent.checks import E001, E004, W001, check_run_cache, mounted_servers
 from django_pydantic_agent.contrib.store.checks import STORE_APP, store_app_installed
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
@@ -37,10 +37,14 @@ def durable_mount() -> Iterator[str]:
     durable = AGUIServer(
         text_agent(),
         conversation_store=DefaultConversationStore(),
-        csrf_exempt=True,
-        namespace="durable",
+        access=AccessPolicy(csrf_exempt=True),
+        mount=MountOptions(namespace="durable"),
     )
-    stateless = AGUIServer(text_agent(), csrf_exempt=True, namespace="stateless")
+    stateless = AGUIServer(
+        text_agent(),
+        access=AccessPolicy(csrf_exempt=True),
+        mount=MountOptions(namespace="stateless"),
+    )
     module.urlpatterns = [  # type: ignore[attr-defined]
         path("agent/", durable.urls),
         path("again/", durable.urls),
@@ -90,7 +94,7 @@ def test_a_shared_cache_or_debug_is_clean(durable_mount: str) -> None:
 def test_only_servers_with_durable_runs_count() -> None:
     module = types.ModuleType("tests._stateless_urls")
     module.urlpatterns = [  # type: ignore[attr-defined]
-        path("plain/", AGUIServer(text_agent(), csrf_exempt=True).urls)
+        path("plain/", AGUIServer(text_agent(), access=AccessPolicy(csrf_exempt=True)).urls)
     ]
     sys.modules[module.__name__] = module
     try:
@@ -105,7 +109,7 @@ def test_the_cache_run_stores_own_alias_is_checked_too() -> None:
         text_agent(),
         conversation_store=DjangoSessionConversationStore(),
         run_store=CacheRunStore(alias="runs"),
-        csrf_exempt=True,
+        access=AccessPolicy(csrf_exempt=True),
     )
     module.urlpatterns = [path("agent/", server.urls)]  # type: ignore[attr-defined]
     sys.modules[module.__name__] = module
@@ -124,7 +128,7 @@ def test_the_cache_run_stores_own_alias_is_checked_too() -> None:
 def test_one_finding_per_cache_however_often_it_is_mounted(durable_mount: str) -> None:
     assert len(mounted_servers()) == 0  # tests.urls mounts no AG-UI server
     with override_settings(ROOT_URLCONF=durable_mount):
-        assert [s.namespace for s in mounted_servers()] == ["durable", "stateless"]
+        assert [s.mount.namespace for s in mounted_servers()] == ["durable", "stateless"]
     assert len(run_checks(durable_mount, DEBUG=False, CACHES={"default": LOCMEM})) == 1
 
 

@@ -1,8 +1,10 @@
 """``docs/custom-stores.md``'s "Wrapping a store" runs as printed: the proxy it builds is
-mounted by ``AGUIServer``, serves a run and the thread routes, and logs each store call."""
+mounted by ``AGUIServer``, serves a run and the thread routes, logs each store call and reports
+the wrapped store's features; the ``overrides`` it shows is what the chat page reads."""
 
 from __future__ import annotations
 
+import ast
 import logging
 import re
 import sys
@@ -16,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.test import override_settings
 from django.urls import path
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from tests.agui.agents import text_agent
 from tests.agui.conftest import logged_in, run_body, sse_events
 
@@ -35,7 +37,11 @@ def _wrapping_snippet() -> str:
 def mounted() -> Iterator[AGUIServer]:
     snippet = types.ModuleType("docs_custom_stores_wrapping")
     exec(compile(_wrapping_snippet(), "docs/custom-stores.md", "exec"), snippet.__dict__)
-    server = AGUIServer(text_agent(), conversation_store=snippet.conversations, csrf_exempt=True)
+    server = AGUIServer(
+        text_agent(),
+        conversation_store=snippet.conversations,
+        access=AccessPolicy(csrf_exempt=True),
+    )
     urlconf = types.ModuleType("docs_custom_stores_urls")
     urlconf.urlpatterns = [path("timed/", server.urls)]  # type: ignore[attr-defined]
     sys.modules[urlconf.__name__] = urlconf
@@ -62,7 +68,7 @@ async def test_the_wrapped_store_is_mounted_and_logs_each_call(mounted: AGUIServ
     logger.addHandler(kept)
     logger.setLevel(logging.INFO)
     assert mounted.persists_conversations
-    assert mounted.run_options.on_worker_loss == "resume"  # the wrapped store's run store
+    assert mounted.runs.on_worker_loss == "resume"  # the wrapped store's run store
     try:
         async with await logged_in(alice) as http:
             streamed = await http.post("/timed/", json=run_body())
@@ -73,3 +79,27 @@ async def test_the_wrapped_store_is_mounted_and_logs_each_call(mounted: AGUIServ
     assert [thread["threadId"] for thread in listed.json()["threads"]] == ["thread-1"]
     logged = {message.split()[0] for message in kept.messages}
     assert {"repositories", "find_threads"} <= logged
+
+
+def test_the_wrapped_store_reports_the_features_of_the_store_it_wraps() -> None:
+    from django_pydantic_agent.persistence import store_features
+
+    snippet = types.ModuleType("docs_custom_stores_features")
+    exec(compile(_wrapping_snippet(), "docs/custom-stores.md", "exec"), snippet.__dict__)
+    conversations = snippet.conversations
+    assert store_features(conversations) == store_features(conversations._inner)
+    assert store_features(conversations).search
+
+
+def test_the_documented_overrides_declaration_is_what_the_page_reads() -> None:
+    from django_pydantic_agent.contrib.chat.context import thread_features
+    from tests.testapp.stores import MinimalThreadStore
+
+    section = PAGE.split("### What a store can do: `StoreFeatures`", 1)[1].split("\n#", 1)[0]
+    [code] = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    declared = re.search(r"overrides = (\{.*?\})", code)
+    assert declared is not None
+    store = type(
+        "Archiving", (MinimalThreadStore,), {"overrides": ast.literal_eval(declared.group(1))}
+    )()
+    assert thread_features(store) == {"search": "titles", "archive": True, "feedback": False}

@@ -18,6 +18,8 @@ from pathlib import Path
 import django
 from django.conf import settings
 
+from django_pydantic_agent.agui import AccessPolicy, MountOptions
+
 DELTAS = int(os.environ.get("BENCH_DELTAS", "2000"))
 
 settings.configure(
@@ -69,9 +71,8 @@ def mount(name, **options):
     server = AGUIServer(
         ToolRegistry(),
         model=FunctionModel(stream_function=stream),
-        get_user=bench_user,
-        csrf_exempt=True,
-        namespace=name,
+        access=AccessPolicy(get_user=bench_user, csrf_exempt=True),
+        mount=MountOptions(namespace=name),
         **options,
     )
     return path(f"{name}/", server.urls)

@@ -6,11 +6,12 @@ server (uvicorn, daphne, or gunicorn with uvicorn workers); under WSGI the respo
 The modules, one concept each; configuration flows down from ``server`` and nothing imports it
 back (``tests/agui/test_layout.py`` holds that):
 
-- ``server``: ``AGUIServer`` checks its arguments, builds the options and composes the routes.
-- ``options``: the frozen options handed to handlers (``RunOptions``, ``AttachmentOptions``,
-  ``BodyLimit``) and the argument checks.
+- ``server``: ``AGUIServer`` takes the stores and the options objects, and composes the routes.
+- ``options``: the frozen options objects (``RunOptions``, ``AttachmentOptions``,
+  ``MountOptions``), each checking its own values, and the checks they share.
 - ``views``: ``AGUIView``, one mounted route: access policy, then a handler per method.
-- ``access``: ``AccessPolicy`` (authentication, authorization, CSRF, throttle) and hook calling.
+- ``access``: ``AccessPolicy``, the access options (authentication, authorization, CSRF,
+  throttle), and hook calling.
 - ``owners``: anonymous owners: when a visitor gets a session, when they own nothing.
 - ``errors``: the store-refusal rule (403/413/409, or a ``RUN_ERROR`` code) and the one
   ``RUN_ERROR`` redaction.
@@ -35,11 +36,13 @@ back (``tests/agui/test_layout.py`` holds that):
 
 from __future__ import annotations
 
+from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.asgi import BodyLimitMiddleware, UploadLimitMiddleware
 from django_pydantic_agent.agui.attachments import CappedUploadHandler, safe_filename
 from django_pydantic_agent.agui.drain import DrainReport, begin_drain_all, drain_all
 from django_pydantic_agent.agui.errors import REDACTED_RUN_ERROR
 from django_pydantic_agent.agui.inner import AgentDeps
+from django_pydantic_agent.agui.options import AttachmentOptions, MountOptions, RunOptions
 from django_pydantic_agent.agui.server import AGUIServer, UnsafeCSRFExemptionWarning
 from django_pydantic_agent.agui.sse import SSE_HEARTBEAT
 from django_pydantic_agent.agui.views import AGUIView
@@ -49,10 +52,14 @@ __all__ = [
     "SSE_HEARTBEAT",
     "AGUIServer",
     "AGUIView",
+    "AccessPolicy",
     "AgentDeps",
+    "AttachmentOptions",
     "BodyLimitMiddleware",
     "CappedUploadHandler",
     "DrainReport",
+    "MountOptions",
+    "RunOptions",
     "UnsafeCSRFExemptionWarning",
     "UploadLimitMiddleware",
     "begin_drain_all",

@@ -103,26 +103,31 @@ def _anonymous() -> Any:
 
 @dataclass(frozen=True, kw_only=True)
 class AccessPolicy:
-    """Who may call an ``AGUIServer``'s views, and how often.
+    """Who may call an ``AGUIServer``'s views, and how often (``AGUIServer(access=...)``).
 
     ``require_authenticated`` refuses anonymous callers with 401. ``get_user`` replaces the
     session user (for header or token authentication); its result, or ``AnonymousUser`` for
     ``None``, becomes ``request.user``. ``authorize`` runs once the user is known; a falsy
-    result is a 403. ``csrf_exempt=False`` enforces Django's CSRF check on unsafe methods.
-    ``throttle`` is consulted by the run and upload views only.
+    result is a 403. ``csrf_exempt=False`` enforces Django's CSRF check on unsafe methods;
+    ``None`` (unstated) exempts, and the server warns when it authenticates with cookies.
+    ``throttle`` is consulted by the run and upload views only. A hook that is not callable is
+    a ``TypeError``.
     """
 
-    require_authenticated: bool
-    get_user: GetUserHook | None
-    authorize: AuthorizeHook | None
-    csrf_exempt: bool
-    throttle: ThrottleHook | None
+    require_authenticated: bool = True
+    get_user: GetUserHook | None = None
+    authorize: AuthorizeHook | None = None
+    csrf_exempt: bool | None = None
+    throttle: ThrottleHook | None = None
 
     def __post_init__(self) -> None:
         check_flag("require_authenticated", self.require_authenticated)
         for name in ("get_user", "authorize", "throttle"):
             check_callable(name, getattr(self, name))
-        check_flag("csrf_exempt", self.csrf_exempt)
+        if self.csrf_exempt is not None and not isinstance(self.csrf_exempt, bool):
+            raise TypeError(
+                f"csrf_exempt={self.csrf_exempt!r} must be True, False or None (unstated)."
+            )
 
     async def authenticate(self, request: HttpRequest) -> JsonResponse | None:
         """Set ``request.user`` and return a 401/403 response, or ``None`` when allowed."""
@@ -141,9 +146,9 @@ class AccessPolicy:
         """Return a JSON 403 when CSRF is enforced and ``request`` fails it, else ``None``.
 
         Synchronous (it may read ``request.POST`` or the session): call it off the event loop.
-        Safe methods and exempt servers always pass.
+        Safe methods and exempt servers (``csrf_exempt`` ``True`` or unstated) always pass.
         """
-        if self.csrf_exempt or request.method not in UNSAFE_METHODS:
+        if self.csrf_exempt is not False or request.method not in UNSAFE_METHODS:
             return None
         return _csrf_failure(request)
 

@@ -4,10 +4,11 @@ Django's ``ASGIHandler`` reads the *whole* request body into a temporary file be
 middleware or view runs, so under ASGI a view can only refuse a body that has already been
 received and spooled. This ASGI wrapper sits in front of Django. For a request to an
 ``AGUIServer`` route (any method) it looks up that route's cap: the upload route's
-``attachment_max_bytes`` plus the multipart envelope, every other route the server's JSON body
-cap (``max_body_bytes``, by default ``DATA_UPLOAD_MAX_MEMORY_SIZE``). Requests to other routes get
-the wrapper's own ``max_body_bytes``, if set. A ``Content-Length`` over the cap is refused at once,
-and a chunked body is cut off as soon as it passes the cap, answering ``413`` either way.
+``AttachmentOptions.max_bytes`` plus the multipart envelope, every other route the server's
+JSON body cap (``MountOptions.max_body_bytes``, by default ``DATA_UPLOAD_MAX_MEMORY_SIZE``).
+Requests to other routes get the wrapper's own ``max_body_bytes``, if set. A ``Content-Length``
+over the cap is refused at once, and a chunked body is cut off as soon as it passes the cap,
+answering ``413`` either way.
 ``UploadLimitMiddleware`` is the same class under its first name.
 
 It runs before authentication (there is no user yet), so the only thing it tells a stranger is
@@ -112,7 +113,7 @@ class BodyLimitMiddleware:
 
     ``application = BodyLimitMiddleware(get_asgi_application())``. Each route's cap is looked
     up with Django's URL resolver (``ROOT_URLCONF``): an AG-UI upload route takes its server's
-    ``attachment_max_bytes`` plus ``MULTIPART_OVERHEAD_BYTES``, and any view with an
+    ``AttachmentOptions.max_bytes`` plus ``MULTIPART_OVERHEAD_BYTES``, and any view with an
     ``agui_max_body_bytes`` attribute (every other AG-UI route, and any view of yours you give
     one) takes that many bytes. ``max_body_bytes`` caps every other request; the default
     ``None`` passes them through untouched. A refusal is a JSON 413 with ``Connection: close``.

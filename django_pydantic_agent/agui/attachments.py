@@ -39,6 +39,8 @@ from django_pydantic_agent.agui.views import Route
 from django_pydantic_agent.persistence import AttachmentStore, is_persistent
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from django.core.files.uploadedfile import UploadedFile
 
 __all__ = [
@@ -126,7 +128,7 @@ def _normalized_type(content_type: str | None) -> str | None:
     return declared if _MIME_TYPE.fullmatch(declared) else None
 
 
-def _type_allowed(content_type: str, allowed: tuple[str, ...]) -> bool:
+def _type_allowed(content_type: str, allowed: Sequence[str]) -> bool:
     """Whether ``content_type`` matches the allowlist (``()`` allows all; ``image/*`` works)."""
     if not allowed:
         return True
@@ -262,7 +264,7 @@ class AttachmentEndpoints:
         Refusals: 410 (the store keeps no files), 429 (throttle), 411 (no ``Content-Length``),
         413 (over the cap, judged from ``Content-Length`` first and then while reading), 400
         (not exactly one ``file``), 415 (a part type that is not a plain ``type/subtype``, or
-        not in ``attachment_allowed_types``), 403 (anonymous callers refused).
+        not in ``AttachmentOptions.allowed_types``), 403 (anonymous callers refused).
         """
         store = self._store
         max_bytes = self._options.max_bytes

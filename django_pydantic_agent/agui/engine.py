@@ -50,7 +50,7 @@ from django_pydantic_agent.agui.spend import SpendGate
 from django_pydantic_agent.agui.threads import stored_thread
 from django_pydantic_agent.chat_history import RunHandle
 from django_pydantic_agent.chat_history.manager import CATCH_UP_BATCH, epoch_base, epoch_of
-from django_pydantic_agent.chat_history.window import read_window
+from django_pydantic_agent.chat_history.window import HistoryWindow, read_window
 from django_pydantic_agent.persistence import (
     AttachmentStore,
     ConversationStore,
@@ -74,7 +74,8 @@ class RunEngine:
     """The mount's runs on ``store``, executed by ``coordinator`` (see the module docstring).
 
     ``agent``, ``options``, ``attachment_store`` (``None`` without uploads) and ``spend``
-    (``None`` without spend limits) build each run's inner agent.
+    (``None`` without spend limits) build each run's inner agent; ``history`` is the window
+    of stored history a run's model sees.
     """
 
     def __init__(
@@ -84,6 +85,7 @@ class RunEngine:
         *,
         coordinator: RunCoordinator,
         options: RunOptions,
+        history: HistoryWindow | None = None,
         attachment_store: AttachmentStore | None = None,
         spend: SpendGate | None = None,
         poll_seconds: float = 0.5,
@@ -92,6 +94,7 @@ class RunEngine:
         self.store = store
         self.coordinator = coordinator
         self.options = options
+        self.history = HistoryWindow() if history is None else history
         self.attachment_store = attachment_store
         self.spend = spend
         self._poll = poll_seconds
@@ -435,7 +438,7 @@ class RunEngine:
         chat = await chat_repo.get_chat_by_thread_id(user_uuid, thread_id)
         if chat is None:
             return None
-        loaded = await read_window(message_repo, chat.chat_uuid, self.options.history)
+        loaded = await read_window(message_repo, chat.chat_uuid, self.history)
         summary = loaded.summary
         whole = loaded.whole and len(loaded.window) == len(loaded.read) and summary is None
         starts = None if whole or not loaded.window else loaded.window[0].agui_id

@@ -15,7 +15,7 @@ chain-of-thought events. Nothing about a request is ever stored on the agent.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -200,7 +200,7 @@ def build_adapter(
     run_input: RunAgentInput,
     *,
     accept: str | None,
-    allowed_file_url_schemes: frozenset[str],
+    allowed_file_url_schemes: Collection[str],
     expose_error_messages: bool,
 ) -> RedactingAGUIAdapter:
     """The adapter running ``agent`` for ``run_input``, its history already converted.
@@ -213,7 +213,7 @@ def build_adapter(
         agent=agent,
         run_input=run_input,
         accept=accept,
-        allowed_file_url_schemes=allowed_file_url_schemes,
+        allowed_file_url_schemes=frozenset(allowed_file_url_schemes),
         expose_error_messages=expose_error_messages,
     )
     adapter.messages  # noqa: B018 - converts (and caches) the history, or raises
@@ -304,7 +304,7 @@ class PydanticAIAgent(AGUIAgent):
         deps: Any,
         accept: str | None,
         instructions: Any,
-        allowed_file_url_schemes: frozenset[str],
+        allowed_file_url_schemes: Collection[str],
         expose_error_messages: bool,
         forward_reasoning: bool,
         scope: RunScope | None = None,

@@ -1,17 +1,19 @@
-"""The frozen options an ``AGUIServer`` hands down to its handlers; each checks itself.
+"""The options objects of ``AGUIServer``: one frozen dataclass per concern, each checking itself.
 
 httpx's ``Timeout``/``Limits`` habit: constructing an options object checks every value, and a
 wrong one fails there with ``TypeError``/``ValueError`` naming the value and the fix (values
 are normalised on the way: seconds to ``float``, MIME types and URL schemes lower-cased).
-``AGUIServer.__init__`` only builds them and gives each handler the ones it uses. Handlers never
-see the server, so configuration flows down and nothing reaches back up.
+``AGUIServer(runs=RunOptions(...), attachments=AttachmentOptions(...), mount=MountOptions(...))``
+keeps them as given (``server.runs``, ...) and hands each handler the ones it uses; handlers
+never see the server, so configuration flows down and nothing reaches back up. The fourth,
+``access.AccessPolicy``, lives with the checks it drives.
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeAlias
 
 from django.http import HttpRequest
@@ -19,7 +21,6 @@ from django.http import HttpRequest
 from django_pydantic_agent.agui.drain import DEFAULT_DRAIN_SECONDS
 from django_pydantic_agent.agui.http import json_body_limit
 from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
-from django_pydantic_agent.chat_history.window import HistoryWindow
 from django_pydantic_agent.persistence.runs import DEFAULT_LEASE_SECONDS
 
 __all__ = [
@@ -29,7 +30,6 @@ __all__ = [
     "DEFAULT_SWEEP_INTERVAL_SECONDS",
     "DEFAULT_THREAD_LIST_LIMIT",
     "AttachmentOptions",
-    "BodyLimit",
     "ConcurrentRuns",
     "MountOptions",
     "OnDisconnect",
@@ -37,13 +37,9 @@ __all__ = [
     "RunOptions",
     "UnsafeCSRFExemptionWarning",
     "check_callable",
-    "check_choice",
     "check_flag",
     "check_positive",
-    "check_run_lease",
     "csrf_exemption",
-    "file_url_schemes",
-    "mime_types",
 ]
 
 #: What a client disconnect does to a durable run: keep it going, or cancel it.
@@ -55,7 +51,7 @@ OnWorkerLoss: TypeAlias = Literal["resume", "error"]
 #: How many times a run is resumed at most, the default ``max_resumes``.
 DEFAULT_MAX_RESUMES: Final[int] = 2
 
-#: Ten mebibytes, the default ``attachment_max_bytes``.
+#: Ten mebibytes, the default ``AttachmentOptions.max_bytes``.
 DEFAULT_ATTACHMENT_MAX_BYTES = 10 * 1024 * 1024
 #: Default and maximum ``?limit=`` of the thread list.
 DEFAULT_THREAD_LIST_LIMIT = 50
@@ -67,28 +63,12 @@ DEFAULT_RUN_HEARTBEAT_SECONDS: Final[float] = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
-class BodyLimit:
-    """The body cap of the JSON routes, called per request: ``limit()`` is a byte count.
-
-    ``max_body_bytes``, or ``DATA_UPLOAD_MAX_MEMORY_SIZE`` read at request time when that is
-    ``None`` (see ``http.json_body_limit``).
-    """
-
-    max_body_bytes: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_body_bytes is not None:
-            check_positive("max_body_bytes", self.max_body_bytes)
-            _normalise(self, "max_body_bytes", int(self.max_body_bytes))
-
-    def __call__(self) -> int:
-        """The cap now, in bytes."""
-        return json_body_limit(self.max_body_bytes)
-
-
-@dataclass(frozen=True, kw_only=True)
 class RunOptions:
-    """How the run endpoint runs the agent and streams it (the ``AGUIServer`` arguments)."""
+    """How the run endpoint runs the agent and streams it, and how durable runs are kept.
+
+    Raises ``TypeError``/``ValueError`` naming a wrong value (``run_lease_seconds`` must exceed
+    ``run_heartbeat_seconds``).
+    """
 
     #: Seconds of silence before an SSE heartbeat comment; ``0`` turns it off.
     heartbeat_seconds: float = 15.0
@@ -99,8 +79,9 @@ class RunOptions:
     forward_reasoning: bool = True
     #: Whether ``RUN_ERROR`` carries the exception's text instead of the redacted sentence.
     expose_error_messages: bool = False
-    #: Lower-cased URL schemes a client may name in a file part; empty refuses every URL.
-    allowed_file_url_schemes: frozenset[str] = frozenset()
+    #: URL schemes a client may name in a file part (kept lower-cased, as a frozenset); empty
+    #: refuses every URL.
+    allowed_file_url_schemes: Collection[str] = frozenset()
     #: Extra instructions for every run, passed to the agent as ``instructions=``.
     instructions: Any = None
     #: ``deps_factory(request)`` (sync or async), or ``None`` for ``AgentDeps``.
@@ -111,7 +92,7 @@ class RunOptions:
     concurrent_runs: ConcurrentRuns = "reject"
     #: Seconds between a durable run's heartbeats (its record's lease and cancel check).
     run_heartbeat_seconds: float = DEFAULT_RUN_HEARTBEAT_SECONDS
-    #: Seconds without a heartbeat after which a run's worker counts as dead (swept as errored).
+    #: Seconds without a heartbeat after which a run's worker counts as dead.
     run_lease_seconds: float = DEFAULT_LEASE_SECONDS
     #: Seconds between two sweeps of stale runs (once across workers); ``0`` turns it off.
     sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS
@@ -120,34 +101,35 @@ class RunOptions:
     #: How long a shutting-down worker lets its runs go on before it hands them over.
     drain_seconds: float = DEFAULT_DRAIN_SECONDS
     #: ``"resume"``: a run whose worker drained or died is resumed by another worker;
-    #: ``"error"``: it is ended ``errored`` by the sweeper. ``None`` (the server's default)
-    #: resumes where the run store can take runs over (``ResumableRunStore``).
-    on_worker_loss: OnWorkerLoss = "error"
+    #: ``"error"``: the sweeper ends it ``errored``; ``None``: ``"resume"`` where the run store
+    #: can take runs over (``ResumableRunStore``), else ``"error"`` (``server.runs`` holds the
+    #: choice made).
+    on_worker_loss: OnWorkerLoss | None = None
     #: How many times one run is resumed at most; after that it ends ``errored``.
     max_resumes: int = DEFAULT_MAX_RESUMES
-    #: What the model sees of a stored thread (a durable run reads only that much of it).
-    history: HistoryWindow = field(default_factory=HistoryWindow)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.history, HistoryWindow):
-            raise TypeError(
-                f"history must be a HistoryWindow, got {self.history!r}; pass for example "
-                "HistoryWindow(max_tokens=50_000), or HistoryWindow.whole() for every message."
-            )
         check_positive("heartbeat_seconds", self.heartbeat_seconds, allow_zero=True)
         check_positive("stream_coalesce_seconds", self.stream_coalesce_seconds, allow_zero=True)
         for name in ("forward_reasoning", "expose_error_messages"):
             check_flag(name, getattr(self, name))
         check_callable("deps_factory", self.deps_factory)
-        check_choice("on_disconnect", self.on_disconnect, ("continue", "cancel"))
-        check_choice("concurrent_runs", self.concurrent_runs, ("reject", "interrupt"))
+        _check_choice("on_disconnect", self.on_disconnect, ("continue", "cancel"))
+        _check_choice("concurrent_runs", self.concurrent_runs, ("reject", "interrupt"))
         check_positive("run_heartbeat_seconds", self.run_heartbeat_seconds)
         check_positive("run_lease_seconds", self.run_lease_seconds)
-        check_run_lease(self.run_lease_seconds, self.run_heartbeat_seconds)
+        lease, heartbeat = self.run_lease_seconds, self.run_heartbeat_seconds
+        if lease <= heartbeat:
+            raise ValueError(
+                f"run_lease_seconds={lease!r} must exceed run_heartbeat_seconds={heartbeat!r}: "
+                "a run renews its lease on every heartbeat, so a shorter lease would sweep live "
+                f"runs. Pass a lease of a few heartbeats, such as {max(3 * heartbeat, 1.0):g}."
+            )
         check_positive("sweep_interval_seconds", self.sweep_interval_seconds, allow_zero=True)
         check_positive("interrupt_wait_seconds", self.interrupt_wait_seconds)
         check_positive("drain_seconds", self.drain_seconds, allow_zero=True)
-        check_choice("on_worker_loss", self.on_worker_loss, ("resume", "error"))
+        if self.on_worker_loss is not None:
+            _check_choice("on_worker_loss", self.on_worker_loss, ("resume", "error"))
         if isinstance(self.max_resumes, bool) or not isinstance(self.max_resumes, int):
             raise TypeError(
                 f"max_resumes={self.max_resumes!r} is not a whole number; pass 0 or more."
@@ -156,9 +138,13 @@ class RunOptions:
             raise ValueError(f"max_resumes={self.max_resumes!r} is negative; pass 0 or more.")
         for name in _SECONDS:
             _normalise(self, name, float(getattr(self, name)))
-        _normalise(
-            self, "allowed_file_url_schemes", file_url_schemes(self.allowed_file_url_schemes)
-        )
+        schemes = self.allowed_file_url_schemes
+        if isinstance(schemes, str) or not all(isinstance(s, str) and s for s in schemes):
+            raise TypeError(
+                f"allowed_file_url_schemes={schemes!r} is not a collection of URL schemes; pass "
+                "for example ('https',), or () to refuse client file URLs."
+            )
+        _normalise(self, "allowed_file_url_schemes", frozenset(s.lower() for s in schemes))
 
 
 _SECONDS = (
@@ -174,27 +160,36 @@ _SECONDS = (
 
 @dataclass(frozen=True, kw_only=True)
 class AttachmentOptions:
-    """What the upload route accepts."""
+    """What the upload route accepts (mounted when the attachment store persists)."""
 
     #: The largest file accepted, in bytes.
     max_bytes: int = DEFAULT_ATTACHMENT_MAX_BYTES
-    #: Lower-cased MIME types (``image/*`` allowed) accepted; empty accepts any type.
-    allowed_types: tuple[str, ...] = ()
+    #: MIME types (``image/*`` allowed) accepted, kept lower-cased as a tuple; empty accepts
+    #: any type.
+    allowed_types: Sequence[str] = ()
 
     def __post_init__(self) -> None:
-        check_positive("attachment_max_bytes", self.max_bytes)
+        check_positive("max_bytes", self.max_bytes)
         _normalise(self, "max_bytes", int(self.max_bytes))
-        _normalise(self, "allowed_types", mime_types(self.allowed_types))
+        if isinstance(self.allowed_types, str):
+            raise TypeError(
+                f"allowed_types={self.allowed_types!r} is a string; pass a sequence of MIME "
+                "types such as ('image/png', 'application/pdf')."
+            )
+        _normalise(self, "allowed_types", tuple(t.lower() for t in self.allowed_types))
 
 
 @dataclass(frozen=True, kw_only=True)
 class MountOptions:
-    """Where the routes are mounted, and how long the thread list gets."""
+    """Where the routes are mounted, how long the thread list gets, how big a JSON body may be."""
 
     #: The URL namespace (and app name) of ``server.urls``: non-empty, without ``:``.
     namespace: str = "agent"
     #: Default and maximum ``?limit=`` of the thread list.
     thread_list_limit: int = DEFAULT_THREAD_LIST_LIMIT
+    #: The body cap of every route but uploads, in bytes; ``None`` reads
+    #: ``DATA_UPLOAD_MAX_MEMORY_SIZE`` at each request.
+    max_body_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.namespace, str) or not self.namespace or ":" in self.namespace:
@@ -204,6 +199,14 @@ class MountOptions:
             )
         check_positive("thread_list_limit", self.thread_list_limit)
         _normalise(self, "thread_list_limit", int(self.thread_list_limit))
+        if self.max_body_bytes is not None:
+            check_positive("max_body_bytes", self.max_body_bytes)
+            _normalise(self, "max_body_bytes", int(self.max_body_bytes))
+
+    def body_limit(self) -> int:
+        """The JSON body cap now, in bytes (``http.json_body_limit``); handlers call it per
+        request."""
+        return json_body_limit(self.max_body_bytes)
 
 
 class UnsafeCSRFExemptionWarning(UserWarning):
@@ -211,27 +214,25 @@ class UnsafeCSRFExemptionWarning(UserWarning):
 
     Emitted at construction when ``csrf_exempt`` is left unstated and no ``get_user`` hook is
     given: the session cookie then authenticates cross-site requests. Silence it by choosing:
-    ``csrf_exempt=False`` (enforce, for browser clients) or ``csrf_exempt=True`` (exempt, for
-    clients authenticated by a header your ``get_user`` reads).
+    ``AccessPolicy(csrf_exempt=False)`` (enforce, for browser clients) or
+    ``AccessPolicy(csrf_exempt=True)`` (exempt, for clients authenticated by a header your
+    ``get_user`` reads).
     """
 
 
-def csrf_exemption(csrf_exempt: object, *, header_auth: bool, stacklevel: int = 2) -> bool:
+def csrf_exemption(csrf_exempt: bool | None, *, header_auth: bool, stacklevel: int = 2) -> bool:
     """Whether the views are CSRF-exempt: ``csrf_exempt``, or ``True`` when unstated (``None``).
 
     Unstated with cookie authentication (no ``header_auth``) warns with
-    ``UnsafeCSRFExemptionWarning`` (``stacklevel`` counted from the caller); anything but
-    ``True``, ``False`` or ``None`` is a ``TypeError``.
+    ``UnsafeCSRFExemptionWarning`` (``stacklevel`` counted from the caller).
     """
-    if csrf_exempt is not None and not isinstance(csrf_exempt, bool):
-        raise TypeError(f"csrf_exempt={csrf_exempt!r} must be True, False or None (unstated).")
     if csrf_exempt is None and not header_auth:
         warnings.warn(
             "AGUIServer: csrf_exempt is unstated, so the endpoint is CSRF-exempt while "
             "requests authenticate with the session cookie; any site could drive the "
-            "agent as a logged-in user. Pass csrf_exempt=False to enforce CSRF (browser "
-            "clients send the X-CSRFToken header), or csrf_exempt=True with a get_user "
-            "hook for header authentication.",
+            "agent as a logged-in user. Pass access=AccessPolicy(csrf_exempt=False) to "
+            "enforce CSRF (browser clients send the X-CSRFToken header), or "
+            "AccessPolicy(csrf_exempt=True) with a get_user hook for header authentication.",
             UnsafeCSRFExemptionWarning,
             stacklevel=stacklevel + 1,
         )
@@ -266,39 +267,9 @@ def check_flag(name: str, flag: object) -> None:
         raise TypeError(f"{name}={flag!r} is not a bool; pass True or False.")
 
 
-def mime_types(value: Sequence[str]) -> tuple[str, ...]:
-    """``attachment_allowed_types`` lower-cased; a bare string is a ``TypeError``."""
-    if isinstance(value, str):
-        raise TypeError(
-            f"attachment_allowed_types={value!r} is a string; pass a sequence of MIME types "
-            "such as ('image/png', 'application/pdf')."
-        )
-    return tuple(t.lower() for t in value)
-
-
-def file_url_schemes(value: Collection[str]) -> frozenset[str]:
-    """``allowed_file_url_schemes`` lower-cased; anything but non-empty strings: ``TypeError``."""
-    if isinstance(value, str) or not all(isinstance(scheme, str) and scheme for scheme in value):
-        raise TypeError(
-            f"allowed_file_url_schemes={value!r} is not a collection of URL schemes; pass for "
-            "example ('https',), or () to refuse client file URLs."
-        )
-    return frozenset(scheme.lower() for scheme in value)
-
-
-def check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
     """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise ValueError(
             f"{name}={value!r} is not one of {', '.join(repr(c) for c in choices)}; pass one."
-        )
-
-
-def check_run_lease(lease: float, heartbeat: float) -> None:
-    """Raise ``ValueError`` unless a run's lease outlasts its heartbeat interval."""
-    if lease <= heartbeat:
-        raise ValueError(
-            f"run_lease_seconds={lease!r} must exceed run_heartbeat_seconds={heartbeat!r}: a "
-            "run renews its lease on every heartbeat, so a shorter lease would sweep live "
-            f"runs. Pass a lease of a few heartbeats, such as {max(3 * heartbeat, 1.0):g}."
         )

@@ -234,7 +234,7 @@ class _RunEndpoint:
     ``access`` supplies the throttle, ``body_limit()`` the body cap per request, and ``options``
     how the agent runs and streams; ``attachment_store`` (``None`` when uploads are off) is
     where quoted attachment references are looked up, and what the default deps carry.
-    ``spend`` (``None`` without ``spend_limits``) is the mount's budget gate: a run a spent
+    ``spend`` (``None`` without ``AGUIServer(spend=...)``) is the mount's budget gate: a run a spent
     budget would stop is refused with a JSON 429 before it is claimed or stored.
     ``drain`` says whether the mount still takes runs.
     """

@@ -1,17 +1,19 @@
 """``AGUIServer``: one pydantic-ai agent served over AG-UI, mounted with ``path(..., server.urls)``.
 
-The server only composes. Its constructor builds the frozen options of ``options.py`` (each
-checks its own values) and the handlers, each with just what it uses; the handlers never see
-the server. One route table, the rows each handler states (``routes()``), drives both the
-views and ``urlpatterns``. Nothing about a request is ever stored on the agent or the server,
-so one agent serves every caller concurrently.
+The server only composes. It takes its stores and one options object per concern (``access``,
+``runs``, ``attachments``, ``history``, ``spend``, ``mount``; each checks its own values),
+builds the handlers, each with just what it uses, and never lets them see it. One route
+table, the rows each handler states (``routes()``), drives both the views and
+``urlpatterns``. Nothing about a request is ever stored on the agent or the server, so one
+agent serves every caller concurrently.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Sequence
-from typing import TYPE_CHECKING, Any
+import warnings
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from django.urls import URLPattern, path
 from pydantic_ai.agent import AbstractAgent
@@ -19,26 +21,19 @@ from pydantic_ai.agent import AbstractAgent
 from django_pydantic_agent.agui.access import AccessPolicy
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
 from django_pydantic_agent.agui.branches import BranchEndpoints
-from django_pydantic_agent.agui.drain import DEFAULT_DRAIN_SECONDS, Drain, DrainReport
+from django_pydantic_agent.agui.drain import Drain, DrainReport
 from django_pydantic_agent.agui.engine import RunEngine
+from django_pydantic_agent.agui.feedback import FeedbackEndpoints
 from django_pydantic_agent.agui.inner import AgentDeps, build_deps
 from django_pydantic_agent.agui.options import (
-    DEFAULT_ATTACHMENT_MAX_BYTES,
-    DEFAULT_MAX_RESUMES,
-    DEFAULT_RUN_HEARTBEAT_SECONDS,
-    DEFAULT_SWEEP_INTERVAL_SECONDS,
-    DEFAULT_THREAD_LIST_LIMIT,
     AttachmentOptions,
-    BodyLimit,
-    ConcurrentRuns,
     MountOptions,
-    OnDisconnect,
     OnWorkerLoss,
     RunOptions,
     UnsafeCSRFExemptionWarning,
     csrf_exemption,
 )
-from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing, request_owner
+from django_pydantic_agent.agui.owners import owns_nothing, request_owner
 from django_pydantic_agent.agui.reattach import RunEndpoints
 from django_pydantic_agent.agui.run import (
     DurableRunEndpoint,
@@ -47,10 +42,9 @@ from django_pydantic_agent.agui.run import (
 )
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.agui.spend import SpendGate
-from django_pydantic_agent.agui.sse import DEFAULT_STREAM_COALESCE_SECONDS
 from django_pydantic_agent.agui.threads import ThreadEndpoints
 from django_pydantic_agent.agui.transfer import TransferEndpoints
-from django_pydantic_agent.agui.usage import UsageEndpoint
+from django_pydantic_agent.agui.usage import OwnerOf, UsageEndpoint
 from django_pydantic_agent.agui.views import AGUIView, Route
 from django_pydantic_agent.chat_history.protocols import implements, missing_members
 from django_pydantic_agent.chat_history.window import HistoryWindow
@@ -74,13 +68,32 @@ from django_pydantic_agent.persistence.usage import UsageLedger
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
-    from django_pydantic_agent.agui.access import AuthorizeHook, GetUserHook, ThrottleHook
-
 __all__ = ["AGUIServer", "AgentDeps", "UnsafeCSRFExemptionWarning"]
+
+_T = TypeVar("_T")
 
 # Shared defaults: the Null stores hold no state.
 _NULL_CONVERSATIONS = NullConversationStore()
 _NULL_ATTACHMENTS = NullAttachmentStore()
+
+#: The options objects, by the argument that takes each.
+_OPTIONS: Final[dict[str, type]] = {
+    "access": AccessPolicy,
+    "runs": RunOptions,
+    "attachments": AttachmentOptions,
+    "mount": MountOptions,
+}
+#: The flat keywords of the previews (deprecated, gone in the next release): where each is
+#: now, as (argument, field of its options object); ``spend_limits`` is ``spend`` renamed.
+#: Fields added since have none (``tests/agui/test_server.py`` pins the 26).
+_FLAT_KEYWORDS: Final[dict[str, tuple[str, str]]] = {
+    **{f.name: ("access", f.name) for f in fields(AccessPolicy)},
+    **{f.name: ("runs", f.name) for f in fields(RunOptions) if f.name != "interrupt_wait_seconds"},
+    "attachment_max_bytes": ("attachments", "max_bytes"),
+    "attachment_allowed_types": ("attachments", "allowed_types"),
+    **{f.name: ("mount", f.name) for f in fields(MountOptions)},
+    "spend_limits": ("spend", ""),
+}
 
 
 def default_run_store(
@@ -104,20 +117,76 @@ def _checked(name: str, value: Any, contract: type, methods: str) -> Any:
     return value
 
 
-class _Option:
-    """An ``AGUIServer`` argument read back from the options object that holds it."""
+def _option(name: str, value: _T | None, kind: type[_T]) -> _T:
+    """``value``, ``kind()`` for ``None``, or a ``TypeError`` naming it when it is no ``kind``."""
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        article = "an" if kind.__name__[0] in "AEIOU" else "a"
+        raise TypeError(
+            f"{name}={value!r} is not {article} {kind.__name__}; pass {name}={kind.__name__}(...) "
+            f"with the fields to change, or leave {name} out for the defaults."
+        )
+    return value
 
-    def __init__(self, options: str, field: str = "") -> None:
-        self._options = options
-        self._field = field
 
-    def __set_name__(self, owner: type, name: str) -> None:
-        self._field = self._field or name
+def _spelled(value: object) -> str:
+    """``value`` as a project would write it: a function by its name, else its ``repr``."""
+    return getattr(value, "__qualname__", None) or repr(value)
 
-    def __get__(self, server: Any, owner: type | None = None) -> Any:
-        if server is None:
-            return self
-        return getattr(getattr(server, self._options), self._field)
+
+def _regroup(flat: dict[str, Any], given: dict[str, Any]) -> None:
+    """Fold the deprecated flat keywords ``flat`` into ``given`` (argument name to value, ``None``
+    when not passed): each options object is built from its flat keywords, and one
+    ``DeprecationWarning`` names the new spelling of them all.
+
+    Raises ``TypeError`` for an unknown keyword, and for a flat keyword passed along with the
+    argument that now holds it.
+    """
+    grouped: dict[str, dict[str, Any]] = {}
+    for name, value in flat.items():
+        if name not in _FLAT_KEYWORDS:
+            raise TypeError(f"AGUIServer() got an unexpected keyword argument {name!r}")
+        argument, field = _FLAT_KEYWORDS[name]
+        if given[argument] is not None:
+            holder = f"{_OPTIONS[argument].__name__}({field}=...)" if field else "..."
+            raise TypeError(
+                f"AGUIServer() got both {name}= and {argument}=; pass only "
+                f"{argument}={holder} ({name}= is deprecated)."
+            )
+        grouped.setdefault(argument, {})[field] = value
+    spellings = []
+    for argument, values in grouped.items():
+        kind = _OPTIONS.get(argument)
+        if kind is None:
+            given[argument] = values[""]
+            spellings.append(f"{argument}={_spelled(values[''])}")
+        else:
+            given[argument] = kind(**values)
+            parts = ", ".join(f"{field}={_spelled(value)}" for field, value in values.items())
+            spellings.append(f"{argument}={kind.__name__}({parts})")
+    names = [f"{name}=" for name in flat]
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+    warnings.warn(
+        f"{listed} {'is' if len(names) == 1 else 'are'} deprecated; pass {', '.join(spellings)}.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+def _worker_loss(chosen: OnWorkerLoss | None, run_store: object) -> OnWorkerLoss:
+    """``RunOptions.on_worker_loss`` decided: ``None`` resumes where ``run_store`` can take runs
+    over; ``"resume"`` where it cannot is a ``ValueError``."""
+    resumable = implements(run_store, ResumableRunStore)
+    if chosen is None:
+        return "resume" if resumable else "error"
+    if chosen == "resume" and not resumable:
+        raise ValueError(
+            f"on_worker_loss='resume' needs a run store another worker can take runs over "
+            f"from (a ResumableRunStore, such as DefaultConversationStore's); "
+            f"{run_store!r} is not one. Pass on_worker_loss='error', or such a store."
+        )
+    return chosen
 
 
 class AGUIServer:
@@ -127,42 +196,21 @@ class AGUIServer:
     It always mounts the run endpoint (``POST``); the thread and run routes only when
     ``conversation_store`` persists, and the attachment routes only when ``attachment_store``
     does. Every route authenticates before it looks at the method, and answers errors as
-    ``{"error": "..."}`` JSON. ``spend_limits`` (a pydantic-ai-harness ``SpendLimits``) is
-    given to every run, scoped by the server (``agui.spend``), and a run a spent budget would
-    stop is refused with a JSON 429; the ``usage/`` route shows the caller their usage and
-    budgets when the run store keeps the ledger or there are spend limits.
+    ``{"error": "..."}`` JSON. ``spend`` (a pydantic-ai-harness ``SpendLimits``) is given to
+    every run, scoped by the server (``agui.spend``), and a run a spent budget would stop is
+    refused with a JSON 429; the ``usage/`` route shows the caller their usage and budgets when
+    the run store keeps the ledger or there are spend limits.
 
     Raises ``TypeError``/``ValueError`` at construction for a wrong argument (the options
     objects check their own values), and warns with ``UnsafeCSRFExemptionWarning`` when CSRF
-    is left unstated with cookie authentication.
+    is left unstated with cookie authentication. The flat keywords of the previews
+    (``heartbeat_seconds=``, ...) still work for one release, with a ``DeprecationWarning``.
 
-    What the handlers were built with is readable, frozen: ``access`` (``AccessPolicy``),
-    ``run_options`` (``RunOptions``), ``attachment_options`` (``AttachmentOptions``),
-    ``mount_options`` (``MountOptions``) and ``body_limit`` (``BodyLimit``); each argument also
-    reads back under its own name (``server.heartbeat_seconds``), and each route's view as
-    ``<route name>_view`` (``server.run_view``, ``server.thread_view``, ...).
+    The options read back as given, defaults filled in: ``access`` (its ``csrf_exempt``
+    decided), ``runs`` (its ``on_worker_loss`` decided), ``attachments``, ``history``,
+    ``mount``; ``spend`` is the budget gate (``SpendGate``, ``None`` without limits). Each
+    route's view is ``<route name>_view`` (``server.run_view``, ``server.thread_view``, ...).
     """
-
-    # The arguments as given, read from the options the handlers were built with.
-    heartbeat_seconds = _Option("run_options")
-    stream_coalesce_seconds = _Option("run_options")
-    run_heartbeat_seconds = _Option("run_options")
-    run_lease_seconds = _Option("run_options")
-    sweep_interval_seconds = _Option("run_options")
-    drain_seconds = _Option("run_options")
-    on_worker_loss = _Option("run_options")
-    max_resumes = _Option("run_options")
-    forward_reasoning = _Option("run_options")
-    expose_error_messages = _Option("run_options")
-    allowed_file_url_schemes = _Option("run_options")
-    instructions = _Option("run_options")
-    deps_factory = _Option("run_options")
-    history = _Option("run_options")
-    attachment_max_bytes = _Option("attachment_options", "max_bytes")
-    attachment_allowed_types = _Option("attachment_options", "allowed_types")
-    max_body_bytes = _Option("body_limit")
-    namespace = _Option("mount_options")
-    thread_list_limit = _Option("mount_options")
 
     # The views of the route table (the run routes only with durable runs).
     run_view: AGUIView
@@ -176,6 +224,8 @@ class AGUIServer:
     attachments_view: AGUIView
     attachment_view: AGUIView
     usage_view: AGUIView
+    #: The durable run engine (``None`` on a stateless mount): what a transport streams.
+    engine: RunEngine | None
 
     def __init__(
         self,
@@ -183,40 +233,29 @@ class AGUIServer:
         *,
         conversation_store: ConversationStore = _NULL_CONVERSATIONS,
         attachment_store: AttachmentStore = _NULL_ATTACHMENTS,
-        require_authenticated: bool = True,
-        get_user: GetUserHook | None = None,
-        authorize: AuthorizeHook | None = None,
-        csrf_exempt: bool | None = None,
-        throttle: ThrottleHook | None = None,
-        heartbeat_seconds: float = 15.0,
-        stream_coalesce_seconds: float = DEFAULT_STREAM_COALESCE_SECONDS,
-        forward_reasoning: bool = True,
-        attachment_max_bytes: int = DEFAULT_ATTACHMENT_MAX_BYTES,
-        attachment_allowed_types: Sequence[str] = (),
-        deps_factory: Callable[[HttpRequest], Any] | None = None,
-        instructions: Any = None,
-        namespace: str = "agent",
-        expose_error_messages: bool = False,
-        thread_list_limit: int = DEFAULT_THREAD_LIST_LIMIT,
-        allowed_file_url_schemes: Collection[str] = (),
-        max_body_bytes: int | None = None,
-        on_disconnect: OnDisconnect = "continue",
-        concurrent_runs: ConcurrentRuns = "reject",
         run_store: RunStore | None = None,
-        run_heartbeat_seconds: float = DEFAULT_RUN_HEARTBEAT_SECONDS,
-        run_lease_seconds: float = DEFAULT_LEASE_SECONDS,
-        sweep_interval_seconds: float = DEFAULT_SWEEP_INTERVAL_SECONDS,
-        spend_limits: Any = None,
-        drain_seconds: float = DEFAULT_DRAIN_SECONDS,
-        on_worker_loss: OnWorkerLoss | None = None,
-        max_resumes: int = DEFAULT_MAX_RESUMES,
+        access: AccessPolicy | None = None,
+        runs: RunOptions | None = None,
+        attachments: AttachmentOptions | None = None,
         history: HistoryWindow | None = None,
+        spend: Any = None,
+        mount: MountOptions | None = None,
+        **flat: Any,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise TypeError(
                 f"AGUIServer needs a pydantic-ai Agent, got {agent!r}; pass an "
                 "instance such as Agent('openai:gpt-4o')."
             )
+        given: dict[str, Any] = {
+            "access": access,
+            "runs": runs,
+            "attachments": attachments,
+            "mount": mount,
+            "spend": spend,
+        }
+        if flat:
+            _regroup(flat, given)
         self.agent = agent
         self.conversation_store: ConversationStore = _checked(
             "conversation_store",
@@ -227,161 +266,144 @@ class AGUIServer:
         self.attachment_store: AttachmentStore = _checked(
             "attachment_store", attachment_store, AttachmentStore, "async save, open, delete"
         )
-        self.access = AccessPolicy(
-            require_authenticated=require_authenticated,
-            get_user=get_user,
-            authorize=authorize,
-            csrf_exempt=csrf_exemption(csrf_exempt, header_auth=get_user is not None),
-            throttle=throttle,
+        policy = _option("access", given["access"], AccessPolicy)
+        header_auth = policy.get_user is not None
+        self.access = replace(
+            policy, csrf_exempt=csrf_exemption(policy.csrf_exempt, header_auth=header_auth)
         )
-        self.body_limit = BodyLimit(max_body_bytes=max_body_bytes)
-        if run_store is None and is_persistent(conversation_store):
-            run_store = default_run_store(conversation_store, lease_seconds=run_lease_seconds)
-        if on_worker_loss is None:
-            resumable = implements(run_store, ResumableRunStore)
-            on_worker_loss = "resume" if resumable else "error"
-        elif on_worker_loss == "resume" and not implements(run_store, ResumableRunStore):
-            raise ValueError(
-                f"on_worker_loss='resume' needs a run store another worker can take runs over "
-                f"from (a ResumableRunStore, such as DefaultConversationStore's); "
-                f"{run_store!r} is not one. Pass on_worker_loss='error', or such a store."
-            )
-        self.run_options = RunOptions(
-            heartbeat_seconds=heartbeat_seconds,
-            stream_coalesce_seconds=stream_coalesce_seconds,
-            forward_reasoning=forward_reasoning,
-            expose_error_messages=expose_error_messages,
-            allowed_file_url_schemes=allowed_file_url_schemes,  # type: ignore[arg-type]
-            instructions=instructions,
-            deps_factory=deps_factory,
-            on_disconnect=on_disconnect,
-            concurrent_runs=concurrent_runs,
-            run_heartbeat_seconds=run_heartbeat_seconds,
-            run_lease_seconds=run_lease_seconds,
-            sweep_interval_seconds=sweep_interval_seconds,
-            drain_seconds=drain_seconds,
-            on_worker_loss=on_worker_loss,
-            max_resumes=max_resumes,
-            history=HistoryWindow() if history is None else history,
-        )
-        self.attachment_options = AttachmentOptions(
-            max_bytes=attachment_max_bytes,
-            allowed_types=attachment_allowed_types,  # type: ignore[arg-type]
-        )
-        self.mount_options = MountOptions(namespace=namespace, thread_list_limit=thread_list_limit)
-        self.run_store: RunStore | None = (
-            None
-            if run_store is None
-            else _checked(
+        runs = _option("runs", given["runs"], RunOptions)
+        if run_store is not None:
+            run_store = _checked(
                 "run_store",
                 run_store,
                 RunStore,
                 "async start, heartbeat, finish, get, active_run_for_thread, sweep",
             )
-        )
-        #: The mount's budget gate over ``spend_limits`` (``None`` without them).
-        self.spend: SpendGate | None = None if spend_limits is None else SpendGate(spend_limits)
-        self.coordinator: RunCoordinator | None = None
-        #: The durable run engine (``None`` on a stateless mount): what a transport streams.
-        self.engine: RunEngine | None = None
-        self.drain_state: Drain
+        elif is_persistent(conversation_store):
+            run_store = default_run_store(conversation_store, lease_seconds=runs.run_lease_seconds)
+        self.runs = replace(runs, on_worker_loss=_worker_loss(runs.on_worker_loss, run_store))
+        self.attachments = _option("attachments", given["attachments"], AttachmentOptions)
+        self.history = _option("history", history, HistoryWindow)
+        self.mount = _option("mount", given["mount"], MountOptions)
+        #: The mount's budget gate over the ``spend`` limits (``None`` without them).
+        self.spend: SpendGate | None = None if given["spend"] is None else SpendGate(given["spend"])
+        # Stateless: nothing of a run outlives its request.
+        self.run_store = run_store if is_persistent(conversation_store) else None
         self._routes = self._compose()
         for route, view in self._routes:
             setattr(self, route.attribute, view)
 
     def _compose(self) -> list[tuple[Route, AGUIView]]:
-        """Build the handlers over the options, and a view for each row of their routes."""
-        options, store = self.run_options, self.conversation_store
+        """Build the handlers over the options, and a view for each row of their routes.
+
+        One walk for both kinds of mount: a run store (the conversation store persists) adds
+        the run coordinator, and with it the durable run endpoint, the run routes and what the
+        thread routes read of running runs.
+        """
+        store, runs, mount = self.conversation_store, self.runs, self.mount
         uploads = self.attachment_store if is_persistent(self.attachment_store) else None
+        self.coordinator = coordinator = self._coordinator()
+        drain_steps: dict[str, Any] = {}
+        if coordinator is not None:
+            drain_steps = {
+                "runs": coordinator.drain,
+                "start": coordinator.start_sweeper,
+                "close": coordinator.aclose,
+                "undo": coordinator.end_drain,
+            }
+        self.drain_state = Drain(seconds=runs.drain_seconds, **drain_steps)
+        shared: dict[str, Any] = {
+            "access": self.access,
+            "body_limit": mount.body_limit,
+            "options": runs,
+            "attachment_store": uploads,
+            "spend": self.spend,
+            "drain": self.drain_state,
+        }
         run: StatelessRunEndpoint | DurableRunEndpoint
-        if is_persistent(store):
-            if self.run_store is None:
-                self.run_store = default_run_store(store, lease_seconds=options.run_lease_seconds)
-            self.coordinator = RunCoordinator(
-                GuardedStorageAgent.factory(
-                    expose_error_messages=options.expose_error_messages, history=options.history
-                ),
-                run_store=self.run_store,
-                heartbeat_seconds=options.run_heartbeat_seconds,
-                lease_seconds=options.run_lease_seconds,
-                sweep_interval_seconds=options.sweep_interval_seconds,
-                concurrent_runs=options.concurrent_runs,
-                wait_seconds=options.interrupt_wait_seconds,
-                on_worker_loss=options.on_worker_loss,
-                max_resumes=options.max_resumes,
-            )
-            self.drain_state = Drain(
-                seconds=options.drain_seconds,
-                runs=self.coordinator.drain,
-                start=self.coordinator.start_sweeper,
-                close=self.coordinator.aclose,
-                undo=self.coordinator.end_drain,
-            )
-            self.engine = RunEngine(
+        owner: OwnerOf
+        live: dict[str, Any] = {}
+        run_routes: list[Route] = []
+        self.engine = None
+        if coordinator is None:
+            run = StatelessRunEndpoint(self.agent, **shared)
+            owner = run.spend_owner
+        else:
+            self.engine = engine = RunEngine(
                 self.agent,
                 store,
-                coordinator=self.coordinator,
-                options=options,
+                coordinator=coordinator,
+                options=runs,
+                history=self.history,
                 attachment_store=uploads,
                 spend=self.spend,
             )
             run = DurableRunEndpoint(
-                self.engine, access=self.access, body_limit=self.body_limit, drain=self.drain_state
+                engine, access=self.access, body_limit=mount.body_limit, drain=self.drain_state
             )
-            self.coordinator.resumer = self.engine.resume
-            threads = ThreadEndpoints(
-                store,
-                list_limit=self.thread_list_limit,
-                body_limit=self.body_limit,
-                active_run=self.engine.active_run,
-                settle=self.engine.settle,
-                model_view=self.engine.model_view,
-            )
-            runs = RunEndpoints(self.engine)
-            table = [*run.routes(), *self._tree_routes(store, uploads)]
-            table += [*threads.routes(), *runs.routes()]
-            ledger = self.run_store if implements(self.run_store, UsageLedger) else None
-
-            async def owner(request: HttpRequest) -> str | None:
-                if await owns_nothing(request, store):
-                    return None
-                return await request_owner(request, store)
-        else:
-            self.drain_state = Drain(seconds=options.drain_seconds)
-            run = StatelessRunEndpoint(
-                self.agent,
-                access=self.access,
-                body_limit=self.body_limit,
-                options=options,
-                attachment_store=uploads,
-                spend=self.spend,
-                drain=self.drain_state,
-            )
-            ledger, owner = None, run.spend_owner
-            threads = ThreadEndpoints(
-                store, list_limit=self.thread_list_limit, body_limit=self.body_limit
-            )
-            table = [*run.routes(), *self._tree_routes(store, uploads), *threads.routes()]
-            self.run_store = None  # stateless: nothing of a run outlives its request
+            coordinator.resumer = engine.resume
+            owner = functools.partial(_stored_owner, store)
+            live = {
+                "active_run": engine.active_run,
+                "settle": engine.settle,
+                "model_view": engine.model_view,
+            }
+            run_routes = RunEndpoints(engine).routes()
         self.run_endpoint = run
-        deps = functools.partial(build_deps, options.deps_factory, attachment_store=uploads)
-        usage = UsageEndpoint(owner=owner, ledger=ledger, spend=self.spend, deps=deps)
-        table += usage.routes()
-        attachments = AttachmentEndpoints(
-            self.attachment_store, access=self.access, options=self.attachment_options
+        threads = ThreadEndpoints(
+            store, list_limit=mount.thread_list_limit, body_limit=mount.body_limit, **live
         )
-        table += attachments.routes()
-        on_request = None if self.coordinator is None else self.coordinator.start_sweeper
+        # Fork, export and import go ahead of ``threads/<id>/``, so ``threads/import/`` is not
+        # read as a thread id.
+        transfer = TransferEndpoints(store, attachment_store=uploads, body_limit=mount.body_limit)
+        forks = BranchEndpoints(store, body_limit=mount.body_limit)
+        feedback = FeedbackEndpoints(store, body_limit=mount.body_limit)
+        ledger = self.run_store if implements(self.run_store, UsageLedger) else None
+        deps = functools.partial(build_deps, runs.deps_factory, attachment_store=uploads)
+        usage = UsageEndpoint(owner=owner, ledger=ledger, spend=self.spend, deps=deps)
+        attachments = AttachmentEndpoints(
+            self.attachment_store, access=self.access, options=self.attachments
+        )
+        table = [
+            *run.routes(),
+            *transfer.routes(),
+            *forks.routes(),
+            *feedback.routes(),
+            *threads.routes(),
+            *run_routes,
+            *usage.routes(),
+            *attachments.routes(),
+        ]
+        on_request = None if coordinator is None else coordinator.start_sweeper
         routes = []
         for route in table:
             view = AGUIView.for_route(
-                route, policy=self.access, body_limit=self.body_limit, on_request=on_request
+                route, policy=self.access, body_limit=mount.body_limit, on_request=on_request
             )
             # A marker for discovery (system checks, pages stating the limits); the view never
             # reads it.
             view.agui_server = self
             routes.append((route, view))
         return routes
+
+    def _coordinator(self) -> RunCoordinator | None:
+        """The mount's run manager over its run store (``None`` when runs are stateless)."""
+        if self.run_store is None:
+            return None
+        runs = self.runs
+        return RunCoordinator(
+            GuardedStorageAgent.factory(
+                expose_error_messages=runs.expose_error_messages, history=self.history
+            ),
+            run_store=self.run_store,
+            heartbeat_seconds=runs.run_heartbeat_seconds,
+            lease_seconds=runs.run_lease_seconds,
+            sweep_interval_seconds=runs.sweep_interval_seconds,
+            concurrent_runs=runs.concurrent_runs,
+            wait_seconds=runs.interrupt_wait_seconds,
+            on_worker_loss=runs.on_worker_loss or "error",  # decided in __init__
+            max_resumes=runs.max_resumes,
+        )
 
     # The sweeper, for projects that start it themselves (ASGI lifespan, a management loop).
 
@@ -422,30 +444,11 @@ class AGUIServer:
         if self.coordinator is not None:
             await self.coordinator.aclose()
 
-    def json_body_limit(self) -> int:
-        """The body cap of this server's JSON routes now, in bytes.
-
-        ``max_body_bytes``, or ``DATA_UPLOAD_MAX_MEMORY_SIZE`` read at request time when that is
-        ``None``. Every route except the upload route refuses a longer body with 413 before
-        reading it; ``BodyLimitMiddleware`` enforces the same cap before Django's ASGI handler
-        spools the body.
-        """
-        return self.body_limit()
-
     def __repr__(self) -> str:
         return (
             f"AGUIServer({self.agent!r}, conversation_store={self.conversation_store!r}, "
-            f"attachment_store={self.attachment_store!r}, namespace={self.namespace!r})"
+            f"attachment_store={self.attachment_store!r}, mount={self.mount!r})"
         )
-
-    def _tree_routes(
-        self, store: ConversationStore, uploads: AttachmentStore | None
-    ) -> list[Route]:
-        """The fork, export and import routes; ahead of ``threads/<id>/`` in the table, so
-        ``threads/import/`` is not read as a thread id."""
-        forks = BranchEndpoints(store, body_limit=self.body_limit)
-        transfer = TransferEndpoints(store, attachment_store=uploads, body_limit=self.body_limit)
-        return [*transfer.routes(), *forks.routes()]
 
     @property
     def persists_conversations(self) -> bool:
@@ -467,25 +470,12 @@ class AGUIServer:
     @property
     def urls(self) -> tuple[list[URLPattern], str, str]:
         """``(patterns, app_name, namespace)`` for ``path("agent/", server.urls)``."""
-        return self.urlpatterns, self.namespace, self.namespace
+        return self.urlpatterns, self.mount.namespace, self.mount.namespace
 
-    async def ensure_anonymous_session(
-        self, request: HttpRequest, store: object | None = None
-    ) -> None:
-        """Give an anonymous caller a session before ``store`` writes for them (``owners.py``).
 
-        ``store`` defaults to the conversation store.
-        """
-        await ensure_anonymous_session(request, self.conversation_store if store is None else store)
-
-    async def owns_nothing(self, request: HttpRequest, store: object) -> bool:
-        """Whether ``request`` is an anonymous caller of ``store`` without a valid session."""
-        return await owns_nothing(request, store)
-
-    async def build_deps(self, request: HttpRequest) -> Any:
-        """The deps for one run: ``deps_factory(request)`` (sync or async), else ``AgentDeps``."""
-        return await build_deps(
-            self.run_options.deps_factory,
-            request,
-            attachment_store=self.attachment_store if self.accepts_attachments else None,
-        )
+async def _stored_owner(store: ConversationStore, request: HttpRequest) -> str | None:
+    """Whose usage ``request`` reads on a persisting mount: the store's owner, ``None`` for an
+    anonymous caller without a session."""
+    if await owns_nothing(request, store):
+        return None
+    return await request_owner(request, store)

@@ -1,6 +1,6 @@
 """Spend budgets on a mount: the harness's ``SpendLimits``, scoped on the server, checked first.
 
-``AGUIServer(spend_limits=SpendLimits(...))`` hands the capability to every run of the mount,
+``AGUIServer(spend=SpendLimits(...))`` hands the capability to every run of the mount,
 with the run's owner and thread in the run's metadata, so the scopes ``per_user`` and
 ``per_thread`` key a budget to who runs it as the server resolved them (a digest of the store
 owner, never anything the client sent). Before a run is claimed, ``SpendGate.refusal`` reads
@@ -66,7 +66,7 @@ def _scope(ctx: Any, part: str) -> str:
     if not isinstance(found, str):
         raise ValueError(
             f"This run has no server-resolved {part} to scope a budget by: pass the SpendLimits "
-            "to AGUIServer(spend_limits=...), which sets it, rather than to the Agent."
+            "to AGUIServer(spend=...), which sets it, rather than to the Agent."
         )
     return found
 
@@ -176,7 +176,7 @@ class SpendGate:
     def __init__(self, limits: Any) -> None:
         if not _is_spend_limits(limits):
             raise TypeError(
-                f"spend_limits={limits!r} is not a pydantic-ai-harness SpendLimits; pass "
+                f"spend={limits!r} is not a pydantic-ai-harness SpendLimits; pass "
                 "SpendLimits(budgets=[...], store=DefaultSpendStore())."
             )
         self.limits = limits

@@ -42,10 +42,8 @@ logger = logging.getLogger("django_pydantic_agent.agui")
 SSE_HEARTBEAT = ": ping\n\n"
 #: The frames `with_heartbeat` buffers before its pump waits for the writer.
 MAX_PENDING_FRAMES = 256
-#: ``AGUIServer(stream_coalesce_seconds=)``'s default: while events come faster than every
-#: 2 ms, a stream writes what came in one go, at most every 2 ms. A model's tokens come tens of
-#: milliseconds apart and go out as they come; a burst (a replay, a fast model, a tool's
-#: arguments) costs one socket write per 2 ms instead of one per event.
+#: ``RunOptions.stream_coalesce_seconds``'s default: a burst of events goes out in one socket
+#: write per 2 ms, not one per event (``python -m bench --suite streaming``).
 DEFAULT_STREAM_COALESCE_SECONDS = 0.002
 
 _ENCODER = EventEncoder()

@@ -26,6 +26,8 @@ from django_pydantic_agent.persistence import (
     is_persistent,
 )
 from django_pydantic_agent.persistence.branching import branch_points
+from django_pydantic_agent.persistence.features import store_features
+from django_pydantic_agent.persistence.feedback import thread_feedback, with_feedback
 from django_pydantic_agent.persistence.listing import (
     ArchiveUnsupportedError,
     CursorError,
@@ -153,6 +155,7 @@ class ThreadEndpoints:
         model_view: Callable[[HttpRequest, str], Awaitable[dict[str, Any] | None]] | None = None,
     ) -> None:
         self._store = store
+        self._feedback = store_features(store).feedback
         self._model_view = model_view
         self._list_limit = list_limit
         self._body_limit = body_limit
@@ -184,7 +187,7 @@ class ThreadEndpoints:
         ``snippet``); archived threads only with ``?archived=1`` (``all``: both);
         ``?updated_after=`` / ``?updated_before=`` bound the last activity; ``?cursor=`` is
         the previous page's ``nextCursor`` (``null`` on the last page). ``limit`` defaults to,
-        and is capped at, ``list_limit`` (the server's ``thread_list_limit``). A parameter
+        and is capped at, ``list_limit`` (``MountOptions.thread_list_limit``). A parameter
         that cannot be read, or a cursor that was altered or made for other filters, is a 400.
         """
         try:
@@ -205,7 +208,8 @@ class ThreadEndpoints:
     async def get(self, request: HttpRequest, thread_id: str) -> HttpResponseBase:
         """``GET threads/<id>/``: ``{"threadId", "messages", "activeRun", "branches"}``, or 404.
 
-        ``messages`` are the active branch as stored (each with its ``status``); ``activeRun``
+        ``messages`` are the active branch as stored (each with its ``status``, and its
+        ``feedback`` ``{"rating", "comment"}`` when it has some); ``activeRun``
         is the caller's running run on the thread, ``{"runId", "lastSeq"}`` to reattach with,
         or ``null``; ``branches`` maps each message that has siblings to ``{"siblings": [ids],
         "index": i}`` (``agui.branches``); ``modelView`` (durable runs only) is what the next
@@ -220,6 +224,9 @@ class ThreadEndpoints:
         messages = await stored_thread(self._store, thread_id, request=request)
         if messages is None:
             raise Refusal(404, NOT_FOUND)
+        if self._feedback:
+            ratings = await thread_feedback(self._store, thread_id, request=request)
+            messages = with_feedback(messages, ratings)
         active = None if self._active_run is None else await self._active_run(request, thread_id)
         points = await branch_points(self._store, thread_id, request=request)
         body: dict[str, Any] = {

@@ -1,4 +1,4 @@
-"""Thread export and import routes (``persistence.transfer`` holds the document format).
+"""Thread export and import routes (``persistence.transfer`` reads and writes the document).
 
 ``GET threads/<id>/export/?format=json`` answers the whole thread (every branch, status, tool
 call, reasoning step, usage and attachment reference) as a download; ``?format=markdown`` the
@@ -21,6 +21,7 @@ from django_pydantic_agent.agui.http import read_json_object
 from django_pydantic_agent.agui.input import ref_json
 from django_pydantic_agent.agui.owners import ensure_anonymous_session, owns_nothing
 from django_pydantic_agent.agui.views import Route
+from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.persistence import (
     AttachmentStore,
     ConversationStore,
@@ -28,9 +29,11 @@ from django_pydantic_agent.persistence import (
     is_persistent,
 )
 from django_pydantic_agent.persistence.branching import new_thread_id
+from django_pydantic_agent.persistence.feedback import RatesMessages, read_feedback, thread_feedback
 from django_pydantic_agent.persistence.transfer import (
     NOT_A_DOCUMENT,
     ImportProblem,
+    attachment_holders,
     check_document,
     document_bytes,
     export_thread,
@@ -46,32 +49,12 @@ _NOT_FOUND = "No such thread."
 _FORMATS = ("json", "markdown")
 
 
-def _holders(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``(where, holder)`` of every ``attachments`` list of the document's messages."""
-    found: list[tuple[str, dict[str, Any]]] = []
-    for index, entry in enumerate(document["messages"]):
-        record = entry.get("record")
-        candidates: list[tuple[str, Any]] = []
-        if isinstance(record, dict):
-            candidates.append((f"messages.{index}.record.wire_extra", record.get("wire_extra")))
-        for number, wire in enumerate(entry.get("wire") or ()):
-            candidates.append((f"messages.{index}.wire.{number}", wire))
-        for where, message in candidates:
-            if not isinstance(message, dict):
-                continue
-            metadata = message.get("metadata")
-            for name, holder in (("", message), (".metadata", metadata)):
-                if isinstance(holder, dict) and holder.get("attachments") is not None:
-                    found.append((f"{where}{name}.attachments", holder))
-    return found
-
-
 async def server_refs(
     document: dict[str, Any], store: AttachmentStore | None, *, request: HttpRequest
 ) -> None:
     """Replace every attachment reference of a checked document with the caller's own ref
     (``ImportProblem`` for one that names no upload of the caller, or any without a store)."""
-    holders = _holders(document)
+    holders = attachment_holders(document)
     ids: list[str] = []
     for where, holder in holders:
         refs = holder["attachments"]
@@ -150,6 +133,9 @@ class TransferEndpoints:
         document = await export_thread(self._store, thread_id, request=request)
         if document is None:
             raise Refusal(404, _NOT_FOUND)
+        ratings = await thread_feedback(self._store, thread_id, request=request)
+        if ratings:
+            document["feedback"] = {key: value.as_json() for key, value in ratings.items()}
         if kind == "json":
             response = HttpResponse(document_bytes(document), content_type="application/json")
             extension = "json"
@@ -177,6 +163,7 @@ class TransferEndpoints:
             await server_refs(document, self._uploads, request=request)
             await ensure_anonymous_session(request, self._store)
             await import_thread(self._store, document, new_id, request=request)
+            await _import_feedback(self._store, document, new_id, request=request)
         except ImportProblem as exc:
             raise Refusal.invalid(request, str(exc)) from None
         except (ValueError, TypeError) as exc:  # a record the store cannot render
@@ -184,3 +171,15 @@ class TransferEndpoints:
                 request, f"A message of the document cannot be stored ({type(exc).__name__})."
             ) from None
         return JsonResponse({"threadId": new_id}, status=201)
+
+
+async def _import_feedback(
+    store: ConversationStore, document: dict[str, Any], thread_id: str, *, request: HttpRequest
+) -> None:
+    """Keep a checked document's ``feedback`` on the imported thread, when the store keeps
+    feedback (a store that does not drops it, as the page shows no thumbs there)."""
+    feedback = document.get("feedback") or {}
+    if not feedback or not implements(store, RatesMessages):
+        return
+    for message_id, value in feedback.items():
+        await store.rate(thread_id, message_id, read_feedback(value), request=request)

@@ -164,7 +164,7 @@ class AGUIView:
         upload_max_bytes: int | None = None,
         store: StoreKind = "conversation",
     ) -> None:
-        self.agui_csrf_enforced = not policy.csrf_exempt
+        self.agui_csrf_enforced = policy.csrf_exempt is False
         self._store: StoreKind = store
         if upload_max_bytes is not None:
             self.agui_upload_max_bytes = upload_max_bytes
@@ -258,7 +258,11 @@ class AGUIView:
         declared = declared_length(request)
         if limit is not None and declared is not None and declared > limit:
             return body_too_big_response(limit, self._too_big)
-        if self._check_csrf and not self._policy.csrf_exempt and request.method in UNSAFE_METHODS:
+        if (
+            self._check_csrf
+            and self._policy.csrf_exempt is False
+            and request.method in UNSAFE_METHODS
+        ):
             csrf_refusal = await sync_to_async(self._policy.csrf_failure)(request)
             if csrf_refusal is not None:
                 return csrf_refusal

@@ -37,12 +37,12 @@ from typing import Any
 
 from ag_ui.core import ResumeEntry, RunAgentInput, ToolMessage, UserMessage
 
+from django_pydantic_agent.chat_history.agui_messages import tool_call_id
 from django_pydantic_agent.chat_history.errors import InvalidInputError
 from django_pydantic_agent.chat_history.records import Message, ToolCall
 from django_pydantic_agent.chat_history.translate import (
     NO_RESULT_TEXT,
     replayed_ids,
-    tool_call_agui_id,
 )
 
 __all__ = [
@@ -292,7 +292,7 @@ def plan_inbound(
     calls: dict[str, tuple[Message, ToolCall]] = {}
     for message in history:
         for call in message.tool_calls:
-            calls.setdefault(tool_call_agui_id(call), (message, call))
+            calls.setdefault(tool_call_id(call), (message, call))
     plan = InboundPlan()
     seen: set[str] = set()
     answered: set[str] = set()

@@ -574,8 +574,8 @@ def detached(model: _M) -> _M:
     (lists and nested models item by item, anything else deep-copied; one memo, so a value
     shared inside the record stays shared in the copy): the strings, numbers, uuids and
     timestamps most of a record holds are kept as they are. The repositories copy every record
-    they hand out of their cache, and the run path reads a window of them (a deep copy cost
-    about a third of that read, docs/benchmarks.md).
+    they hand out of their cache, and the run path reads a window of them (a deep copy was a
+    third of that read: ``python -m bench --suite run-path``).
     """
     return _detached(model, {})
 

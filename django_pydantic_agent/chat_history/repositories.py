@@ -12,11 +12,10 @@ oldest first by their sequence.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 from uuid import UUID, uuid4
@@ -46,6 +45,7 @@ from django_pydantic_agent.chat_history.records import (
     nested_record_class,
     update_fields,
 )
+from django_pydantic_agent.chat_history.transactions import NestedTransaction, TaskScope
 
 __all__ = [
     "ChatRepositoryLike",
@@ -240,35 +240,6 @@ class InMemoryChatRepository:
         return None if chat is None else chat.model_copy(deep=True)
 
 
-class TaskScope:
-    """The scope behind a repository's ``transaction()``: held by one task at a time.
-
-    ``hold()`` waits for the scope and makes the current task its owner until the block
-    exits; ``joined`` is true inside the owner task, where a nested ``transaction()`` (or a
-    write) joins the open scope instead of waiting for it, which would deadlock. Every
-    backend's ``transaction()`` is built on it.
-    """
-
-    def __init__(self) -> None:
-        self._lock = asyncio.Lock()
-        self._owner: asyncio.Task[Any] | None = None
-
-    @property
-    def joined(self) -> bool:
-        """Whether the current task holds the scope."""
-        return self._owner is not None and self._owner is asyncio.current_task()
-
-    @asynccontextmanager
-    async def hold(self) -> AsyncIterator[None]:
-        """Wait for the scope, then hold it for the current task until the block exits."""
-        async with self._lock:
-            self._owner = asyncio.current_task()
-            try:
-                yield
-            finally:
-                self._owner = None
-
-
 class NestedRecordWrites(ABC):
     """The four nested-record methods of ``MessageRepositoryLike``, over two primitives.
 
@@ -315,7 +286,7 @@ class NestedRecordWrites(ABC):
         return result
 
 
-class InMemoryMessageRepository(NestedRecordWrites):
+class InMemoryMessageRepository(NestedTransaction, NestedRecordWrites):
     """A ``MessageRepositoryLike`` over an :class:`InMemoryChatRepository`.
 
     Messages are ordered by an application sequence (``sequence_id``, from 1 in creation order).
@@ -338,30 +309,14 @@ class InMemoryMessageRepository(NestedRecordWrites):
         self._sequence = 0
         self._scope = TaskScope()
 
-    # Transactions -------------------------------------------------------------------------
+    # Transactions (``NestedTransaction``) -------------------------------------------------
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        """Apply the writes made inside the block atomically (all or none)."""
-        if self._scope.joined:
-            yield  # nested: the outermost block owns the snapshot
-            return
-        async with self._scope.hold():
-            snapshot = (copy.deepcopy(self._messages), self._sequence, len(self.writes))
-            try:
-                yield
-            except BaseException:
-                self._messages, self._sequence, count = snapshot
-                del self.writes[count:]
-                raise
+    def _begin(self) -> tuple[dict[UUID, Message], int, int]:
+        return copy.deepcopy(self._messages), self._sequence, len(self.writes)
 
-    @asynccontextmanager
-    async def _writing(self) -> AsyncIterator[None]:
-        if self._scope.joined:
-            yield
-            return
-        async with self._scope.hold():
-            yield
+    def _restore(self, snapshot: tuple[dict[UUID, Message], int, int]) -> None:
+        self._messages, self._sequence, count = snapshot
+        del self.writes[count:]
 
     # Lookups ------------------------------------------------------------------------------
 
@@ -381,10 +336,6 @@ class InMemoryMessageRepository(NestedRecordWrites):
                     return message, child
         return None
 
-    @staticmethod
-    def _copy(message: Message) -> Message:
-        return detached(message)  # its private values (sequence id, created at) included
-
     # Writes -------------------------------------------------------------------------------
 
     async def create_message(self, message_data: MessageCreate) -> Message:
@@ -403,7 +354,7 @@ class InMemoryMessageRepository(NestedRecordWrites):
         declared = self.message_class.model_fields
         kept = {k: v for k, v in fields.items() if k in declared}
         emitter_type, emitter_id = emitter_for_role(message_data.role, chat.participants[0])
-        async with self._writing():
+        async with self.transaction():
             message = self.message_class(
                 **kept,
                 message_uuid=uuid4(),
@@ -417,24 +368,24 @@ class InMemoryMessageRepository(NestedRecordWrites):
             message._created_at = datetime.now(UTC).isoformat()
             self._messages[message.message_uuid] = message
             self.writes.append(("create_message", message.message_uuid))
-            return self._copy(message)
+            return detached(message)
 
     async def update_message(self, message_uuid: UUID, update: MessageUpdate) -> Message | None:
         """Apply an update to a message; ``None`` when it is unknown."""
-        async with self._writing():
+        async with self.transaction():
             message = self._live(self._messages.get(message_uuid))
             if message is None:
                 return None
             if update_fields(update):
-                staged = self._copy(message)
+                staged = detached(message)
                 apply_update(staged, update)
                 self._messages[message_uuid] = staged
                 message = staged
                 self.writes.append(("update_message", message_uuid))
-            return self._copy(message)
+            return detached(message)
 
     async def _append_child(self, field: str, record_class: type[Any], data: Any) -> Any:
-        async with self._writing():
+        async with self.transaction():
             parent = self._live(self._messages.get(data.message_uuid))
             if parent is None:
                 raise ValueError(
@@ -448,7 +399,7 @@ class InMemoryMessageRepository(NestedRecordWrites):
             return child.model_copy(deep=True)
 
     async def _update_child(self, field: str, uuid: UUID, update: BaseModel) -> Any:
-        async with self._writing():
+        async with self.transaction():
             found = self._find_child(field, uuid)
             if found is None:
                 return None
@@ -468,7 +419,7 @@ class InMemoryMessageRepository(NestedRecordWrites):
     async def get_message(self, message_uuid: UUID) -> Message | None:
         """Return a message by uuid, or ``None``."""
         message = self._live(self._messages.get(message_uuid))
-        return None if message is None else self._copy(message)
+        return None if message is None else detached(message)
 
     def _chat_messages(self, chat_uuid: UUID) -> list[Message]:
         if self.chats._stored(chat_uuid) is None:
@@ -480,7 +431,7 @@ class InMemoryMessageRepository(NestedRecordWrites):
         """Return the first message of the chat with this AG-UI id, or ``None``."""
         for message in self._chat_messages(chat_uuid):
             if message.agui_id == agui_id:
-                return self._copy(message)
+                return detached(message)
         return None
 
     async def get_tool_call_by_agui_id(self, message_uuid: UUID, agui_id: str) -> ToolCall | None:
@@ -495,11 +446,11 @@ class InMemoryMessageRepository(NestedRecordWrites):
 
     async def get_chat_messages(self, chat_uuid: UUID) -> Sequence[Message]:
         """Return every message of the chat in sequence order (``[]`` for an unknown chat)."""
-        return [self._copy(m) for m in self._chat_messages(chat_uuid)]
+        return [detached(m) for m in self._chat_messages(chat_uuid)]
 
     async def get_recent_messages(self, chat_uuid: UUID, limit: int) -> Sequence[Message]:
         """Return the newest ``limit`` messages of the chat, oldest first."""
-        return [self._copy(m) for m in self._chat_messages(chat_uuid)[-limit:]]
+        return [detached(m) for m in self._chat_messages(chat_uuid)[-limit:]]
 
     async def get_last_messages(self, chat_uuids: list[UUID]) -> dict[UUID, Message]:
         """Return the latest message of each given chat that has one."""
@@ -507,5 +458,5 @@ class InMemoryMessageRepository(NestedRecordWrites):
         for chat_uuid in chat_uuids:
             messages = self._chat_messages(chat_uuid)
             if messages:
-                result[chat_uuid] = self._copy(messages[-1])
+                result[chat_uuid] = detached(messages[-1])
         return result

@@ -1,31 +1,28 @@
 """Stored chat history → the concrete ag-ui 1.0 message classes, in live order.
 
-``translate_messages`` is what the inner agent sees as ``RunAgentInput.messages``. It builds
-``UserMessage``, ``AssistantMessage`` (with ``ToolCall`` / ``FunctionCall``), ``ToolMessage``,
-``ReasoningMessage``, ``ActivityMessage``, ``SystemMessage`` and ``DeveloperMessage``, the
-classes pydantic-ai's AG-UI adapter dispatches on, so nothing is silently skipped.
+``translate_messages`` is what the inner agent sees as ``RunAgentInput.messages``: the
+``UserMessage``, ``AssistantMessage``, ``ToolMessage``, ``ReasoningMessage``,
+``ActivityMessage``, ``SystemMessage`` and ``DeveloperMessage`` classes pydantic-ai's AG-UI
+adapter dispatches on, built from the messages clients get (``chat_history.agui_messages``:
+live order, the stored ids, content parts and encrypted values as stored), in stored sequence
+order. What only the model gets:
 
-Rules:
-
-- Order: stored sequence order; within an agent message, its reasoning steps first, then the
-  message, then one tool result per tool call (live order).
-- Ids are exactly the stored ones: the message's ``agui_id``, the tool call's id, the result's
-  ``result_message_id`` (the id AG-UI clients echo back); a uuid only when none was stored.
-- Content parts (multimodal user content, list tool results) and encrypted values replay as
-  stored.
 - A tool call with no recorded result replays as a ``ToolMessage`` whose ``content`` and
   ``error`` say that no result was recorded (never a fabricated success), so a provider never
   sees a dangling call and the model knows the call did not complete. The exception: a call
   named by an interrupt of the thread's latest run outcome (an approval the next run resumes)
   is left without a result, so the resumed agent can still execute or deny it.
 - Assistant messages with neither text nor tool calls, and reasoning steps with neither text
-  nor an encrypted value, carry nothing a model can use and are left out.
+  nor an encrypted value, carry nothing a model can use and are left out; content parts that
+  do not validate replay as their flattened text.
 - Bookkeeping (uuid, status, error, run id, and on a run's last message its stored
   ``run_outcome``: outcome type, interrupts, pending tool calls, usage) goes in
   ``metadata["django_pydantic_agent"]``; pydantic-ai ignores it, other consumers can read it.
+  It is the wire's, renamed at one place (``_bookkeeping``: ``run_id``, ``run_outcome``, as
+  this metadata always spelled them).
 - A user message's attachment refs (the ``attachments`` list it was posted with, top level or
-  in ``metadata``, kept in its ``wire_extra``) replay where they were, so the agent is told
-  about the files on every run (see ``agui.attachment_fence``).
+  in ``metadata``) replay where they were, so the agent is told about the files on every run
+  (see ``agui.attachment_fence``).
 """
 
 from __future__ import annotations
@@ -49,14 +46,17 @@ from ag_ui.core import Message as AGUIMessage
 from ag_ui.core import ToolCall as AGUIToolCall
 from pydantic import TypeAdapter, ValidationError
 
-from django_pydantic_agent.chat_history.records import Message, Reasoning, ToolCall
+from django_pydantic_agent.chat_history import agui_messages as wire
+from django_pydantic_agent.chat_history.agui_messages import (
+    result_id,
+    tool_call_id,
+)
+from django_pydantic_agent.chat_history.records import Message
 
 __all__ = [
     "BOOKKEEPING_KEY",
     "NO_RESULT_TEXT",
     "replayed_ids",
-    "tool_call_agui_id",
-    "tool_result_id",
     "translate_messages",
 ]
 
@@ -73,39 +73,30 @@ NO_RESULT_TEXT: Final[str] = (
 _PARTS: TypeAdapter[list[ContentPart]] = TypeAdapter(list[ContentPart])
 
 
-def tool_call_agui_id(call: ToolCall) -> str:
-    """The AG-UI id of a stored tool call (its uuid when none was stored)."""
-    return call.tool_call_id or call.agui_id or str(call.uuid)
-
-
-def tool_result_id(call: ToolCall) -> str:
-    """The id of the tool message a stored call replays as."""
-    return call.result_message_id or tool_call_agui_id(call)
-
-
-def _message_id(message: Message) -> str:
-    return message.agui_id or str(message.message_uuid)
-
-
-def _reasoning_id(step: Reasoning) -> str:
-    return step.agui_id or str(step.uuid)
-
-
-def _bookkeeping(record: Message | ToolCall | Reasoning, uuid: str) -> dict[str, Any]:
-    data: dict[str, Any] = {"uuid": uuid, "status": record.status}
-    if record.error is not None:
-        data["error"] = record.error
-    if record.run_id is not None:
-        data["run_id"] = record.run_id
-    outcome = getattr(record, "run_outcome", None)
-    if outcome:
-        data["run_outcome"] = outcome
+def _bookkeeping(message: dict[str, Any]) -> dict[str, Any]:
+    """The model's copy of a wire message's bookkeeping (the one place it is renamed)."""
+    book = message[wire.BOOKKEEPING_KEY]
+    data: dict[str, Any] = {"uuid": book[wire.UUID], "status": message[wire.STATUS]}
+    if wire.ERROR in message:
+        data["error"] = message[wire.ERROR]
+    if wire.RUN_ID in message:
+        data["run_id"] = message[wire.RUN_ID]
+    if wire.RUN_OUTCOME in book:
+        data["run_outcome"] = book[wire.RUN_OUTCOME]
     return {BOOKKEEPING_KEY: data}
 
 
-def _parts(raw: list[dict[str, Any]] | None, owner: str) -> list[ContentPart] | None:
-    if not raw:
-        return None
+def _text(message: dict[str, Any]) -> str:
+    """A wire message's text: its flattened text beside list content, else its content."""
+    book = message[wire.BOOKKEEPING_KEY]
+    return book["text"] if "text" in book else message.get("content") or ""
+
+
+def _content(message: dict[str, Any], owner: str) -> str | list[ContentPart]:
+    """A wire message's content for the model: its parts when they validate, else its text."""
+    raw = message.get("content")
+    if not isinstance(raw, list) or not raw:
+        return _text(message)
     try:
         return _PARTS.validate_python(raw)
     except ValidationError:
@@ -114,36 +105,13 @@ def _parts(raw: list[dict[str, Any]] | None, owner: str) -> list[ContentPart] | 
             "flattened text is replayed instead.",
             owner,
         )
-        return None
+        return _text(message)
 
 
 def _ordered(messages: Sequence[Message]) -> list[Message]:
     if all(m.sequence_id >= 0 for m in messages):
         return sorted(messages, key=lambda m: m.sequence_id)
     return list(messages)
-
-
-def _tool_result(call: ToolCall) -> ToolMessage:
-    meta = _bookkeeping(call, str(call.uuid))
-    if call.answered:
-        content: str | list[ContentPart] = (
-            _parts(call.content_parts, f"tool call {tool_call_agui_id(call)!r}") or call.content
-        )
-        return ToolMessage(
-            id=tool_result_id(call),
-            tool_call_id=tool_call_agui_id(call),
-            content=content,
-            encrypted_value=call.result_encrypted_value,
-            metadata=meta,
-        )
-    text = NO_RESULT_TEXT.format(status=call.status)
-    return ToolMessage(
-        id=tool_result_id(call),
-        tool_call_id=tool_call_agui_id(call),
-        content=text,
-        error=call.error or text,
-        metadata=meta,
-    )
 
 
 def _awaiting(messages: Sequence[Message]) -> set[str]:
@@ -162,65 +130,85 @@ def _awaiting(messages: Sequence[Message]) -> set[str]:
 def _agent_messages(message: Message, awaiting: set[str]) -> Iterable[AGUIMessage]:
     for step in message.reasonings:
         if step.content or step.encrypted_value:
+            reasoning = wire.reasoning_message(step)
             yield ReasoningMessage(
-                id=_reasoning_id(step),
-                content=step.content,
-                encrypted_value=step.encrypted_value,
-                metadata=_bookkeeping(step, str(step.uuid)),
+                id=reasoning["id"],
+                content=reasoning["content"],
+                encrypted_value=reasoning.get("encryptedValue"),
+                metadata=_bookkeeping(reasoning),
             )
+    anchor = wire.record_message(message, full=False)
     calls = [
         AGUIToolCall(
-            id=tool_call_agui_id(call),
-            function=FunctionCall(name=call.name, arguments=call.arguments),
-            encrypted_value=call.encrypted_value,
+            id=entry["id"],
+            function=FunctionCall(**entry["function"]),
+            encrypted_value=entry.get("encryptedValue"),
         )
-        for call in message.tool_calls
+        for entry in anchor.get("toolCalls", ())
     ]
-    if message.content or calls:
+    text = _text(anchor)
+    if text or calls:
         yield AssistantMessage(
-            id=_message_id(message),
-            content=message.content or None,
+            id=anchor["id"],
+            content=text or None,
             tool_calls=calls or None,
-            name=message.name or None,
-            encrypted_value=message.encrypted_value,
-            metadata=_bookkeeping(message, str(message.message_uuid)),
+            name=anchor.get("name"),
+            encrypted_value=anchor.get("encryptedValue"),
+            metadata=_bookkeeping(anchor),
         )
     for call in message.tool_calls:
-        if call.answered or tool_call_agui_id(call) not in awaiting:
-            yield _tool_result(call)
+        if call.answered:
+            result = wire.result_message(call)
+            yield ToolMessage(
+                id=result["id"],
+                tool_call_id=result["toolCallId"],
+                content=_content(result, f"tool call {result['toolCallId']!r}"),
+                encrypted_value=result.get("encryptedValue"),
+                metadata=_bookkeeping(result),
+            )
+        elif tool_call_id(call) not in awaiting:
+            result = wire.result_message(call)
+            text = NO_RESULT_TEXT.format(status=call.status)
+            yield ToolMessage(
+                id=result["id"],
+                tool_call_id=result["toolCallId"],
+                content=text,
+                error=call.error or text,
+                metadata=_bookkeeping(result),
+            )
 
 
 def _one(message: Message, awaiting: set[str]) -> Iterable[AGUIMessage]:
-    meta = _bookkeeping(message, str(message.message_uuid))
+    if message.role not in ("user", "system", "developer", "activity"):
+        yield from _agent_messages(message, awaiting)
+        return
+    anchor = wire.record_message(message, full=False)
+    meta = _bookkeeping(anchor)
     role = message.role
     if role == "user":
-        parts = _parts(message.content_parts, f"message {_message_id(message)!r}")
-        extra = message.wire_extra or {}
-        posted_meta = extra.get("metadata")
+        posted_meta = anchor.get("metadata")
         if isinstance(posted_meta, dict) and isinstance(posted_meta.get("attachments"), list):
             meta["attachments"] = posted_meta["attachments"]
-        refs = extra.get("attachments")
+        refs = anchor.get("attachments")
         yield UserMessage(
-            id=_message_id(message),
-            content=parts or message.content,
-            name=message.name or None,
-            encrypted_value=message.encrypted_value,
+            id=anchor["id"],
+            content=_content(anchor, f"message {anchor['id']!r}"),
+            name=anchor.get("name"),
+            encrypted_value=anchor.get("encryptedValue"),
             metadata=meta,
             **({"attachments": refs} if isinstance(refs, list) else {}),
         )
     elif role == "system":
-        yield SystemMessage(id=_message_id(message), content=message.content, metadata=meta)
+        yield SystemMessage(id=anchor["id"], content=_text(anchor), metadata=meta)
     elif role == "developer":
-        yield DeveloperMessage(id=_message_id(message), content=message.content, metadata=meta)
-    elif role == "activity":
+        yield DeveloperMessage(id=anchor["id"], content=_text(anchor), metadata=meta)
+    else:
         yield ActivityMessage(
-            id=_message_id(message),
-            activity_type=message.activity_type or "",
-            content=message.activity_content or {},
+            id=anchor["id"],
+            activity_type=anchor["activityType"],
+            content=anchor["content"],
             metadata=meta,
         )
-    else:
-        yield from _agent_messages(message, awaiting)
 
 
 def translate_messages(messages: Sequence[Message]) -> list[AGUIMessage]:
@@ -236,16 +224,17 @@ def translate_messages(messages: Sequence[Message]) -> list[AGUIMessage]:
 def replayed_ids(messages: Sequence[Message]) -> set[str]:
     """Every id a client may echo back for ``messages``: stored ids and replayed ones.
 
-    Every id ``translate_messages`` gives a message is one of these (``_message_id``,
-    ``_reasoning_id``, ``tool_result_id``), so nothing is translated here: the run path
-    checks the inbound list against the history it read without building it twice.
+    Every id ``translate_messages`` gives a message is one of these (``message_id``,
+    ``reasoning_id``, ``result_id`` of ``chat_history.agui_messages``), so nothing is
+    translated here: the run path checks the inbound list against the history it read
+    without building it twice.
     """
     ids: set[str] = set()
     for message in messages:
         ids.update(filter(None, (message.agui_id, str(message.message_uuid))))
         for call in message.tool_calls:
             ids.update(filter(None, (call.agui_id, call.tool_call_id, call.result_message_id)))
-            ids.add(tool_result_id(call))
+            ids.add(result_id(call))
         for step in message.reasonings:
             ids.update(filter(None, (step.agui_id, str(step.uuid))))
     return ids

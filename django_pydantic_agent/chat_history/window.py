@@ -23,6 +23,7 @@ from uuid import UUID
 from ag_ui.core import RunAgentInput, ToolMessage, UserMessage
 
 from django_pydantic_agent.chat_history._inbound import SYSTEM_ROLES
+from django_pydantic_agent.chat_history.agui_messages import tool_call_id
 from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.chat_history.records import Message, Role
 from django_pydantic_agent.chat_history.summaries import (
@@ -30,7 +31,7 @@ from django_pydantic_agent.chat_history.summaries import (
     SummaryStore,
     summary_request,
 )
-from django_pydantic_agent.chat_history.translate import replayed_ids, tool_call_agui_id
+from django_pydantic_agent.chat_history.translate import replayed_ids
 
 __all__ = [
     "DEFAULT_MAX_MESSAGES",
@@ -104,7 +105,7 @@ def record_model_messages(message: Message) -> list[Any]:
         parts.append(TextPart(content=message.content))
     returns: list[Any] = []
     for call in message.tool_calls:
-        call_id = call.tool_call_id or call.agui_id or str(call.uuid)
+        call_id = tool_call_id(call)
         parts.append(ToolCallPart(tool_name=call.name, args=call.arguments, tool_call_id=call_id))
         if call.has_result:
             returns.append(
@@ -359,7 +360,7 @@ async def _with_echoes(
     """``read``, after the older user messages ``posted`` echoes (looked up by id), or
     ``None`` when only the whole thread can check it."""
     stored_users = {m.agui_id for m in read if m.role == Role.USER.value}
-    calls = {tool_call_agui_id(call) for m in read for call in m.tool_calls}
+    calls = {tool_call_id(call) for m in read for call in m.tool_calls}
     users: list[str] = []
     for inbound in posted.messages:
         if isinstance(inbound, UserMessage):

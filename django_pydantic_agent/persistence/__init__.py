@@ -41,6 +41,12 @@ from django_pydantic_agent.persistence.errors import (
     StoreLimitError,
     UnstorableMessageError,
 )
+from django_pydantic_agent.persistence.features import (
+    DeclaresFeatures,
+    RetentionPolicy,
+    StoreFeatures,
+    store_features,
+)
 from django_pydantic_agent.persistence.listing import (
     ArchivesThreads,
     SearchesThreads,
@@ -87,6 +93,7 @@ __all__ = [
     "ConversationMetaList",
     "ConversationStore",
     "DeclaresAnonymousPolicy",
+    "DeclaresFeatures",
     "DjangoSessionConversationStore",
     "MemoryServiceAttachmentStore",
     "MemoryServiceConversationStore",
@@ -102,10 +109,12 @@ __all__ = [
     "RefusesOverQuota",
     "ReportsPersistence",
     "ResolvesAttachmentRefs",
+    "RetentionPolicy",
     "ScopedConversationStore",
     "SearchesThreads",
     "StoreDataError",
     "StoreError",
+    "StoreFeatures",
     "StoreLimitError",
     "ThreadHit",
     "ThreadPage",
@@ -133,6 +142,7 @@ __all__ = [
     "resolve_owner_id",
     "serves_anonymous",
     "store_checks",
+    "store_features",
     "store_repositories",
     "wrapped_stores",
 ]

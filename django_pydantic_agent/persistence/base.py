@@ -10,15 +10,11 @@ The value types are frozen dataclasses that, unlike the package's other value ob
 take positional arguments, in the predecessor package's field order: code written against it
 ports unchanged.
 
-A store may also offer optional capabilities, each declared here once as a small
-``runtime_checkable`` protocol and read through one helper that knows its default:
-``persistent`` (``ReportsPersistence``, read by ``is_persistent``), ``allow_anonymous``
-(``DeclaresAnonymousPolicy``, ``serves_anonymous``), ``inner`` (``WrapsStore``,
-``wrapped_stores``), ``repositories`` (``ProvidesRepositories``, ``store_repositories``),
-``run_store()`` (``ProvidesRunStore``, ``own_run_store``) and ``check()`` (``ChecksItself``,
-``store_checks``, Django's ``Field.check()`` habit). The chat repository a store hands out
-may name its user (``NamesItsUser``, ``repository_user_uuid``) and refuse a run over quota
-before it streams (``RefusesOverQuota``, ``refuse_over_quota``). The store errors live in
+A store may also offer optional capabilities, each a small ``runtime_checkable`` protocol
+here, called through one helper that knows its default (``is_persistent``, ``serves_anonymous``,
+``wrapped_stores``, ``store_repositories``, ``own_run_store``, ``store_checks``; on the chat
+repository a store hands out, ``repository_user_uuid`` and ``refuse_over_quota``). What a
+store can do as a whole is ``persistence.features.StoreFeatures``. The store errors live in
 ``persistence.errors`` and are re-exported here.
 """
 

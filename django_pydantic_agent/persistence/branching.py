@@ -10,8 +10,12 @@ knows the default (the ``persistence.base`` habit):
   the branch through a message the active one. Read with ``branch_points`` and
   ``activate_branch``.
 - ``ForksThreads``: ``fork(thread_id, message_id, request=...)`` copies the active branch up to
-  and including a message into a new thread of the same owner. Without it, ``fork_thread``
-  loads the thread and saves the copy through the store's own ``load`` and ``save``.
+  and including a message into a new thread of the same owner. Without it, ``fork_into``
+  (and ``fork_thread``) loads the thread and saves the copy through the store's own ``load``
+  and ``save``.
+
+The branch rules themselves (``BranchPoint``, the path a switch makes active, what a fork
+keeps) are ``chat_history.tree``'s.
 
 Owner scoping is the store's, as everywhere: another owner's thread reads as missing.
 """
@@ -19,11 +23,12 @@ Owner scoping is the store's, as everywhere: another owner's thread reads as mis
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from django_pydantic_agent.chat_history.protocols import implements
+from django_pydantic_agent.chat_history.tree import BranchPoint, fork_end
 from django_pydantic_agent.persistence.base import Conversation
+from django_pydantic_agent.persistence.derive import fork_title
 from django_pydantic_agent.persistence.wire import strip_branches
 
 if TYPE_CHECKING:
@@ -35,19 +40,10 @@ __all__ = [
     "KeepsBranches",
     "activate_branch",
     "branch_points",
-    "fork_messages",
+    "fork_into",
     "fork_thread",
     "new_thread_id",
 ]
-
-
-@dataclass(frozen=True, kw_only=True)
-class BranchPoint:
-    """An active message that has siblings: their AG-UI ids (its own included, oldest branch
-    first) and its index among them."""
-
-    siblings: tuple[str, ...]
-    index: int
 
 
 @runtime_checkable
@@ -108,46 +104,41 @@ def new_thread_id() -> str:
     return str(uuid.uuid4())
 
 
-def fork_messages(messages: list[Any], message_id: str) -> list[Any] | None:
-    """The wire messages up to and including the one with id ``message_id`` (and the tool
-    results that answer its calls), without branch data (a fork holds one branch), or
-    ``None`` when none has that id."""
-    for index, message in enumerate(messages):
-        if isinstance(message, dict) and message.get("id") == message_id:
-            end = index + 1
-            calls = {
-                call.get("id") for call in message.get("toolCalls") or () if isinstance(call, dict)
-            }
-            while (
-                calls
-                and end < len(messages)
-                and isinstance(messages[end], dict)
-                and messages[end].get("role") == "tool"
-                and messages[end].get("toolCallId") in calls
-            ):
-                end += 1
-            return strip_branches(messages[:end])
-    return None
+async def fork_into(
+    store: Any, thread_id: str, message_id: str, new_thread_id: str, *, request: HttpRequest
+) -> bool:
+    """Copy the owner's thread's active branch up to ``message_id`` into ``new_thread_id``:
+    the store's own ``fork`` (``ForksThreads``), else a ``load`` and a ``save`` of what
+    ``chat_history.tree.fork_end`` keeps. The new thread is titled as a fork of its source
+    (``derive.fork_title``). ``False`` (nothing written) when the owner has no
+    such thread or its active branch no such message."""
+    if implements(store, ForksThreads):
+        return bool(await store.fork(thread_id, message_id, new_thread_id, request=request))
+    conversation = await store.load(thread_id, request=request)
+    messages = [] if conversation is None else list(conversation.messages)
+    end = fork_end(messages, message_id)
+    if end is None:
+        return False
+    kept = strip_branches(messages[:end])  # a fork holds one branch
+    title = await thread_title(store, thread_id, request=request)
+    await store.save(Conversation(thread_id=new_thread_id, messages=kept), request=request)
+    await store.rename(new_thread_id, fork_title(title), request=request)
+    return True
+
+
+async def thread_title(store: Any, thread_id: str, *, request: HttpRequest) -> str:
+    """The title the owner's thread lists under (``""`` when it is not listed)."""
+    for meta in await store.list(request=request):
+        if meta.thread_id == thread_id:
+            return str(meta.title)
+    return ""
 
 
 async def fork_thread(
     store: Any, thread_id: str, message_id: str, *, request: HttpRequest
 ) -> str | None:
-    """Fork the owner's thread at ``message_id`` into a new thread; its id, or ``None`` when
-    the owner has no such thread or its active branch no such message.
-
-    Uses the store's own ``fork`` (``ForksThreads``) when it has one; otherwise loads the
-    thread and saves the copy with ``save``.
-    """
+    """Fork the owner's thread at ``message_id`` into a new thread (``fork_into``); its id,
+    or ``None`` when the owner has no such thread or its active branch no such message."""
     new_id = new_thread_id()
-    if implements(store, ForksThreads):
-        done = await store.fork(thread_id, message_id, new_id, request=request)
-        return new_id if done else None
-    conversation = await store.load(thread_id, request=request)
-    if conversation is None:
-        return None
-    kept = fork_messages(list(conversation.messages), message_id)
-    if kept is None:
-        return None
-    await store.save(Conversation(thread_id=new_id, messages=kept), request=request)
-    return new_id
+    done = await fork_into(store, thread_id, message_id, new_id, request=request)
+    return new_id if done else None

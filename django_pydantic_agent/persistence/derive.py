@@ -13,12 +13,15 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_TITLE",
+    "FORK_TITLE_MAX_CHARS",
     "PREVIEW_MAX_CHARS",
     "TITLE_MAX_CHARS",
     "derive_preview",
     "derive_title",
+    "fork_title",
     "message_text",
     "normalize_title",
+    "written_text",
 ]
 
 DEFAULT_TITLE = "New conversation"
@@ -44,30 +47,51 @@ def _truncate(text: str, limit: int) -> str:
     return text[: limit - 1].rstrip() + _ELLIPSIS
 
 
-def message_text(message: Any) -> str:
-    """Return the message's text with whitespace collapsed, or ``""`` if it has none.
+def written_text(message: Any) -> str:
+    """Return the message's text as it was written (markdown, line breaks and all), or ``""``.
 
     Reads a string ``content`` or the ``text`` of every text part of a list ``content``
-    (joined by a space).
+    (joined by a blank line, so each part stays its own paragraph).
     """
     content = _field(message, "content")
     if isinstance(content, str):
-        return _collapse(content)
+        return content
     if not isinstance(content, list | tuple):
         return ""
-    texts: list[str] = []
-    for part in content:
-        if _field(part, "type") == "text":
-            text = _field(part, "text")
-            if isinstance(text, str):
-                texts.append(text)
-    return _collapse(" ".join(texts))
+    texts = [
+        text
+        for part in content
+        if _field(part, "type") == "text" and isinstance(text := _field(part, "text"), str)
+    ]
+    return "\n\n".join(texts)
+
+
+def message_text(message: Any) -> str:
+    """Return the message's text on one line (``written_text`` with whitespace collapsed), for
+    titles and previews; ``""`` if it has none."""
+    return _collapse(written_text(message))
 
 
 def normalize_title(title: Any, limit: int | None = None) -> str:
     """``title`` as a store keeps a name: whitespace collapsed, NUL dropped (PostgreSQL's text
     cannot hold it), at most ``limit`` characters."""
     return _collapse(str(title).replace("\x00", ""))[:limit]
+
+
+#: The longest title a fork's suffix may make; the thread routes accept titles this long.
+FORK_TITLE_MAX_CHARS = 200
+_FORK_SUFFIX = " (fork)"
+
+
+def fork_title(title: str) -> str:
+    """The title of a fork of a thread titled ``title``: ``"<title> (fork)"``, the title cut
+    (with an ellipsis) so the whole stays within ``FORK_TITLE_MAX_CHARS``."""
+    title = normalize_title(title)
+    if title.endswith(_FORK_SUFFIX):
+        return title[:FORK_TITLE_MAX_CHARS]
+    return (
+        _truncate(title or DEFAULT_TITLE, FORK_TITLE_MAX_CHARS - len(_FORK_SUFFIX)) + _FORK_SUFFIX
+    )
 
 
 def derive_title(messages: Iterable[Any]) -> str:

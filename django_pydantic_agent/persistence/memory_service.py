@@ -54,6 +54,7 @@ from django_pydantic_agent.chat_history.records import (
     MessageReasoningCreate,
     MessageToolCallCreate,
 )
+from django_pydantic_agent.chat_history.tree import BranchPoint, Tree
 from django_pydantic_agent.memory_service import (
     DREvent,
     DRMemoryNotFoundError,
@@ -70,16 +71,14 @@ from django_pydantic_agent.persistence.base import (
     OpenedAttachment,
     check_limit,
 )
-from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.derive import derive_preview, derive_title
 from django_pydantic_agent.persistence.errors import StoreLimitError
 from django_pydantic_agent.persistence.model import _check_allow_anonymous
 from django_pydantic_agent.persistence.owner import aresolve_owner_uuid
 from django_pydantic_agent.persistence.transfer import (
-    FORMAT,
-    IDENTITY_KEYS,
-    VERSION,
     active_wire,
+    entries_tree,
+    export_document,
     records_of,
 )
 from django_pydantic_agent.persistence.wire import (
@@ -108,7 +107,6 @@ __all__ = [
 DEFAULT_MAX_ATTACHMENT_BYTES: Final[int] = 10 * 1024 * 1024
 """The default ``max_bytes`` of ``MemoryServiceAttachmentStore``: 10 MiB."""
 
-_NOT_EXPORTED: Final[frozenset[str]] = IDENTITY_KEYS | {"wire", "wire_fingerprint"}
 _SEEN_CHATS: Final[str] = "_dpa_memory_service_chats"
 _CHUNK_BYTES: Final[int] = 72 * 1024  # base64: 98 304 characters, under the 100 000 cap
 _CHUNKS_PER_POST: Final[int] = 10  # about 1 MB per request
@@ -375,13 +373,7 @@ class MemoryServiceConversationStore:
         if found is None:
             return None
         messages, chat_uuid = found
-        points = await messages.branch_points(chat_uuid)
-        if points is None:
-            return None
-        return {
-            key: BranchPoint(siblings=tuple(ids), index=index)
-            for key, (ids, index) in points.items()
-        }
+        return await messages.branch_points(chat_uuid)
 
     async def activate(self, thread_id: str, message_id: str, *, request: HttpRequest) -> bool:
         """Make the branch through the message ``message_id`` (any branch) the active one,
@@ -404,25 +396,17 @@ class MemoryServiceConversationStore:
         messages, chat_uuid = found
         registry = await self._registry_for()
         state = await registry.state(chat_uuid)
-        tree = await messages.get_chat_tree(chat_uuid)
+        found_tree = await messages.get_chat_tree(chat_uuid)
         if state is None:
             return None
-        index = {record.message_uuid: i for i, (record, _, _) in enumerate(tree)}
-        return {
-            "format": FORMAT,
-            "version": VERSION,
-            "title": state.chat.name,
-            "messages": [
-                {
-                    "parent": None if parent is None else index[parent],
-                    "active": active,
-                    "record": record.model_dump(mode="json", exclude=set(_NOT_EXPORTED)),
-                    "wire": self._wire([record]),
-                }
-                for record, parent, active in tree
-            ],
-            "runs": [],
-        }
+        records = {record.message_uuid: record for record, _, _ in found_tree}
+        tree = Tree.of((r.message_uuid, parent, "", active) for r, parent, active in found_tree)
+        return export_document(
+            tree,
+            title=state.chat.name,
+            record=records.__getitem__,
+            wire=lambda key: self._wire([records[key]]),
+        )
 
     async def import_document(
         self, document: dict[str, Any], thread_id: str, *, request: HttpRequest
@@ -434,8 +418,7 @@ class MemoryServiceConversationStore:
         ``ImportProblem`` for a record that is no message, nothing written."""
         user, chats, messages = await self._bound(request)
         records = records_of(document, uuid.UUID(int=0))
-        entries = document["messages"]
-        leaf = max((i for i, entry in enumerate(entries) if entry["active"]), default=None)
+        tree = entries_tree(document)
         title = document.get("title") or derive_title(active_wire(document))
         chat = await chats.create_chat(ChatCreate(name=title, thread_id=thread_id, user_uuid=user))
 
@@ -445,9 +428,9 @@ class MemoryServiceConversationStore:
             await self._nested(messages, record, stored.message_uuid)
             return stored.message_uuid
 
-        parents = [entry["parent"] for entry in entries]
+        parents = [tree.parent[index] for index in range(len(records))]
         async with messages.transaction():
-            await messages.create_tree(chat.chat_uuid, parents, leaf, create)
+            await messages.create_tree(chat.chat_uuid, parents, tree.active[-1], create)
 
     @staticmethod
     async def _nested(messages: MessageRepositoryLike, record: Message, parent: uuid.UUID) -> None:

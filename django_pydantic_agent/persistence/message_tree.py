@@ -8,9 +8,10 @@ included), the active child being sibling ``k`` (siblings oldest first). The thr
 main message carries ``chatRootBranches`` of the same shape for the other first messages.
 
 ``load`` returns the active branch with these keys; ``wire.strip_branches`` removes them
-wherever messages leave the server. ``branch_points_in`` and ``activate_in`` implement
-``KeepsBranches`` over such a list; ``export_entries`` and ``document_messages`` turn it into
-the export format (``persistence.transfer``) and back. Branches nest at most
+wherever messages leave the server. The rules are ``chat_history.tree``'s: ``flatten`` loads
+such a list into a ``Tree`` (one node per wire message) and ``nest`` writes one back;
+``branch_points_in`` and ``activate_in`` implement ``KeepsBranches`` with them, and the export
+(``persistence.transfer``) reads and writes every branch through them. Branches nest at most
 ``MAX_BRANCH_DEPTH`` levels inside inactive branches; deeper ones are not kept.
 """
 
@@ -18,10 +19,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from django_pydantic_agent.chat_history.records import Message
-from django_pydantic_agent.persistence.branching import BranchPoint
+from django_pydantic_agent.chat_history.tree import BranchPoint, Tree
 from django_pydantic_agent.persistence.wire import (
     BRANCHES_KEY,
     ROOT_BRANCHES_KEY,
@@ -31,13 +32,14 @@ from django_pydantic_agent.persistence.wire import (
 
 __all__ = [
     "MAX_BRANCH_DEPTH",
+    "Flat",
     "activate_in",
     "branch_points_in",
     "branch_set",
     "branches_by_record",
-    "document_messages",
-    "export_entries",
+    "flatten",
     "mark_main",
+    "nest",
     "pruned",
     "records_with_branches",
     "split_branches",
@@ -196,95 +198,21 @@ def with_sibling(value: Any, tail: list[Any]) -> dict[str, Any]:
     return _set_json(len(siblings), siblings)
 
 
-def _main_id(messages: Sequence[Any]) -> str | None:
-    main = _first_main(messages)
-    value = None if main is None else messages[main].get("id")
-    return value if isinstance(value, str) else None
+class Flat(NamedTuple):
+    """Every message of every branch of a stored list: ``tree`` keys each by its index in
+    ``messages`` (without branch keys), ``mains`` the id of the first main message from each
+    on along its branch (what a branch point shows it as), ``None`` when there is none."""
+
+    tree: Tree[int]
+    messages: list[Any]
+    mains: list[str | None]
 
 
-def _point(value: Any, active: Sequence[Any]) -> tuple[str, BranchPoint] | None:
-    found = branch_set(value)
-    active_id = _main_id(active)
-    if found is None or active_id is None or not found[1]:
-        return None
-    index, others = found
-    ids = [_main_id(t) for t in others]
-    siblings = [i for i in ids[:index] if i] + [active_id] + [i for i in ids[index:] if i]
-    position = len([i for i in ids[:index] if i])
-    return active_id, BranchPoint(siblings=tuple(siblings), index=position)
-
-
-def branch_points_in(messages: Sequence[Any]) -> dict[str, BranchPoint]:
-    """The branch points of the active branch ``messages`` (``KeepsBranches.branch_points``)."""
-    points: dict[str, BranchPoint] = {}
-    first = _first_main(messages)
-    if first is not None:
-        found = _point(messages[first].get(ROOT_BRANCHES_KEY), messages)
-        if found is not None:
-            points[found[0]] = found[1]
-    for index, message in enumerate(messages):
-        if _is_main(message) and BRANCHES_KEY in message:
-            found = _point(message[BRANCHES_KEY], messages[_tail_start(messages, index) :])
-            if found is not None:
-                points[found[0]] = found[1]
-    return points
-
-
-def _swap(value: Any, chosen: int, old: list[Any]) -> dict[str, Any]:
-    """The branch value once tail ``chosen`` of its others is active (``old``, the active
-    tail, goes back among the siblings)."""
-    index, others = branch_set(value) or (0, [])
-    siblings: list[tuple[bool, Tail]] = [(False, t) for t in others]
-    if _first_main(old) is not None:
-        siblings.insert(index, (False, old))
-    picked = chosen if chosen < index or _first_main(old) is None else chosen + 1
-    siblings[picked] = (True, siblings[picked][1])
-    return _set_json(picked, [t for is_chosen, t in siblings if not is_chosen])
-
-
-def activate_in(messages: Sequence[Any], message_id: str) -> tuple[bool, list[Any] | None]:
-    """Make the branch through ``message_id`` active in ``messages`` (an active branch as
-    ``load`` returns it): ``(found, the messages to save or None when nothing changes)``.
-
-    A message already on the active branch changes nothing; one in an inactive branch
-    (nested branches included) swaps tails down to it, continued down the tail as stored.
-    """
-    if any(isinstance(m, Mapping) and m.get("id") == message_id for m in messages):
-        return True, None
-    first = _first_main(messages)
-    if first is not None:
-        found = branch_set(messages[first].get(ROOT_BRANCHES_KEY))
-        for position, tail in enumerate(found[1] if found else []):
-            hit, inner = activate_in(tail, message_id)
-            if hit:
-                old = list(messages)
-                old[first] = {k: v for k, v in old[first].items() if k != ROOT_BRANCHES_KEY}
-                value = _swap(messages[first][ROOT_BRANCHES_KEY], position, old)
-                chosen = list(inner if inner is not None else tail)
-                mark_main(chosen, {ROOT_BRANCHES_KEY: value})
-                return True, chosen
-    for index, message in enumerate(messages):
-        if not (_is_main(message) and BRANCHES_KEY in message):
-            continue
-        found = branch_set(message[BRANCHES_KEY])
-        start = _tail_start(messages, index)
-        for position, tail in enumerate(found[1] if found else []):
-            hit, inner = activate_in(tail, message_id)
-            if hit:
-                value = _swap(message[BRANCHES_KEY], position, list(messages[start:]))
-                head = list(messages[:start])
-                head[index] = {**message, BRANCHES_KEY: value}
-                return True, head + list(inner if inner is not None else tail)
-    return False, None
-
-
-# -- the export document (persistence.transfer) ---------------------------------------------
-
-
-def export_entries(messages: Sequence[Any]) -> list[dict[str, Any]]:
-    """Every message of every branch as document entries (``parent``, ``active``, ``wire``),
-    siblings in their order (so an import makes the same tree)."""
-    entries: list[dict[str, Any]] = []
+def flatten(messages: Sequence[Any]) -> Flat:
+    """The tree kept in ``messages`` (an active branch as ``load`` returns it): one node per
+    wire message, each following the one before it on its branch, a branch's first message
+    following the message before its branch point; siblings oldest first."""
+    flat = Flat(Tree(), [], [])
 
     def tails(value: Any, parent: int | None, before: bool) -> None:
         found = branch_set(value)
@@ -294,6 +222,13 @@ def export_entries(messages: Sequence[Any]) -> list[dict[str, Any]]:
                 line(tail, parent, False)
 
     def line(messages: Sequence[Any], parent: int | None, active: bool) -> None:
+        mains: list[str | None] = []
+        main: str | None = None
+        for message in reversed(messages):
+            if _is_main(message):
+                main = message.get("id") if isinstance(message.get("id"), str) else None
+            mains.append(main)
+        mains.reverse()
         starts = {
             _tail_start(messages, i): m[BRANCHES_KEY]
             for i, m in enumerate(messages)
@@ -303,8 +238,12 @@ def export_entries(messages: Sequence[Any]) -> list[dict[str, Any]]:
         for index, message in enumerate(messages):
             value, follows = starts.pop(index, None), previous
             tails(value, follows, before=True)
-            entries.append({"parent": follows, "active": active, "wire": strip_branches([message])})
-            previous = len(entries) - 1
+            previous = len(flat.messages)
+            flat.messages.extend(strip_branches([message]))
+            flat.mains.append(mains[index])
+            flat.tree.add(previous, follows)
+            if active:
+                flat.tree.active.append(previous)
             tails(value, follows, before=False)
         for value in starts.values():  # a branch point with no active child after it
             tails(value, previous, before=True)
@@ -315,31 +254,25 @@ def export_entries(messages: Sequence[Any]) -> list[dict[str, Any]]:
     tails(root, None, before=True)
     line(messages, None, True)
     tails(root, None, before=False)
-    return entries
+    return flat
 
 
-def document_messages(
-    entries: Sequence[Mapping[str, Any]],
-    wire_of: Callable[[Mapping[str, Any]], list[Any]],
-) -> list[Any]:
-    """The active branch of a checked document's ``entries``, other branches kept inside it
-    (at most ``MAX_BRANCH_DEPTH`` levels deep). ``wire_of(entry)`` gives an entry's wire
-    messages; branch keys in them are never trusted (dropped)."""
-    children: dict[int | None, list[int]] = {}
-    for index, entry in enumerate(entries):
-        children.setdefault(entry.get("parent"), []).append(index)
+def nest(tree: Tree[int], wire_of: Callable[[int], list[Any]], active: Sequence[int]) -> list[Any]:
+    """The stored list of ``tree`` whose active branch is ``active`` (continued down the
+    newest child where it ends above a branch point): the active branch, each other branch
+    kept inside the main message before its branch point, at most ``MAX_BRANCH_DEPTH``
+    levels deep. ``wire_of(key)`` gives a node's wire messages (branch keys dropped)."""
+    on = set(active)
 
     def pick(kids: list[int]) -> int:
-        active = [k for k in kids if entries[k].get("active")]
-        return kids.index(active[0]) if active else len(kids) - 1
+        return next((i for i, kid in enumerate(kids) if kid in on), len(kids) - 1)
 
     def line(start: int, levels: int) -> list[Any]:
         out: list[Any] = []
         node: int | None = start
         while node is not None:
-            part = strip_branches(wire_of(entries[node]))
-            out.extend(part)
-            kids = children.get(node, [])
+            out.extend(strip_branches(wire_of(node)))
+            kids = tree.children.get(node, [])
             if not kids:
                 break
             chosen = pick(kids)
@@ -351,7 +284,7 @@ def document_messages(
             node = kids[chosen]
         return out
 
-    roots = children.get(None, [])
+    roots = tree.children.get(None, [])
     if not roots:
         return []
     chosen = pick(roots)
@@ -364,3 +297,29 @@ def document_messages(
 
 def _last_main(messages: Sequence[Any]) -> int | None:
     return next((i for i in range(len(messages) - 1, -1, -1) if _is_main(messages[i])), None)
+
+
+def branch_points_in(messages: Sequence[Any]) -> dict[str, BranchPoint]:
+    """The branch points of the active branch ``messages`` (``KeepsBranches.branch_points``),
+    each message named by the first main message of its branch."""
+    flat = flatten(messages)
+    return flat.tree.branch_points(flat.mains.__getitem__)
+
+
+def activate_in(messages: Sequence[Any], message_id: str) -> tuple[bool, list[Any] | None]:
+    """Make the branch through ``message_id`` active in ``messages`` (an active branch as
+    ``load`` returns it), continued down the newest branch below it (``Tree.path``):
+    ``(found, the messages to save or None when nothing changes)``."""
+    flat = flatten(messages)
+
+    def own_id(key: int) -> str | None:
+        message = flat.messages[key]
+        return message.get("id") if isinstance(message, Mapping) else None
+
+    target = flat.tree.find(message_id, own_id)
+    if target is None:
+        return False, None
+    path = flat.tree.path(target)
+    if path == flat.tree.active:
+        return True, None
+    return True, nest(flat.tree, lambda key: [flat.messages[key]], path)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, ClassVar, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import DataError
@@ -28,6 +28,7 @@ from django_pydantic_agent.persistence.base import (
     check_limit,
 )
 from django_pydantic_agent.persistence.branching import BranchPoint
+from django_pydantic_agent.persistence.features import StoreFeatures
 from django_pydantic_agent.persistence.listing import (
     GENERIC_SCAN_LIMIT,
     ArchiveUnsupportedError,
@@ -48,24 +49,11 @@ if TYPE_CHECKING:
 
 __all__ = ["ModelAttachmentStore", "ModelConversationStore"]
 
-_P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
-def _hook(subject: str, hook: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
-    """Run a subclass hook; the database refusing the caller's data raises ``StoreDataError``.
-
-    Only ``DataError`` is translated (about ``subject``); any other exception propagates.
-    """
-    try:
-        return hook(*args, **kwargs)
-    except DataError as exc:
-        raise StoreDataError(
-            f"The database refused the data for {subject}: a value is not valid for its "
-            "column, such as a NUL character (PostgreSQL text cannot hold one) or a value "
-            "longer than the column allows. Nothing was changed; remove NUL characters and "
-            "shorten over-long values, then try again."
-        ) from exc
+#: The optional hooks whose override adds a capability, and the feature each adds.
+_FEATURE_HOOKS: dict[str, str] = {"_find": "search", "_archive": "archive"}
 
 
 def _check_allow_anonymous(value: object) -> bool:
@@ -103,6 +91,29 @@ class _OwnerScoped:
         """Resolve the owner of ``request`` under this store's anonymous policy (sync)."""
         return resolve_owner_id(request, allow_anonymous=self._allow_anonymous)
 
+    async def _call(
+        self, subject: str, hook: Callable[..., _T], request: HttpRequest, *args: Any
+    ) -> _T:
+        """``hook(*args, owner_id)`` in one worker-thread hop that resolves the owner first.
+
+        The database refusing the caller's data (``DataError``) raises ``StoreDataError``
+        about ``subject``; any other exception propagates.
+        """
+
+        def work() -> _T:
+            owner_id = self._owner(request)
+            try:
+                return hook(*args, owner_id)
+            except DataError as exc:
+                raise StoreDataError(
+                    f"The database refused the data for {subject}: a value is not valid for "
+                    "its column, such as a NUL character (PostgreSQL text cannot hold one) or "
+                    "a value longer than the column allows. Nothing was changed; remove NUL "
+                    "characters and shorten over-long values, then try again."
+                ) from exc
+
+        return await sync_to_async(work)()
+
 
 class ModelConversationStore(_OwnerScoped, ABC):
     """Abstract base for a model-backed ``ConversationStore``.
@@ -121,7 +132,32 @@ class ModelConversationStore(_OwnerScoped, ABC):
     inside its stored messages (``persistence.message_tree``), so ``_store`` and ``_fetch``
     round-trip them with no change to the model; ``activate`` is one ``_fetch`` and one
     ``_store`` in one transaction.
+
+    Say which capability hooks the class overrides in ``overrides``: ``"_find"`` (a search
+    of message text) and ``"_archive"`` (an archived flag). ``features`` reports them, so the
+    chat page offers what the store does; nothing inspects the class for overridden methods.
     """
+
+    #: The hooks among ``_find`` and ``_archive`` this class overrides (``features``).
+    overrides: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        names = cls.overrides
+        if isinstance(names, str) or not set(names) <= _FEATURE_HOOKS.keys():
+            raise TypeError(
+                f"{cls.__name__}.overrides={names!r} is not valid: name the hooks the class "
+                f"overrides among {sorted(_FEATURE_HOOKS)}, for example "
+                "overrides = {'_archive'}."
+            )
+        cls.overrides = frozenset(names)
+
+    @property
+    def features(self) -> StoreFeatures:
+        """What this store can do (``persistence.features``): what it implements, with
+        ``search`` and ``archive`` as ``overrides`` declares."""
+        declared = {feature: hook in self.overrides for hook, feature in _FEATURE_HOOKS.items()}
+        return StoreFeatures.of(self, **declared)
 
     @abstractmethod
     def _fetch(self, thread_id: str, owner_id: str) -> Conversation | None:
@@ -149,79 +185,46 @@ class ModelConversationStore(_OwnerScoped, ABC):
 
     def _find(self, query: ThreadQuery, owner_id: str) -> ThreadPage:
         """The owner's threads matching ``query`` (default: ``filter_threads`` over ``_list``
-        of at most ``GENERIC_SCAN_LIMIT`` threads: titles only). Override with a query."""
+        of at most ``GENERIC_SCAN_LIMIT`` threads: titles only). Override with a query, and
+        name ``"_find"`` in ``overrides``."""
         return filter_threads(self._list(owner_id, GENERIC_SCAN_LIMIT), query)
 
     def _archive(self, thread_id: str, archived: bool, owner_id: str) -> bool:
         """Set the archived flag; ``False`` for a missing thread (default: the store keeps
-        no flag, ``ArchiveUnsupportedError``). Report the flag in ``_list``'s rows."""
+        no flag, ``ArchiveUnsupportedError``). Report the flag in ``_list``'s rows, and name
+        ``"_archive"`` in ``overrides``."""
         raise ArchiveUnsupportedError(
-            f"{type(self).__name__} keeps no archived flag: override _archive() (and report "
-            "ConversationMeta.archived from _list()) to archive threads."
+            f"{type(self).__name__} keeps no archived flag: override _archive() (report "
+            "ConversationMeta.archived from _list(), add '_archive' to overrides) to archive "
+            "threads."
         )
 
-    def _find_sync(self, query: ThreadQuery, request: HttpRequest) -> ThreadPage:
-        owner_id = self._owner(request)
-        return _hook("the conversation list", self._find, query, owner_id)
-
-    def _archive_sync(self, thread_id: str, archived: bool, request: HttpRequest) -> bool:
-        owner_id = self._owner(request)
-        return _hook(f"conversation {thread_id!r}", self._archive, thread_id, archived, owner_id)
-
-    def _load_sync(self, thread_id: str, request: HttpRequest) -> Conversation | None:
-        owner_id = self._owner(request)
-        return _hook(f"conversation {thread_id!r}", self._fetch, thread_id, owner_id)
-
-    def _tree_points_sync(
-        self, thread_id: str, request: HttpRequest
-    ) -> dict[str, BranchPoint] | None:
-        conversation = self._load_sync(thread_id, request)
+    def _branch_points(self, thread_id: str, owner_id: str) -> dict[str, BranchPoint] | None:
+        conversation = self._fetch(thread_id, owner_id)
         return None if conversation is None else branch_points_in(conversation.messages)
 
-    def _tree_activate_sync(self, thread_id: str, message_id: str, request: HttpRequest) -> bool:
-        owner_id = self._owner(request)
-        subject = f"conversation {thread_id!r}"
+    def _activate(self, thread_id: str, message_id: str, owner_id: str) -> bool:
         with write_transaction():
-            conversation = _hook(subject, self._fetch, thread_id, owner_id)
+            conversation = self._fetch(thread_id, owner_id)
             if conversation is None:
                 return False
             found, switched = activate_in(conversation.messages, message_id)
             if switched is not None:
-                _hook(subject, self._store, replace(conversation, messages=switched), owner_id)
+                self._store(replace(conversation, messages=switched), owner_id)
             return found
-
-    def _save_sync(self, conversation: Conversation, request: HttpRequest) -> None:
-        owner_id = self._owner(request)
-        subject = f"conversation {conversation.thread_id!r}"
-        _hook(subject, self._store, conversation, owner_id)
-
-    def _delete_sync(self, thread_id: str, request: HttpRequest) -> None:
-        owner_id = self._owner(request)
-        _hook(f"conversation {thread_id!r}", self._remove, thread_id, owner_id)
-
-    def _list_sync(self, request: HttpRequest, limit: int | None) -> ConversationMetaList:
-        owner_id = self._owner(request)
-        return _hook("the conversation list", self._list, owner_id, limit)
-
-    def _exists_sync(self, thread_id: str, request: HttpRequest) -> bool:
-        owner_id = self._owner(request)
-        return _hook(f"conversation {thread_id!r}", self._exists, thread_id, owner_id)
-
-    def _rename_sync(self, thread_id: str, title: str, request: HttpRequest) -> None:
-        owner_id = self._owner(request)
-        _hook(f"conversation {thread_id!r}", self._rename, thread_id, title, owner_id)
 
     async def load(self, thread_id: str, *, request: HttpRequest) -> Conversation | None:
         """Return the owner's conversation ``thread_id``, or ``None`` (missing or cross-owner)."""
-        return await sync_to_async(self._load_sync)(thread_id, request)
+        return await self._call(f"conversation {thread_id!r}", self._fetch, request, thread_id)
 
     async def save(self, conversation: Conversation, *, request: HttpRequest) -> None:
         """Insert or replace the owner's conversation; ``conversation.owner_id`` is ignored."""
-        await sync_to_async(self._save_sync)(conversation, request)
+        subject = f"conversation {conversation.thread_id!r}"
+        await self._call(subject, self._store, request, conversation)
 
     async def delete(self, thread_id: str, *, request: HttpRequest) -> None:
         """Delete the owner's conversation ``thread_id``; no-op when absent."""
-        await sync_to_async(self._delete_sync)(thread_id, request)
+        await self._call(f"conversation {thread_id!r}", self._remove, request, thread_id)
 
     async def list(self, *, request: HttpRequest, limit: int | None = None) -> ConversationMetaList:
         """Return the owner's conversations as metadata, most recent first.
@@ -229,37 +232,42 @@ class ModelConversationStore(_OwnerScoped, ABC):
         Raises ``ValueError`` for a ``limit`` that is not ``None`` or a positive integer.
         """
         check_limit(limit)
-        return await sync_to_async(self._list_sync)(request, limit)
+        return await self._call(
+            "the conversation list", lambda owner_id: self._list(owner_id, limit), request
+        )
 
     async def exists(self, thread_id: str, *, request: HttpRequest) -> bool:
         """Return whether the owner has conversation ``thread_id``."""
-        return await sync_to_async(self._exists_sync)(thread_id, request)
+        return await self._call(f"conversation {thread_id!r}", self._exists, request, thread_id)
 
     async def rename(self, thread_id: str, title: str, *, request: HttpRequest) -> None:
         """Set the display title of the owner's conversation ``thread_id``."""
-        await sync_to_async(self._rename_sync)(thread_id, title, request)
+        await self._call(f"conversation {thread_id!r}", self._rename, request, thread_id, title)
 
     async def branch_points(
         self, thread_id: str, *, request: HttpRequest
     ) -> dict[str, BranchPoint] | None:
         """The active messages that have siblings, by AG-UI id (``KeepsBranches``): read from
         the stored messages (one ``_fetch``); ``None`` when the owner has no such thread."""
-        return await sync_to_async(self._tree_points_sync)(thread_id, request)
+        subject = f"conversation {thread_id!r}"
+        return await self._call(subject, self._branch_points, request, thread_id)
 
     async def activate(self, thread_id: str, message_id: str, *, request: HttpRequest) -> bool:
         """Make the branch through ``message_id`` active (``KeepsBranches``): one ``_fetch``
         and, unless it already is, one ``_store`` in one transaction. ``False`` (nothing
         written) when the owner's thread has no such message on any branch."""
-        return await sync_to_async(self._tree_activate_sync)(thread_id, message_id, request)
+        subject = f"conversation {thread_id!r}"
+        return await self._call(subject, self._activate, request, thread_id, message_id)
 
     async def find_threads(self, query: ThreadQuery, *, request: HttpRequest) -> ThreadPage:
         """The owner's threads matching ``query`` (``SearchesThreads``), through ``_find``."""
-        return await sync_to_async(self._find_sync)(query, request)
+        return await self._call("the conversation list", self._find, request, query)
 
     async def archive(self, thread_id: str, archived: bool, *, request: HttpRequest) -> bool:
         """Set the archived flag of the owner's ``thread_id`` (``ArchivesThreads``); ``False``
         when it does not exist. ``ArchiveUnsupportedError`` unless ``_archive`` is overridden."""
-        return await sync_to_async(self._archive_sync)(thread_id, archived, request)
+        subject = f"conversation {thread_id!r}"
+        return await self._call(subject, self._archive, request, thread_id, archived)
 
 
 class ModelAttachmentStore(_OwnerScoped, ABC):
@@ -298,40 +306,22 @@ class ModelAttachmentStore(_OwnerScoped, ABC):
                 found[attachment_id] = opened.ref
         return found
 
-    def _refs_sync(
-        self, attachment_ids: Sequence[str], request: HttpRequest
-    ) -> dict[str, AttachmentRef]:
-        owner_id = self._owner(request)
-        return _hook(
-            f"attachments {list(attachment_ids)!r}", self._refs, list(attachment_ids), owner_id
-        )
-
-    def _save_sync(self, upload: UploadedFile[bytes], request: HttpRequest) -> AttachmentRef:
-        owner_id = self._owner(request)
-        return _hook(f"the upload {upload.name!r}", self._save, upload, owner_id)
-
-    def _open_sync(self, attachment_id: str, request: HttpRequest) -> OpenedAttachment | None:
-        owner_id = self._owner(request)
-        return _hook(f"attachment {attachment_id!r}", self._open, attachment_id, owner_id)
-
-    def _delete_sync(self, attachment_id: str, request: HttpRequest) -> None:
-        owner_id = self._owner(request)
-        _hook(f"attachment {attachment_id!r}", self._remove, attachment_id, owner_id)
-
     async def save(self, upload: UploadedFile[bytes], *, request: HttpRequest) -> AttachmentRef:
         """Persist ``upload`` for the request's owner and return its ref."""
-        return await sync_to_async(self._save_sync)(upload, request)
+        return await self._call(f"the upload {upload.name!r}", self._save, request, upload)
 
     async def open(self, attachment_id: str, *, request: HttpRequest) -> OpenedAttachment | None:
         """Open the owner's attachment, or ``None`` (missing or cross-owner)."""
-        return await sync_to_async(self._open_sync)(attachment_id, request)
+        subject = f"attachment {attachment_id!r}"
+        return await self._call(subject, self._open, request, attachment_id)
 
     async def delete(self, attachment_id: str, *, request: HttpRequest) -> None:
         """Delete the owner's attachment ``attachment_id``; no-op when absent."""
-        await sync_to_async(self._delete_sync)(attachment_id, request)
+        await self._call(f"attachment {attachment_id!r}", self._remove, request, attachment_id)
 
     async def refs(
         self, attachment_ids: Sequence[str], *, request: HttpRequest
     ) -> dict[str, AttachmentRef]:
         """The owner's refs among ``attachment_ids``, by id (one worker-thread hop)."""
-        return await sync_to_async(self._refs_sync)(attachment_ids, request)
+        wanted = list(attachment_ids)
+        return await self._call(f"attachments {wanted!r}", self._refs, request, wanted)

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -57,7 +56,8 @@ from django_pydantic_agent.chat_history.records import (
     detached,
     update_fields,
 )
-from django_pydantic_agent.chat_history.repositories import NestedRecordWrites, TaskScope
+from django_pydantic_agent.chat_history.repositories import NestedRecordWrites
+from django_pydantic_agent.chat_history.transactions import NestedTransaction, TaskScope
 from django_pydantic_agent.persistence.base import (
     Conversation,
     ConversationStore,
@@ -119,10 +119,6 @@ class _Thread:
             if message.message_uuid == message_uuid:
                 return message
         return None
-
-
-def _copy(message: Message) -> Message:
-    return detached(message)  # its private values (sequence id, created at) included
 
 
 class _Conversations:
@@ -338,11 +334,12 @@ class ConversationChatRepository:
         return thread.chat.model_copy(deep=True)
 
 
-class ConversationMessageRepository(NestedRecordWrites):
+class ConversationMessageRepository(NestedTransaction, NestedRecordWrites):
     """A ``MessageRepositoryLike`` keeping each loaded conversation in memory.
 
     Writes are saved with ``store.save`` at the exit of ``transaction()`` (one save per chat
-    changed inside it), or at once outside a transaction.
+    changed inside it), or at once outside a transaction. A block that raises restores the
+    records and saves none; a save that fails keeps them, for the next flush to save again.
     """
 
     tool_call_class = ToolCall
@@ -350,39 +347,32 @@ class ConversationMessageRepository(NestedRecordWrites):
 
     def __init__(self, state: _Conversations) -> None:
         self._state = state
+        self._scope = state.scope
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        """Save the chats changed inside the block at its exit; a raise restores and saves none."""
+    def _begin(self) -> dict[uuid.UUID, tuple[list[Message], Any, Any]]:
+        self._state.dirty = set()
+        return {
+            key: (
+                list(map(detached, thread.messages)),
+                copy.deepcopy(thread.extras),
+                copy.deepcopy(thread.branches),
+            )
+            for key, thread in self._state.threads.items()
+        }
+
+    def _restore(self, snapshot: dict[uuid.UUID, tuple[list[Message], Any, Any]]) -> None:
+        self._state.dirty = None
+        for key, thread in self._state.threads.items():
+            if key in snapshot:
+                thread.messages, thread.extras, thread.branches = snapshot[key]
+
+    async def _commit(self, snapshot: object) -> None:
         state = self._state
-        if state.scope.joined and state.dirty is not None:
-            yield  # nested: the outermost block saves
-            return
-        async with state.scope.hold():
-            snapshot = {
-                key: (
-                    list(map(_copy, thread.messages)),
-                    copy.deepcopy(thread.extras),
-                    copy.deepcopy(thread.branches),
-                )
-                for key, thread in state.threads.items()
-            }
-            state.dirty = set()
-            try:
-                yield
-            except BaseException:
-                for key, thread in list(state.threads.items()):
-                    if key in snapshot:
-                        thread.messages, thread.extras, thread.branches = snapshot[key]
-                raise
-            else:
-                dirty, state.dirty = state.dirty, None
-                for chat_uuid in dirty:
-                    changed = state.threads.get(chat_uuid)
-                    if changed is not None:
-                        await state.save(changed)
-            finally:
-                state.dirty = None
+        dirty, state.dirty = state.dirty or set(), None
+        for chat_uuid in dirty:
+            changed = state.threads.get(chat_uuid)
+            if changed is not None:
+                await state.save(changed)
 
     async def start_branch(self, chat_uuid: uuid.UUID, at: uuid.UUID) -> None:
         """Start a branch at record ``at``: it and the records after it leave the active
@@ -438,7 +428,7 @@ class ConversationMessageRepository(NestedRecordWrites):
         message._created_at = datetime.now(UTC).isoformat()
         thread.messages.append(message)
         await state.changed(thread)
-        return _copy(message)
+        return detached(message)
 
     async def update_message(
         self, message_uuid: uuid.UUID, update: MessageUpdate
@@ -449,12 +439,12 @@ class ConversationMessageRepository(NestedRecordWrites):
             return None
         thread, message = found
         if update_fields(update):
-            staged = _copy(message)
+            staged = detached(message)
             apply_update(staged, update)
             thread.messages[thread.messages.index(message)] = staged
             message = staged
             await self._state.changed(thread)
-        return _copy(message)
+        return detached(message)
 
     async def _append_child(self, attribute: str, record_class: type[Any], data: BaseModel) -> Any:
         parent_uuid: uuid.UUID = getattr(data, "message_uuid")  # noqa: B009
@@ -488,7 +478,7 @@ class ConversationMessageRepository(NestedRecordWrites):
     async def get_message(self, message_uuid: uuid.UUID) -> Message | None:
         """A message by uuid, or ``None``."""
         found = await self._state.by_message(message_uuid)
-        return None if found is None else _copy(found[1])
+        return None if found is None else detached(found[1])
 
     async def get_message_by_agui_id(self, chat_uuid: uuid.UUID, agui_id: str) -> Message | None:
         """The chat's first message with this AG-UI id, or ``None``."""
@@ -497,7 +487,7 @@ class ConversationMessageRepository(NestedRecordWrites):
             return None
         for message in thread.messages:
             if message.agui_id == agui_id:
-                return _copy(message)
+                return detached(message)
         return None
 
     async def get_tool_call_by_agui_id(
@@ -515,7 +505,7 @@ class ConversationMessageRepository(NestedRecordWrites):
     async def get_chat_messages(self, chat_uuid: uuid.UUID) -> Sequence[Message]:
         """Every message of the chat in order (``[]`` for an unknown chat)."""
         thread = await self._state.by_chat(chat_uuid)
-        return [] if thread is None else [_copy(m) for m in thread.messages]
+        return [] if thread is None else [detached(m) for m in thread.messages]
 
     async def get_last_messages(self, chat_uuids: list[uuid.UUID]) -> dict[uuid.UUID, Message]:
         """The latest message of each given chat that has one."""
@@ -523,7 +513,7 @@ class ConversationMessageRepository(NestedRecordWrites):
         for chat_uuid in chat_uuids:
             thread = await self._state.by_chat(chat_uuid)
             if thread is not None and thread.messages:
-                result[chat_uuid] = _copy(thread.messages[-1])
+                result[chat_uuid] = detached(thread.messages[-1])
         return result
 
 

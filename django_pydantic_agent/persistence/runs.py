@@ -37,6 +37,7 @@ __all__ = [
     "CacheRunStore",
     "HandOverRunStore",
     "HeldRun",
+    "KeepsRunsInCache",
     "ResumableRunStore",
     "RunRecord",
     "RunStatus",
@@ -153,6 +154,14 @@ class RunStore(Protocol):
     async def sweep(self, *, lease: float = DEFAULT_LEASE_SECONDS) -> list[RunRecord]:
         """Finalise stale runs as ``errored`` and return them."""
         ...
+
+
+@runtime_checkable
+class KeepsRunsInCache(Protocol):
+    """Optional: a run store whose records live in a Django cache names its ``alias``
+    (``CacheRunStore``), which the system checks then require every worker to share."""
+
+    alias: str
 
 
 @runtime_checkable

@@ -20,11 +20,12 @@ from django_pydantic_agent.persistence.base import (
 )
 from django_pydantic_agent.persistence.branching import (
     BranchPoint,
-    ForksThreads,
     KeepsBranches,
     activate_branch,
-    fork_messages,
+    fork_into,
 )
+from django_pydantic_agent.persistence.features import StoreFeatures, store_features
+from django_pydantic_agent.persistence.feedback import Feedback, RatesMessages, thread_feedback
 from django_pydantic_agent.persistence.listing import (
     ThreadPage,
     ThreadQuery,
@@ -108,9 +109,10 @@ class ScopedConversationStore:
     threads. Owner scoping stays the inner store's job: this partitions endpoints, not users.
 
     ``limit`` is applied by the inner store before the scope filter, so a busy sibling scope
-    can crowd rows out of a page. ``persistent`` mirrors the inner store's. ``repositories``
-    forwards the inner store's chat-history repositories with the prefix applied to thread
-    ids both ways (the generic adapter when the inner store has none).
+    can crowd rows out of a page. ``persistent`` and ``features`` are the inner store's: a
+    scope offers what the store it wraps can do. ``repositories`` forwards the inner store's
+    chat-history repositories with the prefix applied to thread ids both ways (the generic
+    adapter when the inner store has none).
 
     Raises ``ValueError`` for an empty scope or one containing ``:``, ``TypeError`` when
     ``inner`` is not a ``ConversationStore``.
@@ -155,6 +157,11 @@ class ScopedConversationStore:
     def persistent(self) -> bool:
         """Whether the inner store keeps anything."""
         return is_persistent(self._inner)
+
+    @property
+    def features(self) -> StoreFeatures:
+        """What the inner store can do (``store_features``)."""
+        return store_features(self._inner)
 
     def _key(self, thread_id: str) -> str:
         return f"{self._prefix}{thread_id}"
@@ -222,17 +229,23 @@ class ScopedConversationStore:
     async def fork(
         self, thread_id: str, message_id: str, new_thread_id: str, *, request: HttpRequest
     ) -> bool:
-        """Fork this scope's thread into this scope's ``new_thread_id``."""
-        if implements(self._inner, ForksThreads):
-            return await self._inner.fork(
-                self._key(thread_id), message_id, self._key(new_thread_id), request=request
-            )
-        conversation = await self.load(thread_id, request=request)
-        kept = None if conversation is None else fork_messages(conversation.messages, message_id)
-        if kept is None:
+        """Fork this scope's thread into this scope's ``new_thread_id`` (``fork_into``)."""
+        return await fork_into(
+            self._inner, self._key(thread_id), message_id, self._key(new_thread_id), request=request
+        )
+
+    async def rate(
+        self, thread_id: str, message_id: str, feedback: Feedback, *, request: HttpRequest
+    ) -> bool:
+        """Set the feedback on a message of this scope's thread (``False`` when the inner store
+        keeps none: ``features.feedback`` says so first)."""
+        if not implements(self._inner, RatesMessages):
             return False
-        await self.save(Conversation(thread_id=new_thread_id, messages=kept), request=request)
-        return True
+        return await self._inner.rate(self._key(thread_id), message_id, feedback, request=request)
+
+    async def ratings(self, thread_id: str, *, request: HttpRequest) -> dict[str, Feedback]:
+        """The feedback on this scope's thread (``thread_feedback``)."""
+        return await thread_feedback(self._inner, self._key(thread_id), request=request)
 
     async def export(self, thread_id: str, *, request: HttpRequest) -> dict[str, Any] | None:
         """This scope's thread as an export document (``persistence.transfer``)."""

@@ -10,10 +10,10 @@ The document (``FORMAT``, version 1)::
 of the message it follows, ``null`` for a first message); the ``active`` ones are the active
 branch. ``record`` is the chat-history record (role, content, status, run id, tool calls,
 reasoning steps, the wire message's other keys such as attachment references), ``wire`` the
-AG-UI messages ``load`` returns for it. A store that keeps records and branches exports them
-all (``ExportsThreads``); any other store exports as ``wire`` only (``export_thread``): every
-branch it keeps in its messages (``persistence.message_tree``: the session store and
-``Model*`` stores), which its import makes again (``import_thread``).
+AG-UI messages ``load`` returns for it. This module reads and writes the format for every
+store: one that keeps records (``ExportsThreads``) hands its tree to ``export_document`` and
+writes what ``records_of`` and ``entries_tree`` read; any other exports every branch kept in
+its messages as ``wire`` only (``export_thread``, ``import_thread``; ``message_tree``).
 
 ``check_document`` validates a whole document before anything is written and raises
 ``ImportProblem`` naming the first problem. An import never trusts what the file says about
@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from django_pydantic_agent.chat_history.protocols import implements
+from django_pydantic_agent.chat_history.tree import Tree
 from django_pydantic_agent.persistence.base import Conversation
-from django_pydantic_agent.persistence.derive import message_text
-from django_pydantic_agent.persistence.message_tree import document_messages, export_entries
+from django_pydantic_agent.persistence.branching import thread_title
+from django_pydantic_agent.persistence.derive import written_text
+from django_pydantic_agent.persistence.feedback import FeedbackError, read_feedback
+from django_pydantic_agent.persistence.message_tree import flatten, nest
 
 if TYPE_CHECKING:
     from django.http import HttpRequest
@@ -49,14 +53,20 @@ __all__ = [
     "ExportsThreads",
     "ImportProblem",
     "active_wire",
+    "attachment_holders",
     "check_document",
     "document_bytes",
+    "entries_tree",
+    "export_document",
     "export_thread",
     "import_thread",
     "markdown",
+    "nested_messages",
     "records_of",
     "render_record",
 ]
+
+K = TypeVar("K")
 
 FORMAT = "django-pydantic-agent.thread"
 VERSION = 1
@@ -70,6 +80,8 @@ _STOPPED = "interrupted"
 #: The keys a record's identity is in: an export leaves them out, an import never takes them
 #: from the file (it gives each record new ones).
 IDENTITY_KEYS = frozenset({"message_uuid", "chat_uuid"})
+#: What an exported record leaves out: its identity, and the wire copy a store keeps beside it.
+_NOT_EXPORTED = IDENTITY_KEYS | {"wire", "wire_fingerprint"}
 
 
 #: The ``ImportProblem`` (and the import route's 400) for a document that is not a JSON object.
@@ -108,7 +120,7 @@ def check_document(document: Any) -> dict[str, Any]:
     or a ``wire`` list of objects; that the active messages form one path from a first
     message down (each active message's parent active, at most one active child each); and
     the optional ``summaries`` (compaction summaries, each naming the index of the last
-    message it stands for as ``through``).
+    message it stands for as ``through``) and ``feedback`` (by message id).
     """
     if not isinstance(document, dict):
         raise ImportProblem(NOT_A_DOCUMENT)
@@ -159,7 +171,23 @@ def check_document(document: Any) -> dict[str, Any]:
     if not any(active):
         raise ImportProblem("No message is active; mark the branch to show as active.")
     _check_summaries(document.get("summaries"), len(messages))
+    _check_feedback(document.get("feedback"))
     return document
+
+
+def _check_feedback(feedback: Any) -> None:
+    """The optional ``feedback``: ``{message id: {"rating", "comment"}}`` (``read_feedback``)."""
+    if feedback is None:
+        return
+    if not isinstance(feedback, dict) or len(feedback) > MAX_IMPORTED_MESSAGES:
+        raise ImportProblem("feedback must be an object of message ids to {rating, comment}.")
+    for message_id, value in feedback.items():
+        if not message_id or len(message_id) > 255:
+            raise ImportProblem("feedback names a message id of 1 to 255 characters.")
+        try:
+            read_feedback(value)
+        except FeedbackError as exc:
+            raise ImportProblem(f"feedback.{message_id}: {exc}") from None
 
 
 def _check_summaries(summaries: Any, count: int) -> None:
@@ -185,17 +213,20 @@ def _check_summaries(summaries: Any, count: int) -> None:
                 raise ImportProblem(f"summaries.{index} has a {key} that is not a string.")
 
 
-def render_record(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The wire messages of an exported record (``ValueError`` when it is not a record)."""
+def _record(fields: dict[str, Any], chat_uuid: uuid.UUID) -> Message:
+    """The record an export holds (its identity keys ignored) in the chat ``chat_uuid``."""
     from django_pydantic_agent.chat_history import Message
     from django_pydantic_agent.chat_history.records import WIRE_CONTEXT
+
+    kept = {k: v for k, v in fields.items() if k not in IDENTITY_KEYS}
+    return Message.model_validate({**kept, "chat_uuid": chat_uuid}, context=dict(WIRE_CONTEXT))
+
+
+def render_record(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The wire messages of an exported record (``ValueError`` when it is not a record)."""
     from django_pydantic_agent.persistence.wire import records_to_wire
 
-    fields = {k: v for k, v in record.items() if k not in IDENTITY_KEYS}
-    message = Message.model_validate(
-        {**fields, "chat_uuid": uuid.uuid4()}, context=dict(WIRE_CONTEXT)
-    )
-    return records_to_wire([message])
+    return records_to_wire([_record(record, uuid.uuid4())])
 
 
 def records_of(document: dict[str, Any], chat_uuid: uuid.UUID) -> list[Message]:
@@ -204,8 +235,6 @@ def records_of(document: dict[str, Any], chat_uuid: uuid.UUID) -> list[Message]:
     a record that is not one)."""
     from pydantic import ValidationError
 
-    from django_pydantic_agent.chat_history import Message
-    from django_pydantic_agent.chat_history.records import WIRE_CONTEXT
     from django_pydantic_agent.persistence.wire import wire_to_records
 
     records = []
@@ -221,10 +250,7 @@ def records_of(document: dict[str, Any], chat_uuid: uuid.UUID) -> list[Message]:
                     )
                 message = read[0]
             else:
-                fields = {k: v for k, v in record.items() if k not in IDENTITY_KEYS}
-                message = Message.model_validate(
-                    {**fields, "chat_uuid": chat_uuid}, context=dict(WIRE_CONTEXT)
-                )
+                message = _record(record, chat_uuid)
         except ValidationError as exc:
             where = ".".join(str(p) for p in exc.errors()[0]["loc"]) or "(record)"
             raise ImportProblem(
@@ -246,17 +272,69 @@ def records_of(document: dict[str, Any], chat_uuid: uuid.UUID) -> list[Message]:
     return records
 
 
+def _wire(entry: dict[str, Any], render: Any = render_record) -> list[Any]:
+    """A document entry's wire messages (``render(record)`` for one exported without)."""
+    wire = entry.get("wire")
+    if wire is None and render is not None:
+        wire = render(entry["record"])
+    return list(wire or [])
+
+
 def active_wire(document: dict[str, Any], render: Any = render_record) -> list[Any]:
     """The wire messages of the document's active branch, in order (``render(record)`` gives
     those of a message exported without ``wire``)."""
-    found: list[Any] = []
-    for entry in document["messages"]:
-        if entry["active"]:
-            wire = entry.get("wire")
-            if wire is None and render is not None:
-                wire = render(entry["record"])
-            found.extend(wire or [])
-    return found
+    return [m for entry in document["messages"] if entry["active"] for m in _wire(entry, render)]
+
+
+def export_document(
+    tree: Tree[K],
+    *,
+    title: str,
+    wire: Callable[[K], list[Any]],
+    record: Callable[[K], Message] | None = None,
+    order: Iterable[K] | None = None,
+    times: Mapping[str, str] | None = None,
+    runs: Sequence[dict[str, Any]] = (),
+    summaries: Sequence[tuple[K, dict[str, Any]]] | None = None,
+) -> dict[str, Any]:
+    """A version-1 document of ``tree`` (``Tree.shape`` in ``order``): each message's parent
+    index, whether it is active, its ``record`` (without its identity or a wire copy kept
+    beside it; left out without ``record``) and ``wire``. ``times`` (``createdAt``,
+    ``updatedAt``) go before the messages; ``summaries`` are ``(the key of the last message
+    each stands for, the rest)``, kept when that message is exported."""
+    shape = tree.shape(order)
+    messages: list[dict[str, Any]] = []
+    for key, parent, active in shape:
+        entry: dict[str, Any] = {"parent": parent, "active": active}
+        if record is not None:
+            entry["record"] = record(key).model_dump(mode="json", exclude=set(_NOT_EXPORTED))
+        entry["wire"] = wire(key)
+        messages.append(entry)
+    document = {"format": FORMAT, "version": VERSION, "title": title, **(times or {})}
+    document.update(messages=messages, runs=list(runs))
+    if summaries is not None:
+        index = {key: i for i, (key, _, _) in enumerate(shape)}
+        document["summaries"] = [
+            {"through": index[key], **rest} for key, rest in summaries if key in index
+        ]
+    return document
+
+
+def entries_tree(document: dict[str, Any]) -> Tree[int]:
+    """The tree of a checked document's messages, keyed by index; its active branch is the
+    document's (``check_document``: one path from a first message down)."""
+    return Tree.of(
+        (index, entry.get("parent"), "", entry["active"])
+        for index, entry in enumerate(document["messages"])
+    )
+
+
+def nested_messages(document: dict[str, Any], wire_of: Callable[[int], list[Any]]) -> list[Any]:
+    """What a store that keeps branches in its messages saves of a checked document: its
+    active branch, continued down the newest branch below its last active message, the other
+    branches inside it (``message_tree.nest``); ``wire_of(index)`` gives a message's wire."""
+    tree = entries_tree(document)
+    return nest(tree, wire_of, tree.path(tree.active[-1]))
 
 
 async def export_thread(
@@ -270,18 +348,9 @@ async def export_thread(
     conversation = await store.load(thread_id, request=request)
     if conversation is None:
         return None
-    title = ""
-    for meta in await store.list(request=request):
-        if meta.thread_id == thread_id:
-            title = meta.title
-            break
-    return {
-        "format": FORMAT,
-        "version": VERSION,
-        "title": title,
-        "messages": export_entries(conversation.messages),
-        "runs": [],
-    }
+    title = await thread_title(store, thread_id, request=request)
+    flat = flatten(conversation.messages)
+    return export_document(flat.tree, title=title, wire=lambda key: [flat.messages[key]])
 
 
 def _stopped(wire: list[Any]) -> list[Any]:
@@ -300,27 +369,54 @@ async def import_thread(
     render: Any = render_record,
 ) -> None:
     """Create the owner's thread ``thread_id`` from a checked ``document``: the store's own
-    import (``ExportsThreads``), else a ``save`` and a ``rename``: the active branch, with
-    the other branches kept inside its messages (``message_tree.document_messages``)."""
+    import (``ExportsThreads``), else a ``save`` (``nested_messages``) and a ``rename``."""
     if implements(store, ExportsThreads):
         await store.import_document(document, thread_id, request=request)
         return
 
-    def wire_of(entry: Any) -> list[Any]:
-        wire = entry.get("wire")
-        return _stopped(list(wire if wire is not None else render(entry["record"])))
-
-    messages = document_messages(document["messages"], wire_of)
+    messages = nested_messages(document, lambda i: _stopped(_wire(document["messages"][i], render)))
     await store.save(Conversation(thread_id=thread_id, messages=messages), request=request)
     if document.get("title"):
         await store.rename(thread_id, document["title"], request=request)
 
 
+def attachment_holders(document: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(where, holder)`` of every ``attachments`` list of a checked document's messages:
+    in each record's ``wire_extra`` and each wire message, top level or in ``metadata``."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for index, entry in enumerate(document["messages"]):
+        record = entry.get("record")
+        candidates: list[tuple[str, Any]] = []
+        if isinstance(record, dict):
+            candidates.append((f"messages.{index}.record.wire_extra", record.get("wire_extra")))
+        for number, wire in enumerate(entry.get("wire") or ()):
+            candidates.append((f"messages.{index}.wire.{number}", wire))
+        for where, message in candidates:
+            if not isinstance(message, dict):
+                continue
+            metadata = message.get("metadata")
+            for name, holder in (("", message), (".metadata", metadata)):
+                if isinstance(holder, dict) and holder.get("attachments") is not None:
+                    found.append((f"{where}{name}.attachments", holder))
+    return found
+
+
 _LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool", "reasoning": "Reasoning"}
 
 
+def _fence(text: str) -> str:
+    """A backtick fence longer than any run of backticks in ``text``, so it cannot close early."""
+    longest = 0
+    run = 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    return "`" * max(3, longest + 1)
+
+
 def markdown(document: dict[str, Any], render: Any = render_record) -> str:
-    """The active branch of an exported document as readable Markdown."""
+    """The active branch of an exported document as Markdown: each message's text as it was
+    written (tables, code fences, lists and line breaks kept), under its role."""
     lines = [f"# {document.get('title') or 'Conversation'}", ""]
     others = sum(1 for m in document["messages"] if not m["active"])
     if others:
@@ -330,7 +426,7 @@ def markdown(document: dict[str, Any], render: Any = render_record) -> str:
             continue
         role = str(message.get("role") or "message")
         label = _LABELS.get(role, role.capitalize())
-        text = message_text(message)
+        text = written_text(message).strip()
         if role == "reasoning":
             lines += [f"> **{label}:** " + text.replace("\n", "\n> "), ""]
             continue
@@ -338,12 +434,14 @@ def markdown(document: dict[str, Any], render: Any = render_record) -> str:
         for call in message.get("toolCalls") or ():
             function = call.get("function") if isinstance(call, dict) else None
             if isinstance(function, dict):
+                arguments = str(function.get("arguments") or "")
+                fence = _fence(arguments)
                 lines += [
                     f"Tool call `{function.get('name')}`:",
                     "",
-                    "```json",
-                    str(function.get("arguments") or ""),
-                    "```",
+                    f"{fence}json",
+                    arguments,
+                    fence,
                     "",
                 ]
         for ref in message.get("attachments") or ():

@@ -1,53 +1,31 @@
-"""Chat-history records ↔ the AG-UI wire messages a ``ConversationStore`` keeps.
+"""AG-UI wire messages a ``ConversationStore`` keeps → chat-history records.
 
-``records_to_wire`` turns a chat's ``Message`` records into ``Conversation.messages`` (AG-UI
-wire messages: camelCase, no nulls, ids as streamed); ``wire_to_records`` reads them back.
-The pair round-trips every field of the records. One record becomes, in live order, its
-reasoning steps (``role: "reasoning"``), the message itself and one ``role: "tool"`` message
-per tool call that has a result.
-
-Bookkeeping travels in extra keys, which AG-UI clients ignore and the thread route returns:
-
-- ``status``: ``complete`` / ``active`` / ``interrupted`` / ``errored``, on every message
-  written from a record (on a tool message: its call's status); a message without it, as a
-  client posted it, reads as ``complete``.
-- ``runId``: the run that wrote the record, when known.
-- ``error``: the record's error text, when set (a tool message's AG-UI ``error`` is its call's).
-- ``chatHistory``: everything else, an object: ``uuid`` (the record's uuid), ``inProgress``,
-  ``timestamp`` / ``createdAt``, and when set ``step``, ``runOutcome``, ``text`` (the flattened
-  text beside list content), ``name`` (of a reasoning step), ``aguiId`` / ``toolCallId`` /
-  ``resultMessageId`` (only when they differ from the wire id; ``""`` stands for none), and on
-  an assistant message ``toolCalls``: one object per entry of the AG-UI ``toolCalls``, with
-  the call's ``uuid``, ``status``, ``inProgress``, ``createdAt``, ``hasResult`` and when set
-  ``runId``, ``error``, ``role``.
-- ``chatBranches`` / ``chatRootBranches``: the other branches a load/save store keeps
-  (``persistence.message_tree``); the adapter reads and writes them, these functions never do
-  (a record's ``wire_extra`` cannot carry them).
-
-Every other key of a message (``attachments``, ``metadata``...) is a record's ``wire_extra``:
-``wire_to_records`` reads it into the record and ``records_to_wire`` writes it out again.
-
-Messages without ``chatHistory`` (written by a client-posted save, another transport or an
-older version) are read too: each becomes a complete record with a deterministic uuid, and a
-tool message answers the call with its ``toolCallId``.
-
-Nothing is rewritten that did not change: ``wire_to_records`` returns, per record, the stored
-messages it was read from and a fingerprint of the record as read; ``records_to_wire`` writes
-those messages back verbatim while the record's fingerprint is unchanged, and converts it
-(keeping its unmanaged keys, such as ``attachments``, and those of the record's
-``wire_extra``) once a run has changed it.
+``wire_to_records`` reads what ``records_to_wire`` (``chat_history.agui_messages``, the one
+conversion of records to AG-UI messages, re-exported here) wrote, bookkeeping included: the
+pair round-trips every field of the records. A message without ``chatHistory`` (a client's
+save, another transport, an older version) becomes a complete record with a deterministic
+uuid, a tool message the result of the call with its ``toolCallId``. Per record it returns
+the stored messages it was read from and a fingerprint of the record as read, so
+``records_to_wire`` writes them back verbatim until a run changes the record.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
+from django_pydantic_agent.chat_history.agui_messages import (
+    BOOKKEEPING_KEY,
+    BRANCHES_KEY,
+    MANAGED_KEYS,
+    ROOT_BRANCHES_KEY,
+    record_fingerprint,
+    records_to_wire,
+    tool_call_id,
+)
 from django_pydantic_agent.chat_history.keys import emitter_for_role
 from django_pydantic_agent.chat_history.records import (
     Message,
@@ -71,36 +49,6 @@ __all__ = [
     "wire_to_records",
 ]
 
-BOOKKEEPING_KEY: Final[str] = "chatHistory"
-"""The extra key of a stored wire message holding its record bookkeeping."""
-
-BRANCHES_KEY: Final[str] = "chatBranches"
-"""The key of a stored main message holding its children's other branches
-(``persistence.message_tree``)."""
-
-ROOT_BRANCHES_KEY: Final[str] = "chatRootBranches"
-"""The key of a thread's first stored main message holding the other first branches."""
-
-MANAGED_KEYS: Final[frozenset[str]] = frozenset(
-    {
-        "id",
-        "role",
-        "content",
-        "name",
-        "toolCalls",
-        "toolCallId",
-        "encryptedValue",
-        "activityType",
-        "status",
-        "runId",
-        "error",
-        BOOKKEEPING_KEY,
-        BRANCHES_KEY,
-        ROOT_BRANCHES_KEY,
-    }
-)
-"""The keys ``records_to_wire`` writes; any other key of a message is the caller's."""
-
 _BRANCH_KEYS: Final[frozenset[str]] = frozenset({BRANCHES_KEY, ROOT_BRANCHES_KEY})
 
 
@@ -116,14 +64,9 @@ def strip_branches(messages: Sequence[Any]) -> list[Any]:
 
 
 _COMPLETE = MessageStatus.COMPLETE.value
-_NO_ID = ""  # a bookkeeping id of "" means the record field is None
 _WIRE_UUID_NAMESPACE: Final[uuid.UUID] = uuid.uuid5(
     uuid.NAMESPACE_URL, "django-pydantic-agent:wire-message"
 )
-
-
-def _iso(value: datetime) -> str:
-    return value.isoformat()
 
 
 _UNKNOWN_TIME: Final[datetime] = datetime(1970, 1, 1, tzinfo=UTC)
@@ -155,201 +98,6 @@ def _id_field(book: Mapping[str, Any], key: str, wire_id: str) -> str | None:
         return wire_id
     value = book[key]
     return value if isinstance(value, str) and value else None
-
-
-def _put_id(book: dict[str, Any], key: str, value: str | None, wire_id: str) -> None:
-    if value != wire_id:
-        book[key] = value if value is not None else _NO_ID
-
-
-_VOLATILE: Final[dict[str, Any]] = {
-    "message_uuid": True,
-    "chat_uuid": True,
-    "v": True,
-    "emitter_type": True,
-    "emitter_id": True,
-    "wire": True,
-    "wire_fingerprint": True,
-    "tool_calls": {"__all__": {"uuid"}},
-    "reasonings": {"__all__": {"uuid"}},
-}
-
-
-def record_fingerprint(message: Message) -> str:
-    """A digest of what ``message`` holds, ignoring its uuids and where it is stored.
-
-    Equal for a record and its copy written to any backend and read back, so it tells whether
-    a run changed the record since it was read.
-    """
-    dumped = message.model_dump(mode="json", exclude=_VOLATILE)
-    raw = json.dumps(dumped, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(raw.encode("utf-8")).hexdigest()
-
-
-def _common(record: Message | ToolCall | Reasoning) -> dict[str, Any]:
-    data: dict[str, Any] = {"status": record.status}
-    if record.run_id is not None:
-        data["runId"] = record.run_id
-    return data
-
-
-# -- records → wire ------------------------------------------------------------------------
-
-
-def _reasoning_wire(step: Reasoning) -> dict[str, Any]:
-    wire_id = step.agui_id or str(step.uuid)
-    book: dict[str, Any] = {
-        "uuid": str(step.uuid),
-        "inProgress": step.in_progress,
-        "createdAt": _iso(step.created_at),
-    }
-    _put_id(book, "aguiId", step.agui_id, wire_id)
-    if step.name:
-        book["name"] = step.name
-    if step.role != Role.REASONING.value:
-        book["role"] = step.role
-    wire: dict[str, Any] = {"id": wire_id, "role": "reasoning", "content": step.content}
-    if step.encrypted_value is not None:
-        wire["encryptedValue"] = step.encrypted_value
-    wire.update(_common(step))
-    if step.error is not None:
-        wire["error"] = step.error
-    wire[BOOKKEEPING_KEY] = book
-    return wire
-
-
-def _call_id(call: ToolCall) -> str:
-    return call.tool_call_id or call.agui_id or str(call.uuid)
-
-
-def _call_entry(call: ToolCall) -> tuple[dict[str, Any], dict[str, Any]]:
-    wire_id = _call_id(call)
-    entry: dict[str, Any] = {
-        "id": wire_id,
-        "type": "function",
-        "function": {"name": call.name, "arguments": call.arguments},
-    }
-    if call.encrypted_value is not None:
-        entry["encryptedValue"] = call.encrypted_value
-    book: dict[str, Any] = {
-        "uuid": str(call.uuid),
-        "inProgress": call.in_progress,
-        "createdAt": _iso(call.created_at),
-        "hasResult": call.has_result,
-        **_common(call),
-    }
-    _put_id(book, "aguiId", call.agui_id, wire_id)
-    _put_id(book, "toolCallId", call.tool_call_id, wire_id)
-    if call.error is not None:
-        book["error"] = call.error
-    if call.role != Role.TOOL.value:
-        book["role"] = call.role
-    return entry, book
-
-
-def _has_result(call: ToolCall) -> bool:
-    return (
-        call.has_result
-        or bool(call.content)
-        or call.result_message_id is not None
-        or bool(call.content_parts)
-    )
-
-
-def _result_wire(call: ToolCall) -> dict[str, Any]:
-    call_id = _call_id(call)
-    wire_id = call.result_message_id or call_id
-    book: dict[str, Any] = {"uuid": str(call.uuid)}
-    _put_id(book, "resultMessageId", call.result_message_id, wire_id)
-    wire: dict[str, Any] = {"id": wire_id, "role": "tool", "toolCallId": call_id}
-    if call.content_parts:
-        wire["content"] = call.content_parts
-        book["text"] = call.content
-    else:
-        wire["content"] = call.content
-    if call.error is not None:
-        wire["error"] = call.error
-    if call.result_encrypted_value is not None:
-        wire["encryptedValue"] = call.result_encrypted_value
-    wire.update(_common(call))
-    wire[BOOKKEEPING_KEY] = book
-    return wire
-
-
-def _anchor_book(message: Message, wire_id: str) -> dict[str, Any]:
-    book: dict[str, Any] = {
-        "uuid": str(message.message_uuid),
-        "inProgress": message.in_progress,
-        "timestamp": _iso(message.timestamp),
-    }
-    _put_id(book, "aguiId", message.agui_id, wire_id)
-    if message.step is not None:
-        book["step"] = message.step
-    if message.run_outcome:
-        book["runOutcome"] = message.run_outcome
-    if message.content_parts:
-        book["text"] = message.content
-    return book
-
-
-def _message_wire(message: Message, extra: Mapping[str, Any]) -> list[dict[str, Any]]:
-    wire_id = message.agui_id or str(message.message_uuid)
-    kept = {**(message.wire_extra or {}), **extra}
-    anchor: dict[str, Any] = {k: v for k, v in kept.items() if k not in MANAGED_KEYS}
-    anchor.update(id=wire_id, role=message.role)
-    book = _anchor_book(message, wire_id)
-    out: list[dict[str, Any]] = []
-    if message.role == "activity":
-        anchor["activityType"] = message.activity_type or ""
-        anchor["content"] = message.activity_content or {}
-    elif message.role in (Role.USER.value, Role.SYSTEM.value, Role.DEVELOPER.value):
-        anchor["content"] = message.content_parts or message.content
-    else:
-        out.extend(_reasoning_wire(step) for step in message.reasonings)
-        if message.content:
-            anchor["content"] = message.content
-        entries = [_call_entry(call) for call in message.tool_calls]
-        if entries:
-            anchor["toolCalls"] = [entry for entry, _ in entries]
-            book["toolCalls"] = [call_book for _, call_book in entries]
-        if message.content_parts:
-            anchor["content"] = message.content_parts
-    if message.name:
-        anchor["name"] = message.name
-    if message.encrypted_value is not None:
-        anchor["encryptedValue"] = message.encrypted_value
-    anchor.update(_common(message))
-    if message.error is not None:
-        anchor["error"] = message.error
-    anchor[BOOKKEEPING_KEY] = book
-    out.append(anchor)
-    if message.role not in ("activity", Role.USER.value, Role.SYSTEM.value, Role.DEVELOPER.value):
-        out.extend(_result_wire(call) for call in message.tool_calls if _has_result(call))
-    return out
-
-
-def records_to_wire(
-    messages: Sequence[Message],
-    extras: Mapping[uuid.UUID, Mapping[str, Any]] | None = None,
-    originals: Mapping[uuid.UUID, tuple[str, Sequence[Mapping[str, Any]]]] | None = None,
-) -> list[dict[str, Any]]:
-    """Return the wire messages of ``messages`` (in their order), JSON-ready.
-
-    ``extras`` maps a record's uuid to keys of its stored message that this module does not
-    manage (``attachments``, ``metadata``...); they are written back unchanged. ``originals``
-    maps a record's uuid to ``(fingerprint, stored messages)`` as ``wire_to_records`` read
-    them: while ``record_fingerprint`` of the record still matches, those are written instead.
-    """
-    extras = extras or {}
-    originals = originals or {}
-    wire: list[dict[str, Any]] = []
-    for message in messages:
-        original = originals.get(message.message_uuid)
-        if original is not None and original[0] == record_fingerprint(message):
-            wire.extend(dict(item) for item in original[1])
-            continue
-        wire.extend(_message_wire(message, extras.get(message.message_uuid, {})))
-    return wire
 
 
 # -- wire → records ------------------------------------------------------------------------
@@ -532,8 +280,8 @@ class _Reader:
                 call_book = call_book if isinstance(call_book, Mapping) else {}
                 call = self.call(index, position, entry, call_book)
                 calls.append(call)
-                self.calls[_call_id(call)] = call
-                self.call_owner[_call_id(call)] = message_uuid
+                self.calls[tool_call_id(call)] = call
+                self.call_owner[tool_call_id(call)] = message_uuid
             steps, self.pending_steps = self.pending_steps, []
         message = Message(
             message_uuid=message_uuid,

@@ -32,6 +32,7 @@ from django_pydantic_agent.persistence.branching import (
     branch_points,
     fork_thread,
 )
+from django_pydantic_agent.persistence.features import store_features
 from django_pydantic_agent.persistence.listing import (
     ArchiveUnsupportedError,
     ThreadPage,
@@ -100,8 +101,9 @@ class ConversationStoreContract:
     - ``supports_list``: ``list`` enumerates (else it must return ``[]``).
     - ``supports_rename``: ``rename`` records a title (else it must be a no-op).
     - ``supports_archive``: ``archive`` keeps a flag (else, and on a Null store,
-      ``ArchiveUnsupportedError``).
-    - ``supports_full_text``: a search finds message texts, not only titles.
+      ``ArchiveUnsupportedError``); ``None`` (the default): as the store's features declare.
+    - ``supports_full_text``: a search finds message texts, not only titles; ``None`` (the
+      default): as the store's features declare (``persistence.features.store_features``).
 
     A store whose ``persistent`` flag is ``False`` (a Null store) is held to the stateless
     contract instead: nothing it is given comes back. Override the ``actors`` fixture to build
@@ -113,8 +115,8 @@ class ConversationStoreContract:
     serves_anonymous: ClassVar[bool] = True
     supports_list: ClassVar[bool] = True
     supports_rename: ClassVar[bool] = True
-    supports_archive: ClassVar[bool] = True
-    supports_full_text: ClassVar[bool] = False
+    supports_archive: ClassVar[bool | None] = None
+    supports_full_text: ClassVar[bool | None] = None
 
     def make_store(self) -> ConversationStore:
         """Return a new store instance; called more than once per test."""
@@ -372,7 +374,10 @@ class ConversationStoreContract:
             assert await self._found_ids(actors, owner, text="nowhere") == []
 
     async def test_search_finds_message_text_of_the_owner_only(self, actors: StoreActors) -> None:
-        if not self.supports_full_text:
+        full_text = self.supports_full_text
+        if full_text is None:
+            full_text = store_features(self.make_store()).search
+        if not full_text:
             pytest.skip("This store searches titles only.")
         for owner, intruder in self._owners():
             secret = [*sample_messages(f"plans of {owner}"), _said("zebrafish in the pond")]
@@ -415,8 +420,10 @@ class ConversationStoreContract:
         for thread_id in ("kept", "shelved"):
             await self._save(actors, "alice", thread_id, f"about {thread_id}")
             await asyncio.sleep(0.002)
-        store = self._store()
-        if not (self.supports_archive and is_persistent(store)):
+        store, archives = self._store(), self.supports_archive
+        if archives is None:
+            archives = store_features(store).archive
+        if not (archives and is_persistent(store)):
             with pytest.raises(ArchiveUnsupportedError):
                 await archive_thread(store, "shelved", True, request=actors.request("alice"))
             return
@@ -509,8 +516,7 @@ class ConversationStoreContract:
 
     def _branching_store(self) -> ConversationStore:
         store = self._store()
-        *_, innermost = wrapped_stores(store)
-        if not is_persistent(store) or not implements(innermost, KeepsBranches):
+        if not (is_persistent(store) and store_features(store).branches):
             pytest.skip("This store keeps no branches.")
         return store
 
@@ -590,6 +596,9 @@ class ConversationStoreContract:
             {"a2": (["a2", "a2b"], 0)},
         )
         assert await activate_branch(store, "tree", "a2", request=alice)  # already active
+        # An active message: its branch continues down the newest branch below it.
+        assert await activate_branch(store, "tree", "u2", request=alice)
+        assert (await self._active(store, actors, "alice"))[0] == ["u1", "a1", "u2", "a2b"]
         assert await activate_branch(store, "tree", "a2b", request=alice)
         assert (await self._active(store, actors, "alice"))[0] == ["u1", "a1", "u2", "a2b"]
         assert not await activate_branch(store, "tree", "no-such-message", request=alice)

@@ -1,6 +1,6 @@
 """The example's throttle: a sliding one-minute window per user, counted in Django's cache.
 
-``AGUIServer(throttle=...)`` calls it for every run and upload, after authentication and
+``AccessPolicy(throttle=...)`` calls it for every run and upload, after authentication and
 before the body is read; a number it returns is the 429's ``Retry-After``. The default
 locmem cache counts per process: with several workers, configure Redis or Memcached.
 

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, AttachmentOptions, RunOptions
 from django_pydantic_agent.contrib.chat.views import ChatView
 from django_pydantic_agent.contrib.memory_service_emulator.urls import memory_service_urls
 
@@ -39,24 +39,32 @@ server = AGUIServer(
     agent,
     conversation_store=conversation_store,
     attachment_store=attachment_store,
-    # A fixed window per user, in Django's cache; over it, 429 with Retry-After.
-    throttle=per_user_per_minute(_setting("AGENT_REQUESTS_PER_MINUTE")),
-    attachment_max_bytes=_setting("AGENT_ATTACHMENT_MAX_BYTES"),
-    attachment_allowed_types=_setting("AGENT_ATTACHMENT_TYPES"),
-    # The page authenticates with the session cookie, so CSRF is enforced: it sends the token
-    # in the X-CSRFToken header.
-    csrf_exempt=False,
-    heartbeat_seconds=_setting("AGENT_HEARTBEAT_SECONDS"),
-    # A run whose worker died (no heartbeat within the lease) is swept as errored: by the first
-    # worker to take the sweep lease in the cache, at start-up and every AGENT_SWEEP_SECONDS.
-    run_heartbeat_seconds=_setting("AGENT_RUN_HEARTBEAT_SECONDS"),
-    run_lease_seconds=_setting("AGENT_RUN_LEASE_SECONDS"),
-    sweep_interval_seconds=_setting("AGENT_SWEEP_SECONDS"),
-    # At shutdown (SIGTERM under uvicorn --lifespan on), runs get this long to finish; the
-    # rest are handed over to another worker.
-    drain_seconds=_setting("AGENT_DRAIN_SECONDS"),
-    # A run whose worker drained or died is resumed by another worker (AGENT_ON_WORKER_LOSS).
-    on_worker_loss=_setting("AGENT_ON_WORKER_LOSS"),
+    access=AccessPolicy(
+        # A fixed window per user, in Django's cache; over it, 429 with Retry-After.
+        throttle=per_user_per_minute(_setting("AGENT_REQUESTS_PER_MINUTE")),
+        # The page authenticates with the session cookie, so CSRF is enforced: it sends the
+        # token in the X-CSRFToken header.
+        csrf_exempt=False,
+    ),
+    attachments=AttachmentOptions(
+        max_bytes=_setting("AGENT_ATTACHMENT_MAX_BYTES"),
+        allowed_types=_setting("AGENT_ATTACHMENT_TYPES"),
+    ),
+    runs=RunOptions(
+        heartbeat_seconds=_setting("AGENT_HEARTBEAT_SECONDS"),
+        # A run whose worker died (no heartbeat within the lease) is swept as errored: by the
+        # first worker to take the sweep lease in the cache, at start-up and every
+        # AGENT_SWEEP_SECONDS.
+        run_heartbeat_seconds=_setting("AGENT_RUN_HEARTBEAT_SECONDS"),
+        run_lease_seconds=_setting("AGENT_RUN_LEASE_SECONDS"),
+        sweep_interval_seconds=_setting("AGENT_SWEEP_SECONDS"),
+        # At shutdown (SIGTERM under uvicorn --lifespan on), runs get this long to finish; the
+        # rest are handed over to another worker.
+        drain_seconds=_setting("AGENT_DRAIN_SECONDS"),
+        # A run whose worker drained or died is resumed by another worker
+        # (AGENT_ON_WORKER_LOSS).
+        on_worker_loss=_setting("AGENT_ON_WORKER_LOSS"),
+    ),
 )
 
 urlpatterns = [

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.auth.models import AnonymousUser
 from django.test import RequestFactory
 
-from django_pydantic_agent.agui import AGUIServer
-from django_pydantic_agent.agui.access import AccessPolicy, call_hook
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
+from django_pydantic_agent.agui.access import call_hook
 from django_pydantic_agent.agui.errors import Refusal
 from django_pydantic_agent.persistence import AnonymousOperationError, StoreError, StoreLimitError
 from tests.agui.agents import text_agent
@@ -39,7 +39,7 @@ async def test_hooks_may_be_sync_async_or_async_callables(hook: Any, expected: s
 
 
 async def test_request_without_authentication_middleware_is_anonymous() -> None:
-    server = AGUIServer(text_agent(), csrf_exempt=True)
+    server = AGUIServer(text_agent(), access=AccessPolicy(csrf_exempt=True))
     request = RequestFactory().post("/", data=b"{}", content_type="application/json")
     response = await server.run_view(request)
     assert response.status_code == 401

@@ -24,7 +24,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
-from django_pydantic_agent.agui import AgentDeps
+from django_pydantic_agent.agui import AgentDeps, MountOptions
 from django_pydantic_agent.agui.attachment_fence import (
     ATTACHMENTS_FENCE_CLOSE,
     ATTACHMENTS_FENCE_OPEN,
@@ -97,10 +97,12 @@ def _agent() -> Agent[AgentDeps, str]:
     )
 
 
-server = stored(_agent(), namespace="fence")
+server = stored(_agent(), mount=MountOptions(namespace="fence"))
 # The session store keeps the refs with the message too, so its replays carry the fence.
 in_session = stored(
-    _agent(), namespace="fence-session", conversation_store=DjangoSessionConversationStore()
+    _agent(),
+    mount=MountOptions(namespace="fence-session"),
+    conversation_store=DjangoSessionConversationStore(),
 )
 urlpatterns = [path("fence/", server.urls), path("fence-session/", in_session.urls)]
 

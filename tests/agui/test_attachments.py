@@ -16,7 +16,7 @@ from django.http import JsonResponse
 from django.test import Client, RequestFactory
 from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 
-from django_pydantic_agent.agui import CappedUploadHandler, safe_filename
+from django_pydantic_agent.agui import AccessPolicy, CappedUploadHandler, safe_filename
 from tests.agui.conftest import CSRF_SECRET, asgi_app, logged_in, session_cookie
 from tests.agui.urls import UPLOAD_CAP
 
@@ -333,7 +333,9 @@ async def test_a_store_url_is_returned(alice: Any) -> None:
             ref = await super().save(upload, request=request)
             return dataclasses.replace(ref, url=f"/files/{ref.id}/")
 
-    server = AGUIServer(text_agent(), attachment_store=LinkingStore(), csrf_exempt=True)
+    server = AGUIServer(
+        text_agent(), attachment_store=LinkingStore(), access=AccessPolicy(csrf_exempt=True)
+    )
     request = RequestFactory().post(
         "/", {"file": SimpleUploadedFile("a.txt", b"abc", content_type="text/plain")}
     )

@@ -228,6 +228,7 @@ async def test_switching_branches_while_a_run_streams_is_a_409(alice: Any) -> No
 async def test_fork_copies_the_active_branch_up_to_a_message(alice: Any) -> None:
     async with await logged_in(alice) as http:
         messages = await two_turns(http)
+        await http.patch("/history/threads/thread-1/", json={"title": "Trip plans"})
         forked = await http.post(
             "/history/threads/thread-1/fork/", json={"messageId": messages[1]["id"]}
         )
@@ -242,7 +243,10 @@ async def test_fork_copies_the_active_branch_up_to_a_message(alice: Any) -> None
         )
     assert wire(copy["messages"]) == wire(messages[:2])
     assert wire(source["messages"]) == wire(messages)
-    assert {t["threadId"] for t in threads} == {"thread-1", new_id}
+    assert {t["threadId"]: t["title"] for t in threads} == {
+        "thread-1": "Trip plans",
+        new_id: "Trip plans (fork)",
+    }
     assert answer_of(events).startswith("answer 3 to [U:first | A:")
 
 
@@ -289,7 +293,8 @@ async def test_edit_and_fork_on_the_session_and_the_scoped_store(alice: Any, pre
     assert [m["content"] for m in after["messages"]][2] == "edited"
     assert len(after["messages"]) == 4
     assert wire(copy["messages"]) == wire(messages[:2])
-    assert len(listed) == 2
+    titles = {t["threadId"]: t["title"] for t in listed}
+    assert titles[forked.json()["threadId"]] == f"{titles['thread-1']} (fork)"
     assert after["branches"]["u2"]["index"] == 1
 
 

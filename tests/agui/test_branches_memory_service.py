@@ -13,7 +13,7 @@ import httpx
 import pytest
 from django.test import RequestFactory
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from django_pydantic_agent.agui.branches import MESSAGE_NOT_FOUND
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.contrib.memory_service_emulator import request_counter
@@ -77,7 +77,7 @@ async def workers(
                 AGUIServer(
                     agent if agent is not None else history_agent(),
                     conversation_store=MemoryServiceConversationStore(client, space),
-                    csrf_exempt=True,
+                    access=AccessPolicy(csrf_exempt=True),
                 )
                 for _ in range(count)
             ]

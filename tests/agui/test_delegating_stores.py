@@ -19,18 +19,21 @@ from django.core import checks
 from django.test import override_settings
 from django.urls import path
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from django_pydantic_agent.chat_history.protocols import implements, missing_members
+from django_pydantic_agent.contrib.chat.context import keeps_branches, thread_features
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
     DefaultConversationStore,
+    RetentionPolicy,
 )
 from django_pydantic_agent.persistence import (
     ConversationStore,
     DjangoSessionConversationStore,
     ScopedConversationStore,
 )
-from django_pydantic_agent.persistence.runs import ResumableRunStore
+from django_pydantic_agent.persistence.features import store_features
+from django_pydantic_agent.persistence.runs import CacheRunStore, ResumableRunStore
 from tests.agui.agents import text_agent
 from tests.agui.conftest import logged_in, run_body, sse_events
 
@@ -85,7 +88,7 @@ def mounted() -> Iterator[tuple[AGUIServer, list[str]]]:
         conversation_store=LoggingStore(store, calls),
         attachment_store=LoggingStore(DefaultAttachmentStore(), calls),
         run_store=LoggingStore(store.run_store(), calls),
-        csrf_exempt=True,
+        access=AccessPolicy(csrf_exempt=True),
     )
     urlconf = types.ModuleType("delegating_urls")
     urlconf.urlpatterns = [path("proxied/", server.urls)]  # type: ignore[attr-defined]
@@ -104,7 +107,7 @@ async def test_a_logging_proxy_around_every_store_is_mounted_and_used(
     # The proxies are taken for what they forward to: stores that persist and resume runs.
     assert server.persists_conversations
     assert server.accepts_attachments
-    assert server.run_options.on_worker_loss == "resume"
+    assert server.runs.on_worker_loss == "resume"
     async with await logged_in(alice) as http:
         streamed = await http.post("/proxied/", json=run_body(text="Hello"))
         listed = await http.get("/proxied/threads/")
@@ -130,7 +133,7 @@ def test_the_checks_ask_a_proxied_store() -> None:
     server = AGUIServer(
         text_agent(),
         conversation_store=LoggingStore(DjangoSessionConversationStore(), calls),
-        csrf_exempt=True,
+        access=AccessPolicy(csrf_exempt=True),
     )
     urlconf = types.ModuleType("delegating_check_urls")
     urlconf.urlpatterns = [path("proxied/", server.urls)]  # type: ignore[attr-defined]
@@ -165,3 +168,16 @@ def test_a_run_store_proxy_is_resumable_only_when_what_it_wraps_is() -> None:
         async def start(self, **kwargs: Any) -> Any: ...
 
     assert not implements(LoggingStore(Recorder(), []), ResumableRunStore)
+
+
+def test_the_chat_page_and_the_checks_read_a_proxied_stores_features() -> None:
+    policy = RetentionPolicy(keep_newest=5)
+    proxied = LoggingStore(DefaultConversationStore(retention=policy), [])
+    server = AGUIServer(
+        text_agent(), conversation_store=proxied, access=AccessPolicy(csrf_exempt=True)
+    )
+
+    assert thread_features(proxied) == {"search": "text", "archive": True, "feedback": True}
+    assert keeps_branches(server)
+    assert store_features(proxied).retention is policy
+    assert store_features(LoggingStore(CacheRunStore(alias="runs"), [])).cache_alias == "runs"

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 import django_pydantic_agent.agui as agui_package
-from django_pydantic_agent.agui import AGUIServer, AGUIView
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, AGUIView
 from django_pydantic_agent.agui.attachments import AttachmentEndpoints
 from django_pydantic_agent.agui.branches import BranchEndpoints
+from django_pydantic_agent.agui.feedback import FeedbackEndpoints
 from django_pydantic_agent.agui.reattach import RunEndpoints
 from django_pydantic_agent.agui.run import DurableRunEndpoint, StatelessRunEndpoint
 from django_pydantic_agent.agui.threads import ThreadEndpoints
@@ -39,6 +40,7 @@ HANDLERS = [
     RunEndpoints,
     ThreadEndpoints,
     BranchEndpoints,
+    FeedbackEndpoints,
     TransferEndpoints,
     AttachmentEndpoints,
     UsageEndpoint,
@@ -98,7 +100,7 @@ def test_no_handler_keeps_the_server() -> None:
         text_agent(),
         conversation_store=DefaultConversationStore(),
         attachment_store=DefaultAttachmentStore(),
-        csrf_exempt=True,
+        access=AccessPolicy(csrf_exempt=True),
     )
     handlers = set()
     for pattern in server.urlpatterns:
@@ -113,6 +115,7 @@ def test_no_handler_keeps_the_server() -> None:
         RunEndpoints,
         ThreadEndpoints,
         BranchEndpoints,
+        FeedbackEndpoints,
         TransferEndpoints,
         AttachmentEndpoints,
         UsageEndpoint,

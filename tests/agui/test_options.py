@@ -7,15 +7,17 @@ from typing import Any
 
 import pytest
 
-from django_pydantic_agent.agui import AGUIServer, UnsafeCSRFExemptionWarning, inner, run
-from django_pydantic_agent.agui.access import AccessPolicy
-from django_pydantic_agent.agui.options import (
+from django_pydantic_agent.agui import (
+    AccessPolicy,
+    AGUIServer,
     AttachmentOptions,
-    BodyLimit,
     MountOptions,
     RunOptions,
-    csrf_exemption,
+    UnsafeCSRFExemptionWarning,
+    inner,
+    run,
 )
+from django_pydantic_agent.agui.options import csrf_exemption
 from django_pydantic_agent.agui.views import AGUIView
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
@@ -29,50 +31,37 @@ from tests.agui.conftest import event_types, logged_in, run_body
     ("build", "error", "message"),
     [
         (lambda: RunOptions(heartbeat_seconds=-1), ValueError, "heartbeat_seconds=-1"),
+        (lambda: RunOptions(heartbeat_seconds="15"), TypeError, "heartbeat_seconds='15'"),
         (lambda: RunOptions(stream_coalesce_seconds="2ms"), TypeError, "'2ms' is not a number"),
+        (lambda: RunOptions(stream_coalesce_seconds=-0.5), ValueError, "coalesce_seconds=-0.5"),
         (lambda: RunOptions(forward_reasoning=1), TypeError, "forward_reasoning=1"),
+        (lambda: RunOptions(forward_reasoning=None), TypeError, "forward_reasoning=None"),
         (lambda: RunOptions(deps_factory="app.deps"), TypeError, "deps_factory='app.deps'"),
         (lambda: RunOptions(on_disconnect="stop"), ValueError, "on_disconnect='stop'"),
         (lambda: RunOptions(concurrent_runs="queue"), ValueError, "concurrent_runs='queue'"),
         (lambda: RunOptions(run_lease_seconds=1.5), ValueError, "run_lease_seconds=1.5 must"),
         (lambda: RunOptions(interrupt_wait_seconds=0), ValueError, "interrupt_wait_seconds=0"),
+        (lambda: RunOptions(on_worker_loss="retry"), ValueError, "on_worker_loss='retry'"),
+        (lambda: RunOptions(max_resumes=-1), ValueError, "max_resumes=-1 is negative"),
+        (lambda: RunOptions(max_resumes=1.5), TypeError, "max_resumes=1.5 is not a whole"),
         (
-            lambda: RunOptions(allowed_file_url_schemes="https"),  # type: ignore[arg-type]
+            lambda: RunOptions(allowed_file_url_schemes="https"),
             TypeError,
             "allowed_file_url_schemes='https'",
         ),
-        (lambda: AttachmentOptions(max_bytes=-5), ValueError, "attachment_max_bytes=-5"),
-        (
-            lambda: AttachmentOptions(allowed_types="image/png"),  # type: ignore[arg-type]
-            TypeError,
-            "is a string",
-        ),
-        (lambda: BodyLimit(max_body_bytes=0), ValueError, "max_body_bytes=0"),
+        (lambda: AttachmentOptions(max_bytes=-5), ValueError, "max_bytes=-5"),
+        (lambda: AttachmentOptions(allowed_types="image/png"), TypeError, "is a string"),
         (lambda: MountOptions(namespace="a:b"), ValueError, "namespace='a:b'"),
+        (lambda: MountOptions(namespace=""), ValueError, "namespace=''"),
         (lambda: MountOptions(thread_list_limit=0), ValueError, "thread_list_limit=0"),
-        (
-            lambda: AccessPolicy(
-                require_authenticated=True,
-                get_user=None,
-                authorize="app.allowed",  # type: ignore[arg-type]
-                csrf_exempt=False,
-                throttle=None,
-            ),
-            TypeError,
-            "authorize='app.allowed' is not callable",
-        ),
-        (
-            lambda: AccessPolicy(
-                require_authenticated="yes",  # type: ignore[arg-type]
-                get_user=None,
-                authorize=None,
-                csrf_exempt=False,
-                throttle=None,
-            ),
-            TypeError,
-            "require_authenticated='yes'",
-        ),
-        (lambda: csrf_exemption("no", header_auth=True), TypeError, "csrf_exempt='no'"),
+        (lambda: MountOptions(thread_list_limit=True), TypeError, "thread_list_limit=True"),
+        (lambda: MountOptions(max_body_bytes=0), ValueError, "max_body_bytes=0"),
+        (lambda: MountOptions(max_body_bytes="1MB"), TypeError, "max_body_bytes='1MB'"),
+        (lambda: AccessPolicy(authorize="app.allowed"), TypeError, "authorize='app.allowed' is"),
+        (lambda: AccessPolicy(get_user="app.get_user"), TypeError, "get_user='app.get_user'"),
+        (lambda: AccessPolicy(throttle=5), TypeError, "throttle=5 is not callable"),
+        (lambda: AccessPolicy(require_authenticated="yes"), TypeError, "require_authenticated="),
+        (lambda: AccessPolicy(csrf_exempt="no"), TypeError, "csrf_exempt='no' must be True"),
     ],
 )
 def test_an_options_object_refuses_a_bad_value_at_construction_naming_it(
@@ -83,12 +72,13 @@ def test_an_options_object_refuses_a_bad_value_at_construction_naming_it(
 
 
 def test_options_normalise_what_they_keep() -> None:
-    options = RunOptions(heartbeat_seconds=3, allowed_file_url_schemes=("HTTPS",))  # type: ignore[arg-type]
+    options = RunOptions(heartbeat_seconds=3, allowed_file_url_schemes=("HTTPS",))
     assert options.heartbeat_seconds == 3.0
     assert isinstance(options.heartbeat_seconds, float)
     assert options.allowed_file_url_schemes == frozenset({"https"})
-    assert AttachmentOptions(allowed_types=["Image/PNG"]).allowed_types == ("image/png",)  # type: ignore[arg-type]
-    assert BodyLimit(max_body_bytes=4096)() == 4096
+    assert AttachmentOptions(allowed_types=["Image/PNG"]).allowed_types == ("image/png",)
+    assert MountOptions(max_body_bytes=4096).body_limit() == 4096
+    assert MountOptions(max_body_bytes=4096.0).max_body_bytes == 4096
 
 
 def test_an_unstated_csrf_choice_warns_at_the_caller_and_means_exempt() -> None:
@@ -108,7 +98,7 @@ def test_one_route_table_drives_the_views_and_the_urlpatterns(persisting: bool) 
             "conversation_store": DefaultConversationStore(),
             "attachment_store": DefaultAttachmentStore(),
         }
-    server = AGUIServer(text_agent(), csrf_exempt=True, **stores)
+    server = AGUIServer(text_agent(), access=AccessPolicy(csrf_exempt=True), **stores)
     for pattern in server.urlpatterns:
         view = getattr(server, f"{pattern.name.replace('-', '_')}_view")
         assert pattern.callback is view
@@ -117,7 +107,7 @@ def test_one_route_table_drives_the_views_and_the_urlpatterns(persisting: bool) 
     assert isinstance(server.thread_view, AGUIView)
     assert isinstance(server.attachments_view, AGUIView)
     assert hasattr(server, "run_cancel_view") is persisting
-    assert server.attachments_view.agui_upload_max_bytes == server.attachment_max_bytes
+    assert server.attachments_view.agui_upload_max_bytes == server.attachments.max_bytes
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from django_pydantic_agent.agui.http import (
     backend_error_response,
 )
 from django_pydantic_agent.agui.runs import RunCoordinator
-from django_pydantic_agent.contrib.store import forks, transfer
+from django_pydantic_agent.contrib.store import transfer
 from django_pydantic_agent.contrib.store.models import ATTACHMENT_STORAGE_ALIAS, StoredAttachment
 from django_pydantic_agent.contrib.store.runs import DefaultRunStore
 from django_pydantic_agent.contrib.store.stores import (
@@ -339,7 +339,7 @@ async def test_the_thread_routes_of_the_store_raise_an_outage_as_database_unavai
     store = DefaultConversationStore()
     monkeypatch.setattr(transfer, "export", _lost_connection)
     monkeypatch.setattr(transfer, "import_document", _lost_connection)
-    monkeypatch.setattr(forks, "fork", _lost_connection)
+    monkeypatch.setattr(transfer, "fork", _lost_connection)
     monkeypatch.setattr(store, "_thread_row", _lost_connection)
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
         "export": lambda: store.export("t1", request=request),

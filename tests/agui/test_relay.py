@@ -23,7 +23,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from django_pydantic_agent.agui.engine import _RELAY_GRACE_SECONDS
 from django_pydantic_agent.agui.relay import RELAY_INTERVAL_SECONDS, RunRelay, run_digest
 from django_pydantic_agent.agui.runs import CANCEL_POLL_SECONDS, RunCoordinator
@@ -244,7 +244,7 @@ async def test_a_2000_delta_run_makes_a_few_cache_writes_not_one_per_event(
     server = AGUIServer(
         Agent(FunctionModel(stream_function=_many_deltas)),
         conversation_store=DefaultConversationStore(),
-        csrf_exempt=True,
+        access=AccessPolicy(csrf_exempt=True),
     )
     request = as_user(
         RequestFactory().post("/", data=run_body(), content_type="application/json"), alice

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 
-from django_pydantic_agent.agui import AGUIServer, DrainReport
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, DrainReport, RunOptions
 from django_pydantic_agent.chat_history.manager import EPOCH_STRIDE
 from django_pydantic_agent.contrib.store.models import StoredAgentRun
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
@@ -89,7 +89,9 @@ async def test_a_handed_over_run_goes_on_where_the_client_reattaches(alice: Any)
 async def test_a_run_is_resumed_at_most_max_resumes_times_then_ends_errored(alice: Any) -> None:
     async with await logged_in(alice) as http:
         await _handed_over(http, "t-bounded", "r-bounded")
-        await StoredAgentRun.objects.filter(run_id="r-bounded").aupdate(resumes=hasty.max_resumes)
+        await StoredAgentRun.objects.filter(run_id="r-bounded").aupdate(
+            resumes=hasty.runs.max_resumes
+        )
         response = await http.get("/patient/runs/t-bounded/r-bounded/")
     types = [event["type"] for _, event in sse_frames(response.text)]
     assert types[-1] == "RUN_ERROR"
@@ -99,28 +101,30 @@ async def test_a_run_is_resumed_at_most_max_resumes_times_then_ends_errored(alic
 
 def test_resume_is_the_default_where_the_run_store_can_take_runs_over() -> None:
     stored = AGUIServer(
-        text_agent(), conversation_store=DefaultConversationStore(), csrf_exempt=True
+        text_agent(),
+        conversation_store=DefaultConversationStore(),
+        access=AccessPolicy(csrf_exempt=True),
     )
-    assert stored.on_worker_loss == "resume"
+    assert stored.runs.on_worker_loss == "resume"
     cached = AGUIServer(
         text_agent(),
         conversation_store=DefaultConversationStore(),
         run_store=CacheRunStore(),
-        csrf_exempt=True,
+        access=AccessPolicy(csrf_exempt=True),
     )
-    assert cached.on_worker_loss == "error"
+    assert cached.runs.on_worker_loss == "error"
     with pytest.raises(ValueError, match="on_worker_loss='resume' needs a run store"):
         AGUIServer(
             text_agent(),
             conversation_store=DefaultConversationStore(),
             run_store=CacheRunStore(),
-            on_worker_loss="resume",
-            csrf_exempt=True,
+            runs=RunOptions(on_worker_loss="resume"),
+            access=AccessPolicy(csrf_exempt=True),
         )
     with pytest.raises(ValueError, match="max_resumes=-1"):
         AGUIServer(
             text_agent(),
             conversation_store=DefaultConversationStore(),
-            max_resumes=-1,
-            csrf_exempt=True,
+            runs=RunOptions(max_resumes=-1),
+            access=AccessPolicy(csrf_exempt=True),
         )

@@ -15,7 +15,7 @@ from ag_ui_validate.pytest_plugin import assert_valid_agui
 from django.http import StreamingHttpResponse
 from django.test import RequestFactory
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.memory_service import DRMemoryServiceClient
 from django_pydantic_agent.persistence.memory_service import MemoryServiceConversationStore
@@ -36,7 +36,7 @@ async def served_on_memory_service(live_server: Any, agent: Any) -> AsyncIterato
                 endpoint=f"{live_server.url}/api/v2", api_token="token-runs", http_client=pool
             )
             store = MemoryServiceConversationStore(client, f"runs-{uuid4().hex}")
-            yield AGUIServer(agent, conversation_store=store, csrf_exempt=True)
+            yield AGUIServer(agent, conversation_store=store, access=AccessPolicy(csrf_exempt=True))
             await RunCoordinator.wait_for_all_runs()
 
 
@@ -133,7 +133,7 @@ async def test_a_memory_service_outage_is_a_json_503_never_a_500(
                 attachment_store=MemoryServiceAttachmentStore(
                     client, space, retry=RetryPolicy(attempts=1)
                 ),
-                csrf_exempt=True,
+                access=AccessPolicy(csrf_exempt=True),
             )
             upload = factory.post("/", data={"file": io.BytesIO(b"notes")})
             uploaded = await server.attachments_view(as_user(upload, alice))

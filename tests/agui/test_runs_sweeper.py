@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 from django.core.cache import cache
 from django.utils import timezone
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, RunOptions
 from django_pydantic_agent.agui.runs import WORKER_ID, RunCoordinator
 from django_pydantic_agent.chat_history import (
     ChatCreate,
@@ -304,7 +304,11 @@ def test_no_sweeper_starts_outside_an_event_loop() -> None:
 
 
 async def test_a_server_without_durable_runs_has_no_sweeper() -> None:
-    server = AGUIServer(text_agent(), conversation_store=NullConversationStore(), csrf_exempt=True)
+    server = AGUIServer(
+        text_agent(),
+        conversation_store=NullConversationStore(),
+        access=AccessPolicy(csrf_exempt=True),
+    )
     assert server.coordinator is None
     assert server.start_sweeper() is False
     assert await server.sweep() is None
@@ -313,7 +317,9 @@ async def test_a_server_without_durable_runs_has_no_sweeper() -> None:
 
 async def test_the_lifespan_hooks_start_and_stop_the_sweeper() -> None:
     server = AGUIServer(
-        text_agent(), conversation_store=DefaultConversationStore(), csrf_exempt=True
+        text_agent(),
+        conversation_store=DefaultConversationStore(),
+        access=AccessPolicy(csrf_exempt=True),
     )
     assert server.start_sweeper() is True
     assert server.coordinator is not None
@@ -364,19 +370,18 @@ async def test_a_sweeper_left_on_another_event_loop_is_replaced() -> None:
 
 
 def test_the_options_read_back_and_reach_the_coordinator() -> None:
-    assert sweeping.sweep_interval_seconds == 30.0
+    assert sweeping.runs.sweep_interval_seconds == 30.0
     # The defaults: a dead worker's run is taken over within 10 s (docs/reliability.md).
-    assert sweeping.run_lease_seconds == 8.0
-    assert sweeping.run_heartbeat_seconds == 2.0
+    assert sweeping.runs.run_lease_seconds == 8.0
+    assert sweeping.runs.run_heartbeat_seconds == 2.0
     assert sweeping.coordinator is not None
     assert sweeping.coordinator.sweep_interval_seconds == 30.0
     assert sweeping.coordinator.lease_seconds == 8.0
     server = AGUIServer(
         text_agent(),
         conversation_store=DefaultConversationStore(),
-        csrf_exempt=True,
-        run_heartbeat_seconds=1,
-        run_lease_seconds=4,
+        access=AccessPolicy(csrf_exempt=True),
+        runs=RunOptions(run_heartbeat_seconds=1, run_lease_seconds=4),
     )
     assert server.coordinator is not None
     assert server.coordinator.lease_seconds == 4.0
@@ -389,8 +394,8 @@ def test_a_cache_run_store_takes_the_mounts_lease() -> None:
     server = AGUIServer(
         text_agent(),
         conversation_store=DjangoSessionConversationStore(),
-        csrf_exempt=True,
-        run_lease_seconds=90,
+        access=AccessPolicy(csrf_exempt=True),
+        runs=RunOptions(run_lease_seconds=90),
     )
     assert isinstance(server.run_store, CacheRunStore)
     assert server.run_store.lease == 90
@@ -413,7 +418,10 @@ def test_bad_sweeper_options_fail_at_construction(
 ) -> None:
     with pytest.raises(error, match=match):
         AGUIServer(
-            text_agent(), conversation_store=DefaultConversationStore(), csrf_exempt=True, **options
+            text_agent(),
+            conversation_store=DefaultConversationStore(),
+            access=AccessPolicy(csrf_exempt=True),
+            runs=RunOptions(**options),
         )
 
 
@@ -422,8 +430,8 @@ def test_the_lease_error_names_the_fix() -> None:
         AGUIServer(
             text_agent(),
             conversation_store=DefaultConversationStore(),
-            csrf_exempt=True,
-            run_lease_seconds=2,
+            access=AccessPolicy(csrf_exempt=True),
+            runs=RunOptions(run_lease_seconds=2),
         )
     assert "sweep live runs" in str(caught.value)
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from django_pydantic_agent.agui import AccessPolicy
+
 pytest.importorskip(
     "pydantic_ai_harness",
     reason='needs the harness extra: pip install -e ".[harness]"',
@@ -244,16 +246,16 @@ async def test_usage_answers_an_anonymous_caller_as_every_route_does(client: Any
     assert "error" in response.json()
 
 
-def test_spend_limits_must_be_a_harness_spend_limits() -> None:
-    with pytest.raises(TypeError, match="spend_limits=42 is not a pydantic-ai-harness SpendLimits"):
-        AGUIServer(Agent(TestModel()), spend_limits=42, csrf_exempt=True)
+def test_spend_must_be_a_harness_spend_limits() -> None:
+    with pytest.raises(TypeError, match="spend=42 is not a pydantic-ai-harness SpendLimits"):
+        AGUIServer(Agent(TestModel()), spend=42, access=AccessPolicy(csrf_exempt=True))
 
 
 async def test_a_scope_outside_a_mount_says_where_the_limits_belong() -> None:
     limits = SpendLimits[None](budgets=[Budget(usd=Decimal(1), scope=per_user, name="u")])
     agent = Agent(TestModel(), capabilities=[limits])
 
-    with pytest.raises(ValueError, match=r"pass the SpendLimits to AGUIServer\(spend_limits"):
+    with pytest.raises(ValueError, match=r"pass the SpendLimits to AGUIServer\(spend="):
         await agent.run("hi")
 
 

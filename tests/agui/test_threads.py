@@ -11,7 +11,7 @@ import httpx
 import pytest
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 
-from django_pydantic_agent.agui import REDACTED_RUN_ERROR
+from django_pydantic_agent.agui import REDACTED_RUN_ERROR, AccessPolicy, RunOptions
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.persistence import AnonymousOperationError, StoreError, StoreLimitError
 from tests.agui.agents import PARTIAL_ANSWER
@@ -272,7 +272,10 @@ async def respond_over(
         return user
 
     server = AGUIServer(
-        agent or text_agent(), conversation_store=WrappedStore(), csrf_exempt=True, **options
+        agent or text_agent(),
+        conversation_store=WrappedStore(),
+        access=AccessPolicy(csrf_exempt=True),
+        **options,
     )
     request = RequestFactory().post("/", data=run_body(), content_type="application/json")
     request.auser = auser
@@ -314,7 +317,9 @@ async def test_a_failed_save_ends_the_stream_with_run_error_and_is_logged(
 
 
 async def test_a_failed_save_is_exposed_when_asked(alice: Any) -> None:
-    events = await run_with_failing_save(alice, OSError("disk full"), expose_error_messages=True)
+    events = await run_with_failing_save(
+        alice, OSError("disk full"), runs=RunOptions(expose_error_messages=True)
+    )
     assert events[-1]["message"] == "disk full"
 
 
@@ -820,7 +825,9 @@ async def test_a_thread_read_right_after_the_stream_sees_the_runs_last_write(ali
     async def auser() -> Any:
         return alice
 
-    server = AGUIServer(text_agent(), conversation_store=SlowStore(), csrf_exempt=True)
+    server = AGUIServer(
+        text_agent(), conversation_store=SlowStore(), access=AccessPolicy(csrf_exempt=True)
+    )
     factory = RequestFactory()
     request = factory.post("/", data=run_body(), content_type="application/json")
     request.auser, request.user = auser, alice
@@ -853,7 +860,9 @@ async def test_a_run_that_would_create_a_thread_over_quota_is_a_413_before_strea
         return alice
 
     store = DefaultConversationStore(max_threads_per_owner=1)
-    server = AGUIServer(text_agent(), conversation_store=store, csrf_exempt=True)
+    server = AGUIServer(
+        text_agent(), conversation_store=store, access=AccessPolicy(csrf_exempt=True)
+    )
 
     async def post(thread_id: str, run_id: str) -> Any:
         body = run_body(thread_id=thread_id, run_id=run_id)

@@ -100,6 +100,19 @@ async def test_the_session_store_imports_a_default_export_with_every_branch(alic
     assert [m["id"] for m in other["messages"]] == [*kept, old]
 
 
+@pytest.mark.parametrize("prefix", ["/history/", "/history-session/"])
+async def test_an_entry_without_a_parent_is_a_first_message(alice: Any, prefix: str) -> None:
+    # check_document reads a missing parent as null; the Default store's import used to
+    # read it as a key (a 500).
+    async with await logged_in(alice) as http:
+        document, current = await branched_export(http)
+        del document["messages"][0]["parent"]
+        response = await http.post(f"{prefix}threads/import/", json=document)
+        assert response.status_code == 201, response.text
+        imported = await thread(http, prefix, response.json()["threadId"])
+    assert wire(imported["messages"]) == wire(current["messages"])
+
+
 def _broken(document: dict[str, Any]) -> list[tuple[Any, str]]:
     def changed(edit: Any) -> Any:
         copied = copy.deepcopy(document)

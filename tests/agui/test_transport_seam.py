@@ -22,7 +22,7 @@ from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHt
 from django.test import override_settings
 from django.urls import path
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AGUIServer, MountOptions
 from django_pydantic_agent.agui.engine import EventStream, RunEngine
 from django_pydantic_agent.agui.errors import Refusal
 from django_pydantic_agent.agui.input import RunInputError, parse_run_input
@@ -97,7 +97,7 @@ class NDJSONTransport:
         return [
             path(
                 route.path,
-                AGUIView.for_route(route, policy=server.access, body_limit=server.body_limit),
+                AGUIView.for_route(route, policy=server.access, body_limit=server.mount.body_limit),
             )
             for route in routes
         ]
@@ -105,7 +105,7 @@ class NDJSONTransport:
 
 # -- one mount, two wires -----------------------------------------------------------------------
 
-server = stored(gated_agent(), namespace="seam")
+server = stored(gated_agent(), mount=MountOptions(namespace="seam"))
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,13 @@ from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 from django.urls import path
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import (
+    AccessPolicy,
+    AGUIServer,
+    AttachmentOptions,
+    MountOptions,
+    RunOptions,
+)
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
     DefaultConversationStore,
@@ -138,144 +144,176 @@ def stored(agent: Any = None, **kwargs: Any) -> AGUIServer:
     options: dict[str, Any] = {
         "conversation_store": DefaultConversationStore(),
         "attachment_store": DefaultAttachmentStore(),
-        "attachment_max_bytes": UPLOAD_CAP,
-        "attachment_allowed_types": ("text/plain", "image/*"),
-        "csrf_exempt": True,
+        "attachments": AttachmentOptions(
+            max_bytes=UPLOAD_CAP, allowed_types=("text/plain", "image/*")
+        ),
+        "access": AccessPolicy(csrf_exempt=True),
     }
     options.update(kwargs)
     return AGUIServer(agent or scripted_agent(), **options)
 
 
-open_server = AGUIServer(text_agent(), require_authenticated=False, csrf_exempt=True)
-scripted = AGUIServer(scripted_agent(), csrf_exempt=True, namespace="scripted")
-csrf = AGUIServer(text_agent(), csrf_exempt=False, namespace="csrf")
-staff = AGUIServer(text_agent(), authorize=lambda request: request.user.is_staff, csrf_exempt=True)
-async_staff = AGUIServer(text_agent(), authorize=async_staff_only, csrf_exempt=True)
-token = AGUIServer(scripted_agent(), get_user=bearer_user)
-slow = AGUIServer(
-    slow_agent(), require_authenticated=False, csrf_exempt=True, heartbeat_seconds=0.05
+open_server = AGUIServer(
+    text_agent(), access=AccessPolicy(require_authenticated=False, csrf_exempt=True)
 )
-quiet = AGUIServer(scripted_agent(), csrf_exempt=True, forward_reasoning=False)
-failing = AGUIServer(failing_agent(), csrf_exempt=True)
-failing_exposed = AGUIServer(failing_agent(), csrf_exempt=True, expose_error_messages=True)
-throttled = AGUIServer(text_agent(), csrf_exempt=True, throttle=lambda request: 7.2)
-async_throttled = AGUIServer(text_agent(), csrf_exempt=True, throttle=always_wait)
-hanging = AGUIServer(hanging_agent(), require_authenticated=False, csrf_exempt=True)
+scripted = AGUIServer(
+    scripted_agent(),
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="scripted"),
+)
+csrf = AGUIServer(
+    text_agent(), access=AccessPolicy(csrf_exempt=False), mount=MountOptions(namespace="csrf")
+)
+staff = AGUIServer(
+    text_agent(),
+    access=AccessPolicy(authorize=lambda request: request.user.is_staff, csrf_exempt=True),
+)
+async_staff = AGUIServer(
+    text_agent(), access=AccessPolicy(authorize=async_staff_only, csrf_exempt=True)
+)
+token = AGUIServer(scripted_agent(), access=AccessPolicy(get_user=bearer_user))
+slow = AGUIServer(
+    slow_agent(),
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
+    runs=RunOptions(heartbeat_seconds=0.05),
+)
+quiet = AGUIServer(
+    scripted_agent(),
+    access=AccessPolicy(csrf_exempt=True),
+    runs=RunOptions(forward_reasoning=False),
+)
+failing = AGUIServer(failing_agent(), access=AccessPolicy(csrf_exempt=True))
+failing_exposed = AGUIServer(
+    failing_agent(),
+    access=AccessPolicy(csrf_exempt=True),
+    runs=RunOptions(expose_error_messages=True),
+)
+throttled = AGUIServer(
+    text_agent(), access=AccessPolicy(csrf_exempt=True, throttle=lambda request: 7.2)
+)
+async_throttled = AGUIServer(
+    text_agent(), access=AccessPolicy(csrf_exempt=True, throttle=always_wait)
+)
+hanging = AGUIServer(
+    hanging_agent(), access=AccessPolicy(require_authenticated=False, csrf_exempt=True)
+)
 persisting = stored()
-persisting_csrf = stored(csrf_exempt=False)
+persisting_csrf = stored(access=AccessPolicy(csrf_exempt=False))
 anonymous = stored(
     conversation_store=DefaultConversationStore(allow_anonymous=True),
     attachment_store=DefaultAttachmentStore(allow_anonymous=True),
-    require_authenticated=False,
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
     # Each event written on its own: the disconnect tests stop reading mid-run.
-    stream_coalesce_seconds=0,
+    runs=RunOptions(stream_coalesce_seconds=0),
 )
-refusing = stored(require_authenticated=False)
-capped = stored(thread_list_limit=1, namespace="capped")
-upload_throttled = stored(throttle=lambda request: 30)
-any_type = stored(attachment_allowed_types=(), namespace="any-type")
+refusing = stored(access=AccessPolicy(csrf_exempt=True, require_authenticated=False))
+capped = stored(mount=MountOptions(thread_list_limit=1, namespace="capped"))
+upload_throttled = stored(access=AccessPolicy(csrf_exempt=True, throttle=lambda request: 30))
+any_type = stored(
+    attachments=AttachmentOptions(max_bytes=UPLOAD_CAP, allowed_types=()),
+    mount=MountOptions(namespace="any-type"),
+)
 in_session = AGUIServer(
     scripted_agent(),
     conversation_store=DjangoSessionConversationStore(),
-    require_authenticated=False,
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
     # Each event written on its own: the disconnect tests stop reading mid-run.
-    stream_coalesce_seconds=0,
-    csrf_exempt=True,
+    runs=RunOptions(stream_coalesce_seconds=0),
 )
 # Shares the session namespace with ``in_session`` but allows only a few hundred bytes.
 tight_session = AGUIServer(
     scripted_agent(),
     conversation_store=DjangoSessionConversationStore(max_bytes=300),
-    require_authenticated=False,
-    csrf_exempt=True,
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
 )
-quiet_stored = stored(forward_reasoning=False)
+quiet_stored = stored(runs=RunOptions(forward_reasoning=False))
 no_heartbeat = AGUIServer(
-    slow_agent(), require_authenticated=False, csrf_exempt=True, heartbeat_seconds=0
+    slow_agent(),
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
+    runs=RunOptions(heartbeat_seconds=0),
 )
 failing_persisting = AGUIServer(
-    failing_agent(), conversation_store=DefaultConversationStore(), csrf_exempt=True
+    failing_agent(),
+    conversation_store=DefaultConversationStore(),
+    access=AccessPolicy(csrf_exempt=True),
 )
 hanging_persisting = AGUIServer(
     hanging_agent(),
     conversation_store=DefaultConversationStore(allow_anonymous=True),
-    require_authenticated=False,
-    csrf_exempt=True,
-    on_disconnect="cancel",
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
+    runs=RunOptions(on_disconnect="cancel"),
 )
 
 # A client that leaves mid-run, on each kind of mount (tests/agui/test_disconnect.py): the run
 # ends with the request (a Null store), is cancelled (on_disconnect="cancel"), or goes on.
 departing_stateless = AGUIServer(
     departing_agent("hang"),
-    require_authenticated=False,
-    csrf_exempt=True,
-    namespace="departing-stateless",
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
+    mount=MountOptions(namespace="departing-stateless"),
 )
 departing_cancel = AGUIServer(
     departing_agent("hang"),
     conversation_store=DefaultConversationStore(allow_anonymous=True),
-    require_authenticated=False,
-    csrf_exempt=True,
-    on_disconnect="cancel",
-    namespace="departing-cancel",
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
+    runs=RunOptions(on_disconnect="cancel"),
+    mount=MountOptions(namespace="departing-cancel"),
 )
 departing_durable = AGUIServer(
     departing_agent("finish"),
     conversation_store=DefaultConversationStore(allow_anonymous=True),
-    require_authenticated=False,
-    csrf_exempt=True,
-    namespace="departing-durable",
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
+    mount=MountOptions(namespace="departing-durable"),
 )
 
 # One thread per session: the second thread's save is refused with StoreLimitError.
 one_thread = AGUIServer(
     scripted_agent(),
     conversation_store=DjangoSessionConversationStore(max_threads=1),
-    require_authenticated=False,
-    csrf_exempt=True,
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
 )
 # Durable runs: a run that waits until cancelled, the interrupt policy, and Scoped stores.
-hanging_durable = stored(hanging_agent(), namespace="hanging-durable")
+hanging_durable = stored(hanging_agent(), mount=MountOptions(namespace="hanging-durable"))
 hanging_interrupt = stored(
-    hanging_agent(), namespace="hanging-interrupt", concurrent_runs="interrupt"
+    hanging_agent(),
+    mount=MountOptions(namespace="hanging-interrupt"),
+    runs=RunOptions(concurrent_runs="interrupt"),
 )
-gated = stored(gated_agent(), namespace="gated")
+gated = stored(gated_agent(), mount=MountOptions(namespace="gated"))
 # Second servers on the same database and cache: like a second worker, each holds none of the
 # runs its twin started (tests/agui/test_relay.py).
-gated_2 = stored(gated_agent(), namespace="gated-2")
-hanging_durable_2 = stored(hanging_agent(), namespace="hanging-durable-2")
+gated_2 = stored(gated_agent(), mount=MountOptions(namespace="gated-2"))
+hanging_durable_2 = stored(hanging_agent(), mount=MountOptions(namespace="hanging-durable-2"))
 LAGGING_RUNS = LaggingRunStore(DefaultConversationStore().run_store())
-lagging = stored(namespace="lagging", run_store=LAGGING_RUNS)
-lagging_2 = stored(namespace="lagging-2", run_store=LAGGING_RUNS)  # a second worker
+lagging = stored(mount=MountOptions(namespace="lagging"), run_store=LAGGING_RUNS)
+# A second worker.
+lagging_2 = stored(mount=MountOptions(namespace="lagging-2"), run_store=LAGGING_RUNS)
 STALE_RUNS = StaleStartRunStore(DefaultConversationStore().run_store())
-stale_start = stored(namespace="stale-start", run_store=STALE_RUNS)
+stale_start = stored(mount=MountOptions(namespace="stale-start"), run_store=STALE_RUNS)
 scoped_anonymous = AGUIServer(
     scripted_agent(),
     conversation_store=ScopedConversationStore(
         DefaultConversationStore(allow_anonymous=True), scope="s1"
     ),
-    require_authenticated=False,
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
     # Each event written on its own: the disconnect tests stop reading mid-run.
-    stream_coalesce_seconds=0,
-    csrf_exempt=True,
-    namespace="scoped",
+    runs=RunOptions(stream_coalesce_seconds=0),
+    mount=MountOptions(namespace="scoped"),
 )
 scoped_session = AGUIServer(
     scripted_agent(),
     conversation_store=ScopedConversationStore(DjangoSessionConversationStore(), scope="s2"),
-    require_authenticated=False,
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
     # Each event written on its own: the disconnect tests stop reading mid-run.
-    stream_coalesce_seconds=0,
-    csrf_exempt=True,
-    namespace="scoped-session",
+    runs=RunOptions(stream_coalesce_seconds=0),
+    mount=MountOptions(namespace="scoped-session"),
 )
-urls_default = AGUIServer(prompt_parts_agent(), require_authenticated=False, csrf_exempt=True)
+urls_default = AGUIServer(
+    prompt_parts_agent(), access=AccessPolicy(require_authenticated=False, csrf_exempt=True)
+)
 urls_allowed = AGUIServer(
     prompt_parts_agent(),
-    require_authenticated=False,
-    csrf_exempt=True,
-    allowed_file_url_schemes=("https",),
+    access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
+    runs=RunOptions(allowed_file_url_schemes=("https",)),
 )
 
 
@@ -290,9 +328,8 @@ def interrupted(
     """
     options: dict[str, Any] = {
         "conversation_store": DefaultConversationStore(allow_anonymous=True),
-        "require_authenticated": False,
-        "csrf_exempt": True,
-        "on_disconnect": "cancel",
+        "access": AccessPolicy(require_authenticated=False, csrf_exempt=True),
+        "runs": RunOptions(on_disconnect="cancel"),
     }
     options.update(kwargs)
     return AGUIServer(interrupted_agent(ending=ending, during=during), **options)
@@ -302,10 +339,9 @@ def burst(namespace: str, *, coalesce: float) -> AGUIServer:
     """``burst_agent``, stateless and open to anyone, coalescing writes for ``coalesce`` s."""
     return AGUIServer(
         burst_agent(),
-        require_authenticated=False,
-        csrf_exempt=True,
-        stream_coalesce_seconds=coalesce,
-        namespace=namespace,
+        access=AccessPolicy(require_authenticated=False, csrf_exempt=True),
+        runs=RunOptions(stream_coalesce_seconds=coalesce),
+        mount=MountOptions(namespace=namespace),
     )
 
 
@@ -318,9 +354,9 @@ urlpatterns = [
         stored(
             burst_agent(),
             conversation_store=DefaultConversationStore(allow_anonymous=True),
-            require_authenticated=False,
-            stream_coalesce_seconds=60,
-            namespace="burst-stored",
+            access=AccessPolicy(csrf_exempt=True, require_authenticated=False),
+            runs=RunOptions(stream_coalesce_seconds=60),
+            mount=MountOptions(namespace="burst-stored"),
         ).urls,
     ),
     path("agent/", scripted.urls),
@@ -358,15 +394,15 @@ urlpatterns = [
     path("gated-2/", gated_2.urls),
     path("hanging-durable-2/", hanging_durable_2.urls),
     path("hanging-durable/", hanging_durable.urls),
-    path("approval/", stored(approval_agent(), namespace="approval").urls),
-    path("reader/", stored(reader_agent(), namespace="reader").urls),
-    path("history/", stored(history_agent(), namespace="history").urls),
+    path("approval/", stored(approval_agent(), mount=MountOptions(namespace="approval")).urls),
+    path("reader/", stored(reader_agent(), mount=MountOptions(namespace="reader")).urls),
+    path("history/", stored(history_agent(), mount=MountOptions(namespace="history")).urls),
     path(
         "history-scoped/",
         stored(
             history_agent(),
             conversation_store=ScopedConversationStore(DefaultConversationStore(), scope="h"),
-            namespace="history-scoped",
+            mount=MountOptions(namespace="history-scoped"),
         ).urls,
     ),
     path(
@@ -374,8 +410,8 @@ urlpatterns = [
         AGUIServer(
             history_agent(),
             conversation_store=DjangoSessionConversationStore(),
-            csrf_exempt=True,
-            namespace="history-session",
+            access=AccessPolicy(csrf_exempt=True),
+            mount=MountOptions(namespace="history-session"),
         ).urls,
     ),
     path(
@@ -383,8 +419,8 @@ urlpatterns = [
         AGUIServer(
             gated_agent(),
             conversation_store=DjangoSessionConversationStore(),
-            csrf_exempt=True,
-            namespace="gated-session",
+            access=AccessPolicy(csrf_exempt=True),
+            mount=MountOptions(namespace="gated-session"),
         ).urls,
     ),
     path(
@@ -392,8 +428,8 @@ urlpatterns = [
         AGUIServer(
             history_agent(),
             conversation_store=ThreadStore(),
-            csrf_exempt=True,
-            namespace="history-model",
+            access=AccessPolicy(csrf_exempt=True),
+            mount=MountOptions(namespace="history-model"),
         ).urls,
     ),
     path(
@@ -401,8 +437,8 @@ urlpatterns = [
         AGUIServer(
             history_agent(),
             conversation_store=ScopedConversationStore(DjangoSessionConversationStore(), scope="h"),
-            csrf_exempt=True,
-            namespace="history-scoped-session",
+            access=AccessPolicy(csrf_exempt=True),
+            mount=MountOptions(namespace="history-scoped-session"),
         ).urls,
     ),
     path("hanging-interrupt/", hanging_interrupt.urls),
@@ -414,16 +450,24 @@ urlpatterns = [
     path(
         "broken-db/",
         AGUIServer(
-            text_agent(), conversation_store=BrokenQueryStore(), csrf_exempt=True, namespace="bdb"
+            text_agent(),
+            conversation_store=BrokenQueryStore(),
+            access=AccessPolicy(csrf_exempt=True),
+            mount=MountOptions(namespace="bdb"),
         ).urls,
     ),
-    path("small-body/", stored(max_body_bytes=300, namespace="small-body").urls),
+    path(
+        "small-body/", stored(mount=MountOptions(max_body_bytes=300, namespace="small-body")).urls
+    ),
     path("interrupted/", interrupted("hang").urls),
     path(
         "interrupted-session/",
         interrupted("hang", conversation_store=DjangoSessionConversationStore()).urls,
     ),
-    path("interrupted-quiet/", interrupted("hang", forward_reasoning=False).urls),
+    path(
+        "interrupted-quiet/",
+        interrupted("hang", runs=RunOptions(on_disconnect="cancel", forward_reasoning=False)).urls,
+    ),
     path("interrupted-args/", interrupted("hang", "tool_args").urls),
     path("interrupted-tool/", interrupted("hang", "tool").urls),
     path("erroring/", interrupted("fail").urls),

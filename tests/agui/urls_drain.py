@@ -5,13 +5,25 @@ from __future__ import annotations
 
 from django.urls import path
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, MountOptions, RunOptions
 from tests.agui.agents import gated_agent
 from tests.agui.urls import stored
 
-patient = stored(gated_agent(), namespace="patient", drain_seconds=5, sweep_interval_seconds=0)
-hasty = stored(gated_agent(), namespace="hasty", drain_seconds=0.2, sweep_interval_seconds=0)
-stateless = AGUIServer(gated_agent(), csrf_exempt=True, namespace="stateless-drain")
+patient = stored(
+    gated_agent(),
+    mount=MountOptions(namespace="patient"),
+    runs=RunOptions(drain_seconds=5, sweep_interval_seconds=0),
+)
+hasty = stored(
+    gated_agent(),
+    mount=MountOptions(namespace="hasty"),
+    runs=RunOptions(drain_seconds=0.2, sweep_interval_seconds=0),
+)
+stateless = AGUIServer(
+    gated_agent(),
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="stateless-drain"),
+)
 
 urlpatterns = [
     path("patient/", patient.urls),

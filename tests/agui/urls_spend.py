@@ -17,7 +17,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from django_pydantic_agent._harness_spend import Budget, SpendLimits
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, MountOptions
 from django_pydantic_agent.agui.spend import per_thread, per_user
 from django_pydantic_agent.contrib.store.spend_store import DefaultSpendStore
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
@@ -75,30 +75,28 @@ THREAD_TOKENS = Budget[None](tokens=60, window="total", scope=per_thread, name="
 spend = AGUIServer(
     answer_agent(),
     conversation_store=DefaultConversationStore(),
-    csrf_exempt=True,
-    namespace="spend",
-    spend_limits=limits(USER_DAY, THREAD_TOKENS),
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="spend"),
+    spend=limits(USER_DAY, THREAD_TOKENS),
 )
 spend_tools = AGUIServer(
     tool_agent(),
     conversation_store=DefaultConversationStore(),
-    csrf_exempt=True,
-    namespace="spend-tools",
-    spend_limits=limits(
-        Budget[None](usd=Decimal("0.01"), window="day", scope=per_user, name="user-day")
-    ),
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="spend-tools"),
+    spend=limits(Budget[None](usd=Decimal("0.01"), window="day", scope=per_user, name="user-day")),
 )
 spend_stateless = AGUIServer(
     answer_agent(),
-    csrf_exempt=True,
-    namespace="spend-stateless",
-    spend_limits=limits(USER_DAY),
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="spend-stateless"),
+    spend=limits(USER_DAY),
 )
 spend_unpriced = AGUIServer(
     answer_agent("my-local-model"),
     conversation_store=DefaultConversationStore(),
-    csrf_exempt=True,
-    namespace="spend-unpriced",
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="spend-unpriced"),
 )
 
 urlpatterns = [

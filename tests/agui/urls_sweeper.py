@@ -8,6 +8,7 @@ from typing import Any
 
 from django.urls import path
 
+from django_pydantic_agent.agui import MountOptions, RunOptions
 from django_pydantic_agent.contrib.store.runs import DefaultRunStore
 from django_pydantic_agent.persistence.runs import RunRecord
 from tests.agui.urls import stored
@@ -28,9 +29,15 @@ class HeldFinishRunStore(DefaultRunStore):
 
 held_runs = HeldFinishRunStore()
 
-sweeping = stored(namespace="sweeping", sweep_interval_seconds=30)
-never = stored(namespace="never", sweep_interval_seconds=0)
-slow_finish = stored(namespace="slow-finish", run_store=held_runs, sweep_interval_seconds=0)
+sweeping = stored(
+    mount=MountOptions(namespace="sweeping"), runs=RunOptions(sweep_interval_seconds=30)
+)
+never = stored(mount=MountOptions(namespace="never"), runs=RunOptions(sweep_interval_seconds=0))
+slow_finish = stored(
+    mount=MountOptions(namespace="slow-finish"),
+    run_store=held_runs,
+    runs=RunOptions(sweep_interval_seconds=0),
+)
 
 urlpatterns = [
     path("sweeping/", sweeping.urls),

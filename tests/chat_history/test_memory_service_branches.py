@@ -23,6 +23,7 @@ from django_pydantic_agent.chat_history.memory_service._branches import (
     marker_fields,
     replay,
 )
+from django_pydantic_agent.chat_history.tree import BranchPoint
 from django_pydantic_agent.contrib.memory_service_emulator import request_counter
 from tests.chat_history import test_memory_service as base
 from tests.chat_history.test_memory_service import Service, _chat
@@ -74,7 +75,9 @@ async def test_a_cut_keeps_the_old_records_and_every_replica_reads_the_active_br
     _, cold, _ = service.repositories()
     assert await _ids(messages, chat) == ["u1", "a1", "u2", "b2"]
     assert await _ids(cold, chat) == ["u1", "a1", "u2", "b2"]
-    assert await cold.branch_points(chat.chat_uuid) == {"b2": (["a2", "b2"], 1)}
+    assert await cold.branch_points(chat.chat_uuid) == {
+        "b2": BranchPoint(siblings=("a2", "b2"), index=1)
+    }
     tree = await cold.get_chat_tree(chat.chat_uuid)
     by_id = {m.agui_id: m.message_uuid for m, _, _ in tree}
     assert [(m.agui_id, parent, active) for m, parent, active in tree] == [
@@ -151,7 +154,9 @@ async def test_reads_inside_the_transaction_see_the_pending_cut(service: Service
         assert await _ids(messages, chat) == ["v1"]
     _, cold, _ = service.repositories()
     assert await _ids(cold, chat) == ["v1"]
-    assert await cold.branch_points(chat.chat_uuid) == {"v1": (["u1", "v1"], 1)}
+    assert await cold.branch_points(chat.chat_uuid) == {
+        "v1": BranchPoint(siblings=("u1", "v1"), index=1)
+    }
 
 
 @pytest.mark.parametrize("seed", range(40))

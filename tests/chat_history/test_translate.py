@@ -30,6 +30,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.ui.ag_ui import AGUIAdapter
 
 from django_pydantic_agent.chat_history import Message, Reasoning, ToolCall, translate_messages
+from django_pydantic_agent.chat_history.agui_messages import records_to_wire
 from django_pydantic_agent.chat_history.translate import (
     BOOKKEEPING_KEY,
     replayed_ids,
@@ -206,6 +207,25 @@ def test_other_roles_and_bookkeeping_metadata() -> None:
         "error": "[E] x",
         "run_id": "r1",
     }
+
+
+def test_the_model_gets_the_ids_and_bookkeeping_clients_get_renamed_at_one_place() -> None:
+    stored = _weather_history()
+    stored[1].run_id = "r1"
+    stored[1].run_outcome = {"type": "success"}
+    sent = {m["id"]: m for m in records_to_wire(stored)}
+    replayed = translate_messages(stored)
+    assert [m.id for m in replayed] == list(sent)
+    for message in replayed:
+        assert message.metadata is not None
+        book, wire = message.metadata[BOOKKEEPING_KEY], sent[message.id]
+        renamed = {"runId": "run_id", "runOutcome": "run_outcome"}
+        expected = {
+            renamed.get(key, key): value
+            for key, value in {**wire, **wire["chatHistory"]}.items()
+            if key in ("uuid", "status", "error", "runId", "runOutcome")
+        }
+        assert book == expected
 
 
 def test_unsequenced_input_keeps_its_order() -> None:

@@ -11,15 +11,15 @@ from django.urls import path
 from example_project.urls import conversation_store, server
 from example_project.urls import urlpatterns as example_urlpatterns
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, MountOptions, RunOptions
 from tests.e2e.crash_agent import crashing_agent
 
 crashing = AGUIServer(
     crashing_agent(),
     conversation_store=conversation_store,
-    csrf_exempt=False,
-    heartbeat_seconds=server.heartbeat_seconds,
-    namespace="crash",
+    access=AccessPolicy(csrf_exempt=False),
+    runs=RunOptions(heartbeat_seconds=server.runs.heartbeat_seconds),
+    mount=MountOptions(namespace="crash"),
 )
 
 urlpatterns = [path("crash/", crashing.urls), *example_urlpatterns]

@@ -104,6 +104,15 @@ def test_markdown_hostile_content_and_a_long_thread_in_chromium(
     assert markdown["rawHtmlAsText"] is True
     assert markdown["boldElements"] == 0
     assert steps["reloaded"]["markdown"] == markdown
+    # Thumbs on the Default store (it keeps feedback), none on the Memory Service store.
+    rated = steps["rated"]
+    assert rated["thumbs"] is (store == "default")
+    if rated["thumbs"]:
+        assert rated["pressed"] == [["up", "false"], ["down", "true"]]
+        assert steps["reloaded"]["pressed"] == [["up", "false"], ["down", "true"]]
+    else:
+        assert rated["pressed"] == []
+        assert steps["reloaded"]["pressed"] == []
 
     assert steps["dark"]["background"] == "rgb(16, 19, 26)"
     narrow = steps["narrow"]

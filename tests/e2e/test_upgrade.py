@@ -51,6 +51,7 @@ STEPS = (
     "0018_lazy_search_index",
     "0019_storedsummary",
     "0020_storedmessage_no_conversation_index",
+    "0021_storedfeedback",
 )
 
 

@@ -89,8 +89,8 @@ def test_the_application_is_wrapped_and_the_cap_is_the_servers() -> None:
     assert isinstance(application, LifespanShutdown)
     assert isinstance(application.app, UploadLimitMiddleware)
     server = resolve(UPLOAD_PATH).func.agui_server  # type: ignore[attr-defined]
-    assert server.attachment_max_bytes == EXAMPLE_ATTACHMENT_MAX_BYTES
-    assert server.attachment_allowed_types == (
+    assert server.attachments.max_bytes == EXAMPLE_ATTACHMENT_MAX_BYTES
+    assert server.attachments.allowed_types == (
         "text/*",
         "image/*",
         "application/pdf",

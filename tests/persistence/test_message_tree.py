@@ -11,18 +11,32 @@ from django_pydantic_agent.persistence.message_tree import (
     MAX_BRANCH_DEPTH,
     activate_in,
     branch_points_in,
-    document_messages,
-    export_entries,
+    flatten,
     pruned,
     with_sibling,
 )
-from django_pydantic_agent.persistence.transfer import check_document
+from django_pydantic_agent.persistence.transfer import (
+    check_document,
+    export_document,
+    nested_messages,
+)
 from django_pydantic_agent.persistence.wire import (
     BRANCHES_KEY,
     ROOT_BRANCHES_KEY,
     records_to_wire,
     strip_branches,
 )
+
+
+def export_entries(messages: list[Any]) -> list[dict[str, Any]]:
+    """The export's entries of a stored list (as ``transfer.export_thread`` writes them)."""
+    flat = flatten(messages)
+    return export_document(flat.tree, title="", wire=lambda key: [flat.messages[key]])["messages"]
+
+
+def document_messages(entries: list[dict[str, Any]]) -> list[Any]:
+    """The stored list an import of ``entries`` saves (``transfer.import_thread``)."""
+    return nested_messages({"messages": entries}, lambda index: entries[index]["wire"])
 
 
 def said(message_id: str, role: str = "user") -> dict[str, Any]:
@@ -77,8 +91,12 @@ def test_activating_a_nested_branch_swaps_tails_down_to_it_and_back() -> None:
     assert ids(again) == ["u1", "a1", "u2e", "a2f"]
 
 
-def test_an_active_message_changes_nothing_and_an_unknown_one_is_not_found() -> None:
-    assert activate_in(nested(), "a1") == (True, None)
+def test_an_active_message_continues_down_the_newest_branch_and_an_unknown_one_is_not_found() -> (
+    None
+):
+    assert activate_in(nested(), "a2b") == (True, None)  # the active branch's last message
+    # As on every store: below an active message, the newest branch (not the one active).
+    assert ids(switch(nested(), "a1")) == ["u1", "a1", "u2e", "a2e"]
     assert activate_in(nested(), "nope") == (False, None)
 
 
@@ -120,7 +138,7 @@ def test_export_and_import_round_trip_every_branch_in_order() -> None:
     assert sorted(e["wire"][0]["id"] for e in entries) == sorted(
         ["u1", "u1r", "a1", "u2", "a2", "a2b", "u2e", "a2e", "a2f"]
     )
-    again = document_messages(entries, lambda entry: entry["wire"])
+    again = document_messages(entries)
     assert again == nested()
 
 
@@ -137,7 +155,7 @@ def test_an_import_never_trusts_branch_keys_in_the_file_and_caps_nesting() -> No
         entries.append({"parent": chain, "active": False, "wire": [said(f"c-{level}")]})
         entries.append({"parent": chain, "active": False, "wire": [said(f"d-{level}")]})
         chain = len(entries) - 2
-    messages = document_messages(entries, lambda entry: entry["wire"])
+    messages = document_messages(entries)
     assert ids(messages) == ["u1"]
     assert "evil" not in json.dumps(messages)
     assert ids(switch(messages, "c-0")) == ["c-0", "d-1"]
@@ -168,7 +186,7 @@ def test_a_kept_answer_with_no_active_sibling_is_exported_and_imported() -> None
         (None, True, "u1"),
         (0, False, "a1"),
     ]
-    assert ids(document_messages(entries, lambda entry: entry["wire"])) == ["u1", "a1"]
+    assert ids(document_messages(entries)) == ["u1", "a1"]
 
 
 def test_pruning_to_no_level_strips_every_branch() -> None:
@@ -200,4 +218,4 @@ def test_a_branch_after_a_tool_call_starts_after_its_results() -> None:
         (2, "r2"),
         (5, "u2"),
     ]
-    assert document_messages(entries, lambda entry: entry["wire"]) == messages
+    assert document_messages(entries) == messages

@@ -73,9 +73,53 @@ def test_markdown_shows_reasoning_tool_calls_and_attachments() -> None:
     text = markdown(document(user, ANSWER, other))
     assert text.startswith("# Plans\n\n_1 more message(s) on other branches")
     assert "**User:**\n\nHi\n\nAttachment: map.png" in text
-    assert "> **Reasoning:** Think more" in text
+    assert "> **Reasoning:** Think\n> more" in text
     assert "Tool call `add`:\n\n```json\n{}\n```" in text
     assert "**Tool:**\n\n5" in text
+
+
+WRITTEN = """## Plan
+
+| step | who |
+| --- | --- |
+| 1 | Ada |
+
+```python
+def f():
+    return 1
+```
+
+- one
+- two
+"""
+
+
+def test_markdown_keeps_each_message_as_written() -> None:
+    """Tables, code fences, lists and line breaks come out as typed (they were collapsed onto
+    one line), and a tool call's arguments holding a fence cannot close theirs early."""
+    question = {"parent": None, "active": True, "wire": [{"id": "u1", "role": "user"}]}
+    question["wire"][0]["content"] = [
+        {"type": "text", "text": "First part\nsecond line"},
+        {"type": "text", "text": "- a\n- b"},
+    ]
+    call = {"name": "run", "arguments": '{"code": "```\\nx\\n```"}'}
+    answer = {
+        "parent": 0,
+        "active": True,
+        "wire": [
+            {"id": "a1", "role": "assistant", "content": WRITTEN},
+            {
+                "id": "a2",
+                "role": "assistant",
+                "content": "",
+                "toolCalls": [{"id": "c1", "type": "function", "function": call}],
+            },
+        ],
+    }
+    text = markdown(document(question, answer))
+    assert "**User:**\n\nFirst part\nsecond line\n\n- a\n- b\n" in text
+    assert f"**Assistant:**\n\n{WRITTEN.strip()}\n" in text
+    assert "````json\n" + call["arguments"] + "\n````" in text
 
 
 def test_a_record_without_wire_is_rendered() -> None:

@@ -30,7 +30,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, AttachmentOptions, MountOptions
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
@@ -80,16 +80,17 @@ SERVERS = {
         Agent(FunctionModel(stream_function=_answer)),
         conversation_store=DefaultConversationStore(),
         attachment_store=DefaultAttachmentStore(),
-        attachment_max_bytes=UPLOAD_CAP,
-        attachment_allowed_types=("text/plain", "image/*"),
-        csrf_exempt=True,
-        namespace="fuzz-default",
+        attachments=AttachmentOptions(
+            max_bytes=UPLOAD_CAP, allowed_types=("text/plain", "image/*")
+        ),
+        access=AccessPolicy(csrf_exempt=True),
+        mount=MountOptions(namespace="fuzz-default"),
     ),
     "session": AGUIServer(
         Agent(FunctionModel(stream_function=_answer)),
         conversation_store=DjangoSessionConversationStore(),
-        csrf_exempt=True,
-        namespace="fuzz-session",
+        access=AccessPolicy(csrf_exempt=True),
+        mount=MountOptions(namespace="fuzz-session"),
     ),
 }
 urlpatterns = [path(f"{name}/", server.urls) for name, server in SERVERS.items()]

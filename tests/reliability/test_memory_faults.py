@@ -34,7 +34,7 @@ from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, MountOptions, RunOptions
 from django_pydantic_agent.agui.errors import REDACTED_RUN_ERROR, REDACTED_SAVE_ERROR
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.contrib.memory_service_emulator import Fault, fault_injector
@@ -241,9 +241,9 @@ async def test_runs_lose_and_repeat_nothing_when_the_memory_service_fails_one_re
             server = AGUIServer(
                 fault_agent(),
                 conversation_store=store,
-                csrf_exempt=True,
-                heartbeat_seconds=HEARTBEAT,
-                namespace="faults",
+                access=AccessPolicy(csrf_exempt=True),
+                runs=RunOptions(heartbeat_seconds=HEARTBEAT),
+                mount=MountOptions(namespace="faults"),
             )
             served.mount([path("faults/", server.urls)])
             http.cookies.set(settings.SESSION_COOKIE_NAME, await session_cookie(alice))
@@ -344,9 +344,9 @@ async def test_the_thread_drawer_and_attachments_answer_json_under_the_same_faul
                 fault_agent(),
                 conversation_store=store,
                 attachment_store=attachments,
-                csrf_exempt=True,
-                heartbeat_seconds=HEARTBEAT,
-                namespace="drawer",
+                access=AccessPolicy(csrf_exempt=True),
+                runs=RunOptions(heartbeat_seconds=HEARTBEAT),
+                mount=MountOptions(namespace="drawer"),
             )
             served.mount([path("drawer/", server.urls)])
             http.cookies.set(settings.SESSION_COOKIE_NAME, await session_cookie(alice))
@@ -430,8 +430,8 @@ async def test_run_records_survive_many_runs_in_the_default_local_memory_cache(
         server = AGUIServer(
             echo_agent(),
             conversation_store=DjangoSessionConversationStore(max_threads=EVICTION_RUNS + 1),
-            csrf_exempt=True,
-            namespace="evict",
+            access=AccessPolicy(csrf_exempt=True),
+            mount=MountOptions(namespace="evict"),
         )
         served.mount([path("evict/", server.urls)])
         http.cookies.set(settings.SESSION_COOKIE_NAME, await session_cookie(alice))

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.urls import path
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, AttachmentOptions, MountOptions
 from django_pydantic_agent.agui.runs import RunCoordinator
 from django_pydantic_agent.contrib.store.stores import (
     DefaultAttachmentStore,
@@ -59,23 +59,22 @@ IDENTITIES = ("user-a", "user-b", "anonymous-1", "anonymous-2")
 
 def _servers(client: DRMemoryServiceClient | None) -> dict[str, AGUIServer]:
     common: dict[str, Any] = {
-        "require_authenticated": False,
-        "csrf_exempt": True,
-        "attachment_max_bytes": 4096,
+        "access": AccessPolicy(require_authenticated=False, csrf_exempt=True),
+        "attachments": AttachmentOptions(max_bytes=4096),
     }
     servers = {
         "session": AGUIServer(
             echo_agent(),
             conversation_store=DjangoSessionConversationStore(),
             attachment_store=DefaultAttachmentStore(allow_anonymous=True),
-            namespace="owners-session",
+            mount=MountOptions(namespace="owners-session"),
             **common,
         ),
         "default": AGUIServer(
             echo_agent(),
             conversation_store=DefaultConversationStore(),
             attachment_store=DefaultAttachmentStore(),
-            namespace="owners-default",
+            mount=MountOptions(namespace="owners-default"),
             **common,
         ),
         "scoped": AGUIServer(
@@ -84,7 +83,7 @@ def _servers(client: DRMemoryServiceClient | None) -> dict[str, AGUIServer]:
                 DefaultConversationStore(allow_anonymous=True), scope="owners"
             ),
             attachment_store=DefaultAttachmentStore(allow_anonymous=True),
-            namespace="owners-scoped",
+            mount=MountOptions(namespace="owners-scoped"),
             **common,
         ),
     }
@@ -94,7 +93,7 @@ def _servers(client: DRMemoryServiceClient | None) -> dict[str, AGUIServer]:
             echo_agent(),
             conversation_store=MemoryServiceConversationStore(client, space, allow_anonymous=True),
             attachment_store=MemoryServiceAttachmentStore(client, space, allow_anonymous=True),
-            namespace="owners-memory",
+            mount=MountOptions(namespace="owners-memory"),
             **common,
         )
     return servers

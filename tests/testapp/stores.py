@@ -55,6 +55,8 @@ class MinimalThreadStore(ModelConversationStore):
 class ThreadStore(MinimalThreadStore):
     """Every optional hook implemented too, each as one owner-filtered query."""
 
+    overrides = frozenset({"_archive"})
+
     def _list(self, owner_id: str, limit: int | None) -> ConversationMetaList:
         rows = (
             Thread.objects.filter(owner_id=owner_id)

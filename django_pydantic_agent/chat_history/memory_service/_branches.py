@@ -9,30 +9,27 @@ bodies skip) moves the tip:
 - ``activate <uuid>``: the branch through the record becomes the active one, continued down the
   newest branch at each branch point below it.
 
-``fold`` replays a chat's events in sequence order into a ``Tree``. A chat without markers is
-one branch, its events in order, so a reader needs the markers only when there are any: a tail
-read (``lastN``) that holds none ends on the active branch, one that holds some is listed whole.
+``fold`` replays a chat's events in sequence order into the one ``chat_history.tree.Tree``
+(whose rules answer the rest). A chat without markers is one branch, its events in order, so a
+reader needs the markers only when there are any: a tail read (``lastN``) that holds none ends
+on the active branch, one that holds some is listed whole.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 from uuid import UUID
 
 from django_pydantic_agent.chat_history.records import Message
+from django_pydantic_agent.chat_history.tree import Tree
 
 __all__ = [
     "MARKER_VERSION",
     "Operation",
-    "Tree",
-    "branch_points",
-    "find",
     "fold",
     "is_marker",
     "marker_fields",
-    "message_id",
     "replay",
 ]
 
@@ -67,89 +64,24 @@ def _parse(event: Message) -> tuple[str, UUID] | None:
         return None
 
 
-def message_id(message: Message) -> str:
-    """The AG-UI id a record is read back under."""
-    return message.agui_id or str(message.message_uuid)
-
-
-@dataclass(eq=False)
-class Tree:
-    """The records of a chat as a tree: each one's parent, each parent's children (oldest
-    first), and the active branch, a path from a root down."""
-
-    parent: dict[UUID, UUID | None] = field(default_factory=dict)
-    children: dict[UUID | None, list[UUID]] = field(default_factory=dict)
-    active: list[UUID] = field(default_factory=list)
-
-    def path(self, target: UUID) -> list[UUID]:
-        """The branch through ``target``: its ancestors, it, and below it the newest child at
-        each branch point."""
-        up: list[UUID] = []
-        current: UUID | None = target
-        while current is not None and current not in up:
-            up.append(current)
-            current = self.parent.get(current)
-        down: list[UUID] = []
-        node = target
-        while True:
-            below = self.children.get(node)
-            if not below or below[-1] in up or below[-1] in down:
-                break
-            node = below[-1]
-            down.append(node)
-        return [*reversed(up), *down]
-
-    def siblings(self, uuid: UUID) -> list[UUID]:
-        """The records sharing ``uuid``'s parent, it included, oldest first."""
-        return self.children.get(self.parent.get(uuid), [uuid])
-
-
-def fold(events: Iterable[Message]) -> Tree:
+def fold(events: Iterable[Message]) -> Tree[UUID]:
     """Replay ``events`` (messages and markers, in sequence order) into a ``Tree``.
 
     A marker naming a record it cannot act on (unknown, or a cut off the active branch) is
     skipped."""
-    tree = Tree()
-    active = tree.active
+    tree: Tree[UUID] = Tree()
     for event in events:
         if is_marker(event):
             parsed = _parse(event)
-            if parsed is None or parsed[1] not in tree.parent:
-                continue
-            operation, target = parsed
-            if operation == "cut" and target in active:
-                del active[active.index(target) :]
-            elif operation == "activate":
-                active[:] = tree.path(target)
-            continue
-        uuid = event.message_uuid
-        if uuid in tree.parent:
-            continue
-        parent = active[-1] if active else None
-        tree.parent[uuid] = parent
-        tree.children.setdefault(parent, []).append(uuid)
-        active.append(uuid)
+            if parsed is not None and parsed[1] in tree.parent:
+                operation, target = parsed
+                if operation == "cut":
+                    tree.cut(target)
+                elif operation == "activate":
+                    tree.activate(target)
+        elif event.message_uuid not in tree.parent:
+            tree.grow(event.message_uuid)  # no id: readers name records as they are now
     return tree
-
-
-def branch_points(tree: Tree, messages: dict[UUID, Message]) -> dict[str, tuple[list[str], int]]:
-    """For each active record that has siblings: ``(sibling AG-UI ids, its index)``."""
-    points: dict[str, tuple[list[str], int]] = {}
-    for uuid in tree.active:
-        siblings = tree.siblings(uuid)
-        if len(siblings) > 1:
-            ids = [message_id(messages[s]) for s in siblings]
-            points[message_id(messages[uuid])] = (ids, siblings.index(uuid))
-    return points
-
-
-def find(tree: Tree, messages: Sequence[Message], agui_id: str) -> UUID | None:
-    """The record read back as ``agui_id``: the active one, else the newest."""
-    matches = [m.message_uuid for m in messages if message_id(m) == agui_id]
-    if not matches:
-        return None
-    active = set(tree.active)
-    return next((m for m in reversed(matches) if m in active), matches[-1])
 
 
 def replay(parents: Sequence[int | None], leaf: int | None) -> list[tuple[str, int]]:
@@ -157,30 +89,24 @@ def replay(parents: Sequence[int | None], leaf: int | None) -> list[tuple[str, i
     ``parents[i]``, an earlier index or ``None``), with the ``("cut", j)`` and
     ``("activate", j)`` markers before it that make it follow its parent, and at the end those
     that make the branch ending at record ``leaf`` the active one."""
-    tree = Tree()
-    nodes = [UUID(int=i + 1) for i in range(len(parents))]
+    tree: Tree[int] = Tree()
     events: list[tuple[str, int]] = []
 
     def follow(parent: int | None) -> None:
         active = tree.active
-        node = None if parent is None else nodes[parent]
-        if (active[-1] if active else None) == node:
+        if (active[-1] if active else None) == parent:
             return
-        if parent is not None and nodes[parent] not in active:
+        if parent is not None and parent not in active:
             events.append(("activate", parent))
-            active[:] = tree.path(nodes[parent])
-        position = 0 if node is None else active.index(node) + 1
-        if position < len(active):
-            events.append(("cut", active[position].int - 1))
-            del active[position:]
+            tree.activate(parent)
+        position = 0 if parent is None else tree.active.index(parent) + 1
+        if position < len(tree.active):
+            events.append(("cut", tree.active[position]))
+            tree.cut(tree.active[position])
 
     for index, parent in enumerate(parents):
         follow(parent)
-        node = nodes[index]
-        above = None if parent is None else nodes[parent]
-        tree.parent[node] = above
-        tree.children.setdefault(above, []).append(node)
-        tree.active.append(node)
+        tree.grow(index)
         events.append(("message", index))
     if leaf is not None:
         follow(leaf)

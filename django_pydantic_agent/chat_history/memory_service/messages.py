@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from contextvars import ContextVar
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 from uuid import UUID
 
+from django_pydantic_agent.chat_history.agui_messages import message_id
 from django_pydantic_agent.chat_history.errors import ChatNotFoundError
 from django_pydantic_agent.chat_history.keys import LocatorKind, emitter_for_role
 from django_pydantic_agent.chat_history.memory_service._branches import (
     Operation,
-    branch_points,
-    find,
     fold,
     is_marker,
     marker_fields,
@@ -50,6 +47,8 @@ from django_pydantic_agent.chat_history.records import (
     update_fields,
 )
 from django_pydantic_agent.chat_history.repositories import NestedRecordWrites
+from django_pydantic_agent.chat_history.transactions import ContextScope, NestedTransaction
+from django_pydantic_agent.chat_history.tree import BranchPoint
 from django_pydantic_agent.memory_service import (
     DRMemoryNotFoundError,
     DRMemorySpace,
@@ -76,7 +75,8 @@ class _Pending:
 
 @dataclass(eq=False)
 class _Batch:
-    owner: MessageRepository
+    """The writes of one transaction, per chat; sent at its exit."""
+
     chats: dict[UUID, tuple[ChatState, dict[UUID, _Pending]]] = field(default_factory=dict)
     children: list[tuple[ChatState, LocatorKind, UUID, UUID]] = field(default_factory=list)
 
@@ -88,18 +88,17 @@ class _Batch:
         return entry[1]
 
 
-_BATCH: ContextVar[_Batch | None] = ContextVar("chat_history_memory_service_batch", default=None)
-
-
-class MessageRepository(NestedRecordWrites):
+class MessageRepository(NestedTransaction, NestedRecordWrites):
     """Message persistence backed by session events: one event per logical message.
 
     Tool calls and reasoning steps are nested in the parent message's event body. Each chat's
     events are cached after they are read or written (bodies and ``createdAt`` tokens), so an
     update is one PATCH and never a re-listing. :meth:`transaction` collects the writes made
     inside it and sends them at exit: per chat, at most one batch POST (new messages, with
-    every change made to them meanwhile) and one batch PATCH (changed messages). See the
-    package docstring for the consistency model.
+    every change made to them meanwhile) and one batch PATCH (changed messages). Reads inside
+    see the pending writes, a nested block joins the batch, a block that raises sends nothing;
+    concurrent tasks each have their own batch. See the package docstring for the
+    consistency model.
     """
 
     def __init__(
@@ -121,35 +120,20 @@ class MessageRepository(NestedRecordWrites):
         self.tool_call_class = nested_record_class(message_class, "tool_calls")
         self.reasoning_class = nested_record_class(message_class, "reasonings")
         self._events = EventStore(registry, message_class)
+        self._scope: ContextScope[_Batch] = ContextScope(_Batch)
 
-    # Transactions ------------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        """Scope a batch of writes, sent when the block exits without an exception.
-
-        Reads inside see the pending writes; a nested call joins the open batch; if the block
-        raises, nothing is sent. Per chat the batch is one POST, then one PATCH, each atomic:
-        if the PATCH fails after the POST succeeded, the error is raised and the new messages
-        stay stored (a caller that retries re-reads the chat first).
-        """
-        current = _BATCH.get()
-        if current is not None and current.owner is self:
-            yield
-            return
-        batch = _Batch(owner=self)
-        token = _BATCH.set(batch)
-        try:
-            yield
-        finally:
-            _BATCH.reset(token)
-        await self._commit(batch)
+    # Transactions (``NestedTransaction`` over a ``ContextScope``) ------------------------------
 
     def _batch(self) -> _Batch | None:
-        batch = _BATCH.get()
-        return batch if batch is not None and batch.owner is self else None
+        """This task's open batch, or ``None`` outside a transaction."""
+        return self._scope.state
 
-    async def _commit(self, batch: _Batch) -> None:
+    async def _commit(self, snapshot: object) -> None:
+        """Send the batch: per chat one POST (new messages), then one PATCH (changed ones),
+        each atomic. If the PATCH fails after the POST succeeded, the error is raised and the
+        new messages stay stored (a caller that retries re-reads the chat first)."""
+        batch = self._batch()
+        assert batch is not None  # called while the transaction holds it
         for state, pending in batch.chats.values():
             created = [p.work for p in pending.values() if p.base is None]
             changed = [(p.base, p.mutations) for p in pending.values() if p.base is not None]
@@ -347,7 +331,7 @@ class MessageRepository(NestedRecordWrites):
         refresh = state.listed and not state.current
         return await self._state(chat_uuid, refresh=refresh)
 
-    async def branch_points(self, chat_uuid: UUID) -> dict[str, tuple[list[str], int]] | None:
+    async def branch_points(self, chat_uuid: UUID) -> dict[str, BranchPoint] | None:
         """For each record of the active branch that has siblings, by AG-UI id: the siblings'
         AG-UI ids (oldest first) and its index among them. ``{}`` for a chat that never
         branched, ``None`` for an unknown chat. A listed cache answers without a request (a
@@ -357,7 +341,7 @@ class MessageRepository(NestedRecordWrites):
             return None
         if not state.markers:
             return {}
-        return branch_points(state.tree(), state.messages)
+        return state.tree().branch_points(lambda uuid: message_id(state.messages[uuid]))
 
     async def activate(self, chat_uuid: UUID, agui_id: str) -> bool:
         """Make the branch through the record read back as ``agui_id`` the active one (on the
@@ -368,7 +352,7 @@ class MessageRepository(NestedRecordWrites):
         if state is None:
             return False
         tree = state.tree()
-        target = find(tree, state.ordered_all(), agui_id)
+        target = tree.find(agui_id, lambda uuid: message_id(state.messages[uuid]))
         if target is None:
             return False
         if tree.path(target) != tree.active:

@@ -11,10 +11,11 @@ from typing import Annotated, Any, Generic, TypeVar
 from uuid import UUID
 
 from django_pydantic_agent.chat_history.keys import LocatorKind, locator_key
-from django_pydantic_agent.chat_history.memory_service._branches import Tree, fold
+from django_pydantic_agent.chat_history.memory_service._branches import fold
 from django_pydantic_agent.chat_history.memory_service._ids import chat_uuid_of, is_own_chat_uuid
 from django_pydantic_agent.chat_history.memory_service._retry import RetryPolicy
 from django_pydantic_agent.chat_history.records import Chat, Message
+from django_pydantic_agent.chat_history.tree import Tree
 from django_pydantic_agent.memory_service import (
     DRDeduplicationKey,
     DRMemoryNotFoundError,
@@ -179,7 +180,7 @@ class ChatState:
     current: bool = False
     """The cache was just built (a listing, or a chat created here): skip one check."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _tree: tuple[tuple[int, int, int], Tree] | None = field(default=None, repr=False)
+    _tree: tuple[tuple[int, int, int], Tree[UUID]] | None = field(default=None, repr=False)
 
     def events(self) -> list[Message]:
         """The committed messages and branch markers in sequence order."""
@@ -190,7 +191,7 @@ class ChatState:
         """The committed messages of every branch in sequence order."""
         return sorted(self.messages.values(), key=lambda m: m.sequence_id)
 
-    def tree(self) -> Tree:
+    def tree(self) -> Tree[UUID]:
         """The committed events folded into the chat's tree (kept until an event is added)."""
         key = (len(self.messages), len(self.markers), self.max_seq)
         if self._tree is None or self._tree[0] != key:

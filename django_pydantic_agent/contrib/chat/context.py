@@ -8,13 +8,8 @@ from django.http import HttpRequest
 from django.middleware.csrf import get_token
 from django.urls import NoReverseMatch, resolve, reverse
 
-from django_pydantic_agent.chat_history.protocols import implements
 from django_pydantic_agent.contrib.chat.strings import catalogue
-from django_pydantic_agent.persistence.base import wrapped_stores
-from django_pydantic_agent.persistence.branching import KeepsBranches
-from django_pydantic_agent.persistence.listing import ArchivesThreads, SearchesThreads
-from django_pydantic_agent.persistence.model import ModelConversationStore
-from django_pydantic_agent.persistence.scoped import ScopedConversationStore
+from django_pydantic_agent.persistence.features import store_features
 
 if TYPE_CHECKING:
     from django_pydantic_agent.agui import AGUIServer
@@ -33,54 +28,29 @@ def server_for(namespace: str) -> AGUIServer:
         raise ImproperlyConfigured(
             f"No AGUIServer is mounted under the URL namespace {namespace!r}: add "
             f'path("agent/", server.urls) to your URLconf, or pass the namespace you gave '
-            f"AGUIServer(namespace=...)."
+            f"AGUIServer(mount=MountOptions(namespace=...))."
         ) from None
     server: AGUIServer = resolve(url).func.agui_server  # type: ignore[attr-defined]
     return server
 
 
-def _answering_store(store: object) -> object:
-    """The layer of ``store`` whose own methods answer for its capabilities.
-
-    A ``ScopedConversationStore`` has ``find_threads``, ``archive``, ``branch_points`` and
-    ``activate`` only to forward them to the store it wraps (or to the generic fallback over
-    that store), so it can do exactly what its inner store can: it is looked through, along
-    ``wrapped_stores``. Any other layer, a wrapper of the project's own included, answers for
-    itself, since it is what the server calls.
-    """
-    answering = store
-    for answering in wrapped_stores(store):
-        if not isinstance(answering, ScopedConversationStore):
-            break
-    return answering
-
-
 def keeps_branches(server: AGUIServer) -> bool:
-    """Whether the server's conversation store keeps branches (edit, regenerate, branch navigation).
-
-    A ``ScopedConversationStore`` answers for the store it wraps (``_answering_store``).
-    """
-    return isinstance(_answering_store(server.conversation_store), KeepsBranches)
+    """Whether the server's conversation store keeps branches (edit, regenerate, branch
+    navigation), as its features declare (``persistence.features``)."""
+    return store_features(server.conversation_store).branches
 
 
 def thread_features(store: object) -> dict[str, Any]:
-    """What the drawer can offer over ``store``: ``search`` is ``"text"`` (titles and message
-    text) or ``"titles"``; ``archive`` whether the store keeps an archived flag.
-
-    A store with ``find_threads`` of its own searches text; a ``ModelConversationStore``
-    searches text when it overrides ``_find``, and archives only when it overrides
-    ``_archive`` (the defaults search titles and refuse to archive). A
-    ``ScopedConversationStore`` searches and archives as the store it wraps does
-    (``_answering_store``).
-    """
-    store = _answering_store(store)
-    archive = implements(store, ArchivesThreads)
-    if isinstance(store, ModelConversationStore):
-        archive = type(store)._archive is not ModelConversationStore._archive
-        search = "text" if type(store)._find is not ModelConversationStore._find else "titles"
-    else:
-        search = "text" if implements(store, SearchesThreads) else "titles"
-    return {"search": search, "archive": archive}
+    """What the drawer can offer over ``store``, as its features declare: ``search`` is
+    ``"text"`` (titles and message text) or ``"titles"``; ``archive`` whether the store keeps
+    an archived flag; ``feedback`` whether it keeps ratings of messages (the thumbs). A
+    ``ScopedConversationStore`` declares the features of the store it wraps."""
+    features = store_features(store)
+    return {
+        "search": "text" if features.search else "titles",
+        "archive": features.archive,
+        "feedback": features.feedback,
+    }
 
 
 def chat_context(request: HttpRequest, server: AGUIServer) -> dict[str, Any]:
@@ -91,13 +61,13 @@ def chat_context(request: HttpRequest, server: AGUIServer) -> dict[str, Any]:
     shows only those.
     Calling this sets the CSRF cookie: the page sends the token in ``X-CSRFToken``.
     """
-    namespace = server.namespace
+    namespace = server.mount.namespace
     uploads = None
     if server.accepts_attachments:
         uploads = {
             "url": reverse(f"{namespace}:attachments"),
-            "max_bytes": server.attachment_max_bytes,
-            "accept": ",".join(server.attachment_allowed_types),
+            "max_bytes": server.attachments.max_bytes,
+            "accept": ",".join(server.attachments.allowed_types),
         }
     return {
         "agent_url": reverse(f"{namespace}:run"),

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import functools
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from django.db import IntegrityError, connections, router
 from django.utils import timezone
 
-from django_pydantic_agent.contrib.store import branches, forks, rows, save_plan, transfer
+from django_pydantic_agent.contrib.store import branches, feedback, rows, save_plan, transfer
 from django_pydantic_agent.contrib.store.checks import store_app_installed
 from django_pydantic_agent.contrib.store.deletion import delete_conversations
 from django_pydantic_agent.contrib.store.links import reconcile_conversation_attachments
@@ -31,7 +32,6 @@ from django_pydantic_agent.contrib.store.repositories import (
     OrmChatRepository,
     OrmMessageRepository,
 )
-from django_pydantic_agent.contrib.store.retention import RetentionPolicy
 from django_pydantic_agent.contrib.store.runs import DefaultRunStore
 from django_pydantic_agent.contrib.store.search import find_threads
 from django_pydantic_agent.persistence import (
@@ -44,6 +44,8 @@ from django_pydantic_agent.persistence import (
 )
 from django_pydantic_agent.persistence.branching import BranchPoint
 from django_pydantic_agent.persistence.derive import normalize_title
+from django_pydantic_agent.persistence.features import RetentionPolicy, StoreFeatures
+from django_pydantic_agent.persistence.feedback import Feedback
 from django_pydantic_agent.persistence.listing import ThreadPage, ThreadQuery
 from django_pydantic_agent.persistence.outages import unit_of_work
 from django_pydantic_agent.persistence.transactions import write_transaction
@@ -64,8 +66,8 @@ DEFAULT_LIST_LIMIT = 100
 def _locked_row_sql(using: str) -> str:
     """The SQL that reads an owner's thread row and locks it, compiled once per database.
 
-    Every save starts with it. The queryset built each time (two lookups, the compiler) cost
-    291 us of CPU on SQLite; ``Manager.raw`` on this SQL costs 78 us (docs/benchmarks.md).
+    Every save starts with it; ``Manager.raw`` on SQL compiled once is cheaper than the
+    queryset built each time (``python -m bench.save_cpu``).
     Call inside a transaction: PostgreSQL's ``FOR UPDATE`` needs one.
     """
     from django_pydantic_agent.contrib.store.models import StoredConversation
@@ -101,8 +103,11 @@ class DefaultConversationStore(ModelConversationStore):
     lock on PostgreSQL, so concurrent first saves cannot overshoot it.
 
     ``retention`` is the ``RetentionPolicy`` ``agent_store_prune_conversations`` applies to
-    these rows (``None``: keep everything until a command option says otherwise).
+    these rows (``None``: keep everything until a command option says otherwise); ``features``
+    reports it.
     """
+
+    overrides = frozenset({"_find", "_archive"})
 
     def __init__(
         self,
@@ -128,6 +133,11 @@ class DefaultConversationStore(ModelConversationStore):
         self.max_threads_per_owner = check_quota(
             "max_threads_per_owner", max_threads_per_owner, "threads"
         )
+
+    @property
+    def features(self) -> StoreFeatures:
+        """What the store can do (``persistence.features``), its retention policy included."""
+        return replace(super().features, retention=self.retention)
 
     def _refuse_new_thread(self, owner_id: str, limit: int) -> None:
         """Raise ``StoreLimitError`` if the owner already keeps ``limit`` threads."""
@@ -176,11 +186,7 @@ class DefaultConversationStore(ModelConversationStore):
             return None
         if not row.branches:
             return {}
-        points = branches.Tree(branches.nodes(row.pk)).branch_points()
-        return {
-            key: BranchPoint(siblings=tuple(ids), index=index)
-            for key, (ids, index) in points.items()
-        }
+        return branches.tree(branches.nodes(row.pk)).branch_points()
 
     async def branch_points(
         self, thread_id: str, *, request: HttpRequest
@@ -207,7 +213,7 @@ class DefaultConversationStore(ModelConversationStore):
     ) -> bool:
         check_key("thread_id", new_thread_id)
         owner_id = self._owner(request)
-        return forks.fork(
+        return transfer.fork(
             owner_id, thread_id, message_id, new_thread_id, self.max_threads_per_owner
         )
 
@@ -216,9 +222,30 @@ class DefaultConversationStore(ModelConversationStore):
     ) -> bool:
         """Copy the owner's thread's active branch, up to and including the message
         ``message_id``, into a new thread ``new_thread_id`` of the same owner (see
-        ``contrib.store.forks``). ``False`` when the owner has no such thread or its active
+        ``contrib.store.transfer``). ``False`` when the owner has no such thread or its active
         branch no such message; ``StoreLimitError`` over ``max_threads_per_owner``."""
         return await unit_of_work(self._fork_sync)(thread_id, message_id, new_thread_id, request)
+
+    # Feedback (persistence.feedback) -------------------------------------------------------
+
+    async def rate(
+        self, thread_id: str, message_id: str, rating: Feedback, *, request: HttpRequest
+    ) -> bool:
+        """Set (empty: clear) the owner's feedback on ``message_id`` of ``thread_id``; ``False``
+        when the owner has no such thread or message (one transaction)."""
+        return await unit_of_work(self._rate_sync)(thread_id, message_id, rating, request)
+
+    async def ratings(self, thread_id: str, *, request: HttpRequest) -> dict[str, Feedback]:
+        """The owner's feedback on ``thread_id``, by message id (one query)."""
+        return await unit_of_work(self._ratings_sync)(thread_id, request)
+
+    def _rate_sync(
+        self, thread_id: str, message_id: str, rating: Feedback, request: HttpRequest
+    ) -> bool:
+        return feedback.rate(self._owner(request), thread_id, message_id, rating)
+
+    def _ratings_sync(self, thread_id: str, request: HttpRequest) -> dict[str, Feedback]:
+        return feedback.ratings(self._owner(request), thread_id)
 
     def _export_sync(self, thread_id: str, request: HttpRequest) -> dict[str, Any] | None:
         return transfer.export(self._owner(request), thread_id)
@@ -394,7 +421,7 @@ def _wire_texts(owner_id: str, thread_id: str) -> _Texts:
     thread, in order (what ``rows.loaded`` reads).
 
     One plain ``SELECT`` joined on the thread, read by a cursor: the ORM's query building and
-    row iteration took about 1.5 of a 1,000-message load's 3.2 ms (docs/benchmarks.md).
+    row iteration were half of a load (``python -m bench --suite store``).
     """
     from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 

@@ -28,8 +28,7 @@ from __future__ import annotations
 import copy
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -58,8 +57,9 @@ from django_pydantic_agent.chat_history.records import (
     nested_record_class,
     update_fields,
 )
-from django_pydantic_agent.chat_history.repositories import NestedRecordWrites, TaskScope
+from django_pydantic_agent.chat_history.repositories import NestedRecordWrites
 from django_pydantic_agent.chat_history.summaries import StoredSummary
+from django_pydantic_agent.chat_history.transactions import NestedTransaction, TaskScope
 from django_pydantic_agent.contrib.store import rows as rows_
 from django_pydantic_agent.contrib.store.deletion import delete_conversations
 from django_pydantic_agent.contrib.store.links import (
@@ -132,8 +132,8 @@ def _newest(rows: Any, following: int, limit: int) -> list[Any]:
     that number, above by the thread's newest position (a subquery, so rows written since
     ``following`` was read are in). Unbounded, ``ORDER BY position DESC LIMIT`` was planned
     by PostgreSQL as a scan of every row of the thread and a sort whenever its statistics
-    took the thread for a small one (10,001 rows, 8 to 10 ms at message 10,000;
-    docs/benchmarks.md); bounded below only, as a scan of the thread's rows through the
+    took the thread for a small one (``python -m bench --suite run-path``); bounded below
+    only, as a scan of the thread's rows through the
     ``conversation`` index when they knew its size (a table-wide histogram makes ``position
     >= n`` look unselective). A range whose upper end is unknown when planning is estimated
     narrow, so the ``(conversation, position)`` index answers it, about ``2 * limit`` rows
@@ -188,6 +188,10 @@ class _Pending:
     content_offset: int | None = None
     """The stored length the queued content deltas follow (``None``: full content)."""
     full_content: bool = False
+
+
+#: What a rollback restores: the cached records, their parents, the chat states.
+_Snapshot = tuple[dict[UUID, Message], dict[UUID, UUID], dict[UUID, _ChatState]]
 
 
 class OrmChatRepository:
@@ -381,7 +385,7 @@ class OrmChatRepository:
         return await unit_of_work(self._delete_sync)(chat_uuid)
 
 
-class OrmMessageRepository(NestedRecordWrites):
+class OrmMessageRepository(NestedTransaction, NestedRecordWrites):
     """A ``MessageRepositoryLike`` over ``StoredMessage`` rows (see the module docstring).
 
     Attributes:
@@ -504,45 +508,31 @@ class OrmMessageRepository(NestedRecordWrites):
             parent = record.message_uuid
         return await self._cached(parent)
 
-    # Transactions -------------------------------------------------------------------------
+    # Transactions (``NestedTransaction``) -------------------------------------------------
 
-    def _records_snapshot(self) -> dict[UUID, Message]:
-        """The cached records as a rollback restores them: writes replace a record (copy on
-        write) rather than change it, so the dict is copied, not its records. O(1) per
-        record, where a deep copy of each made every flush of a long thread cost O(thread)."""
-        return dict(self._records)
+    def _begin(self) -> _Snapshot:
+        """Open the batch; the snapshot holds the cached records as a rollback restores them:
+        writes replace a record (copy on write) rather than change it, so the dict is copied,
+        not its records. O(1) per record, where a deep copy of each made every flush of a long
+        thread cost O(thread)."""
+        self._pending = {}
+        states = {k: copy.copy(v) for k, v in self.chats._states.items()}
+        return dict(self._records), dict(self._children), states
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[None]:
-        """Apply the writes made inside the block as one database transaction (all or none)."""
-        if self._scope.joined:
-            yield  # nested: the outermost block applies the batch
-            return
-        async with self._scope.hold():
-            self._pending = {}
-            snapshot = (
-                self._records_snapshot(),
-                dict(self._children),
-                {k: copy.copy(v) for k, v in self.chats._states.items()},
-            )
-            try:
-                yield
-                if self._pending or self._cuts:
-                    await unit_of_work(self._apply_sync)(list(self._pending.values()))
-            except BaseException:
-                self._records, self._children, self.chats._states = snapshot
-                raise
-            finally:
-                self._pending = None
-                self._cuts = {}
+    def _restore(self, snapshot: _Snapshot) -> None:
+        self._records, self._children, self.chats._states = snapshot
+        self._pending, self._cuts = None, {}
 
-    @asynccontextmanager
-    async def _writing(self) -> AsyncIterator[None]:
-        if self._scope.joined:
-            yield
-            return
-        async with self.transaction():
-            yield
+    async def _commit(self, snapshot: _Snapshot) -> None:
+        """Apply the batch as one database transaction; if it fails, restore the snapshot."""
+        batch = list((self._pending or {}).values())
+        try:
+            if batch or self._cuts:
+                await unit_of_work(self._apply_sync)(batch)
+        except BaseException:
+            self._restore(snapshot)
+            raise
+        self._pending, self._cuts = None, {}
 
     def _touch(self, message: Message) -> _Pending:
         assert self._pending is not None
@@ -721,7 +711,7 @@ class OrmMessageRepository(NestedRecordWrites):
         record = await self._cached(at)
         if record is None or record.chat_uuid != chat_uuid or not record._sequence_id:
             raise ValueError(f"start_branch: {at} is no message of chat {chat_uuid}.")
-        async with self._writing():
+        async with self.transaction():
             self._cuts[chat_uuid] = record._sequence_id - 1
 
     # Writes -------------------------------------------------------------------------------
@@ -745,7 +735,7 @@ class OrmMessageRepository(NestedRecordWrites):
         emitter_type, emitter_id = emitter_for_role(
             message_data.role, participant_id(owner_uuid(state.owner_id))
         )
-        async with self._writing():
+        async with self.transaction():
             message = self.message_class(
                 **kept,
                 message_uuid=uuid.uuid4(),
@@ -768,7 +758,7 @@ class OrmMessageRepository(NestedRecordWrites):
         changes = update_fields(update)
         if not changes:
             return self._copy(message)
-        async with self._writing():
+        async with self.transaction():
             staged = self._copy(message)
             applied = apply_update(staged, update)
             self._keep(staged)
@@ -795,7 +785,7 @@ class OrmMessageRepository(NestedRecordWrites):
                 f"Message {data.message_uuid} does not exist; create the message before "
                 f"appending to its {field_name}."
             )
-        async with self._writing():
+        async with self.transaction():
             child = record_class(**data.model_dump(exclude={"message_uuid"}), uuid=uuid.uuid4())
             staged = self._copy(parent)
             getattr(staged, field_name).append(child)
@@ -815,7 +805,7 @@ class OrmMessageRepository(NestedRecordWrites):
             return None
         if not update_fields(update):
             return detached(children[index])
-        async with self._writing():
+        async with self.transaction():
             staged = self._copy(parent)
             child = getattr(staged, field_name)[index]
             apply_update(child, update)

@@ -1,24 +1,24 @@
 """Retention: which conversations a policy lets go, and deleting them.
 
-A ``RetentionPolicy`` deletes threads idle longer than ``idle_days`` and/or all but the newest
-``keep_newest`` of each owner (newest by last activity). Give it to the store,
-``DefaultConversationStore(retention=RetentionPolicy(...))``; ``manage.py
-agent_store_prune_conversations`` applies the policies of the stores the URLconf mounts (or
-the one its options describe), and the conversation admin shows which threads are due.
+A ``RetentionPolicy`` (``persistence.features``) deletes threads idle longer than
+``idle_days`` and/or all but the newest ``keep_newest`` of each owner (newest by last
+activity). Give it to the store, ``DefaultConversationStore(retention=RetentionPolicy(...))``,
+whose ``features`` report it; ``manage.py agent_store_prune_conversations`` applies the
+policies of the stores the URLconf mounts (or the one its options describe), and the
+conversation admin shows which threads are due.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
-from django.utils import timezone
 
 from django_pydantic_agent.contrib.store.deletion import ConversationDeletion, delete_conversations
+from django_pydantic_agent.persistence.features import RetentionPolicy, store_features
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
@@ -28,50 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["RetentionPolicy", "apply_retention", "due_ids", "mounted_policies"]
 
 _CHUNK = 1000
-
-
-def _count(name: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(
-            f"{name}={value!r} is not valid: pass a positive whole number, or None to leave "
-            "that rule out."
-        )
-    return value
-
-
-@dataclass(frozen=True, kw_only=True)
-class RetentionPolicy:
-    """Delete threads idle more than ``idle_days`` and/or beyond the newest ``keep_newest`` per
-    owner. At least one is required; each must be a positive integer (``ValueError``)."""
-
-    idle_days: int | None = None
-    keep_newest: int | None = None
-
-    def __post_init__(self) -> None:
-        _count("idle_days", self.idle_days)
-        _count("keep_newest", self.keep_newest)
-        if self.idle_days is None and self.keep_newest is None:
-            raise ValueError(
-                "RetentionPolicy() keeps everything: pass idle_days (delete threads idle "
-                "longer), keep_newest (keep only that many per owner), or both."
-            )
-
-    def describe(self) -> str:
-        """The policy in words, for the command's output and the admin."""
-        rules = []
-        if self.idle_days is not None:
-            rules.append(f"threads idle more than {self.idle_days} day(s)")
-        if self.keep_newest is not None:
-            rules.append(f"all but each owner's newest {self.keep_newest}")
-        return " and ".join(rules)
-
-    def cutoff(self, now: datetime | None = None) -> datetime | None:
-        """The last activity before which a thread is idle too long (``None``: no such rule)."""
-        if self.idle_days is None:
-            return None
-        return (now or timezone.now()) - timedelta(days=self.idle_days)
 
 
 def due_ids(
@@ -133,7 +89,7 @@ def mounted_policies() -> list[RetentionPolicy]:
 
     found: list[RetentionPolicy] = []
     for store in mounted_stores():
-        policy = getattr(store, "retention", None)  # DefaultConversationStore's
-        if isinstance(policy, RetentionPolicy) and policy not in found:
+        policy = store_features(store).retention
+        if policy is not None and policy not in found:
             found.append(policy)
     return found

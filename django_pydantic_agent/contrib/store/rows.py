@@ -193,8 +193,8 @@ def insert(
     """Insert ``(conversation_id, position, saved)`` rows of ``model`` in one statement.
 
     One ``executemany`` of a plain ``INSERT``, values prepared by each field as the ORM
-    prepares them: ``bulk_create`` spent most of a 1,000-message first save building the SQL
-    of its batches (about 100 ms of 150 ms on SQLite, docs/benchmarks.md). The rows join
+    prepares them: ``bulk_create`` spent most of a first save building the SQL of its
+    batches (``python -m bench.save_cpu``). The rows join
     ``branch``; the first follows ``parent`` when given (``branches``), each next one the row
     before it.
     """
@@ -416,9 +416,8 @@ class SavedRecord:
 # A plain message (a string ``id``, a user/assistant/system/developer ``role``, a string
 # ``content`` and only keys the reader keeps as ``wire_extra``) is read into the same record
 # every time but for its id, text, extra keys and uuid: its columns are a template's with those
-# filled in, without building and dumping a ``Message`` (about 45 of the 70 ms a 1,000-message
-# first save spent reading; docs/benchmarks.md). ``test_rows_property`` holds the template to
-# what the reader gives.
+# filled in, without building and dumping a ``Message`` (``python -m bench.save_cpu``).
+# ``test_rows_property`` holds the template to what the reader gives.
 _PLAIN_ROLES: Final[frozenset[str]] = frozenset({"user", "assistant", "system", "developer"})
 _PLAIN_KEYS: Final[frozenset[str]] = frozenset({"id", "role", "content"})
 _templates: dict[str, tuple[dict[str, Any], str, str]] = {}

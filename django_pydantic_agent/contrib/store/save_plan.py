@@ -97,9 +97,8 @@ _PROTOCOL = 3  # no frames (protocol 4 cuts the bytes into frames by length)
 def _pickle(value: Any) -> bytes:
     buffer = io.BytesIO()
     pickler = pickle.Pickler(buffer, _PROTOCOL)
-    # Fast mode keeps no memo: no back-references, so equal values give equal bytes, and an
-    # item's bytes are the same wherever it stands. Faster than ``marshal`` over
-    # a 900-message head (160 against 260 us, docs/benchmarks.md), which every save hashes.
+    # Fast mode keeps no memo, so equal values give equal bytes wherever they stand; it beats
+    # ``marshal`` on the head every save hashes (``python -m bench.save_cpu``).
     pickler.fast = True
     pickler.dump(value)
     return buffer.getvalue()
@@ -122,9 +121,8 @@ def _items(messages: Sequence[Any]) -> bytes:
 
 
 def _hash(data: bytes) -> Any:
-    # SHA-256 where the CPU hashes it in hardware (SHA-NI, ARMv8): 4 to 5x faster than
-    # BLAKE2b over a 1,000-message head (0.23 against 1.1 ms for 350 kB), which every growing
-    # save hashes (docs/benchmarks.md). Cut to 128 bits (``_hex``), as BLAKE2b's were.
+    # SHA-256: hashed in hardware where the CPU can, faster than BLAKE2b on the head every
+    # growing save hashes (``python -m bench.save_cpu``); cut to 128 bits by ``_hex``.
     return hashlib.sha256(data)
 
 
@@ -155,17 +153,15 @@ class Plan:
 
         using = router.db_for_write(StoredMessage)
         branched = conversation.branches > 0
-        # Built where used: an append (most saves) needs no queryset (about 70 us each).
+        # Built where used: an append (most saves) needs no queryset (``bench.save_cpu``).
         where = conversation.message_rows.filter
         if self.delete_from is not None:
             if branched:  # the branches forked below the dropped rows go with them
-                tree = branches.Tree(branches.nodes(conversation.pk))
+                found = branches.nodes(conversation.pk)
                 dropped = [
-                    n.message_uuid
-                    for n in tree.nodes
-                    if n.active and n.position >= self.delete_from
+                    n.message_uuid for n in found if n.active and n.position >= self.delete_from
                 ]
-                gone = tree.descendants(dropped)
+                gone = branches.tree(found).descendants(dropped)
                 where(message_uuid__in=list(gone)).delete()
             else:
                 where(active=True, position__gte=self.delete_from).delete()
@@ -293,8 +289,7 @@ def plan_save(
     if plan is None:
         plan = _full_plan(row, messages, chat_uuid, thread_id)
     # A plain record's message is three strings (``SavedRecord.plain``): only a NUL can make
-    # it unstorable, so it is checked for one, not encoded (1,000 messages encoded cost about
-    # 1 ms of a first save's 20).
+    # it unstorable, so it is checked for one, not encoded (``python -m bench.save_cpu``).
     indices = [
         i
         for s in plan.written()

@@ -1,8 +1,8 @@
 """The message text index, kept lazily: writes index nothing, a search catches up first.
 
 Migration 0014 indexed every user and assistant message as it was written (an FTS5 trigger on
-SQLite, a stored generated ``tsvector`` column on PostgreSQL), which made a first save of
-1,000 messages 10x slower than 0.28.3. Since migration 0018:
+SQLite, a stored generated ``tsvector`` column on PostgreSQL), which made first saves far
+slower than 0.28.3's (``python -m bench --suite store``). Since migration 0018:
 
 SQLite keeps a watermark (``dpa_store_message_fts_mark``: the highest message id the index
 has seen) and three triggers that touch only rows at or under it: an insert at or under the

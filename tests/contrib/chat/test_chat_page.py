@@ -115,7 +115,7 @@ def test_the_mounted_page_talks_to_its_server(
     assert 'data-agent-url="/agent/"' in html
     # The upload limits are the server's own (the defaults: 10 MiB, any type).
     assert 'data-upload-url="/agent/attachments/"' in html
-    assert f'data-upload-max-bytes="{docs_urls.server.attachment_max_bytes}"' in html
+    assert f'data-upload-max-bytes="{docs_urls.server.attachments.max_bytes}"' in html
     token = re.search(r'data-csrf-token="([^"]+)"', html)
     assert token is not None
     assert "csrftoken" in response.cookies

@@ -17,7 +17,7 @@ from django.test import Client, override_settings
 from django.urls import path
 from pydantic_ai import Agent
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from django_pydantic_agent.contrib.chat.context import thread_features
 from django_pydantic_agent.contrib.chat.views import ChatView
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
@@ -31,25 +31,38 @@ URLCONF = "tests_contrib_chat_drawer_urls"
 
 
 def test_the_default_store_searches_message_text_and_archives() -> None:
-    assert thread_features(DefaultConversationStore()) == {"search": "text", "archive": True}
+    assert thread_features(DefaultConversationStore()) == {
+        "search": "text",
+        "archive": True,
+        "feedback": True,
+    }
 
 
 def test_the_memory_service_searches_titles_and_archives() -> None:
     # Only the class matters: an instance without a client is enough to ask.
     store = MemoryServiceConversationStore.__new__(MemoryServiceConversationStore)
 
-    assert thread_features(store) == {"search": "titles", "archive": True}
+    assert thread_features(store) == {"search": "titles", "archive": True, "feedback": False}
 
 
 def test_a_model_store_archives_only_when_it_overrides_the_hook() -> None:
-    assert thread_features(MinimalThreadStore()) == {"search": "titles", "archive": False}
-    assert thread_features(ThreadStore()) == {"search": "titles", "archive": True}
+    assert thread_features(MinimalThreadStore()) == {
+        "search": "titles",
+        "archive": False,
+        "feedback": False,
+    }
+    assert thread_features(ThreadStore()) == {
+        "search": "titles",
+        "archive": True,
+        "feedback": False,
+    }
 
 
 def test_the_session_store_searches_titles_and_archives() -> None:
     assert thread_features(DjangoSessionConversationStore()) == {
         "search": "titles",
         "archive": True,
+        "feedback": False,
     }
 
 
@@ -61,10 +74,10 @@ def test_a_scoped_store_searches_and_archives_as_the_store_it_wraps() -> None:
     minimal = ScopedConversationStore(MinimalThreadStore(), scope="support")
     nested = ScopedConversationStore(default, scope="inner")
 
-    assert thread_features(session) == {"search": "titles", "archive": True}
-    assert thread_features(default) == {"search": "text", "archive": True}
-    assert thread_features(minimal) == {"search": "titles", "archive": False}
-    assert thread_features(nested) == {"search": "text", "archive": True}
+    assert thread_features(session) == {"search": "titles", "archive": True, "feedback": False}
+    assert thread_features(default) == {"search": "text", "archive": True, "feedback": True}
+    assert thread_features(minimal) == {"search": "titles", "archive": False, "feedback": False}
+    assert thread_features(nested) == {"search": "text", "archive": True, "feedback": True}
 
 
 class LoggingWrapper:
@@ -83,10 +96,11 @@ class LoggingWrapper:
 def test_a_wrapper_without_the_capabilities_answers_for_itself() -> None:
     wrapped = LoggingWrapper(DefaultConversationStore())
 
-    assert thread_features(wrapped) == {"search": "titles", "archive": False}
+    assert thread_features(wrapped) == {"search": "titles", "archive": False, "feedback": False}
     assert thread_features(ScopedConversationStore(wrapped, scope="support")) == {
         "search": "titles",
         "archive": False,
+        "feedback": False,
     }
 
 
@@ -107,7 +121,9 @@ def minimal_page(request: pytest.FixtureRequest) -> Iterator[None]:
 
 def _urlconf(store: ConversationStore) -> types.ModuleType:
     """A URLconf serving an AGUIServer over ``store`` at ``agent/`` and its page at ``chat/``."""
-    server = AGUIServer(Agent("test"), conversation_store=store, csrf_exempt=False)
+    server = AGUIServer(
+        Agent("test"), conversation_store=store, access=AccessPolicy(csrf_exempt=False)
+    )
     module = types.ModuleType(URLCONF)
     module.urlpatterns = [  # type: ignore[attr-defined]
         path("agent/", server.urls),
@@ -161,6 +177,7 @@ def test_a_scoped_session_page_says_search_reads_titles(django_user_model: Any) 
     assert 'data-thread-search="titles"' in html
     assert "This server searches titles only." in html
     assert 'data-thread-archive="1"' in html
+    assert "data-feedback" not in html  # the session store keeps no ratings: no thumbs
 
 
 @pytest.mark.django_db
@@ -173,6 +190,7 @@ def test_the_default_page_offers_archive_and_full_text(django_user_model: Any) -
 
     assert 'data-thread-search="text"' in html
     assert 'data-thread-archive="1"' in html
+    assert 'data-feedback="on"' in html
     toggle = re.search(r'<button[^>]*id="show-archived"[^>]*>', html)
     assert toggle is not None
     assert " hidden" not in toggle.group(0)

@@ -14,7 +14,7 @@ from django.template import Context, Template
 from django.test import RequestFactory
 from pydantic_ai import Agent
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from django_pydantic_agent.contrib.chat.context import keeps_branches
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.memory_service import DRMemoryServiceClient
@@ -30,7 +30,9 @@ _STORED = 'data-history="stored"'
 
 
 def _server(store: Any) -> AGUIServer:
-    return AGUIServer(Agent("test"), conversation_store=store, csrf_exempt=False)
+    return AGUIServer(
+        Agent("test"), conversation_store=store, access=AccessPolicy(csrf_exempt=False)
+    )
 
 
 @pytest.mark.parametrize(

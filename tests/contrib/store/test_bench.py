@@ -341,7 +341,7 @@ def test_the_spend_bench_prints_its_row(tmp_path: Path) -> None:
 
 
 def test_the_save_cpu_bench_prints_cpu_and_wall_of_both_operations(tmp_path: Path) -> None:
-    """``python -m bench.save_cpu`` (docs/benchmarks.md, "The lazy index"), at a toy size."""
+    """``python -m bench.save_cpu`` (docs/benchmarks.md, "save() against 0.28.3"), at a toy size."""
     env = {**os.environ, "BENCH_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
     env.pop("DATABASE_URL", None)
     env.pop("DJANGO_SETTINGS_MODULE", None)

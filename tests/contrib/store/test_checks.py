@@ -22,7 +22,7 @@ from django.urls import include, path
 from pydantic_ai import Agent
 from pydantic_ai.models.test import TestModel
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer
 from django_pydantic_agent.checks import (
     E001,
     E002,
@@ -160,7 +160,7 @@ def test_real_agui_server_mount_is_found(mount: Mount) -> None:
         Agent(TestModel()),
         conversation_store=ScopedConversationStore(conversations, scope="web"),
         attachment_store=NullAttachmentStore(),
-        csrf_exempt=False,
+        access=AccessPolicy(csrf_exempt=False),
     )
     mount(path("agent/", agui.urls))
 

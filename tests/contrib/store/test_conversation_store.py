@@ -361,7 +361,7 @@ def test_an_unstorable_message_is_refused_before_anything_is_written(
 ) -> None:
     """Regression: PostgreSQL raised DataError for NUL, NOT NULL failed for None, and SQLite
     stored NaN/Infinity that no JSON reader parses; none of them was a ``StoreError``."""
-    from django_pydantic_agent.agui.access import store_refusal
+    from django_pydantic_agent.agui.errors import Refusal
     from django_pydantic_agent.contrib.store.stores import UnstorableMessageError
     from django_pydantic_agent.persistence import StoreError
 
@@ -380,7 +380,7 @@ def test_an_unstorable_message_is_refused_before_anything_is_written(
     assert isinstance(caught.value, StoreError)
     assert isinstance(caught.value, ValueError)
     assert "nothing was saved" in str(caught.value)
-    assert store_refusal(caught.value, store="conversation").status_code == 409
+    assert Refusal.of_store(caught.value, store="conversation").status == 409
     assert StoredConversation.objects.values_list("preview", "updated_at").get() == before
     loaded = store._fetch("t", "1")
     assert loaded is not None

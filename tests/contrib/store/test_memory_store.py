@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from django_pydantic_agent.agui import AccessPolicy
+
 pytest.importorskip(
     "pydantic_ai_harness",
     reason='needs the harness extra: pip install -e ".[harness]"',
@@ -745,7 +747,9 @@ def _agui_agent() -> Agent[AgentDeps, str]:
     )
 
 
-urlpatterns = [path("agent/", AGUIServer(_agui_agent(), csrf_exempt=True).urls)]
+urlpatterns = [
+    path("agent/", AGUIServer(_agui_agent(), access=AccessPolicy(csrf_exempt=True)).urls)
+]
 
 
 @DB

@@ -32,7 +32,7 @@ from django_pydantic_agent.contrib.store.migrations._predecessor import (
 from django_pydantic_agent.contrib.store.rows import saved_wire
 
 APP = "django_pydantic_agent_store"
-LATEST = "0020_storedmessage_no_conversation_index"
+LATEST = "0021_storedfeedback"
 PREDECESSOR_LEAF = (APP, "0005_storedmemory_storedmemoryoperation")
 DEV_MIGRATIONS = {APP: "tests.contrib.store.dev_schema.migrations"}
 SCRATCH = "upgrade_scratch"
@@ -108,6 +108,7 @@ def test_the_chain_starts_with_the_predecessors_history() -> None:
         "0018_lazy_search_index",
         "0019_storedsummary",
         "0020_storedmessage_no_conversation_index",
+        "0021_storedfeedback",
     ]
 
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 from pydantic_ai import Agent
 from pydantic_ai.models.test import TestModel
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, MountOptions
 from django_pydantic_agent.contrib.store.models import StoredConversation
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore, RetentionPolicy
 from django_pydantic_agent.persistence import ScopedConversationStore
@@ -35,8 +35,8 @@ urlpatterns = [
             conversation_store=ScopedConversationStore(
                 DefaultConversationStore(retention=POLICY), scope="kept"
             ),
-            namespace="kept",
-            csrf_exempt=False,
+            mount=MountOptions(namespace="kept"),
+            access=AccessPolicy(csrf_exempt=False),
         ).urls,
     ),
 ]

@@ -15,7 +15,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai_harness.compaction import SlidingWindowCompaction
 from pydantic_ai_harness.conversation_search import ConversationSearch
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, MountOptions
 from django_pydantic_agent.chat_history import HistoryWindow
 from django_pydantic_agent.contrib.store.history_source import StoredHistorySource
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
@@ -60,21 +60,21 @@ def _agent(source: StoredHistorySource, scope: Any) -> Agent[Any, str]:
 thread_search = AGUIServer(
     _agent(StoredHistorySource(), "conversation"),
     conversation_store=DefaultConversationStore(),
-    csrf_exempt=True,
-    namespace="search",
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="search"),
 )
 owner_search = AGUIServer(
     _agent(StoredHistorySource(scope="owner"), "all"),
     conversation_store=DefaultConversationStore(),
-    csrf_exempt=True,
-    namespace="owner-search",
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="owner-search"),
 )
 
 small_window = AGUIServer(
     Agent(FunctionModel(stream_function=_searcher)),
     conversation_store=DefaultConversationStore(),
-    csrf_exempt=True,
-    namespace="window",
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="window"),
     history=HistoryWindow(max_messages=4),
 )
 compacting = AGUIServer(
@@ -83,8 +83,8 @@ compacting = AGUIServer(
         capabilities=[SlidingWindowCompaction(max_messages=4, keep_messages=2)],
     ),
     conversation_store=DefaultConversationStore(),
-    csrf_exempt=True,
-    namespace="compact",
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="compact"),
 )
 
 urlpatterns = [

@@ -12,7 +12,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai_harness.compaction import SummarizingCompaction, TieredCompaction
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, MountOptions
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 
 #: What each main-model request was sent, in order.
@@ -51,8 +51,8 @@ def summarising_agent() -> Agent[Any, str]:
 summarising = AGUIServer(
     summarising_agent(),
     conversation_store=DefaultConversationStore(),
-    csrf_exempt=True,
-    namespace="summarising",
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="summarising"),
 )
 
 tiered = AGUIServer(
@@ -70,8 +70,8 @@ tiered = AGUIServer(
         ],
     ),
     conversation_store=DefaultConversationStore(),
-    csrf_exempt=True,
-    namespace="tiered",
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="tiered"),
 )
 
 keeping = AGUIServer(
@@ -87,8 +87,8 @@ keeping = AGUIServer(
         ],
     ),
     conversation_store=DefaultConversationStore(),
-    csrf_exempt=True,
-    namespace="keeping",
+    access=AccessPolicy(csrf_exempt=True),
+    mount=MountOptions(namespace="keeping"),
 )
 
 urlpatterns = [

@@ -99,10 +99,28 @@ try {
   await page.emulateMedia({ colorScheme: "light" });
   await page.setViewportSize({ width: 1200, height: 820 });
 
-  // The reloaded thread renders the stored markdown the same way.
+  // Thumbs down on the answer, where the store keeps feedback (data-feedback="on").
+  const pressed = (page) =>
+    page.evaluate(() => {
+      const turns = document.querySelectorAll(".turn.assistant");
+      const turn = turns[turns.length - 1];
+      return Array.from(turn.querySelectorAll("button.rate"), (b) => [b.dataset.rating, b.getAttribute("aria-pressed")]);
+    });
+  const thumbs = await page.evaluate(() => document.getElementById("app").dataset.feedback === "on");
+  if (thumbs) {
+    await page.locator(".turn.assistant button.rate-down").last().click();
+    await page.waitForFunction(() => {
+      const buttons = document.querySelectorAll(".turn.assistant button.rate-down");
+      return buttons[buttons.length - 1].getAttribute("aria-pressed") === "true";
+    });
+  }
+  report.steps.push({ step: "rated", thumbs, pressed: await pressed(page) });
+
+  // The reloaded thread renders the stored markdown the same way, and the stored rating.
   await page.reload();
   await page.waitForSelector(".turn.assistant .bubble.text table", { timeout: 15000 });
-  report.steps.push({ step: "reloaded", markdown: await markdownOf(page) });
+  if (thumbs) await page.waitForSelector(".turn.assistant button.rate", { timeout: 15000 });
+  report.steps.push({ step: "reloaded", markdown: await markdownOf(page), pressed: await pressed(page) });
 
   // Keyboard only: Shift+Enter breaks a line, Enter sends, Escape stops a streaming answer.
   await page.click("#new-chat");

@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 from django.urls import path
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import AccessPolicy, AGUIServer, MountOptions, RunOptions
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from tests.reliability.project.agent import build_agent
 from tests.reliability.project.prices import SPEND_BUDGET, SPEND_PRICE
@@ -30,8 +30,9 @@ def header_user(request: HttpRequest) -> Any:
     return get_user_model().objects.filter(username=name).first() if name else None
 
 
-def _run_timing() -> dict[str, Any]:
-    """The durable-run options the environment sets; the others keep the server's defaults."""
+def _run_options(**chosen: Any) -> RunOptions:
+    """The durable-run options the environment sets, and ``chosen``; the others keep their
+    defaults."""
     timing = {
         "run_heartbeat_seconds": settings.RELIABILITY_RUN_HEARTBEAT,
         "run_lease_seconds": settings.RELIABILITY_RUN_LEASE,
@@ -41,24 +42,25 @@ def _run_timing() -> dict[str, Any]:
         # mount's stale runs.
         "on_worker_loss": settings.RELIABILITY_ON_WORKER_LOSS,
     }
-    return {name: value for name, value in timing.items() if value is not None}
+    return RunOptions(
+        **{name: value for name, value in timing.items() if value is not None}, **chosen
+    )
 
 
-def _server(namespace: str, **options: Any) -> AGUIServer:
+def _server(namespace: str, runs: RunOptions | None = None, **options: Any) -> AGUIServer:
     return AGUIServer(
         build_agent(),
         conversation_store=DefaultConversationStore(),
-        get_user=header_user,
-        csrf_exempt=True,
-        namespace=namespace,
-        **_run_timing(),
+        access=AccessPolicy(get_user=header_user, csrf_exempt=True),
+        mount=MountOptions(namespace=namespace),
+        runs=runs or _run_options(),
         **options,
     )
 
 
 urlpatterns = [
     path("agent/", _server("agent").urls),
-    path("cancel-agent/", _server("cancel-agent", on_disconnect="cancel").urls),
+    path("cancel-agent/", _server("cancel-agent", _run_options(on_disconnect="cancel")).urls),
 ]
 
 
@@ -72,4 +74,4 @@ if importlib.util.find_spec("pydantic_ai_harness") is not None:
         store=DefaultSpendStore(),
         price=lambda response: SPEND_PRICE,
     )
-    urlpatterns.append(path("spend-agent/", _server("spend-agent", spend_limits=_limits).urls))
+    urlpatterns.append(path("spend-agent/", _server("spend-agent", spend=_limits).urls))

@@ -511,3 +511,4 @@ importlib.import_module("django_pydantic_agent.contrib.store.admin.usage")
 # Memory admin needs the optional pydantic-ai-harness extra.
 if importlib.util.find_spec("pydantic_ai_harness") is not None:
     importlib.import_module("django_pydantic_agent.contrib.store.admin.memory")
+from django_pydantic_agent.contrib.store.admin import feedback as _feedback  # noqa: E402, F401

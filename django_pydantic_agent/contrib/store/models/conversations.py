@@ -205,8 +205,8 @@ class StoredMessage(models.Model):
     # No index of its own: ``dpa_store_msg_agui_id`` starts with it. One on this column alone
     # was the cheapest index for PostgreSQL whenever its statistics took a thread for one row
     # (a thread new since the table was last analysed): it then read every row of the thread
-    # to find its newest (10,001 at message 10,000), where the (conversation, position) index
-    # reads one (migration 0020, docs/benchmarks.md).
+    # to find its newest, where the (conversation, position) index reads one (migration 0020,
+    # ``python -m bench --suite run-path``).
     conversation = models.ForeignKey(
         StoredConversation,
         on_delete=models.CASCADE,

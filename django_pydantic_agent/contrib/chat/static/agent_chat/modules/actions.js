@@ -7,8 +7,9 @@
 // - `branches` in GET threads/<id>/ names each message that has siblings, and PATCH
 //   threads/<id>/ {"activeMessageId"} makes a sibling's branch the active one;
 // - POST threads/<id>/fork/ {"messageId"} copies the branch up to a message into a new thread.
+// - PUT threads/<id>/messages/<message_id>/feedback/ {"rating"} rates an answer (thumbs).
 // The page offers only what its store does: the template says so in data-branches (edit,
-// regenerate, branch navigation) and data-forks (fork). Buttons are built with createElement
+// regenerate, branch navigation), data-forks (fork) and data-feedback (thumbs). Buttons are built with createElement
 // and textContent; each has an aria-label.
 
 import { assistantTurnOf, messageAttachments, renderUser } from "./render.js";
@@ -21,6 +22,8 @@ import { el, t, textOf } from "./util.js";
 export function createMessageActions({ app, log, transport, rerun, reopen, openForked, setStatus }) {
   const branching = app.dataset.branches === "on";
   const forking = app.dataset.forks === "on";
+  const rating = app.dataset.feedback === "on";
+  const ratings = new Map(); // message id -> "up" | "down", of the open thread
   let branches = {}; // message id -> {siblings: [ids], index} of the open thread
   let lastShown = null; // the thread JSON show() was last given
   let positions = null; // message id -> index in state.transcript, while decorate() runs
@@ -85,6 +88,7 @@ export function createMessageActions({ app, log, transport, rerun, reopen, openF
     const asked = !user && userBefore(ids[0]);
     if (branching && asked) ops.push(button(t("Regenerate"), t("Regenerate answer"), () => regenerate(turnEl, asked)));
     if (forking) ops.push(button(t("Fork"), t("Fork from this message"), () => fork(ids[ids.length - 1])));
+    if (rating && !user) ops.push(...thumbs(ids[ids.length - 1]));
     if (!ops.length) return;
     let row = turnEl.lastElementChild;
     if (!row || !row.classList.contains("message-actions")) {
@@ -109,6 +113,10 @@ export function createMessageActions({ app, log, transport, rerun, reopen, openF
   // after the first paint, which stays within its frame (docs/benchmarks.md).
   function show(payload) {
     branches = payload && payload.branches && typeof payload.branches === "object" ? payload.branches : {};
+    ratings.clear();
+    for (const message of (payload && Array.isArray(payload.messages) && payload.messages) || []) {
+      if (message && message.feedback && message.feedback.rating) ratings.set(message.id, message.feedback.rating);
+    }
     const shown = payload;
     requestAnimationFrame(() =>
       setTimeout(() => {
@@ -163,6 +171,34 @@ export function createMessageActions({ app, log, transport, rerun, reopen, openF
     const nav = [...log.querySelectorAll(".branch-nav")].find((node) => node.dataset.branchKey === id);
     const target = nav && (nav.querySelector(`.${direction}:not(:disabled)`) || nav.querySelector("button:not(:disabled)"));
     if (target) target.focus();
+  }
+
+  // 👍 and 👎 for the answer whose last message is `messageId`: each a toggle (aria-pressed);
+  // pressing the pressed one clears the rating.
+  function thumbs(messageId) {
+    const make = (value, symbol, label) => {
+      const node = button(symbol, label, () => rate(messageId, ratings.get(messageId) === value ? null : value), `rate rate-${value}`);
+      node.setAttribute("aria-pressed", String(ratings.get(messageId) === value));
+      node.dataset.rating = value;
+      return node;
+    };
+    return [make("up", "👍", t("Good answer")), make("down", "👎", t("Bad answer"))];
+  }
+
+  async function rate(messageId, value) {
+    const response = await transport.rateMessage(state.threadId, messageId, value).catch(() => null);
+    if (!response || !response.ok) {
+      const why = response ? await errorText(response) : t("You are offline: try again when the connection is back.");
+      setStatus(t("Could not save your feedback: {why}", { why }));
+      return;
+    }
+    if (value) ratings.set(messageId, value);
+    else ratings.delete(messageId);
+    for (const node of log.querySelectorAll(".rate")) {
+      const turnEl = node.closest(".turn");
+      const ids = turnEl ? idsOf(turnEl) : [];
+      if (ids[ids.length - 1] === messageId) node.setAttribute("aria-pressed", String(ratings.get(messageId) === node.dataset.rating));
+    }
   }
 
   async function fork(messageId) {

@@ -131,6 +131,15 @@ export function createTransport({ agentUrl, csrfToken, uploadUrl }) {
       });
     },
 
+    // Rate message `messageId` of thread `id`: rating "up", "down" or null (clears it).
+    rateMessage(id, messageId, rating) {
+      return send(`${threadUrl(id)}messages/${encodeURIComponent(messageId)}/feedback/`, {
+        method: "PUT",
+        headers: { "Content-Type": "application/json", ...json, ...csrf },
+        body: JSON.stringify({ rating }),
+      });
+    },
+
     // A new thread holding the active branch up to and including `messageId`: 201 {threadId}.
     forkThread(id, messageId) {
       return send(`${threadUrl(id)}fork/`, {
