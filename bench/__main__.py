@@ -5,7 +5,8 @@ the same against 0.28.3), ``chat-history`` (Memory Service requests per turn), `
 (events/s and time to first event over HTTP, persistence on and off, and django-ag-ui 0.70),
 ``overhead`` (the durable path's loop CPU per run over the stateless one, no model or database),
 ``run-path`` (a whole turn at message 10, 1,000 and 10,000, what the model is sent,
-and an append at message 10 and at message 1,000), ``runs`` (reattach, cancel,
+and an append at message 10 and at message 1,000), ``long-thread`` (a turn at message 10
+and 10,000, the client posting one message or its whole transcript), ``runs`` (reattach, cancel,
 upload RSS) and ``sweeper`` (``sweep_runs`` on stale runs). ``--quick`` shrinks every size
 to a smoke test. ``--write FILE`` replaces the text between the bench markers of FILE (the
 docs page) with the output. ``DATABASE_URL`` selects the database (default: SQLite under
@@ -19,7 +20,16 @@ import argparse
 import os
 import sys
 
-SUITES = ("store", "chat-history", "streaming", "overhead", "run-path", "runs", "sweeper")
+SUITES = (
+    "store",
+    "chat-history",
+    "streaming",
+    "overhead",
+    "run-path",
+    "long-thread",
+    "runs",
+    "sweeper",
+)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -222,10 +222,10 @@ def _newest_validator(newest: int, *, quotes: bool = False) -> SchemaValidator:
     messages: those validated as AG-UI messages and the older ones as objects, of which nothing
     is built; with ``quotes``, the older ones' role and attachment lists, and the newest ones
     as objects."""
-    message = cs.definition_reference_schema("message")
+    message: cs.CoreSchema = cs.definition_reference_schema("message")
     # Each older message validates to False, the object made of it freed at once: 10,000 dicts
     # held until the parse ends made a full garbage collection run every few turns.
-    older = cs.no_info_after_validator_function(bool, _object())
+    older: cs.CoreSchema = cs.no_info_after_validator_function(bool, _object())
     if quotes:
         message = older
         older = _object({"role": _QUOTED, "attachments": _QUOTED, "metadata": _QUOTED})
@@ -234,8 +234,8 @@ def _newest_validator(newest: int, *, quotes: bool = False) -> SchemaValidator:
         {"messages": cs.typed_dict_field(messages)},
         extra_behavior="ignore" if quotes else "allow",
     )
-    definition = {**TypeAdapter(Message).core_schema, "ref": "message"}
-    return SchemaValidator(cs.definitions_schema(body, [definition]))  # type: ignore[list-item]
+    definition: Any = {**TypeAdapter(Message).core_schema, "ref": "message"}
+    return SchemaValidator(cs.definitions_schema(body, [definition]))
 
 
 def parse_newest(body: bytes, newest: int) -> RunAgentInput | None:

@@ -385,7 +385,7 @@ class DurableRunEndpoint(_RunEndpoint):
 
     def _reads_newest(self) -> int | None:
         # The storage agent checks no more (``chat_history.window.checked_history``).
-        return self._options.history.max_posted
+        return self.engine.history.max_posted
 
     async def _stream(self, request: HttpRequest, accepted: AcceptedRun[None]) -> HttpResponseBase:
         run_input = accepted.run_input

@@ -197,13 +197,15 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "The same turn with a window of 10 messages at every size",
         "What a run reads and what the model is sent, window of 10",
         "The run path's writes alone, at message 10",
+        "A turn at message 10 and 40, the client posting one new message",
+        "A turn at message 10 and 40, the client posting the whole transcript",
         "Reattach latency",
         "Cancel latency",
         "Upload RSS",
         "The sweeper on 20 stale runs",
     ):
         assert f"### {title}" in text
-    assert text.count("Machine: ") == 16
+    assert text.count("Machine: ") == 18
     assert text.count("$ python -m bench --quick --no-predecessors --write") >= 12
     # Each streaming row counts the whole run: RUN_STARTED, 2,000 deltas with their
     # start and end, RUN_FINISHED.
