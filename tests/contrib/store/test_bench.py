@@ -157,6 +157,7 @@ def test_the_temporary_directory_is_removed_at_exit(bench_runs: dict[str, BenchR
     assert list(result.directory.iterdir()) == []
 
 
+@pytest.mark.timeout(300)  # every suite, on a shared 2-core machine
 def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
     """``python -m bench --quick``: every suite runs over real HTTP and prints its table, and
     ``--write`` replaces only the text between the markers (no timings are asserted)."""
