@@ -5,8 +5,9 @@ the same against 0.28.3), ``chat-history`` (Memory Service requests per turn), `
 (events/s and time to first event over HTTP, persistence on and off, and django-ag-ui 0.70),
 ``overhead`` (the durable path's loop CPU per run over the stateless one, no model or database),
 ``run-path`` (a whole turn at message 10, 1,000 and 10,000, what the model is sent,
-and an append at message 10 and at message 1,000), ``runs`` (reattach, cancel,
-upload RSS), ``sweeper`` (``sweep_runs`` on stale runs), ``vercel-ai`` (the AI SDK
+and an append at message 10 and at message 1,000), ``long-thread`` (a turn at message 10
+and 10,000, the client posting one message or its whole transcript), ``runs`` (reattach,
+cancel, upload RSS), ``sweeper`` (``sweep_runs`` on stale runs), ``vercel-ai`` (the AI SDK
 transport's events/s against AG-UI's on the same run, and a resume's first byte) and
 ``capacity`` (one worker holding ``--capacity`` N concurrent streams: largest gaps, CPU and
 RSS; not in ``all``). ``--quick`` shrinks every size to a smoke test. ``--write FILE`` replaces
@@ -28,6 +29,7 @@ SUITES = (
     "streaming",
     "overhead",
     "run-path",
+    "long-thread",
     "runs",
     "sweeper",
     "vercel-ai",

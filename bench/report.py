@@ -484,6 +484,40 @@ def run_path_suite(report: Report, args: Any) -> None:
     )
 
 
+def long_thread_suite(report: Report, args: Any) -> None:
+    """A turn at message 10 and 10,000 from a client posting one message, and from one posting
+    its transcript back: the ratios issue 39 sets (1.3x and 1.5x)."""
+    from django.conf import settings
+
+    from bench.live import served
+    from bench.turncost import HEADER, measure, seed
+
+    owner = str(_bench_user().pk)
+    sizes = (10, 40) if args.quick else (10, 10_000)
+    samples = max(3, min(args.samples, 20))
+    vendor = settings.DATABASES["default"]["ENGINE"].rpartition(".")[2]
+    for transcript, title in ((False, "one new message"), (True, "the whole transcript")):
+        threads = {size: [seed(owner, size) for _ in range(samples)] for size in sizes}
+        with served(emulator=False) as [live]:
+            lines, _ = asyncio.run(measure(f"{live.origin}/short/", threads, transcript=transcript))
+        report.table(
+            f"A turn at message {sizes[0]:,} and {sizes[-1]:,}, the client posting {title} "
+            f"({vendor})",
+            [HEADER, *lines],
+            note=(
+                f"{samples} threads of each size on DefaultConversationStore, as in the run-path "
+                "suite; one run on each through the run endpoint, the sizes in turn. "
+                + (
+                    "Each run posts the thread's messages as GET threads/<id>/ returned them, "
+                    "then its new one, JSON-encoded before the clock starts, as CopilotKit, "
+                    "@ag-ui/client and useChat do."
+                    if transcript
+                    else "Each run posts its new message alone."
+                )
+            ),
+        )
+
+
 def append_suite(report: Report, args: Any) -> None:
     from bench.runpath import APPEND_HEADER, append_costs
 
@@ -732,6 +766,8 @@ def run_suites(report: Report, args: Any, suites: Sequence[str]) -> None:
         elif suite == "run-path":
             run_path_suite(report, args)
             append_suite(report, args)
+        elif suite == "long-thread":
+            long_thread_suite(report, args)
         elif suite == "runs":
             runs_suite(report, args)
         elif suite == "capacity":

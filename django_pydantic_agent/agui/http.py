@@ -189,7 +189,14 @@ def read_json_body(request: HttpRequest, *, limit: int, too_big: str) -> bytes:
     """
     if not is_json_request(request):
         raise Refusal.of(not_json_response())
-    body = request.read(limit + 1)
+    # A length declared within the cap is read as declared: ``read(limit + 1)`` allocates the
+    # whole cap first (3 ms for a 5 MB body under a 64 MiB cap). A body longer than it declared
+    # is read on, to the cap.
+    declared = declared_length(request)
+    first = limit + 1 if declared is None or declared >= limit else declared + 1
+    body = request.read(first)
+    if len(body) == first and first <= limit:
+        body += request.read(limit + 1 - first)
     if len(body) > limit:
         raise Refusal.of(body_too_big_response(limit, too_big))
     return body

@@ -4,7 +4,9 @@
 parsed input, the history and tool checks, the attachment references made the server's
 (``server_attachment_refs``: each must name an upload of the caller, and is replaced by the
 attachment store's ref, whatever the client wrote beside the id), and the history's conversion
-for the model. Whatever it refuses is one JSON answer, before anything streams.
+for the model. Whatever it refuses is one JSON answer, before anything streams. A durable run
+reads only the newest posted messages (``HistoryWindow.max_posted``): ``parse_newest`` builds
+only those, and the older ones are checked as JSON, unread.
 
 ``parse_run_input`` turns the body into a ``RunAgentInput`` or raises ``RunInputError`` with a
 safe message. pydantic validates the shape of the body; the other checks refuse what validates but
@@ -18,16 +20,19 @@ shown as a short ``repr``).
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
-from ag_ui.core import RunAgentInput
+from ag_ui.core import Message, RunAgentInput
 from django.http import HttpRequest
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from pydantic_ai.agent import AbstractAgent
 from pydantic_ai.ui.ag_ui import AGUIAdapter
+from pydantic_core import SchemaValidator
+from pydantic_core import core_schema as cs
 
 from django_pydantic_agent.agui.errors import Refusal
 from django_pydantic_agent.agui.http import NESTED_TOO_DEEPLY, read_json_body
@@ -54,6 +59,7 @@ __all__ = [
     "clashing_tool_problem",
     "history_problem",
     "may_hold_unstorable_values",
+    "parse_newest",
     "parse_run_input",
     "ref_json",
     "server_attachment_refs",
@@ -203,10 +209,101 @@ def parse_run_input(body: bytes) -> RunAgentInput:
             "messages is empty: send at least one message (the user's turn) to run the agent."
         )
     # Only a body that could hold such a value is parsed a second time, to find it.
-    unstorable = unstorable_problem(body) if may_hold_unstorable_values(body) else None
+    suspect = may_hold_unstorable_values(body, parsed=True)
+    unstorable = unstorable_problem(body) if suspect else None
     if unstorable is not None:
         raise RunInputError(unstorable)
     return run_input
+
+
+def _object(fields: dict[str, cs.TypedDictField] | None = None) -> cs.CoreSchema:
+    """A JSON object, of which only ``fields`` are built."""
+    return cs.typed_dict_schema(fields or {}, extra_behavior="ignore")
+
+
+_QUOTED: Final = cs.typed_dict_field(cs.any_schema(), required=False)
+
+
+@functools.lru_cache(maxsize=8)
+def _newest_validator(newest: int, *, quotes: bool = False) -> SchemaValidator:
+    """The top level of a run body whose ``messages`` are older objects, then ``newest``
+    messages: those validated as AG-UI messages and the older ones as objects, of which nothing
+    is built; with ``quotes``, the older ones' role and attachment lists, and the newest ones
+    as objects."""
+    message: cs.CoreSchema = cs.definition_reference_schema("message")
+    # Each older message validates to False, the object made of it freed at once: 10,000 dicts
+    # held until the parse ends made a full garbage collection run every few turns.
+    older: cs.CoreSchema = cs.no_info_after_validator_function(bool, _object())
+    if quotes:
+        message = older
+        older = _object({"role": _QUOTED, "attachments": _QUOTED, "metadata": _QUOTED})
+    messages = cs.tuple_schema([older, *[message] * newest], variadic_item_index=0)
+    body = cs.typed_dict_schema(
+        {"messages": cs.typed_dict_field(messages)},
+        extra_behavior="ignore" if quotes else "allow",
+    )
+    definition: Any = {**TypeAdapter(Message).core_schema, "ref": "message"}
+    return SchemaValidator(cs.definitions_schema(body, [definition]))
+
+
+def parse_newest(body: bytes, newest: int) -> RunAgentInput | None:
+    """``parse_run_input(body)`` with only the newest ``newest`` of its messages, or ``None``
+    when the body has no more messages than that or is anything ``parse_run_input`` refuses or
+    might (parse it whole then: that words the refusal).
+
+    The older messages are checked as the rest of the JSON body is (valid JSON, nested at most
+    ``MAX_JSON_DEPTH`` deep, no NaN, Infinity, NUL or unpaired surrogate) and must be objects,
+    but nothing of them is built or validated as a message: a durable run never reads them
+    (``HistoryWindow.max_posted``). The run path's figures at message 10,000 of a client that
+    posts its transcript back (5 MB) are in docs/benchmarks.md, "posting the thread back":
+    parsing it whole took 180 ms of the turn's 285.
+    """
+    try:
+        parsed = _newest_validator(newest).validate_json(body)
+        messages: Sequence[Any] = parsed.pop("messages")
+        if len(messages) == newest:
+            return None
+        run_input = RunAgentInput.model_validate({**parsed, "messages": []})
+    except ValidationError:
+        return None
+    # Validated as messages above: not again (400 messages, 3 ms)
+    run_input = run_input.model_copy(update={"messages": list(messages[-newest:])})
+    if not (is_valid_id(run_input.thread_id) and is_valid_id(run_input.run_id)):
+        return None
+    if may_hold_unstorable_values(body, parsed=True):
+        return None
+    return run_input
+
+
+async def _older_quotes_pass(
+    body: bytes, newest: int, store: AttachmentStore | None, request: HttpRequest
+) -> bool:
+    """Whether ``server_attachment_refs`` would take what the user messages older than the
+    newest ``newest`` of ``body`` quote (they are never read, so their refs are only checked,
+    never replaced)."""
+    if body.rfind(b'"attachments"') < 0:
+        return True
+    try:
+        older = _newest_validator(newest, quotes=True).validate_json(body)["messages"][:-newest]
+    except ValidationError:  # pragma: no cover - parse_newest took the same objects
+        return False
+    ids: list[Any] = []
+    for message in older:
+        if message.get("role") != "user":
+            continue
+        for holder in (message, message.get("metadata")):
+            refs = holder.get("attachments") if isinstance(holder, dict) else None
+            if refs is None:
+                continue
+            if not isinstance(refs, list):
+                return False
+            ids += [ref.get("id") if isinstance(ref, dict) else None for ref in refs]
+    if not ids:
+        return True
+    if not all(isinstance(i, str) and i for i in ids) or store is None or not is_persistent(store):
+        return False
+    known = await attachment_refs(store, ids, request=request)
+    return all(i in known for i in ids)
 
 
 def unconvertible_history_problem(run_input: RunAgentInput) -> str:
@@ -331,6 +428,7 @@ async def accept_run(
     limit: int,
     convert: Callable[[RunAgentInput, str | None], _Converted],
     parse: Callable[[bytes], RunAgentInput] = parse_run_input,
+    reads_newest: int | None = None,
 ) -> AcceptedRun[_Converted]:
     """The run ``request`` posts; raises the ``Refusal`` refusing it (nothing has streamed).
 
@@ -342,21 +440,65 @@ async def accept_run(
     ``convert(run_input, accept)`` cannot convert (it raises ``ValueError``/``TypeError``;
     ``unconvertible_history_problem`` words it); the attachment store's refusal as
     ``errors.Refusal.of_store`` words it.
+
+    ``reads_newest``: the run reads only that many of the newest posted messages (a durable
+    run, ``HistoryWindow.max_posted``), and the input holds only those (``parse_newest``); an
+    older one is checked as JSON, and the attachments a user message quotes as above, but
+    never built (AG-UI's parser only). ``None``: every posted message is read and checked.
     """
     body = read_json_body(request, limit=limit, too_big=RUN_TOO_BIG)
-    accept = request.headers.get("accept")
     try:
-        run_input = parse(body)
-        problem = history_problem(run_input) or clashing_tool_problem(agent, run_input)
-        if problem is not None:
-            raise RunInputError(problem)
-        run_input = await server_attachment_refs(run_input, attachment_store, request=request)
-        try:
-            converted = convert(run_input, accept)
-        except (ValueError, TypeError) as exc:
-            raise RunInputError(unconvertible_history_problem(run_input)) from exc
+        accepted = None
+        if reads_newest is not None and parse is parse_run_input:
+            accepted = await _accept_newest(
+                body, reads_newest, request, agent, attachment_store, convert
+            )
+        if accepted is None:  # every message read, and every refusal worded, as it is posted
+            run_input = parse(body)
+            accepted = await _accepted(run_input, request, agent, attachment_store, convert)
     except RunInputError as exc:
         raise Refusal.invalid(request, str(exc)) from None
     except StoreError as exc:
         raise Refusal.of_store(exc, store="attachment") from None
+    return accepted
+
+
+async def _accepted(
+    run_input: RunAgentInput,
+    request: HttpRequest,
+    agent: AbstractAgent[Any, Any],
+    store: AttachmentStore | None,
+    convert: Callable[[RunAgentInput, str | None], _Converted],
+) -> AcceptedRun[_Converted]:
+    """``run_input`` checked, its attachment references made the server's and converted; raises
+    ``RunInputError`` (see ``accept_run``)."""
+    problem = history_problem(run_input) or clashing_tool_problem(agent, run_input)
+    if problem is not None:
+        raise RunInputError(problem)
+    run_input = await server_attachment_refs(run_input, store, request=request)
+    accept = request.headers.get("accept")
+    try:
+        converted = convert(run_input, accept)
+    except (ValueError, TypeError) as exc:
+        raise RunInputError(unconvertible_history_problem(run_input)) from exc
     return AcceptedRun(run_input=run_input, accept=accept, converted=converted)
+
+
+async def _accept_newest(
+    body: bytes,
+    newest: int,
+    request: HttpRequest,
+    agent: AbstractAgent[Any, Any],
+    store: AttachmentStore | None,
+    convert: Callable[[RunAgentInput, str | None], _Converted],
+) -> AcceptedRun[_Converted] | None:
+    """The run of a body with more than ``newest`` messages, of which it holds only the newest
+    ``newest``; ``None`` for any other body, and for any it would refuse: ``accept_run`` reads
+    that one whole, and words the refusal with each message where it was posted."""
+    run_input = parse_newest(body, newest)
+    if run_input is None or not await _older_quotes_pass(body, newest, store, request):
+        return None
+    try:
+        return await _accepted(run_input, request, agent, store, convert)
+    except RunInputError:
+        return None

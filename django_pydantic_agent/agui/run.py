@@ -278,6 +278,7 @@ class _RunEndpoint:
             attachment_store=self._attachment_store,
             limit=self._body_limit(),
             convert=self._convert,
+            reads_newest=self._reads_newest(),
         )
         warn_if_wsgi(request)
         return await self._stream(request, accepted)
@@ -288,6 +289,10 @@ class _RunEndpoint:
 
     def _convert(self, run_input: RunAgentInput, accept: str | None) -> Any:
         raise NotImplementedError
+
+    def _reads_newest(self) -> int | None:
+        """How many of the newest posted messages a run reads (``None``: all of them)."""
+        return None
 
     async def _stream(self, request: HttpRequest, accepted: AcceptedRun[Any]) -> HttpResponseBase:
         raise NotImplementedError
@@ -377,6 +382,10 @@ class DurableRunEndpoint(_RunEndpoint):
     def _convert(self, run_input: RunAgentInput, accept: str | None) -> None:
         # The run's adapter is built from the stored history; the posted one is only checked.
         check_convertible(run_input)
+
+    def _reads_newest(self) -> int | None:
+        # The storage agent checks no more (``chat_history.window.checked_history``).
+        return self.engine.history.max_posted
 
     async def _stream(self, request: HttpRequest, accepted: AcceptedRun[None]) -> HttpResponseBase:
         run_input = accepted.run_input

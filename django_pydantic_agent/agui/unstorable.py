@@ -17,7 +17,10 @@ __all__ = ["may_hold_unstorable_values", "shown_id", "unstorable_problem"]
 _ID_SHOWN_CHARS: Final = 40
 # The only ways NaN, Infinity, NUL or an unpaired surrogate can be spelled in valid JSON text
 # (raw control characters and raw surrogates are not valid JSON, so the parser refuses them).
-_SUSPECT_BYTES = (b"NaN", b"Infinity", b"\\u0000", b"\\ud", b"\\uD")
+# pydantic's parser also refuses an escaped unpaired surrogate: a body it parsed can only hold
+# the first three.
+_PARSED_SUSPECTS = (b"\\u0000", b"NaN", b"Infinity")
+_SUSPECT_BYTES = (*_PARSED_SUSPECTS, b"\\ud", b"\\uD")
 
 
 class _NonFinite:
@@ -47,12 +50,17 @@ def _location(payload: Any, path: tuple[str | int, ...]) -> str:
     return ".".join(str(part) for part in path) or "(body)"
 
 
-def may_hold_unstorable_values(body: bytes) -> bool:
+def may_hold_unstorable_values(body: bytes, *, parsed: bool = False) -> bool:
     """Whether ``body`` could hold NaN, Infinity, NUL or an unpaired surrogate (a fast scan).
 
     ``False`` proves the body clean; ``True`` means it must be walked (``unstorable_problem``).
+    ``parsed``: pydantic's JSON parser accepted ``body``, so it holds no unpaired surrogate
+    and only the other three are looked for (3 passes over the bytes instead of 5).
     """
-    return any(token in body for token in _SUSPECT_BYTES)
+    # rfind, not ``in``: 1.3 to 1.8 times faster on the bench's 5 MB transcript (CPython's
+    # backward search tests a pattern's first byte, which JSON text holds less often).
+    suspects = _PARSED_SUSPECTS if parsed else _SUSPECT_BYTES
+    return any(body.rfind(token) >= 0 for token in suspects)
 
 
 def _walk(payload: Any) -> Iterator[tuple[tuple[str | int, ...], Any]]:

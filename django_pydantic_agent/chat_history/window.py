@@ -56,6 +56,9 @@ by it, so its cost does not grow with the thread)."""
 
 _CHARS_PER_TOKEN: Final = 4
 _ECHO_LOOKUPS: Final = 8
+# A record replays as one message and one more per tool call and reasoning step: a run takes
+# this many posted messages for each message its window reads.
+_POSTED_PER_MESSAGE: Final = 4
 
 
 @runtime_checkable
@@ -168,6 +171,17 @@ class HistoryWindow:
         """A window that sends the whole thread (the behaviour before windows existed)."""
         return cls(max_tokens=None, max_messages=None)
 
+    @property
+    def max_posted(self) -> int | None:
+        """The newest posted messages a run with this window reads: four for each message it
+        reads (400 by default), or ``None`` (all of them) when ``max_messages`` is ``None``.
+
+        What a client posts before them is older than anything the run reads (a client that
+        posts its transcript back posts one message for each stored message and tool result),
+        and is dropped unread (``checked_history``).
+        """
+        return None if self.max_messages is None else _POSTED_PER_MESSAGE * self.max_messages
+
     def select(self, messages: Sequence[Message], *, reserved: int = 0) -> list[Message]:
         """The newest of ``messages`` (oldest first) that fit, starting on a user turn.
 
@@ -215,6 +229,9 @@ class ReadHistory:
     summary: StoredSummary | None = None
     """The stored compaction summary the model is sent ahead of ``window`` (which then holds
     only messages after the last one it stands for), or ``None``."""
+    max_posted: int | None = None
+    """The newest posted messages a run on this read checks (``HistoryWindow.max_posted``);
+    ``None``: all of them."""
 
 
 async def read_window(repo: Any, chat_uuid: UUID, window: HistoryWindow) -> ReadHistory:
@@ -230,8 +247,11 @@ async def read_window(repo: Any, chat_uuid: UUID, window: HistoryWindow) -> Read
         stored = list(await repo.get_chat_messages(chat_uuid))
         whole = True
     summary = await _summary(repo, chat_uuid, stored, whole)
+    posted = window.max_posted
     if summary is None:
-        return ReadHistory(read=stored, window=window.select(stored), whole=whole)
+        return ReadHistory(
+            read=stored, window=window.select(stored), whole=whole, max_posted=posted
+        )
     after = stored
     for index, message in enumerate(stored):
         if message.message_uuid == summary.through_uuid:
@@ -239,7 +259,11 @@ async def read_window(repo: Any, chat_uuid: UUID, window: HistoryWindow) -> Read
             break
     reserved = estimate_summary_tokens(summary)
     return ReadHistory(
-        read=stored, window=window.select(after, reserved=reserved), whole=whole, summary=summary
+        read=stored,
+        window=window.select(after, reserved=reserved),
+        whole=whole,
+        summary=summary,
+        max_posted=posted,
     )
 
 
@@ -276,6 +300,8 @@ async def checked_history(
     """The stored messages ``run_input`` is checked against (server-authoritative history),
     and the input to check against them.
 
+    Only the newest ``loaded.max_posted`` posted messages are checked; the older ones are
+    dropped unread (the run endpoint does not even build them, ``agui.input.accept_run``).
     What was read, when it is the whole thread or the input names nothing older:
 
     - A client that posts its transcript back (every AG-UI client does) is checked from the
@@ -289,6 +315,7 @@ async def checked_history(
     - Any other unknown message, or more of them, reads the whole thread, and the whole input
       is checked against it.
     """
+    run_input = _newest_posted(run_input, loaded.max_posted)
     if loaded.whole:
         return loaded.read, run_input
     # Every id the replay of the read shows (0.2 ms for 100 records): gathered once, and only
@@ -299,6 +326,13 @@ async def checked_history(
     if history is None:
         return list(await repo.get_chat_messages(chat_uuid)), run_input
     return history, posted
+
+
+def _newest_posted(run_input: RunAgentInput, most: int | None) -> RunAgentInput:
+    """``run_input`` with only its newest ``most`` messages (all when ``most`` is ``None``)."""
+    if most is None or len(run_input.messages) <= most:
+        return run_input
+    return run_input.model_copy(update={"messages": run_input.messages[-most:]})
 
 
 def _from_the_read(run_input: RunAgentInput, known: Callable[[], set[str]]) -> RunAgentInput:

@@ -181,3 +181,26 @@ async def test_an_empty_list_and_other_roles_are_left_alone(alice: Any) -> None:
     assert response.status_code == 200
     [user] = [m for m in thread.json()["messages"] if m["role"] == "user"]
     assert user.get("attachments", []) == []
+
+
+@pytest.mark.parametrize("where", ["attachments", "metadata"])
+async def test_a_stranger_id_quoted_older_than_the_run_reads_is_still_a_400(
+    alice: Any, bob: Any, where: str
+) -> None:
+    """A durable run builds only the newest 400 posted messages; what an older user message
+    quotes is still checked against the caller's uploads."""
+    async with await logged_in(bob) as other:
+        bobs = await _upload(other)
+    body = _quoting([{"id": bobs["id"]}], where=where)
+    body["messages"] += [
+        {"id": f"u{n}", "role": "user", "content": f"filler {n}"} for n in range(400)
+    ]
+    async with await logged_in(alice) as http:
+        response = await http.post("/stored/", json=body)
+    assert response.status_code == 400, response.text[:300]
+    field = "attachments" if where == "attachments" else "metadata.attachments"
+    assert response.json()["error"].startswith(
+        f"messages.0 (id 'user-run-1') {field}.0 names attachment '{bobs['id']}', which is "
+        "not an upload of yours"
+    )
+    assert await sync_to_async(_rows)() == (0, 0, 0)

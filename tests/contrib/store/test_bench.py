@@ -157,6 +157,7 @@ def test_the_temporary_directory_is_removed_at_exit(bench_runs: dict[str, BenchR
     assert list(result.directory.iterdir()) == []
 
 
+@pytest.mark.timeout(300)  # every suite, on a shared 2-core machine
 def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
     """``python -m bench --quick``: every suite runs over real HTTP and prints its table, and
     ``--write`` replaces only the text between the markers (no timings are asserted)."""
@@ -197,6 +198,8 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "The same turn with a window of 10 messages at every size",
         "What a run reads and what the model is sent, window of 10",
         "The run path's writes alone, at message 10",
+        "A turn at message 10 and 40, the client posting one new message",
+        "A turn at message 10 and 40, the client posting the whole transcript",
         "Reattach latency",
         "Cancel latency",
         "Upload RSS",
