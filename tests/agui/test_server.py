@@ -97,6 +97,21 @@ def test_stateless_server_mounts_only_the_run_endpoint() -> None:
     assert not server.accepts_attachments
 
 
+# The routes a server with a conversation store mounts, in order (attachments come after).
+_CONVERSATION_ROUTES = [
+    "run",
+    "threads-import",
+    "thread-export",
+    "thread-fork",
+    "message-feedback",
+    "threads",
+    "thread",
+    "run-reattach",
+    "run-cancel",
+    "usage",
+]
+
+
 def test_persisting_server_mounts_every_route_with_a_back_pointer() -> None:
     store = DefaultConversationStore()
     files = DefaultAttachmentStore()
@@ -107,20 +122,7 @@ def test_persisting_server_mounts_every_route_with_a_back_pointer() -> None:
         access=AccessPolicy(csrf_exempt=True),
     )
     patterns, _, _ = server.urls
-    assert [p.name for p in patterns] == [
-        "run",
-        "threads-import",
-        "thread-export",
-        "thread-fork",
-        "message-feedback",
-        "threads",
-        "thread",
-        "run-reattach",
-        "run-cancel",
-        "usage",
-        "attachments",
-        "attachment",
-    ]
+    assert [p.name for p in patterns] == [*_CONVERSATION_ROUTES, "attachments", "attachment"]
     for pattern in patterns:
         assert isinstance(pattern.callback, AGUIView)
         assert pattern.callback.agui_server is server
@@ -137,18 +139,7 @@ def test_only_conversations_mounts_no_attachment_routes() -> None:
         conversation_store=DefaultConversationStore(),
         access=AccessPolicy(csrf_exempt=True),
     )
-    assert [p.name for p in server.urlpatterns] == [
-        "run",
-        "threads-import",
-        "thread-export",
-        "thread-fork",
-        "message-feedback",
-        "threads",
-        "thread",
-        "run-reattach",
-        "run-cancel",
-        "usage",
-    ]
+    assert [p.name for p in server.urlpatterns] == _CONVERSATION_ROUTES
 
 
 @pytest.mark.urls("tests.agui.urls")

@@ -43,6 +43,7 @@ from django_pydantic_agent.memory_service import DRMemoryServiceClient, DRMemory
 from django_pydantic_agent.persistence import repositories_for
 from django_pydantic_agent.testing.agui_script import RF, RS, TCA, TCE, TCS, TMC, TME, TMS
 from tests.chat_history.conftest import USER
+from tests.chat_history.scripted import run_input
 from tests.testapp.models import Thread
 from tests.testapp.stores import ThreadStore
 
@@ -141,46 +142,37 @@ class Backend:
     close: Callable[[], Awaitable[None]] = _nothing
 
 
-async def _orm(alice: User) -> Backend:
-    store = DefaultConversationStore()
+async def _on_store(store: Any, alice: User, rows: Callable[[str], int]) -> Backend:
+    """Alice's repositories on a Django conversation store; ``rows`` counts the thread's rows."""
     request = RequestFactory().post("/agent/")
     request.user = alice
     chats, messages = await repositories_for(store, request=request)
 
+    async def delete(thread_id: str) -> None:
+        await store.delete(thread_id, request=request)
+
+    async def exists(thread_id: str) -> bool:
+        return await store.exists(thread_id, request=request)
+
+    return Backend(
+        chats, CountingRepository(messages), chats.user_uuid, delete, exists, sync_to_async(rows)
+    )
+
+
+async def _orm(alice: User) -> Backend:
     def rows(thread_id: str) -> int:
         return StoredMessage.objects.filter(conversation__thread_id=thread_id).count() + (
             StoredConversation.objects.filter(thread_id=thread_id).count()
         )
 
-    async def delete(thread_id: str) -> None:
-        await store.delete(thread_id, request=request)
-
-    async def exists(thread_id: str) -> bool:
-        return await store.exists(thread_id, request=request)
-
-    return Backend(
-        chats, CountingRepository(messages), chats.user_uuid, delete, exists, sync_to_async(rows)
-    )
+    return await _on_store(DefaultConversationStore(), alice, rows)
 
 
 async def _adapter(alice: User) -> Backend:
-    store = ThreadStore()
-    request = RequestFactory().post("/agent/")
-    request.user = alice
-    chats, messages = await repositories_for(store, request=request)
-
     def rows(thread_id: str) -> int:
         return Thread.objects.filter(thread_id=thread_id).count()
 
-    async def delete(thread_id: str) -> None:
-        await store.delete(thread_id, request=request)
-
-    async def exists(thread_id: str) -> bool:
-        return await store.exists(thread_id, request=request)
-
-    return Backend(
-        chats, CountingRepository(messages), chats.user_uuid, delete, exists, sync_to_async(rows)
-    )
+    return await _on_store(ThreadStore(), alice, rows)
 
 
 async def _memory(alice: User) -> Backend:
@@ -274,15 +266,7 @@ async def _run(backend: Backend, thread_id: str, run_id: str, text: str) -> list
         minimal_chunk_to_persist=1,  # every delta is a flush point; no flush by time
         flush_interval=30.0,
     )
-    posted = RunAgentInput(
-        thread_id=thread_id,
-        run_id=run_id,
-        messages=[UserMessage(id=f"u-{run_id}", content=text)],
-        tools=[],
-        context=[],
-        state={},
-        forwarded_props={},
-    )
+    posted = run_input(UserMessage(id=f"u-{run_id}", content=text), thread=thread_id, run=run_id)
     async with StreamPersistenceManager(lambda: agent) as manager:
         handle = await manager.run(posted)
         events = [event async for event in handle.events()]

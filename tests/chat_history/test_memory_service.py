@@ -10,7 +10,7 @@ from uuid import UUID, uuid4
 
 import httpx
 import pytest
-from ag_ui.core import AssistantMessage, RunAgentInput, UserMessage
+from ag_ui.core import AssistantMessage, UserMessage
 
 from bench.chat_history_requests import _Script, measure, plain_answer, tool_call_answer
 from django_pydantic_agent.chat_history import (
@@ -47,6 +47,7 @@ from django_pydantic_agent.memory_service import (
     DRMemorySpace,
     DRMemoryVersionConflictError,
 )
+from tests.chat_history.scripted import run_input
 from tests.support.emulator import no_faults_armed
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -721,15 +722,7 @@ async def test_storage_agent_runs_are_stored_intact(service: Service) -> None:
         messages,
         _Script(tool_call_answer("t1", "r1")),
     )
-    inbound = RunAgentInput(
-        thread_id="t1",
-        run_id="r1",
-        messages=[UserMessage(id="u1", content="Weather?")],
-        tools=[],
-        context=[],
-        state={},
-        forwarded_props={},
-    )
+    inbound = run_input(UserMessage(id="u1", content="Weather?"))
     async for _ in agent.run(inbound):
         pass
     chat = await chats.get_chat_by_thread_id(USER, "t1")
@@ -996,15 +989,7 @@ async def test_turns_under_random_faults_lose_and_duplicate_nothing(service: Ser
             agent = AGUIStorageAgent(
                 "assistant", USER, chats, messages, _Script(plain_answer("t1", f"r{n}", f"m{n}", 8))
             )
-            inbound = RunAgentInput(
-                thread_id="t1",
-                run_id=f"r{n}",
-                messages=list(echo),
-                tools=[],
-                context=[],
-                state={},
-                forwarded_props={},
-            )
+            inbound = run_input(*echo, run=f"r{n}")
             async for _ in agent.run(inbound):
                 pass
             echo.append(AssistantMessage(id=f"m{n}", content="answer"))

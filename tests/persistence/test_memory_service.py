@@ -87,15 +87,12 @@ class _OnTheService:
 class TestConversationStoreContract(_OnTheService, ConversationStoreContract):
     def make_store(self) -> ConversationStore:
         return MemoryServiceConversationStore(
-            self.service.client, self.service.key, allow_anonymous=True
+            self.service.client, self.service.key, allow_anonymous=self.serves_anonymous
         )
 
 
-class TestConversationStoreRefusingAnonymous(_OnTheService, ConversationStoreContract):
+class TestConversationStoreRefusingAnonymous(TestConversationStoreContract):
     serves_anonymous = False
-
-    def make_store(self) -> ConversationStore:
-        return MemoryServiceConversationStore(self.service.client, self.service.key)
 
 
 class TestScopedConversationStoreContract(_OnTheService, ScopedConversationStoreContract):
@@ -108,15 +105,12 @@ class TestScopedConversationStoreContract(_OnTheService, ScopedConversationStore
 class TestAttachmentStoreContract(_OnTheService, AttachmentStoreContract):
     def make_store(self) -> AttachmentStore:
         return MemoryServiceAttachmentStore(
-            self.service.client, self.service.key, allow_anonymous=True
+            self.service.client, self.service.key, allow_anonymous=self.serves_anonymous
         )
 
 
-class TestAttachmentStoreRefusingAnonymous(_OnTheService, AttachmentStoreContract):
+class TestAttachmentStoreRefusingAnonymous(TestAttachmentStoreContract):
     serves_anonymous = False
-
-    def make_store(self) -> AttachmentStore:
-        return MemoryServiceAttachmentStore(self.service.client, self.service.key)
 
 
 @pytest.fixture

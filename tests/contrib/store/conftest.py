@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from threading import Barrier
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connections
 from django.http import HttpRequest
 from django.test import RequestFactory
+
+from django_pydantic_agent.persistence import StoreLimitError
 
 
 @pytest.fixture
@@ -48,3 +53,22 @@ def upload() -> Callable[..., SimpleUploadedFile]:
 def on_commit(django_capture_on_commit_callbacks: Any) -> Any:
     """``with on_commit(execute=True):`` runs the on-commit callbacks (blob deletions)."""
     return django_capture_on_commit_callbacks
+
+
+def race_to_the_quota(write: Callable[[int], object], writers: int = 8) -> list[str]:
+    """Start ``writers`` threads at once, each calling ``write(i)``; each says ``"saved"`` or,
+    when the store raised ``StoreLimitError``, ``"refused"`` (sorted: refused first)."""
+    barrier = Barrier(writers)
+
+    def worker(i: int) -> str:
+        try:
+            barrier.wait(timeout=10)
+            write(i)
+            return "saved"
+        except StoreLimitError:
+            return "refused"
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(writers) as pool:
+        return sorted(pool.map(worker, range(writers)))

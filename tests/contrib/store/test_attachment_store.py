@@ -29,6 +29,7 @@ from django_pydantic_agent.contrib.store.models import (
 )
 from django_pydantic_agent.contrib.store.stores import DefaultAttachmentStore
 from django_pydantic_agent.persistence import AnonymousOperationError, StoreLimitError
+from tests.contrib.store.conftest import race_to_the_quota
 
 pytestmark = pytest.mark.django_db
 
@@ -470,26 +471,10 @@ def test_the_bytes_quota_is_checked_again_after_the_bytes_are_written(
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_uploads_never_overshoot_the_quotas(upload: Upload) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-    from threading import Barrier
-
     store = DefaultAttachmentStore(max_files_per_owner=3, max_bytes_per_owner=1000)
-    barrier = Barrier(8)
+    outcomes = race_to_the_quota(lambda i: store._save(upload(f"file {i}".encode()), "1"))
 
-    def worker(i: int) -> str:
-        try:
-            barrier.wait(timeout=10)
-            store._save(upload(f"file {i}".encode()), "1")
-            return "saved"
-        except StoreLimitError:
-            return "refused"
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(8) as pool:
-        outcomes = list(pool.map(worker, range(8)))
-
-    assert sorted(outcomes) == ["refused"] * 5 + ["saved"] * 3
+    assert outcomes == ["refused"] * 5 + ["saved"] * 3
     assert StoredAttachment.objects.filter(owner_id="1").count() == 3
 
 

@@ -15,8 +15,7 @@ import pytest
 from bench.__main__ import main
 from bench.scenarios import bench_append, bench_list, bench_prune
 from django_pydantic_agent.contrib.store.models import StoredAttachment, StoredMessage
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.support.bench import ROOT, run_bench
 
 
 @pytest.mark.django_db
@@ -165,20 +164,12 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
 
     page = tmp_path / "benchmarks.md"
     page.write_text(f"# Benchmarks\n\nprose kept\n\n{START}\nold figures\n{END}\n\ntail kept\n")
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL", "REDIS_URL", "POSTGRES_URL")
-    }
-    env["BENCH_DIR"] = str(tmp_path / "bench")
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--no-predecessors", "--write", str(page)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
+    done = run_bench(
+        "bench",
+        *("--quick", "--no-predecessors", "--write", str(page)),
+        bench_dir=tmp_path / "bench",
+        drop=("REDIS_URL", "POSTGRES_URL"),
         timeout=600,
-        check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     text = page.read_text()
@@ -281,17 +272,8 @@ def test_a_streaming_row_pairs_each_run_with_the_off_run_of_its_round() -> None:
 
 def test_the_upgrade_bench_migrates_there_back_and_there_again(tmp_path: Path) -> None:
     """``python -m bench.upgrade`` (docs/upgrading.md), at a toy size, on its own database."""
-    env = {**os.environ, "BENCH_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    env.pop("DATABASE_URL", None)
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.upgrade", "--conversations", "3", "--messages-per", "12"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    done = run_bench(
+        "bench.upgrade", "--conversations", "3", "--messages-per", "12", bench_dir=tmp_path
     )
     assert done.returncode == 0, done.stderr
     header, _rule, row = done.stdout.strip().splitlines()
@@ -302,19 +284,8 @@ def test_the_upgrade_bench_migrates_there_back_and_there_again(tmp_path: Path) -
 
 def test_the_search_bench_times_every_query_on_its_own_database(tmp_path: Path) -> None:
     """``python -m bench.search`` (docs/benchmarks.md), at a toy size, on its own database."""
-    env = {**os.environ, "BENCH_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    env.pop("DATABASE_URL", None)
-    env.pop("DJANGO_SETTINGS_MODULE", None)
     argv = ["--messages-per-owner", "400", "--messages-per-thread", "10", "--samples", "2"]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.search", *argv],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_bench("bench.search", *argv, bench_dir=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith("2 owners x 400 messages (10 per thread)")
@@ -330,18 +301,7 @@ def test_the_search_bench_times_every_query_on_its_own_database(tmp_path: Path) 
 def test_the_spend_bench_prints_its_row(tmp_path: Path) -> None:
     """``python -m bench.spend`` (docs/benchmarks.md, "Spend check"), at a toy size."""
     pytest.importorskip("pydantic_ai_harness", reason="the spend bench needs the harness extra")
-    env = {**os.environ, "BENCH_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    env.pop("DATABASE_URL", None)
-    env.pop("DJANGO_SETTINGS_MODULE", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.spend", "--samples", "4"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_bench("bench.spend", "--samples", "4", bench_dir=tmp_path)
     assert done.returncode == 0, done.stderr
     header, _rule, row = done.stdout.strip().splitlines()
     assert header.startswith("| database | runs | run without limits (median ms) |")
@@ -352,19 +312,8 @@ def test_the_spend_bench_prints_its_row(tmp_path: Path) -> None:
 
 def test_the_save_cpu_bench_prints_cpu_and_wall_of_both_operations(tmp_path: Path) -> None:
     """``python -m bench.save_cpu`` (docs/benchmarks.md, "save() against 0.28.3"), at a toy size."""
-    env = {**os.environ, "BENCH_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    env.pop("DATABASE_URL", None)
-    env.pop("DJANGO_SETTINGS_MODULE", None)
     argv = ["--messages", "20", "--samples", "2", "--rounds", "1", "--no-predecessor"]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.save_cpu", *argv],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_bench("bench.save_cpu", *argv, bench_dir=tmp_path)
     assert done.returncode == 0, done.stderr
     figures = json.loads(done.stdout.splitlines()[0])
     assert figures["which"] == "ours"

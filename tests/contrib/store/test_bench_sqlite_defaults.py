@@ -2,33 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bench.sqlite_defaults import HEADER, main
-
-ROOT = Path(__file__).resolve().parents[3]
+from tests.support.bench import run_bench
 
 
 def test_it_prints_completed_and_failed_runs_per_configuration(tmp_path: Path) -> None:
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DATABASE_URL")
-    }
-    env.update({"BENCH_DIR": str(tmp_path), "BENCH_DELTAS": "5", "PYTHONPATH": str(ROOT)})
     toy = ["--runs", "2", "--concurrency", "2", "--rounds", "1"]
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.sqlite_defaults", *toy],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_bench("bench.sqlite_defaults", *toy, bench_dir=tmp_path, env={"BENCH_DELTAS": "5"})
 
     assert done.returncode == 0, done.stderr
     assert HEADER in done.stdout

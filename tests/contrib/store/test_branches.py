@@ -11,7 +11,7 @@ from django.db import connection
 from django.http import HttpRequest
 from django.test.utils import CaptureQueriesContext
 
-from django_pydantic_agent.chat_history import MessageCreate
+from django_pydantic_agent.chat_history import ChatCreate, MessageCreate
 from django_pydantic_agent.contrib.store.models import StoredConversation, StoredMessage
 from django_pydantic_agent.contrib.store.stores import DefaultConversationStore
 from django_pydantic_agent.persistence import Conversation
@@ -165,17 +165,23 @@ async def test_fork_copies_the_active_branch_under_new_uuids(
     assert ids(await store.load("t", request=request)) == ["u1", "a1", "u2", "a2b"]
 
 
+async def _asked(
+    store: DefaultConversationStore, request: HttpRequest, thread_id: str, question: str
+) -> tuple[Any, Any]:
+    """A new thread holding the user's ``question`` as ``u1``: its messages repository and chat."""
+    chats, messages = await store.repositories(request=request)
+    chat = await chats.create_chat(ChatCreate(thread_id=thread_id, user_uuid=chats.user_uuid))
+    await messages.create_message(
+        MessageCreate(chat_uuid=chat.chat_uuid, role="user", content=question, agui_id="u1")
+    )
+    return messages, chat
+
+
 async def test_fork_copies_a_streaming_message_as_interrupted(
     alice: Any, request_as: Callable[[Any], HttpRequest]
 ) -> None:
     store, request = DefaultConversationStore(), request_as(alice)
-    chats, messages = await store.repositories(request=request)
-    from django_pydantic_agent.chat_history import ChatCreate
-
-    chat = await chats.create_chat(ChatCreate(thread_id="live", user_uuid=chats.user_uuid))
-    await messages.create_message(
-        MessageCreate(chat_uuid=chat.chat_uuid, role="user", content="go", agui_id="u1")
-    )
+    messages, chat = await _asked(store, request, "live", "go")
     streaming = await messages.create_message(
         MessageCreate(
             chat_uuid=chat.chat_uuid,
@@ -221,14 +227,10 @@ async def test_the_admin_shows_both_answers_under_the_question_the_active_one_ma
 async def test_fork_at_a_tool_result_takes_the_whole_record_and_stops_running_calls(
     alice: Any, request_as: Callable[[Any], HttpRequest]
 ) -> None:
-    from django_pydantic_agent.chat_history import ChatCreate, MessageToolCallCreate
+    from django_pydantic_agent.chat_history import MessageToolCallCreate
 
     store, request = DefaultConversationStore(), request_as(alice)
-    chats, messages = await store.repositories(request=request)
-    chat = await chats.create_chat(ChatCreate(thread_id="tools", user_uuid=chats.user_uuid))
-    await messages.create_message(
-        MessageCreate(chat_uuid=chat.chat_uuid, role="user", content="add", agui_id="u1")
-    )
+    messages, chat = await _asked(store, request, "tools", "add")
     answer = await messages.create_message(
         MessageCreate(chat_uuid=chat.chat_uuid, role="assistant", agui_id="a1")
     )

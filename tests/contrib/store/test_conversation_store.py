@@ -21,6 +21,7 @@ from django_pydantic_agent.contrib.store.models import (
 from django_pydantic_agent.contrib.store.rows import PLAIN_WIRE, saved_wire
 from django_pydantic_agent.contrib.store.stores import DEFAULT_LIST_LIMIT, DefaultConversationStore
 from django_pydantic_agent.persistence import AnonymousOperationError, Conversation, StoreLimitError
+from tests.contrib.store.conftest import race_to_the_quota
 
 pytestmark = pytest.mark.django_db
 
@@ -483,28 +484,10 @@ def test_a_first_save_that_lost_the_race_for_its_own_thread_is_not_refused(
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_first_saves_never_overshoot_the_thread_quota() -> None:
-    from concurrent.futures import ThreadPoolExecutor
-    from threading import Barrier
-
-    from django.db import connections
-
     store = DefaultConversationStore(max_threads_per_owner=3)
-    barrier = Barrier(8)
+    outcomes = race_to_the_quota(lambda i: save(store, "1", f"thread-{i}", [user_msg(0)]))
 
-    def worker(i: int) -> str:
-        try:
-            barrier.wait(timeout=10)
-            save(store, "1", f"thread-{i}", [user_msg(0)])
-            return "saved"
-        except StoreLimitError:
-            return "refused"
-        finally:
-            connections.close_all()
-
-    with ThreadPoolExecutor(8) as pool:
-        outcomes = list(pool.map(worker, range(8)))
-
-    assert sorted(outcomes) == ["refused"] * 5 + ["saved"] * 3
+    assert outcomes == ["refused"] * 5 + ["saved"] * 3
     assert StoredConversation.objects.filter(owner_id="1").count() == 3
 
 

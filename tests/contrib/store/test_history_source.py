@@ -6,7 +6,6 @@ import uuid
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 
 pytest.importorskip(
     "pydantic_ai_harness",
@@ -22,16 +21,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.urls("tests.contrib.store.urls_search"),
 ]
-
-
-@pytest.fixture
-async def alice() -> Any:
-    return await get_user_model().objects.acreate_user("alice", password="pw-alice")
-
-
-@pytest.fixture
-async def bob() -> Any:
-    return await get_user_model().objects.acreate_user("bob", password="pw-bob")
 
 
 async def _say(user: Any, mount: str, thread: str, text: str, **extra: Any) -> list[dict[str, Any]]:

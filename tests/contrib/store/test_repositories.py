@@ -17,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 from django_pydantic_agent.chat_history import (
     AGUIAgent,
     AGUIStorageAgent,
+    Chat,
     ChatCreate,
     ChatRepositoryLike,
     Message,
@@ -314,13 +315,19 @@ async def _turn(messages: OrmMessageRepository, chat: Any, n: int) -> Message:
     return created
 
 
-async def test_an_append_costs_the_same_queries_at_message_1000_as_at_10() -> None:
-    chats = OrmChatRepository(owner_id="owner-q")
+async def _long_thread(owner: str, contents: list[str]) -> tuple[OrmMessageRepository, Chat]:
+    """The owner's thread ``long`` holding one message per content, written in one transaction."""
+    chats = OrmChatRepository(owner_id=owner)
     messages = OrmMessageRepository(chats)
     chat = await chats.create_chat(ChatCreate(thread_id="long", user_uuid=chats.user_uuid))
     async with messages.transaction():
-        for n in range(9):
-            await messages.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content=f"{n}"))
+        for content in contents:
+            await messages.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content=content))
+    return messages, chat
+
+
+async def test_an_append_costs_the_same_queries_at_message_1000_as_at_10() -> None:
+    messages, chat = await _long_thread("owner-q", [f"{n}" for n in range(9)])
 
     async def costs() -> tuple[list[str], list[str]]:
         async with _Queries() as create:
@@ -423,12 +430,7 @@ async def test_a_flush_copies_only_what_it_writes_however_long_the_thread(
     """Regression: every transaction deep-copied each cached record of the thread as its
     rollback snapshot, so a turn at message 1,000 cost about 13 times one at message 10 on the
     run path (bench/runpath.py). A flush now copies the records it writes, not the thread."""
-    chats = OrmChatRepository(owner_id="owner-long")
-    messages = OrmMessageRepository(chats)
-    chat = await chats.create_chat(ChatCreate(thread_id="long", user_uuid=chats.user_uuid))
-    async with messages.transaction():
-        for i in range(200):
-            await messages.create_message(MessageCreate(chat_uuid=chat.chat_uuid, content=f"m{i}"))
+    messages, chat = await _long_thread("owner-long", [f"m{i}" for i in range(200)])
     last = (await messages.get_chat_messages(chat.chat_uuid))[-1]
     copies = _count_copies(monkeypatch)
     async with messages.transaction():

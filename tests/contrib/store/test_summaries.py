@@ -7,7 +7,6 @@ import uuid
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 
 pytest.importorskip(
     "pydantic_ai_harness",
@@ -30,16 +29,6 @@ pytestmark = [
 def _fresh() -> None:
     SENT.clear()
     SUMMARISED.clear()
-
-
-@pytest.fixture
-async def alice() -> Any:
-    return await get_user_model().objects.acreate_user("alice", password="pw-alice")
-
-
-@pytest.fixture
-async def bob() -> Any:
-    return await get_user_model().objects.acreate_user("bob", password="pw-bob")
 
 
 async def _say(
