@@ -444,12 +444,13 @@ async def accept_run(
     ``reads_newest``: the run reads only that many of the newest posted messages (a durable
     run, ``HistoryWindow.max_posted``), and the input holds only those (``parse_newest``); an
     older one is checked as JSON, and the attachments a user message quotes as above, but
-    never built (AG-UI's parser only). ``None``: every posted message is read and checked.
+    never built (an AG-UI body; a transport with a ``parse`` of its own passes ``None``).
+    ``None``: every posted message is read and checked.
     """
     body = read_json_body(request, limit=limit, too_big=RUN_TOO_BIG)
     try:
         accepted = None
-        if reads_newest is not None and parse is parse_run_input:
+        if reads_newest is not None:
             accepted = await _accept_newest(
                 body, reads_newest, request, agent, attachment_store, convert
             )

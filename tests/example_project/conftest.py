@@ -45,6 +45,9 @@ def example_urls() -> Iterator[None]:
         AGENT_MEMORY_SERVICE_ENDPOINT="",
         AGENT_MEMORY_SERVICE_TOKEN="",
         AGENT_MEMORY_SPACE="example-project-chat",
+        AGENT_WEBHOOK_URL="",
+        AGENT_WEBHOOK_SECRET="",
+        AGENT_WEBHOOK_ALLOW_LOOPBACK=False,
         INSTALLED_APPS=[*settings.INSTALLED_APPS, "chat"],
         ROOT_URLCONF="example_project.urls",
     ):
