@@ -161,8 +161,8 @@ urlpatterns = [
         history=HistoryWindow(max_messages=SAME_WINDOW),
     ),
     # One worker's capacity (bench.capacity): the demo's model, 20 ms a word, durable and not.
-    mount("capacity", demo_agent, conversation_store=DefaultConversationStore()),
-    mount("capacity-off", demo_agent, conversation_store=NullConversationStore()),
+    *mount("capacity", demo_agent, conversation_store=DefaultConversationStore()),
+    *mount("capacity-off", demo_agent, conversation_store=NullConversationStore()),
     *memory_service_urls("api/v2/memory/"),
     path("lookups/", lookup_times),
 ]

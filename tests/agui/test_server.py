@@ -104,6 +104,9 @@ _CONVERSATION_ROUTES = [
     "thread-export",
     "thread-fork",
     "message-feedback",
+    "shares",
+    "thread-share",
+    "shared",
     "threads",
     "thread",
     "run-reattach",
@@ -122,7 +125,10 @@ def test_persisting_server_mounts_every_route_with_a_back_pointer() -> None:
         access=AccessPolicy(csrf_exempt=True),
     )
     patterns, _, _ = server.urls
-    assert [p.name for p in patterns] == [*_CONVERSATION_ROUTES, "attachments", "attachment"]
+    # With attachments, a share link can serve the files its snapshot quotes.
+    routes = list(_CONVERSATION_ROUTES)
+    routes.insert(routes.index("shared") + 1, "shared-attachment")
+    assert [p.name for p in patterns] == [*routes, "attachments", "attachment"]
     for pattern in patterns:
         assert isinstance(pattern.callback, AGUIView)
         assert pattern.callback.agui_server is server

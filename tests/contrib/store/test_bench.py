@@ -199,7 +199,7 @@ def test_quick_runs_every_suite_and_prints_sane_tables(tmp_path: Path) -> None:
         "A resume's first byte (`GET api/chat/<id>/stream`)",
     ):
         assert f"### {title}" in text
-    assert text.count("Machine: ") == 18
+    assert text.count("Machine: ") == 20
     assert text.count("$ python -m bench --quick --no-predecessors --write") >= 12
     # Each streaming row counts the whole run: RUN_STARTED, 2,000 deltas with their
     # start and end, RUN_FINISHED.
