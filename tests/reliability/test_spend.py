@@ -131,8 +131,9 @@ async def test_two_workers_overshoot_a_shared_daily_budget_by_at_most_one_respon
         alice = (await http.get("/spend-agent/usage/", headers={"X-User": "alice"})).json()
     assert bob["budgets"][0]["spentUsd"] == "0"
     assert alice["budgets"][0]["exhausted"] is True
-    # The ledger holds the runs that finished (a run stopped midway reports no usage).
-    assert alice["total"]["runs"] == finished
+    # The ledger holds every run that ended: those that finished, and those the budget stopped
+    # after their first response (a stopped run records the usage it reached).
+    assert alice["total"]["runs"] == finished + stopped
     assert log_problems(one.log) == log_problems(two.log) == []
     backend = "postgresql" if "://" in database else "sqlite"
     print(

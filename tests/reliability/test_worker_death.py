@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import inspect
 import itertools
 import json
 import statistics
@@ -37,7 +36,7 @@ from typing import Any
 import httpx
 import pytest
 
-from django_pydantic_agent.agui import AGUIServer
+from django_pydantic_agent.agui import RunOptions
 from tests.reliability.project.agent import LONG_WORDS, PARK_POINTS, answer_words
 from tests.reliability.support import (
     Frame,
@@ -64,9 +63,9 @@ TIMING = ("run_heartbeat_seconds", "run_lease_seconds", "sweep_interval_seconds"
 
 
 def _defaults() -> dict[str, float]:
-    """``AGUIServer``'s defaults of the timing options (and of the SSE heartbeat)."""
-    parameters = inspect.signature(AGUIServer).parameters
-    return {name: parameters[name].default for name in (*TIMING, "heartbeat_seconds")}
+    """``RunOptions``' defaults of the timing options (and of the SSE heartbeat)."""
+    options = RunOptions()
+    return {name: getattr(options, name) for name in (*TIMING, "heartbeat_seconds")}
 
 
 @dataclass
